@@ -1,0 +1,153 @@
+"""The ``reasonrl`` command line: eval, tasks, pretrain (train/compare arrive with the trainer)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, help="RL post-training for reasoning, composable and CPU-first.")
+console = Console()
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def parse_value(text: str) -> Any:
+    """A CLI value as YAML (``2`` -> 2, ``true`` -> True, ``[a,b]`` -> list) except where YAML would
+    read plain text as structure (``-`` is a list item to YAML, an operator here)."""
+    parsed = yaml.safe_load(text) if text else ""
+    structured = isinstance(parsed, (dict, list)) or parsed is None
+    return parsed if not structured or text.lstrip().startswith(("[", "{", "null", "~")) else text
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """``["max_digits=2", "ops=+-"]`` -> {"max_digits": 2, "ops": "+-"}."""
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        if "=" not in pair:
+            raise typer.BadParameter(f"expected key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[info]}"), console=console, transient=False)
+
+
+def _summary_table(title: str, summary: dict[str, Any]) -> Table:
+    table = Table(title=title)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in summary.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    return table
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Optional[str] = typer.Option(None, help="HF model directory or hub id (default: the shipped base)."),
+    task: Optional[str] = typer.Option(None, help="arithmetic | rg:<name> | a .jsonl/.parquet file or dataset dir."),
+    task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
+    n: int = typer.Option(500, help="Held-out problems."),
+    k: int = typer.Option(8, help="Sampled completions per problem for pass@k / avg@k / maj@k (0: greedy only)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature of the k samples."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Generation budget (default: the task's)."),
+    seed: int = typer.Option(0),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
+    samples: Optional[Path] = typer.Option(None, help="Write every sample as JSONL here."),
+) -> None:
+    """Greedy pass@1 and sampled pass@k, avg@k, maj@k of a model on a task's held-out split."""
+    import torch
+
+    from .eval.runner import EvalConfig, evaluate_model, write_samples
+    from .models import load_model
+    from .tasks import get_task
+
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    mdl, tok = load_model(model)
+    the_task = get_task(task, **parse_options(task_opt))
+    cfg = EvalConfig(n_problems=n, k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    with _progress() as bar:
+        job = bar.add_task("evaluating", total=n * (1 + k), info="")
+        summary, records = evaluate_model(mdl, tok, the_task, cfg, progress=lambda m: bar.advance(job, m))
+    console.print(_summary_table(f"{model or 'base'} on {the_task.name}", summary))
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(summary, indent=2))
+    if samples:
+        write_samples(records, samples)
+
+
+@app.command("tasks")
+def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """Built-in tasks and every reasoning-gym dataset, with their options."""
+    from .tasks import list_tasks
+
+    rows = list_tasks()
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    table = Table(title=f"{len(rows)} tasks (plus any .jsonl / .parquet file or HF dataset directory)")
+    for col in ("name", "kind", "options"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["name"], row["kind"], ", ".join(f"{k}={v}" for k, v in row["options"].items()))
+    console.print(table)
+
+
+@app.command("pretrain")
+def pretrain_cmd(
+    task: Optional[str] = typer.Option(None, help="Task whose demonstrations to learn (default: arithmetic)."),
+    task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
+    size: str = typer.Option("small", help="Size of a fresh tiny reasoner: tiny | small."),
+    model: Optional[str] = typer.Option(None, help="Start from this model directory instead of a fresh tiny one."),
+    steps: int = typer.Option(400, help="Optimiser steps (the cosine schedule spans them)."),
+    seconds: Optional[float] = typer.Option(None, help="Wall-clock budget instead (constant lr after warmup)."),
+    batch_size: int = typer.Option(64),
+    lr: float = typer.Option(1e-3),
+    seed: int = typer.Option(0),
+    eval_every: int = typer.Option(50, help="Greedy held-out eval every N steps (0: only at the end)."),
+    eval_problems: int = typer.Option(200),
+    until_pass: Optional[float] = typer.Option(None, help="Stop once held-out greedy pass@1 reaches this."),
+    half: bool = typer.Option(False, help="Save weights in float16 (halves the files; loads back as float32)."),
+    out: Path = typer.Option(Path("runs/pretrain"), help="Output HF model directory."),
+) -> None:
+    """Supervised warm start on a task's demonstrations; writes an ordinary HF model directory."""
+    import torch
+
+    from .models import load_model, save_model
+    from .sft import SFTConfig, sft
+    from .tasks import get_task
+
+    _quiet_transformers()
+    mdl, tok = load_model(model or f"tiny:{size}")
+    the_task = get_task(task, **parse_options(task_opt))
+    cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
+                    eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass)
+    with _progress() as bar:
+        job = bar.add_task("pretraining", total=steps, info="")
+
+        def log(m: dict) -> None:
+            info = f"loss {m['loss']:.3f}" + (f"  pass@1 {m['eval/pass@1']:.3f}" if "eval/pass@1" in m else "")
+            bar.update(job, completed=m["step"], info=info)
+
+        result = sft(mdl, tok, the_task, cfg, log=log)
+    save_model(mdl, tok, out, dtype=torch.float16 if half else None)
+    console.print(_summary_table(f"pretrained on {the_task.name} -> {out}", result))
+
+
+def main() -> None:  # pragma: no cover - console-script entry
+    app()

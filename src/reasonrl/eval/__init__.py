@@ -1,0 +1,1 @@
+"""Evaluation utilities: sampling metrics and statistics."""

@@ -1,0 +1,73 @@
+"""Loading and saving causal LMs: the shipped base, a local HF directory, a hub id, or a fresh
+tiny model (``tiny:small`` / ``tiny:tiny``, random weights, for tests and pretraining)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .tiny import build_tiny
+
+BASE_DIR = Path(__file__).resolve().parent / "base"
+REGENERATE = "reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --half --out src/reasonrl/models/base"
+
+
+def base_model_path() -> Path:
+    """Directory of the shipped base checkpoint (an ordinary HF model directory)."""
+    if not (BASE_DIR / "config.json").exists():
+        raise FileNotFoundError(f"the shipped base checkpoint is missing from {BASE_DIR}; regenerate it with:\n  {REGENERATE}")
+    return BASE_DIR
+
+
+def _is_hub_id(name: str) -> bool:
+    return not os.path.exists(name) and name.count("/") == 1 and not name.startswith((".", "/"))
+
+
+def load_tokenizer(name: str | os.PathLike):
+    tok = AutoTokenizer.from_pretrained(str(name))
+    if tok.pad_token is None:  # many causal LMs ship without one; left-padded generation needs it
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    """``(model, tokenizer)`` for ``name``: None/'base' = shipped base, 'tiny:<size>' = fresh tiny
+    model, a local directory, or a hub id (needs network; the error says so when offline)."""
+    name = "base" if name is None else str(name)
+    if name.startswith("tiny:"):
+        model, tok = build_tiny(name.split(":", 1)[1])
+        return model.to(device=device, dtype=dtype), tok
+    path = str(base_model_path()) if name == "base" else name
+    if not os.path.exists(path) and not _is_hub_id(path):
+        raise FileNotFoundError(f"model {name!r} is neither a local directory nor a hub id (owner/name)")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tok = load_tokenizer(path)
+    except OSError as err:
+        if _is_hub_id(path):
+            raise OSError(
+                f"could not load hub model {path!r}: a hub id needs network access (or a local cache). "
+                f"Offline, pass a local HF model directory instead. Cause: {err}"
+            ) from err
+        raise
+    return model.to(device), tok
+
+
+def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None) -> Path:
+    """Save as a plain HF directory (safetensors); ``dtype`` converts a copy (e.g. fp16 to ship)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    to_save = model if dtype is None else _converted_copy(model, dtype)
+    to_save.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def _converted_copy(model, dtype: torch.dtype):
+    clone = type(model)(model.config)
+    clone.load_state_dict(model.state_dict())
+    clone.config.dtype = dtype  # the file says what it holds; load_model casts back to float32
+    return clone.to(dtype)

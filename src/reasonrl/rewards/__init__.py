@@ -1,0 +1,83 @@
+"""Built-in rewards and the reward contract.
+
+A reward is any callable ``(prompts, completions, **columns) -> list[float | None]`` (see
+:mod:`reasonrl.rewards.base`); call it through :func:`score_rewards` to get validation, metrics
+and errors that name the task, row and completion. Built-ins can be made by name from config
+files with :func:`get_reward` (names in :data:`REWARDS`).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .answers import (
+    EXTRACTORS,
+    extract_boxed,
+    extract_last_number,
+    extract_tag,
+    normalize_number,
+    normalize_text,
+    parse_number,
+    resolve_extractor,
+)
+from .base import Reward, RewardError, RewardFn, RewardResult, score_rewards, summarize
+from .combine import ComponentError, Weighted
+from .format import FormatRegex, RequiredSections
+from .length import LengthPenalty, OverlongPenalty, completion_lengths
+from .match import ExactMatch, NumericMatch, column_values
+from .mathverify import MathVerify
+
+__all__ = [
+    "Reward",
+    "RewardResult",
+    "RewardError",
+    "RewardFn",
+    "score_rewards",
+    "summarize",
+    "ExactMatch",
+    "NumericMatch",
+    "MathVerify",
+    "FormatRegex",
+    "RequiredSections",
+    "OverlongPenalty",
+    "LengthPenalty",
+    "Weighted",
+    "ComponentError",
+    "REWARDS",
+    "get_reward",
+    "normalize_number",
+    "normalize_text",
+    "parse_number",
+    "extract_boxed",
+    "extract_tag",
+    "extract_last_number",
+    "EXTRACTORS",
+    "resolve_extractor",
+    "column_values",
+    "completion_lengths",
+]
+
+# Name -> factory. Weighted is not listed: it takes reward objects, which a config builds first.
+REWARDS: dict[str, Callable[..., Reward]] = {
+    "exact_match": ExactMatch,
+    "numeric": NumericMatch,
+    "math_verify": MathVerify,
+    "format_regex": FormatRegex,
+    "sections": RequiredSections,
+    "overlong": OverlongPenalty,
+    "length": LengthPenalty,
+}
+
+
+def get_reward(name: str, **kwargs: Any) -> Reward:
+    """Build the built-in reward registered as ``name`` with ``kwargs``.
+
+    Raises:
+        ValueError: ``name`` is not in :data:`REWARDS` (the message lists the valid names).
+        TypeError: ``kwargs`` do not fit that reward's constructor (the message names it).
+    """
+    if name not in REWARDS:
+        raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}")
+    try:
+        return REWARDS[name](**kwargs)
+    except TypeError as err:
+        raise TypeError(f"get_reward({name!r}): {err}") from err

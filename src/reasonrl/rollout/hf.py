@@ -1,0 +1,151 @@
+"""Rollouts with a plain transformers model: KV cache, left padding, n samples per prompt.
+
+Each prompt is prefilled once and its cache repeated ``n`` times; rows that finish are dropped
+from the batch (and the cache) as they go, so a batch with a few long completions does not pay
+for the short ones.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Sequence
+
+import torch
+from transformers import DynamicCache
+
+from .base import Rollouts, SamplingParams
+from .sampling import sample_next
+
+
+def cache_kwarg(model) -> str:
+    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """(R, L) left-padded attention mask -> (R, L) positions; real tokens count from 0."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class _Decode:
+    """Mutable state of one chunk's decoding loop (rows shrink as they finish)."""
+
+    def __init__(self, rows: int, max_new: int, pad: int):
+        self.alive = torch.arange(rows)  # current row -> original row
+        self.ids = torch.full((rows, max_new), pad, dtype=torch.long)
+        self.logp = torch.zeros(rows, max_new)
+        self.length = torch.zeros(rows, dtype=torch.long)
+        self.reason = ["length"] * rows
+
+
+class HFEngine:
+    """Generator over any ``AutoModelForCausalLM``; ``max_rows`` bounds the rows decoded at once."""
+
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5):
+        self.model, self.tok = model, tokenizer
+        self.max_rows, self.compact_below = max_rows, compact_below
+        self.device = next(model.parameters()).device
+        self._cache_arg = cache_kwarg(model)
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts:
+        prompts = list(prompts)
+        gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        per_chunk = max(1, self.max_rows // n)
+        parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen) for i in range(0, len(prompts), per_chunk)]
+        return _concat(parts, n, self.tok.pad_token_id)
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        enc = self.tok(list(prompts), return_tensors="pt", padding=True)
+        if self.tok.padding_side != "left":
+            raise ValueError("generation needs a left-padding tokenizer (tokenizer.padding_side = 'left')")
+        return enc["input_ids"], enc["attention_mask"]
+
+    @torch.inference_mode()
+    def _chunk(self, prompts: list[str], n: int, sp: SamplingParams, gen) -> Rollouts:
+        ids, mask = self.encode_prompts(prompts)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            st = self._decode(ids.to(self.device), mask.to(self.device), n, sp, gen)
+        finally:
+            self.model.train(was_training)
+        steps = int(st.length.max()) if len(st.length) else 0
+        comp_ids, comp_logp = st.ids[:, :steps], st.logp[:, :steps]
+        comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
+        texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
+        return Rollouts(
+            prompts=[p for p in prompts for _ in range(n)], texts=texts,
+            prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
+            completion_ids=comp_ids, completion_mask=comp_mask, logprobs=comp_logp * comp_mask,
+            finish_reasons=st.reason, n=n,
+        )
+
+    def _decode(self, ids, mask, n: int, sp: SamplingParams, gen) -> _Decode:
+        cache = DynamicCache()
+        pos = position_ids_from_mask(mask)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                         **{self._cache_arg: cache})
+        cache.batch_repeat_interleave(n)
+        logits = out.logits[:, -1].repeat_interleave(n, 0)  # (R, V)
+        attn, last_pos = mask.repeat_interleave(n, 0), pos[:, -1].repeat_interleave(n, 0)
+        st = _Decode(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
+        active = torch.ones(len(logits), dtype=torch.bool)  # (rows,) current rows still generating
+        for t in range(sp.max_new_tokens):
+            token, lp = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
+            token = token.cpu().masked_fill(~active, self.tok.pad_token_id)
+            rows = st.alive[active]
+            st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], lp.cpu()[active], t + 1
+            active &= ~self._newly_done(st, token, active, t, sp.stop)
+            if not active.any():
+                break
+            if active.sum() < self.compact_below * len(active):  # drop finished rows from the batch
+                keep = active.nonzero().squeeze(-1)
+                cache.batch_select_indices(keep.to(self.device))
+                st.alive, token, attn, last_pos, active = st.alive[keep], token[keep], attn[keep], last_pos[keep], active[keep]
+            if t == sp.max_new_tokens - 1:
+                break
+            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
+            last_pos = last_pos + 1
+            out = self.model(input_ids=token[:, None].to(self.device), attention_mask=attn,
+                             position_ids=last_pos[:, None], use_cache=True, **{self._cache_arg: cache})
+            logits = out.logits[:, -1]
+        return st
+
+    def _newly_done(self, st: _Decode, token, active, t: int, stop: tuple[str, ...]) -> torch.Tensor:
+        """(rows,) bool: active rows that end at step ``t`` (EOS sampled, or a stop string appeared)."""
+        done = active & (token == self.tok.eos_token_id)
+        for i in done.nonzero().squeeze(-1).tolist():
+            st.reason[int(st.alive[i])] = "eos"
+        if stop:
+            window = max(len(s) for s in stop) + 4  # a stop string spans at most that many tokens
+            for i in (active & ~done).nonzero().squeeze(-1).tolist():
+                r = int(st.alive[i])
+                tail = self.tok.decode(st.ids[r, max(0, t + 1 - window):t + 1], skip_special_tokens=True)
+                if any(s in tail for s in stop):
+                    st.reason[r], done[i] = "stop", True
+        return done
+
+
+def _strip_stop(text: str, stop: tuple[str, ...]) -> str:
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[: min(cuts)] if cuts else text
+
+
+def _concat(parts: list[Rollouts], n: int, pad_id: int) -> Rollouts:
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.prompt_ids.shape[1] for p in parts)
+    T = max(p.completion_ids.shape[1] for p in parts)
+
+    def pad(x: torch.Tensor, width: int, left: bool, value: int = 0) -> torch.Tensor:
+        extra = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+        return torch.cat([extra, x] if left else [x, extra], dim=1)
+
+    return Rollouts(
+        prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
+        prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
+        prompt_mask=torch.cat([pad(p.prompt_mask, P, True) for p in parts]),
+        completion_ids=torch.cat([pad(p.completion_ids, T, False, pad_id) for p in parts]),
+        completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
+        logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
+        finish_reasons=sum((p.finish_reasons for p in parts), []), n=n,
+    )

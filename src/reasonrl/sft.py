@@ -1,0 +1,92 @@
+"""Supervised warm start on a task's demonstrations (``reasonrl pretrain``).
+
+The loss is next-token cross-entropy on the completion only (demonstration + EOS), averaged over
+completion tokens. Periodic greedy evaluation can stop training as soon as held-out pass@1
+reaches ``until_pass``: that is how the shipped base is put in the RL learning zone (0.30-0.55).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .eval.runner import EvalConfig, evaluate_model
+from .tasks import Item, Task
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    steps: int = 400
+    seconds: float | None = None  # wall-clock budget; stops at whichever of steps/seconds comes first
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup: int = 20
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    seed: int = 0
+    eval_every: int = 50
+    eval_problems: int = 200
+    until_pass: float | None = None  # stop at the first eval whose greedy pass@1 reaches this
+
+
+def sft_batch(items: list[Item], tokenizer) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (prompt tokens ignored)."""
+    rows = []
+    for it in items:
+        if it.demo is None:
+            raise ValueError(f"item {it.key!r} has no demonstration; pretraining needs a task that provides them")
+        p = tokenizer(it.prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(it.demo, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append((p + c, [IGNORE] * len(p) + c))
+    width = max(len(ids) for ids, _ in rows)
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r, _ in rows])
+    labels = torch.tensor([lab + [IGNORE] * (width - len(lab)) for _, lab in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r, _ in rows])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def lr_factor(step: int, warmup: int, total: int | None) -> float:
+    """Linear warmup, then cosine decay to 10% when the total is known (constant otherwise)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    if not total:
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None] = lambda m: None) -> dict:
+    """Train in place; returns the last eval summary (or {} if none ran)."""
+    torch.manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup, None if cfg.seconds else cfg.steps))
+    stream, start, last_eval = task.iter_items("train", cfg.seed), time.perf_counter(), {}
+    for step in range(cfg.steps):
+        model.train()
+        batch = sft_batch([next(stream) for _ in range(cfg.batch_size)], tokenizer)
+        loss = model(**batch, use_cache=False).loss
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"SFT loss is {loss.item()} at step {step}; lower the learning rate ({cfg.lr})")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gnorm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        elapsed = time.perf_counter() - start
+        metrics = {"step": step + 1, "loss": loss.item(), "grad_norm": float(gnorm), "lr": sched.get_last_lr()[0],
+                   "seconds": elapsed}
+        out_of_time = cfg.seconds is not None and elapsed >= cfg.seconds
+        if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps or out_of_time):
+            last_eval, _ = evaluate_model(model, tokenizer, task, EvalConfig(n_problems=cfg.eval_problems, k=0, seed=cfg.seed))
+            metrics["eval/pass@1"] = last_eval["pass@1"]
+        log(metrics)
+        if out_of_time or (cfg.until_pass is not None and last_eval.get("pass@1", -1.0) >= cfg.until_pass):
+            break
+    model.eval()
+    return last_eval

@@ -1,0 +1,45 @@
+"""Tasks: ``arithmetic`` (default), ``rg:<reasoning-gym name>``, and files (JSONL/Parquet/HF dir)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .arithmetic import ArithmeticTask
+from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
+from .files import FileTask
+from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
+
+DEFAULT_TASK = "arithmetic"
+BUILTIN = {"arithmetic": ArithmeticTask}
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def get_task(spec: str | None = None, **options: Any) -> Task:
+    """``arithmetic``, ``rg:<name>``, ``file:<path>`` or a path to a .jsonl/.parquet file or dataset dir."""
+    spec = spec or DEFAULT_TASK
+    if spec in BUILTIN:
+        return BUILTIN[spec](**options)
+    if spec.startswith("rg:"):
+        return ReasoningGymTask(spec[3:], **options)
+    path = spec[5:] if spec.startswith("file:") else spec
+    if spec.startswith("file:") or path.endswith(FILE_SUFFIXES) or Path(path).is_dir():
+        return FileTask(path, **options)
+    raise ValueError(f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
+                     "or a .jsonl/.parquet file or dataset directory")
+
+
+def list_tasks() -> list[dict[str, Any]]:
+    """Every built-in task and reasoning-gym dataset with its options and their defaults."""
+    out = [{"name": "arithmetic", "kind": "builtin", "options": _dataclass_defaults(ArithmeticTask().config)}]
+    out += [{"name": f"rg:{n}", "kind": "reasoning-gym", "options": rg_config_fields(n)} for n in rg_dataset_names()]
+    return out
+
+
+def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "TaskReward", "get_task", "in_test_split",
+           "is_correct", "list_tasks", "reward_columns", "take_items"]

@@ -1,0 +1,97 @@
+"""The Task protocol: problems with references, a verifier, demonstrations and an answer extractor.
+
+A task hands out :class:`Item` s from two splits that never overlap: every problem has a
+canonical key, and a salted hash of that key decides its split once and for all. Sampling
+order then depends on the seed, but membership never does, for any seed or sample size.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+
+from ..rewards.base import Reward, RewardResult
+
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One problem: what the model sees, the reference answer, and anything a verifier needs."""
+
+    key: str  # canonical identity of the problem (decides the split)
+    prompt: str
+    answer: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    demo: str | None = None  # a correct completion (chain of thought + answer) for warm starts
+
+
+@runtime_checkable
+class Task(Protocol):
+    name: str
+
+    def iter_items(self, split: str, seed: int) -> Iterator[Item]:
+        """An endless (or, for files, epoch-cycling) stream of items of one split."""
+
+    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
+        """Score in [0, 1]; 1.0 means correct."""
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The normalised final answer (what majority votes and error clusters compare), or None."""
+
+
+def in_test_split(key: str, test_fraction: float, salt: str = "reasonrl-split-v1") -> bool:
+    """Deterministic split membership by a salted hash of the problem's key."""
+    digest = hashlib.sha256(f"{salt}\x00{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
+
+
+def stable_seed(*parts: object) -> int:
+    """A 31-bit seed from any parts, the same in every process (unlike ``hash`` on strings)."""
+    digest = hashlib.sha256("\x00".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {list(SPLITS)}")
+
+
+def take_items(task: Task, split: str, n: int, seed: int = 0, unique: bool = True) -> list[Item]:
+    """The first ``n`` items of a split's stream, distinct by key when ``unique``."""
+    out, seen = [], set()
+    max_draws = 200 * n + 1000  # a small finite problem space must fail loudly, not spin
+    for draws, item in enumerate(task.iter_items(split, seed)):
+        if draws >= max_draws:
+            raise ValueError(f"task {task.name!r} has fewer than {n} distinct {split} problems (got {len(out)})")
+        if unique and item.key in seen:
+            continue
+        seen.add(item.key)
+        out.append(item)
+        if len(out) == n:
+            return out
+    if len(out) < n and not unique:
+        raise ValueError(f"task {task.name!r} split {split!r} ran out after {len(out)} items")
+    return out
+
+
+def is_correct(score: float) -> bool:
+    return score >= 1.0 - 1e-9
+
+
+class TaskReward(Reward):
+    """The task's own verifier as a reward in the TRL contract (columns ``answer`` and ``meta``)."""
+
+    def __init__(self, task: Task, name: str = "correct"):
+        self.task, self.name = task, name
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
+        answers, metas = columns["answer"], columns.get("meta") or [{}] * len(completions)
+        values = [float(self.task.verify(c, a, m)) for c, a, m in zip(completions, answers, metas)]
+        unparsed = sum(self.task.extract_answer(c) is None for c in completions) / max(len(completions), 1)
+        return RewardResult(values, {f"reward/{self.name}/unparsed_frac": unparsed})
+
+
+def reward_columns(items: Sequence[Item]) -> dict[str, list[Any]]:
+    """Dataset columns handed to reward functions for these items (TRL passes columns likewise)."""
+    return {"answer": [it.answer for it in items], "meta": [it.meta for it in items]}

@@ -1,0 +1,106 @@
+"""A task from the user's own data: JSONL, Parquet or a local HF dataset directory.
+
+Columns are mapped by name (``prompt_column``, ``answer_column``, optional ``demo_column``); the
+reward that verifies a completion is chosen by name from :mod:`reasonrl.rewards` and sees the
+answer pulled out by ``extract``. Rows are validated when the file is opened, so a malformed row
+is reported with its file and row number before any training starts. Without ``test_path`` the
+held-out split is a hash-of-prompt fraction of the rows.
+"""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..rewards import get_reward
+from ..rewards.answers import EXTRACTORS
+from .base import Item, check_split, in_test_split
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"task file {path} does not exist")
+    if path.is_dir():
+        from datasets import load_from_disk
+
+        return [dict(r) for r in load_from_disk(str(path))]
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if path.suffix in (".jsonl", ".json"):
+        return _read_jsonl(path)
+    raise ValueError(f"unsupported task file {path}: use .jsonl, .parquet or a saved HF dataset directory")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg}): {line[:120]!r}") from err
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+class FileTask:
+    def __init__(self, path: str, *, prompt_column: str = "prompt", answer_column: str = "answer",
+                 demo_column: str | None = None, reward: str = "exact_match", extract: str = "answer_tag",
+                 test_path: str | None = None, test_fraction: float = 0.1, **reward_options: Any):
+        if extract not in EXTRACTORS:
+            raise ValueError(f"unknown extract {extract!r}; valid: {sorted(EXTRACTORS)}")
+        self.name, self.path, self.test_fraction = f"file:{path}", path, test_fraction
+        self.columns = (prompt_column, answer_column, demo_column)
+        self._extract = EXTRACTORS[extract]
+        opts = dict(reward_options)
+        if reward in ("exact_match", "numeric"):
+            opts.setdefault("extract", self._extract)
+        self.reward = get_reward(reward, **opts)
+        self._rows = {"train": self._items(path), "test": self._items(test_path) if test_path else None}
+
+    def _items(self, path: str) -> list[Item]:
+        prompt_c, answer_c, demo_c = self.columns
+        items = []
+        for i, row in enumerate(read_rows(path)):
+            missing = [c for c in (prompt_c, answer_c, demo_c) if c and c not in row]
+            if missing:
+                raise ValueError(f"{path} row {i}: missing column(s) {missing}; the row has {sorted(row)}")
+            if not isinstance(row[prompt_c], str) or not row[prompt_c]:
+                raise ValueError(f"{path} row {i}: column {prompt_c!r} must be a non-empty string")
+            meta = {k: v for k, v in row.items() if k not in (prompt_c, answer_c, demo_c)}
+            demo = str(row[demo_c]) if demo_c else None
+            items.append(Item(key=row[prompt_c], prompt=row[prompt_c], answer=str(row[answer_c]), meta=meta, demo=demo))
+        if not items:
+            raise ValueError(f"task file {path} has no rows")
+        return items
+
+    def split_items(self, split: str) -> list[Item]:
+        check_split(split)
+        if self._rows["test"] is not None:
+            return self._rows[split]
+        want_test = split == "test"
+        return [it for it in self._rows["train"] if in_test_split(it.key, self.test_fraction) == want_test]
+
+    def iter_items(self, split: str, seed: int) -> Iterator[Item]:
+        items = self.split_items(split)
+        if not items:
+            raise ValueError(f"{self.name}: the {split} split is empty (test_fraction={self.test_fraction})")
+        rng = random.Random(f"{seed}:{split}")
+        while True:  # epochs, each in a fresh seeded order
+            order = list(range(len(items)))
+            rng.shuffle(order)
+            yield from (items[i] for i in order)
+
+    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
+        value = self.reward([""], [completion], answer=[answer], meta=[meta])[0]
+        return 0.0 if value is None else float(value)
+
+    def extract_answer(self, completion: str) -> str | None:
+        return self._extract(completion)

@@ -1,0 +1,15 @@
+import pytest
+
+from reasonrl.models import build_tiny
+from reasonrl.sft import SFTConfig, sft
+from reasonrl.tasks import get_task
+
+
+@pytest.fixture(scope="session")
+def sharp_tiny():
+    """The tiny model after a few seconds of supervised warm-up: outputs differ across prompts and
+    some end with EOS (a fresh init gives near-uniform logits and repeats one token everywhere)."""
+    model, tok = build_tiny("tiny", seed=0)
+    sft(model, tok, get_task("arithmetic"), SFTConfig(steps=100, batch_size=32, lr=3e-3, warmup=5, eval_every=0))
+    model.eval()
+    return model, tok
