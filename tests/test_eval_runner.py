@@ -1,0 +1,59 @@
+import torch
+
+from reasonrl.eval.runner import EvalConfig, evaluate
+from reasonrl.rollout import Rollouts
+from reasonrl.tasks import get_task, take_items
+
+
+class Scripted:
+    """A generator that answers from a script: greedy gives ``greedy(item_index)``; sample ``j`` of
+    problem ``i`` gives ``sampled(i, j)``; texts are demonstrations or wrong answers."""
+
+    max_rows = 64
+
+    def __init__(self, items, greedy, sampled):
+        self.index = {it.prompt: i for i, it in enumerate(items)}
+        self.items, self.greedy, self.sampled = items, greedy, sampled
+
+    def _text(self, i, ok):
+        it = self.items[i]
+        return it.demo if ok is True else ("garbage" if ok is None else f"x\nA:{int(it.answer) + 1}")
+
+    def generate(self, prompts, n, sampling):
+        idx = [self.index[p] for p in prompts]
+        if sampling.temperature == 0:
+            texts = [self._text(i, self.greedy(i)) for i in idx]
+        else:
+            texts = [self._text(i, self.sampled(i, j)) for i in idx for j in range(n)]
+        R = len(texts)
+        lengths = torch.tensor([len(t) for t in texts])
+        mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).long()
+        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
+                        prompt_ids=torch.zeros(R, 1, dtype=torch.long), prompt_mask=torch.ones(R, 1, dtype=torch.long),
+                        completion_ids=mask.clone(), completion_mask=mask, logprobs=torch.zeros(mask.shape),
+                        finish_reasons=["eos"] * R, n=n)
+
+
+def test_eval_metrics_from_scripted_outputs_by_hand():
+    task = get_task("arithmetic")
+    items = take_items(task, "test", 4, seed=0)
+    # greedy: problems 0 and 1 right -> pass@1 = 2/4 = 0.5
+    # samples (k=2): p0 [right, wrong], p1 [wrong, wrong], p2 [right, right], p3 [garbage, wrong]
+    #   pass@2 = mean(1, 0, 1, 0) = 0.5 ; avg@2 = mean(0.5, 0, 1, 0) = 0.375
+    #   maj@2: p0 tie -> first seen (right) = 1; p1 0; p2 1; p3 the only parsed answer is wrong = 0 -> 0.5
+    table = {0: [True, False], 1: [False, False], 2: [True, True], 3: [None, False]}
+    gen = Scripted(items, greedy=lambda i: i < 2, sampled=lambda i, j: table[i][j])
+    summary, records = evaluate(gen, task, EvalConfig(n_problems=4, k=2, seed=0))
+    assert summary["pass@1"] == 0.5 and summary["n_problems"] == 4
+    assert summary["pass@2"] == 0.5 and summary["avg@2"] == 0.375 and summary["maj@2"] == 0.5
+    assert summary["format_rate"] == 1.0  # greedy outputs all carry an A: line
+    assert len(records) == 4 + 8 and records[-2]["extracted"] is None
+
+
+def test_eval_greedy_only_and_format_rate():
+    task = get_task("arithmetic")
+    items = take_items(task, "test", 5, seed=0)
+    gen = Scripted(items, greedy=lambda i: True if i == 0 else None, sampled=lambda i, j: True)
+    summary, _ = evaluate(gen, task, EvalConfig(n_problems=5, k=0))
+    # one right, four without an answer line: pass@1 = 0.2, format_rate = 0.2
+    assert summary["pass@1"] == 0.2 and summary["format_rate"] == 0.2 and "pass@8" not in summary
