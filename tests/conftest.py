@@ -13,3 +13,12 @@ def sharp_tiny():
     sft(model, tok, get_task("arithmetic"), SFTConfig(steps=100, batch_size=32, lr=3e-3, warmup=5, eval_every=0))
     model.eval()
     return model, tok
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(sharp_tiny, tmp_path_factory):
+    """The warmed-up tiny model as an HF directory (what `--model` takes)."""
+    from reasonrl.models import save_model
+
+    model, tok = sharp_tiny
+    return save_model(model, tok, tmp_path_factory.mktemp("tiny_model"))

@@ -1,4 +1,4 @@
-"""The ``reasonrl`` command line: eval, tasks, pretrain (train/compare arrive with the trainer)."""
+"""The ``reasonrl`` command line: train, eval, recipes, tasks, pretrain."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, help="RL post-training for reasoning, composable and CPU-first.")
+app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
 console = Console()
 
 
@@ -149,5 +149,96 @@ def pretrain_cmd(
     console.print(_summary_table(f"pretrained on {the_task.name} -> {out}", result))
 
 
+def _train_config(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
+                  steps: int | None, out: Path | None, resume: bool):
+    """YAML file (a run folder's config.yaml on --resume) < key=value pairs < explicit options."""
+    from .config import dotted_to_nested, load_yaml, merge, split_config
+
+    files = [a for a in args or [] if a.endswith((".yaml", ".yml"))]
+    pairs = [a for a in args or [] if a not in files]
+    if len(files) > 1:
+        raise typer.BadParameter(f"one config file at most, got {files}")
+    raw: dict[str, Any] = load_yaml(files[0]) if files else {}
+    if resume:
+        if out is None:
+            raise typer.BadParameter("--resume needs --out DIR (the run folder to continue)")
+        if (out / "config.yaml").exists():
+            raw = merge(load_yaml(out / "config.yaml"), raw)
+    raw = merge(raw, dotted_to_nested(parse_options(pairs)))
+    explicit = {"recipe": recipe, "model": model, "task": task, "steps": steps, "out": str(out) if out else None}
+    raw = merge(raw, {k: v for k, v in explicit.items() if v is not None})
+    return split_config(raw)
+
+
+@app.command("train", context_settings={"allow_extra_args": False})
+def train_cmd(
+    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] [key=value ...] e.g. optim.lr=1e-5 loss.clip_high=0.28"),
+    recipe: Optional[str] = typer.Option(None, help="Recipe name (`reasonrl recipes`); default grpo."),
+    model: Optional[str] = typer.Option(None, help="HF model directory or hub id (default: the shipped base)."),
+    task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
+    steps: Optional[int] = typer.Option(None, help="Training steps."),
+    out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
+) -> None:
+    """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
+    from .config import apply_overrides
+    from .recipes import get_recipe
+    from .run import train_run
+
+    _quiet_transformers()
+    cfg, overrides = _train_config(args, recipe, model, task, steps, out, resume)
+    the_recipe = apply_overrides(get_recipe(cfg.recipe), overrides)
+    with _progress() as bar:
+        job = bar.add_task("starting", total=cfg.steps, info="")
+
+        def on_step(m: dict) -> None:
+            info = f"reward {m['reward/mean']:.3f}  acc {m['accuracy']:.3f}  len {m['length/mean']:.1f}"
+            if "eval/pass@1" in m:
+                info += f"  held-out pass@1 {m['eval/pass@1']:.3f}"
+            bar.update(job, completed=m["step"], info=info, description="training")
+
+        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step,
+                            on_phase=lambda s: bar.update(job, description=s))
+    console.print(_before_after(summary))
+
+
+def _before_after(summary: dict[str, Any]) -> Table:
+    before, after = summary.get("before") or {}, summary.get("after") or {}
+    table = Table(title=f"{summary['recipe']} on {summary['task']}: {summary['steps']} steps in "
+                        f"{summary['train_seconds']:.0f} s -> {summary['run_dir']}")
+    for col in ("metric", "before", "after", "change"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for key in after or before:
+        b, a = before.get(key), after.get(key)
+        change = f"{a - b:+.4f}" if isinstance(a, float) and isinstance(b, float) else ""
+        table.add_row(key, _fmt(b), _fmt(a), change)
+    return table
+
+
+def _fmt(v: Any) -> str:
+    return "" if v is None else f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+@app.command("recipes")
+def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """Every recipe with its paper, its parts and every inferred choice."""
+    from .recipes import RECIPES
+
+    rows = [r.describe() for r in RECIPES.values()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} recipes")
+    for col in ("name", "paper", "parts", "inferred choices"):
+        table.add_column(col)
+    for r in rows:
+        parts = f"adv={r['advantage']['estimator']} ratio={r['loss']['ratio']} agg={r['loss']['agg']} " \
+                f"clip=({r['loss']['clip_low']},{r['loss']['clip_high']}) kl={r['kl']['coef']} G={r['group_size']}"
+        table.add_row(r["name"], r["paper"], parts, "\n".join(f"- {i}" for i in r["inferred"]))
+    console.print(table)
+
+
 def main() -> None:  # pragma: no cover - console-script entry
+    app()
+if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`
     app()

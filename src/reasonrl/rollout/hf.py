@@ -46,9 +46,13 @@ class HFEngine:
         self.device = next(model.parameters()).device
         self._cache_arg = cache_kwarg(model)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts:
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
+                 generator: torch.Generator | None = None) -> Rollouts:
+        """``generator`` (a trainer's own RNG) wins over ``sampling.seed``; with neither, torch's global RNG."""
         prompts = list(prompts)
-        gen = torch.Generator().manual_seed(sampling.seed) if sampling.seed is not None else None
+        gen = generator
+        if gen is None and sampling.seed is not None:
+            gen = torch.Generator().manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
         parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen) for i in range(0, len(prompts), per_chunk)]
         return _concat(parts, n, self.tok.pad_token_id)

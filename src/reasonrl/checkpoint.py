@@ -1,0 +1,96 @@
+"""Atomic checkpoints of everything a run needs to continue bit-exactly.
+
+A checkpoint is written into ``checkpoints/.tmp-step-N`` and renamed to ``checkpoints/step-N``
+only when complete (a rename within one filesystem is atomic), so a process killed mid-save
+leaves the previous checkpoint as the latest. It holds the model (HF safetensors, float32), the
+optimiser and scheduler, every RNG state and the trainer's own counters (step, task position).
+"""
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STEP_RE = re.compile(r"^step-(\d+)$")
+
+
+def rng_state(sampler: torch.Generator | None = None) -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if sampler is not None:
+        state["sampler"] = sampler.get_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], sampler: torch.Generator | None = None) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if sampler is not None and "sampler" in state:
+        sampler.set_state(state["sampler"])
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
+                    keep_last: int = 2) -> Path:
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
+    shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an earlier killed save
+    tmp.mkdir()
+    model.save_pretrained(tmp, safe_serialization=True)
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "state": state},
+               tmp / "trainer_state.pt")
+    _fsync_dir(tmp)
+    if final.exists():  # re-saving the same step (after a resume): replace it whole
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    prune(root, keep_last)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.exists():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_RE.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def prune(root: Path, keep_last: int) -> None:
+    found = list_checkpoints(root.parent)
+    for _, path in found[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(path)
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore model, optimiser and scheduler in place; return the trainer state dict."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(path) / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    tied = {k for k in missing if "lm_head" in k} if getattr(model.config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+    blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(blob["optimizer"])
+    scheduler.load_state_dict(blob["scheduler"])
+    return blob["state"]

@@ -1,0 +1,130 @@
+"""Run configuration: a dataclass, a YAML file and dotted ``key=value`` overrides, validated.
+
+One flat namespace: the fields of :class:`TrainConfig` (``steps``, ``lr`` is *not* one of them:
+optimiser settings belong to the recipe) plus the recipe's sections (``optim.lr``,
+``loss.clip_high``, ``advantage.scale``, ``kl.coef``, ``sampling.temperature``) and scalars
+(``group_size``, ``entropy_coef``). A typo names the bad key, the closest valid one and all valid ones.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .parts import KL, Advantage, Optim, PolicyLoss, Recipe, Sampling
+
+RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim}
+RECIPE_SCALARS = ("group_size", "entropy_coef")
+
+
+@dataclass
+class TrainConfig:
+    recipe: str = "grpo"
+    model: str | None = None  # None: the shipped base
+    task: str | None = None  # None: arithmetic
+    task_options: dict[str, Any] = field(default_factory=dict)
+    steps: int = 60
+    prompts_per_step: int = 16
+    micro_batch_size: int = 64  # rows per forward/backward; memory only, never the maths
+    seed: int = 0
+    out: str | None = None  # None: runs/<recipe>-<time>
+    eval_every: int = 20  # greedy held-out pass@1 every N steps (0: off)
+    eval_problems: int = 200
+    final_eval_problems: int = 500  # before/after evaluation, as `reasonrl eval`
+    final_eval_k: int = 8
+    save_every: int = 20
+    keep_last: int = 2
+    tracking: list[str] = field(default_factory=lambda: ["jsonl"])
+    max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
+    max_rows: int = 512  # rows decoded at once by the rollout engine
+
+
+def _closest(key: str, valid: list[str]) -> str:
+    near = difflib.get_close_matches(key, valid, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
+def unknown_key(key: str, valid: list[str]) -> ValueError:
+    return ValueError(f"unknown config key {key!r}{_closest(key, valid)}; valid keys: {', '.join(sorted(valid))}")
+
+
+def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
+    """{"optim.lr": 1e-5, "steps": 3} -> {"optim": {"lr": 1e-5}, "steps": 3}."""
+    out: dict[str, Any] = {}
+    for key, value in pairs.items():
+        head, _, rest = key.partition(".")
+        if rest:
+            out.setdefault(head, {})
+            if not isinstance(out[head], dict):
+                raise ValueError(f"config key {head!r} is not a section, so {key!r} is invalid")
+            out[head].update(dotted_to_nested({rest: value}))
+        else:
+            out[head] = value
+    return out
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and k != "task_options" else v
+    return out
+
+
+def valid_keys() -> list[str]:
+    keys = [f.name for f in dataclasses.fields(TrainConfig)] + list(RECIPE_SCALARS)
+    for name, cls in RECIPE_SECTIONS.items():
+        keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
+    return keys
+
+
+def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
+    """Validate a nested config dict; return the run config and the recipe overrides."""
+    run_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    run, recipe = {}, {}
+    for key, value in raw.items():
+        if key in run_fields:
+            run[key] = value
+        elif key in RECIPE_SCALARS:
+            recipe[key] = value
+        elif key in RECIPE_SECTIONS:
+            if not isinstance(value, dict):
+                raise ValueError(f"config key {key!r} is a section: give {key}.<field>=value")
+            fields = {f.name for f in dataclasses.fields(RECIPE_SECTIONS[key])}
+            for sub in value:
+                if sub not in fields:
+                    raise unknown_key(f"{key}.{sub}", valid_keys())
+            recipe[key] = value
+        else:
+            raise unknown_key(key, valid_keys())
+    return TrainConfig(**run), recipe
+
+
+def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
+    """A copy of ``recipe`` with section fields and scalars replaced."""
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key in RECIPE_SECTIONS:
+            changes[key] = dataclasses.replace(getattr(recipe, key), **value)
+        else:
+            changes[key] = value
+    return dataclasses.replace(recipe, **changes)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file must be a mapping of keys to values")
+    return data
+
+
+def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
+    """What config.yaml holds: every run field and every recipe knob, enough to rebuild the run."""
+    out = dataclasses.asdict(cfg)
+    for name in RECIPE_SECTIONS:
+        out[name] = dataclasses.asdict(getattr(recipe, name))
+    out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
+    return out

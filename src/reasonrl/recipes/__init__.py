@@ -1,0 +1,29 @@
+"""Named recipes: each a few lines composing parts, with its paper and every inferred choice.
+
+``get_recipe(name)`` returns the frozen :class:`~reasonrl.parts.Recipe`; register your own with
+``register(recipe)``.
+"""
+from __future__ import annotations
+
+from ..parts import Recipe
+from .grpo import DR_GRPO, GRPO
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def register(recipe: Recipe) -> Recipe:
+    RECIPES[recipe.name] = recipe
+    return recipe
+
+
+for _r in (GRPO, DR_GRPO):
+    register(_r)
+
+
+def get_recipe(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; valid: {sorted(RECIPES)} (see `reasonrl recipes`)")
+    return RECIPES[name]
+
+
+__all__ = ["RECIPES", "Recipe", "get_recipe", "register"]

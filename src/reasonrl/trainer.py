@@ -1,0 +1,271 @@
+"""The RL loop, algorithm-blind: it receives a :class:`~reasonrl.parts.Recipe` and calls its parts.
+
+One step: draw prompts -> generate G completions each (behaviour log-probs stored) -> reward ->
+advantages (estimator, then shapers) -> ``mu`` passes of ``minibatches`` optimiser steps over the
+batch. Every loss term is normalised by the *global* token / sequence count of its minibatch, so
+micro-batching changes memory use and nothing else.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .config import TrainConfig
+from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
+from .models.scoring import score_completions
+from .parts import Recipe, entropy_term, kl_term
+from .rewards.base import score_rewards
+from .rollout import HFEngine, Rollouts, SamplingParams
+from .tasks import Item, Task, TaskReward, is_correct, reward_columns
+
+ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
+                  "so the surrogate's value is ~0 while its gradient is not.")
+
+
+class NonFiniteError(RuntimeError):
+    pass
+
+
+@dataclass
+class Batch:
+    """One step's data: rollouts plus what the update needs, rows in rollout order (B*G)."""
+
+    items: list[Item]
+    ro: Rollouts
+    rewards: torch.Tensor  # (B, G) total reward
+    correct: torch.Tensor  # (B, G) raw task accuracy, 0/1
+    advantages: torch.Tensor  # (R,) or (R, T)
+    ref_logp: torch.Tensor | None = None  # (R, T)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Callable[[int], float]:
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (s - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"unknown optim.schedule {schedule!r}; valid: cosine, constant")
+    return factor
+
+
+class Trainer:
+    def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
+                 log: Callable[[dict], None] = lambda m: None):
+        self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
+        self.run_dir, self.log = Path(run_dir), log
+        o = recipe.optim
+        self.opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        total = cfg.steps * o.mu * o.minibatches
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
+        self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
+        self.sampler = torch.Generator().manual_seed(cfg.seed)
+        self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
+        self.reward_fn = TaskReward(task)
+        # the reference is a frozen copy, made only when a KL term will use it
+        self.ref = copy.deepcopy(model).eval().requires_grad_(False) if recipe.kl.coef > 0 else None
+        self.step, self.items_drawn, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0, 0
+        self.stream = task.iter_items("train", cfg.seed)
+
+    # ---------------------------------------------------------------- state
+    def state(self) -> dict[str, Any]:
+        return {"step": self.step, "items_drawn": self.items_drawn, "nonfinite_total": self.nonfinite_total,
+                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler)}
+
+    def save(self) -> Path:
+        return save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
+
+    def resume(self) -> int | None:
+        """Continue from the latest checkpoint, if any; returns its step."""
+        path = latest_checkpoint(self.run_dir)
+        if path is None:
+            return None
+        st = load_checkpoint(path, self.model, self.opt, self.sched)
+        if self.ref is not None:  # the reference is the run's *initial* model, saved beside the checkpoints
+            self.ref.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
+        self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
+        self.stream = self.task.iter_items("train", self.cfg.seed)
+        for _ in range(st["items_drawn"]):  # the task position: replay the seeded stream
+            next(self.stream)
+        self.items_drawn = st["items_drawn"]
+        set_rng_state(st["rng"], self.sampler)
+        return self.step
+
+    # ---------------------------------------------------------------- one step
+    def draw(self, n: int) -> list[Item]:
+        self.items_drawn += n
+        return [next(self.stream) for _ in range(n)]
+
+    def rollout(self) -> tuple[list[Item], Rollouts]:
+        items = self.draw(self.cfg.prompts_per_step)
+        s = self.recipe.sampling
+        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
+        return items, self.engine.generate([it.prompt for it in items], self.recipe.group_size, sp, generator=self.sampler)
+
+    def score(self, items: list[Item], ro: Rollouts) -> Batch:
+        G, rows = self.recipe.group_size, [it for it in items for _ in range(self.recipe.group_size)]
+        cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(),
+                "truncated": ro.truncated.tolist(), "completion_ids": ro.completion_ids.tolist()}
+        res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
+        total, metrics = torch.tensor(res.values), dict(res.metrics)
+        correct = torch.tensor([float(is_correct(v)) for v in res.values])
+        for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
+            extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
+            total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
+            metrics.update(extra.metrics)
+        rewards, correct = total.view(-1, G), correct.view(-1, G)  # (B, G)
+        adv = self.recipe.advantage(rewards)  # (B, G) or (B, G, T)
+        for shaper in self.recipe.shapers:
+            adv = shaper(adv, {"rewards": rewards, "correct": correct, "rollouts": ro, "items": items, "task": self.task})
+        adv = adv.reshape(len(ro.texts), *adv.shape[2:])  # (R,) or (R, T)
+        ref = None
+        if self.ref is not None:
+            with torch.no_grad():
+                ref, _ = score_completions(self.ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                           temperature=self.recipe.sampling.temperature or 1.0,
+                                           chunk_rows=self.cfg.micro_batch_size, entropies=False)
+        return Batch(items, ro, rewards, correct, adv, ref, metrics)
+
+    # ---------------------------------------------------------------- update
+    def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int):
+        ro, r = b.ro, self.recipe
+        logp, ent = score_completions(self.model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
+                                      ro.completion_mask[rows], temperature=r.sampling.temperature or 1.0,
+                                      chunk_rows=len(rows))
+        mask = ro.completion_mask[rows].to(logp.dtype)
+        norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
+        loss, metrics = r.loss(logp, ro.logprobs[rows], b.advantages[rows], mask, **norm)
+        agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
+        if b.ref_logp is not None:
+            kl, m = kl_term(logp, b.ref_logp[rows], mask, r.kl, **agg)
+            loss, metrics = loss + kl, {**metrics, **m}
+        if r.entropy_coef:
+            eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
+            loss, metrics = loss + eb, {**metrics, **m}
+        for aux in r.aux_losses:
+            a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, **agg)
+            loss, metrics = loss + a, {**metrics, **m}
+        metrics["entropy/mean"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
+        return loss, metrics
+
+    def _optimizer_step(self, b: Batch, rows: torch.Tensor) -> dict[str, float]:
+        """Accumulate micro-batch gradients over ``rows`` and take one (guarded) optimiser step."""
+        mask = b.ro.completion_mask[rows]
+        n_tokens, n_seqs = float(mask.sum()), len(rows)
+        self.opt.zero_grad(set_to_none=True)
+        total, parts = 0.0, []
+        for micro in rows.split(self.cfg.micro_batch_size):
+            loss, m = self._micro_loss(b, micro, n_tokens, n_seqs)
+            loss.backward()
+            total += float(loss.detach())
+            parts.append((float(b.ro.completion_mask[micro].sum()), m))
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        finite = math.isfinite(total) and all(torch.isfinite(g).all() for g in grads)
+        out = _weighted(parts)
+        out["loss/total"] = total
+        if finite:
+            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.max_grad_norm))
+            self.opt.step()
+        else:
+            self.opt.zero_grad(set_to_none=True)
+        out["nonfinite"] = 0.0 if finite else 1.0
+        self.sched.step()
+        return out
+
+    def update(self, b: Batch) -> dict[str, float]:
+        o, results = self.recipe.optim, []
+        self.model.train()
+        for _ in range(o.mu):
+            order = torch.randperm(len(b.ro.texts), generator=self.sampler)
+            for rows in order.chunk(o.minibatches):
+                results.append(self._optimizer_step(b, rows))
+        out = _weighted([(1.0, r) for r in results], sum_terms=False)  # mean over optimiser steps
+        out["nonfinite"] = sum(r["nonfinite"] for r in results)
+        return out
+
+    # ---------------------------------------------------------------- loop
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        items, ro = self.rollout()
+        t1 = time.perf_counter()
+        batch = self.score(items, ro)
+        t2 = time.perf_counter()
+        upd = self.update(batch)
+        t3 = time.perf_counter()
+        self.step += 1
+        m = {"step": self.step, **step_stats(batch), **batch.metrics, **upd, "lr": self.sched.get_last_lr()[0],
+             "time/generate": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,
+             "tokens_per_s/generate": float(ro.lengths.sum()) / max(t1 - t0, 1e-9),
+             "tokens_per_s/step": float(ro.lengths.sum() + ro.prompt_mask.sum()) / max(t3 - t0, 1e-9)}
+        self._guard_nonfinite(upd["nonfinite"])
+        m["nonfinite_total"] = self.nonfinite_total
+        return m
+
+    def _guard_nonfinite(self, skipped: float) -> None:
+        if not skipped:
+            self.nonfinite_streak = 0
+            return
+        self.nonfinite_total += int(skipped)
+        self.nonfinite_streak += 1
+        if self.nonfinite_streak >= self.cfg.max_nonfinite:
+            path = self.save()
+            raise NonFiniteError(
+                f"{self.nonfinite_streak} steps in a row had a NaN/inf loss or gradient (last at step {self.step}); "
+                f"stopped. State saved to {path}. Lower optim.lr, check the rewards, or raise max_nonfinite.")
+
+    def train(self) -> None:
+        if self.step == 0 and self.ref is not None:
+            (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+            torch.save(self.ref.state_dict(), self.run_dir / "checkpoints" / "reference.pt")
+        while self.step < self.cfg.steps:
+            m = self.train_step()
+            if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
+                ev, _ = evaluate_model(self.model, self.tok, self.task,
+                                       EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.seed,
+                                                  max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
+                m["eval/pass@1"] = ev["pass@1"]
+            self.log(m)
+            if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):
+                self.save()
+
+
+def step_stats(b: Batch) -> dict[str, float]:
+    """Reward, accuracy, zero-variance groups and completion shape of one batch."""
+    lengths = b.ro.lengths.float()
+    return {"reward/mean": float(b.rewards.mean()), "reward/std": float(b.rewards.std()) if b.rewards.numel() > 1 else 0.0,
+            "accuracy": float(b.correct.mean()),
+            "frac_zero_var_groups": float((b.rewards.std(-1, unbiased=False) == 0).float().mean()),
+            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
+            "truncation_rate": float(b.ro.truncated.float().mean())}
+
+
+def _additive(key: str) -> bool:
+    # loss terms are normalised by the minibatch's global counts, so micro-batch values add up
+    return key == "loss/policy" or key.endswith("_term")
+
+
+def _weighted(parts: list[tuple[float, dict[str, float]]], sum_terms: bool = True) -> dict[str, float]:
+    """Combine metric dicts: loss terms add up (when ``sum_terms``), keys with 'max' take the
+    maximum, everything else is a weighted mean."""
+    out: dict[str, float] = {}
+    total = sum(w for w, _ in parts) or 1.0
+    for key in sorted({k for _, m in parts for k in m}):
+        vals = [(w, m[key]) for w, m in parts if key in m]
+        if sum_terms and _additive(key):
+            out[key] = sum(v for _, v in vals)
+        elif "max" in key:
+            out[key] = max(v for _, v in vals)
+        else:
+            out[key] = sum(w * v for w, v in vals) / total
+    return out

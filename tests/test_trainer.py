@@ -1,0 +1,192 @@
+import dataclasses
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from reasonrl.checkpoint import latest_checkpoint, list_checkpoints
+from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.models import load_model
+from reasonrl.parts import PolicyLoss, Recipe
+from reasonrl.recipes import get_recipe
+from reasonrl.run import train_run
+from reasonrl.tasks import get_task
+from reasonrl.trainer import NonFiniteError, Trainer
+
+SMALL = dict(steps=3, prompts_per_step=4, eval_every=2, eval_problems=6, final_eval_problems=6, final_eval_k=2,
+             save_every=2, keep_last=2)
+
+
+def small_recipe(name="grpo", **changes):
+    return dataclasses.replace(get_recipe(name), group_size=4, **changes)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
+def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_path):
+    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, **SMALL)
+    summary = train_run(cfg, small_recipe(name))
+    run = tmp_path / "run"
+    for f in ("config.yaml", "metrics.jsonl", "summary.json", "curves.png", "before.json", "final/config.json"):
+        assert (run / f).exists(), f
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for key in ("reward/mean", "reward/std", "accuracy", "frac_zero_var_groups", "length/mean", "length/max",
+                "truncation_rate", "loss/clip_frac_low", "loss/clip_frac_high", "loss/approx_kl", "entropy/mean",
+                "grad_norm", "lr", "tokens_per_s/step", "time/generate", "time/score", "time/update"):
+        assert all(math.isfinite(r[key]) for r in rows), key
+    assert "eval/pass@1" in rows[1] and "eval/pass@1" not in rows[0]
+    saved = json.loads((run / "summary.json").read_text())
+    assert set(saved["before"]) >= {"pass@1", "pass@2", "avg@2", "maj@2", "n_problems"} and saved["after"]["n_problems"] == 6
+    assert [s for s, _ in list_checkpoints(run)] == [2, 3]  # keep_last=2
+    assert summary["steps"] == 3
+
+
+def _grads_after_one_step(tiny_dir, micro: int, agg: str):
+    model, tok = load_model(tiny_dir)
+    recipe = small_recipe(loss=PolicyLoss(agg=agg), optim=dataclasses.replace(get_recipe("grpo").optim, lr=0.0))
+    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5)
+    tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
+    batch = tr.score(*tr.rollout())
+    batch.advantages = torch.linspace(-1.0, 1.0, len(batch.ro.texts))  # every row carries gradient
+    tr._optimizer_step(batch, torch.arange(len(batch.ro.texts)))
+    return [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, agg):
+    # 2 prompts x 4 samples = 8 rows; the loss is normalised by the global token / sequence count, so
+    # accumulating 8 micro-batches of 1 row must give the gradient of 1 micro-batch of 8 rows
+    one, eight = _grads_after_one_step(tiny_dir, 8, agg), _grads_after_one_step(tiny_dir, 1, agg)
+    assert any(g.abs().max() > 1e-6 for g in one)
+    for a, b in zip(one, eight):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_config_typos_name_the_bad_key_and_the_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown config key 'step'.*did you mean 'steps'.*valid keys:.*optim.lr"):
+        split_config({"step": 3})
+    with pytest.raises(ValueError, match=r"unknown config key 'optim.lrr'.*did you mean 'optim.lr'"):
+        split_config({"optim": {"lrr": 1e-5}})
+    cfg, over = split_config({"steps": 3, "optim": {"lr": 1e-5}, "group_size": 4, "loss": {"clip_high": 0.28}})
+    recipe = apply_overrides(get_recipe("grpo"), over)
+    assert cfg.steps == 3 and recipe.optim.lr == 1e-5 and recipe.group_size == 4 and recipe.loss.clip_high == 0.28
+    assert get_recipe("grpo").optim.lr == 3e-5  # the registered recipe is untouched
+
+
+class NaNAt:
+    """An auxiliary loss adding NaN on chosen update calls (to inject a non-finite loss)."""
+
+    def __init__(self, calls):
+        self.calls, self.n = set(calls), 0
+
+    def __call__(self, logp, **_):
+        self.n += 1
+        bad = self.n in self.calls
+        return (logp.sum() * (float("nan") if bad else 0.0)), {"loss/nan_injected": float(bad)}
+
+
+def spread(adv, ctx):
+    """A shaper giving every row a distinct non-zero advantage, so every finite step moves the weights."""
+    return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
+
+
+def test_nonfinite_steps_are_skipped_counted_then_stop_with_a_checkpoint(tiny_dir, tmp_path):
+    model, tok = load_model(tiny_dir)
+    cfg = TrainConfig(model=str(tiny_dir), steps=8, prompts_per_step=2, eval_every=0, save_every=0, max_nonfinite=3)
+    recipe = small_recipe(aux_losses=(NaNAt({2, 4, 5, 6}),), shapers=(spread,))
+    logged = []
+    tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, tmp_path, log=logged.append)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(NonFiniteError, match=r"3 steps in a row.*step 6.*saved to"):
+        tr.train()
+    # step 2 skipped alone (streak reset by step 3), then 4, 5, 6 in a row stop the run
+    assert [m["nonfinite"] for m in logged] == [0.0, 1.0, 0.0, 1.0, 1.0]
+    assert logged[-1]["nonfinite_total"] == 4 - 1  # the 6th step raised before being logged
+    assert latest_checkpoint(tmp_path).name == "step-000006" and tr.nonfinite_total == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # finite steps did update
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def _train_cmd(tiny_dir, out, *extra):
+    return [sys.executable, "-m", "reasonrl.cli", "train", "--model", str(tiny_dir), "--out", str(out), "--steps", "12",
+            "prompts_per_step=4", "group_size=4", "eval_every=0", "final_eval_problems=0", "save_every=6", *extra]
+
+
+def _values(path):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "tokens_per_s"))} for r in rows]
+
+
+@pytest.mark.slow
+def test_killed_and_resumed_run_matches_a_straight_run_bit_exactly(tiny_dir, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(_train_cmd(tiny_dir, tmp_path / "straight"), check=True, env=env, capture_output=True, timeout=300)
+    proc = subprocess.Popen(_train_cmd(tiny_dir, tmp_path / "killed"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = tmp_path / "killed" / "checkpoints" / "step-000006"
+    deadline = time.time() + 240
+    while not ckpt.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "killed" / "summary.json").exists(), "the run finished before it could be killed"
+    subprocess.run(_train_cmd(tiny_dir, tmp_path / "killed", "--resume"), check=True, env=env, capture_output=True,
+                   timeout=300)
+    straight, resumed = _values(tmp_path / "straight" / "metrics.jsonl"), _values(tmp_path / "killed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == list(range(1, 13))
+    assert resumed == straight
+
+
+def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(tiny_dir, tmp_path, monkeypatch):
+    from reasonrl import checkpoint
+
+    model, tok = load_model(tiny_dir)
+    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=1)
+    tr = Trainer(model, tok, get_task("arithmetic"), small_recipe(), cfg, tmp_path)
+    tr.train_step()
+    tr.save()  # step 1, complete
+    tr.train_step()
+    real_save = torch.save
+
+    def dies(*args, **kwargs):
+        raise KeyboardInterrupt("killed in the middle of writing the optimiser state")
+
+    monkeypatch.setattr(checkpoint.torch, "save", dies)
+    with pytest.raises(KeyboardInterrupt):
+        tr.save()  # step 2: model written, then the process "dies"
+    monkeypatch.setattr(checkpoint.torch, "save", real_save)
+    assert (tmp_path / "checkpoints" / ".tmp-step-000002").exists()
+    assert latest_checkpoint(tmp_path).name == "step-000001"
+    fresh, _ = load_model(tiny_dir)
+    tr2 = Trainer(fresh, tok, get_task("arithmetic"), small_recipe(), cfg, tmp_path)
+    assert tr2.resume() == 1 and tr2.items_drawn == 2
+    tr2.train_step()
+    tr2.save()  # a later save of the same step replaces the leftover
+    assert latest_checkpoint(tmp_path).name == "step-000002"
+    assert not (tmp_path / "checkpoints" / ".tmp-step-000002").exists()
+
+
+def test_cli_train_rejects_a_typo_and_lists_recipes():
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+
+    result = CliRunner().invoke(app, ["train", "optim.lrr=1e-5"])
+    assert result.exit_code != 0 and "optim.lr" in str(result.exception)
+    listed = json.loads(CliRunner().invoke(app, ["recipes", "--json"]).stdout)
+    by_name = {r["name"]: r for r in listed}
+    assert {"grpo", "dr_grpo"} <= set(by_name) and by_name["dr_grpo"]["loss"]["agg"] == "seq-mean-token-sum-norm"
+    assert all(r["paper"] and r["inferred"] for r in listed)
+
+
+def test_recipe_parts_are_plain_data():
+    r = get_recipe("grpo")
+    assert isinstance(r, Recipe) and r.kl.coef == 0.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.group_size = 3
