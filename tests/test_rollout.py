@@ -28,11 +28,13 @@ def test_top_k_top_p_filter_by_hand():
 def test_sample_next_logprob_is_of_the_tempered_untruncated_distribution():
     # logits [0, ln 3] at T=1: p = [1/4, 3/4]. Greedy picks 1 with log(3/4).
     logits = torch.tensor([[0.0, math.log(3.0)]])
-    tok, lp = sample_next(logits, temperature=0)
+    tok, lp, ent = sample_next(logits, temperature=0)
     assert tok.item() == 1 and lp.item() == pytest.approx(math.log(0.75))
+    # H = -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.562335
+    assert ent.item() == pytest.approx(0.562335, abs=1e-6)
     # T=2: scaled logits [0, ln3/2]: p1 = sqrt3/(1+sqrt3) = 0.633975; top_k=1 forces token 1 but the
     # reported log-prob stays that of the tempered full distribution.
-    tok, lp = sample_next(logits, temperature=2.0, top_k=1)
+    tok, lp, _ = sample_next(logits, temperature=2.0, top_k=1)
     assert tok.item() == 1 and lp.item() == pytest.approx(math.log(math.sqrt(3) / (1 + math.sqrt(3))), abs=1e-6)
 
 
@@ -76,6 +78,7 @@ def test_behaviour_logprobs_equal_rescoring_and_padding_is_masked(sharp_tiny):
                                     temperature=0.7, chunk_rows=5)
     assert torch.allclose(lp, ro.logprobs, atol=1e-4)
     assert (ent[ro.completion_mask == 0] == 0).all() and (ent[ro.completion_mask == 1] > 0).all()
+    assert torch.allclose(ent, ro.entropies, atol=1e-4)  # the rollout's entropies are the scorer's
     assert (ro.logprobs[ro.completion_mask == 0] == 0).all()
 
 

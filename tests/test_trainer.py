@@ -47,24 +47,37 @@ def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_
     assert summary["steps"] == 3
 
 
-def _grads_after_one_step(tiny_dir, micro: int, agg: str):
+def _grads_after_one_step(tiny_dir, micro: int, agg: str, skip: bool = True, zero_rows=()):
     model, tok = load_model(tiny_dir)
     recipe = small_recipe(loss=PolicyLoss(agg=agg), optim=dataclasses.replace(get_recipe("grpo").optim, lr=0.0))
-    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5)
+    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5,
+                      skip_zero_advantage_rows=skip)
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
     batch = tr.score(*tr.rollout())
     batch.advantages = torch.linspace(-1.0, 1.0, len(batch.ro.texts))  # every row carries gradient
-    tr._optimizer_step(batch, torch.arange(len(batch.ro.texts)))
-    return [p.grad.clone() for p in model.parameters()]
+    batch.advantages[list(zero_rows)] = 0.0
+    out = tr._optimizer_step(batch, torch.arange(len(batch.ro.texts)))
+    return [p.grad.clone() for p in model.parameters()], out
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, agg):
     # 2 prompts x 4 samples = 8 rows; the loss is normalised by the global token / sequence count, so
     # accumulating 8 micro-batches of 1 row must give the gradient of 1 micro-batch of 8 rows
-    one, eight = _grads_after_one_step(tiny_dir, 8, agg), _grads_after_one_step(tiny_dir, 1, agg)
+    (one, _), (eight, _) = _grads_after_one_step(tiny_dir, 8, agg), _grads_after_one_step(tiny_dir, 1, agg)
     assert any(g.abs().max() > 1e-6 for g in one)
     for a, b in zip(one, eight):
+        assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_skipping_zero_advantage_rows_is_exact(tiny_dir, agg):
+    # rows 0-3 (one whole group) get A = 0: skipping their forward/backward must not change the
+    # gradient, because the normalisers still count their tokens and sequences
+    (skipped, out), (full, out_full) = (_grads_after_one_step(tiny_dir, 3, agg, skip=s, zero_rows=range(4))
+                                        for s in (True, False))
+    assert out["update/rows_skipped_frac"] == 0.5 and out_full["update/rows_skipped_frac"] == 0.0
+    for a, b in zip(skipped, full):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
@@ -76,7 +89,7 @@ def test_config_typos_name_the_bad_key_and_the_valid_ones():
     cfg, over = split_config({"steps": 3, "optim": {"lr": 1e-5}, "group_size": 4, "loss": {"clip_high": 0.28}})
     recipe = apply_overrides(get_recipe("grpo"), over)
     assert cfg.steps == 3 and recipe.optim.lr == 1e-5 and recipe.group_size == 4 and recipe.loss.clip_high == 0.28
-    assert get_recipe("grpo").optim.lr == 3e-5  # the registered recipe is untouched
+    assert get_recipe("grpo").optim.lr == 5e-5  # the registered recipe is untouched
 
 
 class NaNAt:
@@ -190,3 +203,13 @@ def test_recipe_parts_are_plain_data():
     assert isinstance(r, Recipe) and r.kl.coef == 0.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.group_size = 3
+
+
+def test_config_values_are_coerced_to_the_field_types():
+    # YAML 1.1 reads "1e-4" as a string; the field type (float) decides
+    cfg, over = split_config({"steps": "5", "optim": {"lr": "1e-4", "warmup_steps": "3"}, "loss": {"dual_clip": "3"}})
+    assert cfg.steps == 5 and over == {"optim": {"lr": 1e-4, "warmup_steps": 3}, "loss": {"dual_clip": 3.0}}
+    with pytest.raises(ValueError, match="'optim.lr' must be a number, got 'fast'"):
+        split_config({"optim": {"lr": "fast"}})
+    with pytest.raises(ValueError, match="'steps' must be an integer, got '2.5'"):
+        split_config({"steps": "2.5"})

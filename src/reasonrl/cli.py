@@ -184,10 +184,13 @@ def train_cmd(
     from .config import apply_overrides
     from .recipes import get_recipe
     from .run import train_run
+    from .trainer import ZERO_LOSS_HINT
 
     _quiet_transformers()
     cfg, overrides = _train_config(args, recipe, model, task, steps, out, resume)
     the_recipe = apply_overrides(get_recipe(cfg.recipe), overrides)
+    if the_recipe.optim.mu == 1 and the_recipe.kl.coef == 0:
+        console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
     with _progress() as bar:
         job = bar.add_task("starting", total=cfg.steps, info="")
 

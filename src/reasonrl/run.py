@@ -18,7 +18,7 @@ import yaml
 
 from .config import TrainConfig, resolved_dict
 from .eval.runner import EvalConfig, evaluate_model
-from .models import load_model, save_model
+from .models import load_model, resolve_device, resolve_dtype, save_model
 from .parts import Recipe
 from .plots import plot_curves
 from .tasks import get_task
@@ -56,7 +56,7 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     run_dir.mkdir(parents=True, exist_ok=True)
     config = resolved_dict(cfg, recipe)
     (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
-    model, tok = load_model(cfg.model)
+    model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
     task = get_task(cfg.task, **cfg.task_options)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir)
     before_path = run_dir / "before.json"

@@ -70,7 +70,8 @@ class Trainer:
         total = cfg.steps * o.mu * o.minibatches
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
-        self.sampler = torch.Generator().manual_seed(cfg.seed)
+        # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
+        self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
         self.reward_fn = TaskReward(task)
         # the reference is a frozen copy, made only when a KL term will use it
@@ -140,15 +141,20 @@ class Trainer:
     # ---------------------------------------------------------------- update
     def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int):
         ro, r = b.ro, self.recipe
-        logp, ent = score_completions(self.model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
-                                      ro.completion_mask[rows], temperature=r.sampling.temperature or 1.0,
-                                      chunk_rows=len(rows))
-        mask = ro.completion_mask[rows].to(logp.dtype)
+        # trim this micro-batch's padding: prompts are left-padded, completions right-padded
+        p_len, c_len = int(ro.prompt_mask[rows].sum(-1).max()), int(ro.completion_mask[rows].sum(-1).max())
+        P = ro.prompt_ids.shape[1]
+        logp, ent = score_completions(self.model, ro.prompt_ids[rows, P - p_len:], ro.prompt_mask[rows, P - p_len:],
+                                      ro.completion_ids[rows, :c_len], ro.completion_mask[rows, :c_len],
+                                      temperature=r.sampling.temperature or 1.0, chunk_rows=len(rows))
+        dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
+        mask = ro.completion_mask[rows, :c_len].to(dev, logp.dtype)
+        adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
         norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
-        loss, metrics = r.loss(logp, ro.logprobs[rows], b.advantages[rows], mask, **norm)
+        loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
         agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
-            kl, m = kl_term(logp, b.ref_logp[rows], mask, r.kl, **agg)
+            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, **agg)
             loss, metrics = loss + kl, {**metrics, **m}
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
@@ -156,7 +162,6 @@ class Trainer:
         for aux in r.aux_losses:
             a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, **agg)
             loss, metrics = loss + a, {**metrics, **m}
-        metrics["entropy/mean"] = float((ent.detach() * mask).sum() / mask.sum().clamp(min=1))
         return loss, metrics
 
     def _optimizer_step(self, b: Batch, rows: torch.Tensor) -> dict[str, float]:
@@ -165,15 +170,25 @@ class Trainer:
         n_tokens, n_seqs = float(mask.sum()), len(rows)
         self.opt.zero_grad(set_to_none=True)
         total, parts = 0.0, []
-        for micro in rows.split(self.cfg.micro_batch_size):
+        live = self._rows_with_gradient(b, rows)
+        # micro-batches of similar lengths pad less; the global normalisers keep the sum exact
+        live = live[torch.argsort(b.ro.completion_mask[live].sum(-1), stable=True)]
+        for micro in live.split(self.cfg.micro_batch_size) if len(live) else ():  # split() of nothing gives one empty part
             loss, m = self._micro_loss(b, micro, n_tokens, n_seqs)
             loss.backward()
             total += float(loss.detach())
             parts.append((float(b.ro.completion_mask[micro].sum()), m))
+        if len(live) == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p) if p.requires_grad else None
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         finite = math.isfinite(total) and all(torch.isfinite(g).all() for g in grads)
+        if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
+            z = torch.zeros(0, 1)
+            parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
         out = _weighted(parts)
         out["loss/total"] = total
+        out["update/rows_skipped_frac"] = 1.0 - len(live) / max(len(rows), 1)
         if finite:
             out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.max_grad_norm))
             self.opt.step()
@@ -183,11 +198,23 @@ class Trainer:
         self.sched.step()
         return out
 
+    def _rows_with_gradient(self, b: Batch, rows: torch.Tensor) -> torch.Tensor:
+        """Rows whose loss can have a gradient. With only the policy loss (no KL, entropy or
+        auxiliary term) a row whose advantages are all 0 contributes exactly 0 (S = min(rho*0, ...)),
+        while the normalisers stay global: skipping its forward/backward is exact, and in GRPO it
+        skips every zero-variance group."""
+        r = self.recipe
+        if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.aux_losses:
+            return rows
+        adv = b.advantages[rows]
+        nonzero = adv != 0 if adv.dim() == 1 else (adv != 0).any(-1)
+        return rows[nonzero]
+
     def update(self, b: Batch) -> dict[str, float]:
         o, results = self.recipe.optim, []
         self.model.train()
         for _ in range(o.mu):
-            order = torch.randperm(len(b.ro.texts), generator=self.sampler)
+            order = torch.randperm(len(b.ro.texts), generator=self.sampler, device=self.sampler.device).cpu()
             for rows in order.chunk(o.minibatches):
                 results.append(self._optimizer_step(b, rows))
         out = _weighted([(1.0, r) for r in results], sum_terms=False)  # mean over optimiser steps
@@ -241,9 +268,11 @@ class Trainer:
 
 
 def step_stats(b: Batch) -> dict[str, float]:
-    """Reward, accuracy, zero-variance groups and completion shape of one batch."""
-    lengths = b.ro.lengths.float()
-    return {"reward/mean": float(b.rewards.mean()), "reward/std": float(b.rewards.std()) if b.rewards.numel() > 1 else 0.0,
+    """Reward, accuracy, zero-variance groups, completion shape and the sampling policy's mean token
+    entropy (from the rollout, so it covers every row, trained or skipped)."""
+    lengths, mask = b.ro.lengths.float(), b.ro.completion_mask.float()
+    ent = {} if b.ro.entropies is None else {"entropy/mean": float((b.ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
+    return {**ent,"reward/mean": float(b.rewards.mean()), "reward/std": float(b.rewards.std()) if b.rewards.numel() > 1 else 0.0,
             "accuracy": float(b.correct.mean()),
             "frac_zero_var_groups": float((b.rewards.std(-1, unbiased=False) == 0).float().mean()),
             "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),

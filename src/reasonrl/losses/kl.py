@@ -30,7 +30,7 @@ def _k2(d: Tensor) -> Tensor:
 
 def _k3(d: Tensor) -> Tensor:
     u = -d  # u = l_ref - l
-    return torch.exp(u) - u - 1.0
+    return torch.expm1(u) - u  # = exp(u) - u - 1, without the cancellation that makes tiny values negative
 
 
 KL_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {"k1": _k1, "k2": _k2, "k3": _k3}

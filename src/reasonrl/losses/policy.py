@@ -89,7 +89,7 @@ def _metrics(loss: Tensor, rho: Tensor, log_ratio: Tensor, adv: Tensor, mask: Te
         "loss/clip_frac_dual": dual,
         "loss/ratio_mean": float(masked_mean(rho, m)),
         "loss/ratio_max": float(rho[on].max()) if bool(on.any()) else 0.0,
-        "loss/approx_kl": float(masked_mean(torch.exp(u) - u - 1.0, m)),
+        "loss/approx_kl": float(masked_mean(torch.expm1(u) - u, m)),  # k3, cancellation-free
     }
 
 

@@ -14,6 +14,24 @@ BASE_DIR = Path(__file__).resolve().parent / "base"
 REGENERATE = "reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --half --out src/reasonrl/models/base"
 
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str = "auto") -> str:
+    """``auto`` picks CUDA when available; anything else is passed to torch as is."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} was asked for but torch sees no CUDA device")
+    return name
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; valid: {sorted(DTYPES)}")
+    return DTYPES[name]
+
+
 def base_model_path() -> Path:
     """Directory of the shipped base checkpoint (an ordinary HF model directory)."""
     if not (BASE_DIR / "config.json").exists():

@@ -42,6 +42,7 @@ class Rollouts:
     logprobs: torch.Tensor  # (R, T) behaviour policy log-prob of each generated token, 0 on padding
     finish_reasons: list[str]  # (R,) "eos" | "stop" | "length"
     n: int = 1
+    entropies: torch.Tensor | None = None  # (R, T) entropy of the sampling distribution per token, 0 on padding
     extras: dict = field(default_factory=dict)
 
     @property

@@ -33,6 +33,7 @@ class _Decode:
         self.alive = torch.arange(rows)  # current row -> original row
         self.ids = torch.full((rows, max_new), pad, dtype=torch.long)
         self.logp = torch.zeros(rows, max_new)
+        self.ent = torch.zeros(rows, max_new)
         self.length = torch.zeros(rows, dtype=torch.long)
         self.reason = ["length"] * rows
 
@@ -52,7 +53,7 @@ class HFEngine:
         prompts = list(prompts)
         gen = generator
         if gen is None and sampling.seed is not None:
-            gen = torch.Generator().manual_seed(sampling.seed)
+            gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
         parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen) for i in range(0, len(prompts), per_chunk)]
         return _concat(parts, n, self.tok.pad_token_id)
@@ -73,14 +74,14 @@ class HFEngine:
         finally:
             self.model.train(was_training)
         steps = int(st.length.max()) if len(st.length) else 0
-        comp_ids, comp_logp = st.ids[:, :steps], st.logp[:, :steps]
+        comp_ids, comp_logp, comp_ent = st.ids[:, :steps], st.logp[:, :steps], st.ent[:, :steps]
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
         return Rollouts(
             prompts=[p for p in prompts for _ in range(n)], texts=texts,
             prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
             completion_ids=comp_ids, completion_mask=comp_mask, logprobs=comp_logp * comp_mask,
-            finish_reasons=st.reason, n=n,
+            finish_reasons=st.reason, n=n, entropies=comp_ent * comp_mask,
         )
 
     def _decode(self, ids, mask, n: int, sp: SamplingParams, gen) -> _Decode:
@@ -94,10 +95,11 @@ class HFEngine:
         st = _Decode(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
         active = torch.ones(len(logits), dtype=torch.bool)  # (rows,) current rows still generating
         for t in range(sp.max_new_tokens):
-            token, lp = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
+            token, lp, ent = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
             token = token.cpu().masked_fill(~active, self.tok.pad_token_id)
             rows = st.alive[active]
             st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], lp.cpu()[active], t + 1
+            st.ent[rows, t] = ent.cpu()[active]
             active &= ~self._newly_done(st, token, active, t, sp.stop)
             if not active.any():
                 break
@@ -152,4 +154,5 @@ def _concat(parts: list[Rollouts], n: int, pad_id: int) -> Rollouts:
         completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
         logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
         finish_reasons=sum((p.finish_reasons for p in parts), []), n=n,
+        entropies=torch.cat([pad(p.entropies, T, False) for p in parts]),
     )

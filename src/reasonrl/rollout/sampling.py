@@ -24,9 +24,9 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0)
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return it and its log-prob under the temperature-scaled,
-    untruncated distribution (greedy rows: temperature 1). (R, V) -> (R,), (R,)."""
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return it, its log-prob and the entropy of the temperature-scaled,
+    untruncated distribution (greedy rows: temperature 1). (R, V) -> (R,), (R,), (R,)."""
     logits = logits.float()
     if temperature == 0:
         token = logits.argmax(-1)  # (R,)
@@ -36,4 +36,5 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
         logp = scaled.log_softmax(-1)  # (R, V)
         probs = filter_top_k_top_p(scaled, top_k, top_p).softmax(-1)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (R,)
-    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+    entropy = -(logp.exp() * logp).sum(-1)  # (R,)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy

@@ -1,0 +1,67 @@
+"""The layering of DESIGN.md, enforced: imports only go down (layer-4 modules, the loop's
+machinery, may use each other), rewards need no torch, nothing imports the CLI, and the trainer
+side never imports the named recipes."""
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
+
+# package or module (relative to reasonrl) -> layer
+LAYERS = {
+    "eval": 1,  # the package's __init__ only
+    "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
+    "models": 2, "tasks": 2, "rollout": 2, "parts": 2,
+    "config": 3, "recipes": 3,
+    "trainer": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
+    "cli": 5,
+}
+
+
+def layer_of(dotted: str) -> tuple[str, int]:
+    for name in sorted(LAYERS, key=len, reverse=True):
+        if dotted == name or dotted.startswith(name + "."):
+            return name, LAYERS[name]
+    raise KeyError(f"module reasonrl.{dotted} has no layer in tests/test_layering.py: add it")
+
+
+def imports_of(path: Path) -> list[str]:
+    """Absolute reasonrl-relative names this module imports (relative imports resolved)."""
+    rel = path.relative_to(SRC).with_suffix("")
+    pkg = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                names = [mod] if node.module else [".".join(base + [a.name]) for a in node.names]
+                out += names
+            elif node.module and node.module.startswith("reasonrl."):
+                out.append(node.module[len("reasonrl."):])
+        elif isinstance(node, ast.Import):
+            out += [a.name[len("reasonrl."):] for a in node.names if a.name.startswith("reasonrl.")]
+    return [o for o in out if o]
+
+
+MODULES = sorted(p for p in SRC.rglob("*.py") if p.name != "__init__.py" or p.parent != SRC)
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_only_go_down(path):
+    me, mine = layer_of(".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"))
+    for target in imports_of(path):
+        name, theirs = layer_of(target)
+        if name == me:
+            continue
+        assert theirs < mine or theirs == mine == 4, f"{path.relative_to(SRC)} (layer {mine}) imports {target} (layer {theirs})"
+        assert not (mine == 4 and name == "recipes"), f"{path.relative_to(SRC)}: the trainer side must not import recipes"
+
+
+def test_rewards_do_not_import_torch():
+    for path in (SRC / "rewards").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        mods = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        mods += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+        assert not any(m == "torch" or m.startswith("torch.") for m in mods), path
