@@ -152,7 +152,7 @@ def report(results: dict[str, list], args) -> None:
         table.add_column(c, justify="right")
     for name, row in agg.items():
         table.add_row(name, *(f"{row[c]:.3f}" for c in cols))
-    Console().print(table)
+    Console(width=140).print(table)
     print(f"throughput ratio (TRL s/step / reasonrl s/step): {ratio:.2f}x")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)

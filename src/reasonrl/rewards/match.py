@@ -23,7 +23,7 @@ from typing import Any, Sequence
 from .answers import Extractor, normalize_number, normalize_text, parse_number, resolve_extractor
 from .base import Reward, RewardResult
 
-__all__ = ["ExactMatch", "NumericMatch", "column_values"]
+__all__ = ["ExactMatch", "NumericMatch", "ReferenceReward", "column_values"]
 
 _NORMALIZE_MODES = ("none", "text", "number_or_text")
 
@@ -49,7 +49,38 @@ def _unparsed_metric(name: str, unparsed: int, applicable: int) -> dict[str, flo
     return {f"reward/{name}/unparsed_frac": unparsed / max(applicable, 1)}
 
 
-class ExactMatch(Reward):
+class ReferenceReward(Reward):
+    """A reward judging each completion against the reference in ``self.column``.
+
+    Subclasses implement :meth:`judge`, returning a score, or ``None`` when the completion's answer
+    could not be extracted or parsed (scored 0.0 and counted in ``unparsed_frac``). A ``None``
+    reference makes the row not applicable.
+    """
+
+    column: str = "answer"
+
+    def judge(self, completion: str, reference: Any) -> float | None:
+        raise NotImplementedError
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {}
+
+    def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
+        refs = column_values(columns, self.column, len(completions))
+        values: list[float | None] = []
+        unparsed = applicable = 0
+        for completion, ref in zip(completions, refs):
+            if ref is None:
+                values.append(None)
+                continue
+            applicable += 1
+            value = self.judge(completion, ref)
+            unparsed += value is None
+            values.append(0.0 if value is None else value)
+        return RewardResult(values, {**_unparsed_metric(self.name, unparsed, applicable), **self.extra_metrics()})
+
+
+class ExactMatch(ReferenceReward):
     """1.0 when the extracted answer equals the reference after normalisation, else 0.0.
 
     ``normalize``:
@@ -90,25 +121,12 @@ class ExactMatch(Reward):
                 return a_num == r_num
         return self._canonical(answer) == self._canonical(ref)
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
-        refs = column_values(columns, self.column, len(completions))
-        values: list[float | None] = []
-        unparsed = applicable = 0
-        for completion, ref in zip(completions, refs):
-            if ref is None:
-                values.append(None)
-                continue
-            applicable += 1
-            answer = _extract(self.extract, completion)
-            if answer is None:
-                unparsed += 1
-                values.append(0.0)
-            else:
-                values.append(1.0 if self.matches(answer, ref) else 0.0)
-        return RewardResult(values, _unparsed_metric(self.name, unparsed, applicable))
+    def judge(self, completion: str, reference: Any) -> float | None:
+        answer = _extract(self.extract, completion)
+        return None if answer is None else float(self.matches(answer, reference))
 
 
-class NumericMatch(Reward):
+class NumericMatch(ReferenceReward):
     """1.0 when answer and reference parse to numbers within tolerance (``math.isclose``), else 0.0.
 
     Both sides go through :func:`parse_number`, so ``"3/4"``, ``"\\frac{3}{4}"``, ``"0.75"`` and
@@ -129,24 +147,12 @@ class NumericMatch(Reward):
         self.column, self.rel_tol, self.abs_tol, self.name = column, rel_tol, abs_tol, name
         self.extract = resolve_extractor(extract)
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
-        refs = column_values(columns, self.column, len(completions))
-        values: list[float | None] = []
-        unparsed = applicable = 0
-        for completion, ref in zip(completions, refs):
-            if ref is None:
-                values.append(None)
-                continue
-            target = parse_number(ref)
-            if target is None:
-                raise ValueError(f"reference {ref!r} in column {self.column!r} is not a number")
-            applicable += 1
-            answer = _extract(self.extract, completion)
-            got = None if answer is None else parse_number(answer)
-            if got is None:
-                unparsed += 1
-                values.append(0.0)
-            else:
-                close = math.isclose(got, target, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
-                values.append(1.0 if close else 0.0)
-        return RewardResult(values, _unparsed_metric(self.name, unparsed, applicable))
+    def judge(self, completion: str, reference: Any) -> float | None:
+        target = parse_number(reference)
+        if target is None:
+            raise ValueError(f"reference {reference!r} in column {self.column!r} is not a number")
+        answer = _extract(self.extract, completion)
+        got = None if answer is None else parse_number(answer)
+        if got is None:
+            return None
+        return float(math.isclose(got, target, rel_tol=self.rel_tol, abs_tol=self.abs_tol))

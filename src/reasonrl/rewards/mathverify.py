@@ -27,10 +27,9 @@ from __future__ import annotations
 import math
 import threading
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
-from .base import Reward, RewardResult
-from .match import column_values
+from .match import ReferenceReward
 
 __all__ = ["MathVerify"]
 
@@ -51,7 +50,7 @@ def _configs() -> tuple[list, list]:
     return gold, answer
 
 
-class MathVerify(Reward):
+class MathVerify(ReferenceReward):
     """1.0 when the completion's answer is mathematically equivalent to the gold, else 0.0.
 
     The gold comes from ``column`` (``None`` -> row not applicable). A gold that ``math_verify``
@@ -86,28 +85,16 @@ class MathVerify(Reward):
             raise ValueError(f"math_verify could not parse the gold answer {gold!r} in column {self.column!r}")
         return parsed
 
-    def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
+    def judge(self, completion: str, reference: Any) -> float | None:
         from math_verify import parse, verify
 
-        golds = column_values(columns, self.column, len(completions))
         _, answer_cfg = _configs()
         timeout = self._timeout()
-        values: list[float | None] = []
-        unparsed = applicable = 0
-        for completion, gold in zip(completions, golds):
-            if gold is None:
-                values.append(None)
-                continue
-            applicable += 1
-            gold_parsed = self.parse_gold(gold, timeout)
-            answer = parse(completion, extraction_config=answer_cfg, parsing_timeout=timeout)
-            if not answer:
-                unparsed += 1
-                values.append(0.0)
-                continue
-            values.append(1.0 if verify(gold_parsed, answer, timeout_seconds=timeout) else 0.0)
-        metrics = {
-            f"reward/{self.name}/unparsed_frac": unparsed / max(applicable, 1),
-            f"reward/{self.name}/timeout_dropped": float(self.timeout_seconds is not None and timeout is None),
-        }
-        return RewardResult(values, metrics)
+        gold_parsed = self.parse_gold(reference, timeout)
+        answer = parse(completion, extraction_config=answer_cfg, parsing_timeout=timeout)
+        if not answer:
+            return None
+        return float(bool(verify(gold_parsed, answer, timeout_seconds=timeout)))
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {f"reward/{self.name}/timeout_dropped": float(self.timeout_seconds is not None and self._timeout() is None)}
