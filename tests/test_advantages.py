@@ -4,7 +4,15 @@ import math
 import pytest
 import torch
 
-from reasonrl.advantages import ESTIMATORS, dr_grpo, get_estimator, grpo, rloo
+from reasonrl.advantages import (
+    ESTIMATORS,
+    dr_grpo,
+    get_estimator,
+    grpo,
+    reinforce_pp,
+    reinforce_pp_group,
+    rloo,
+)
 
 
 def t(rows):
@@ -100,7 +108,52 @@ def test_invalid_arguments():
 
 
 def test_registry():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo"}
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"}
     assert get_estimator("rloo") is rloo
-    with pytest.raises(ValueError, match="dr_grpo, grpo, rloo"):
+    assert get_estimator("reinforce_pp") is reinforce_pp
+    assert get_estimator("reinforce_pp_baseline") is reinforce_pp_group
+    with pytest.raises(ValueError, match="dr_grpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"):
         get_estimator("ppo")
+
+
+# --- REINFORCE++ ---------------------------------------------------------------------------------
+
+def test_reinforce_pp_by_hand_uses_one_batch_baseline():
+    # all 4 rewards 1,0,0,0: batch mean 0.25, unbiased std 0.5 -> (r - 0.25)/0.5
+    # = [[1.5, -0.5], [-0.5, -0.5]]: the constant group [0, 0] is NOT zero (no group baseline)
+    adv = reinforce_pp(t([[1, 0], [0, 0]]), eps=0.0)
+    assert torch.allclose(adv, t([[1.5, -0.5], [-0.5, -0.5]]), atol=1e-12)
+    # eps=1e-6 in the denominator: 0.75/0.500001 = 1.4999970
+    assert reinforce_pp(t([[1, 0], [0, 0]]))[0, 0].item() == pytest.approx(1.499997, abs=1e-6)
+
+
+def test_reinforce_pp_second_vector_and_biased_std():
+    # values 1,0,0,0,2,2,0,0: mean 0.625; squared deviations sum 5.875 (see the grpo batch test)
+    # unbiased std sqrt(5.875/7) = 0.9161254; biased sqrt(5.875/8) = 0.8569568
+    r = t([[1, 0, 0, 0], [2, 2, 0, 0]])
+    assert torch.allclose(reinforce_pp(r, eps=0.0), (r - 0.625) / math.sqrt(5.875 / 7), atol=1e-12)
+    assert torch.allclose(reinforce_pp(r, eps=0.0, unbiased=False), (r - 0.625) / math.sqrt(5.875 / 8), atol=1e-12)
+    # differs from grpo's per-group centring: row 1's mean is 1, not 0.625
+    assert not torch.allclose(reinforce_pp(r, eps=0.0), grpo(r, scale="batch", eps=0.0), atol=1e-3)
+
+
+def test_reinforce_pp_constant_batch_is_exactly_zero():
+    assert torch.equal(reinforce_pp(torch.full((2, 3), 0.1)), torch.zeros(2, 3))
+    assert torch.equal(reinforce_pp(t([[4.0]])), torch.zeros(1, 1, dtype=torch.float64))
+
+
+def test_reinforce_pp_baseline_by_hand():
+    # r = [[1, 0], [3, 1]] -> centred c = [[0.5, -0.5], [1, -1]]; batch std of c (mean 0):
+    # (0.25 + 0.25 + 1 + 1)/3 = 0.8333333 -> std 0.9128709
+    # A = c / 0.9128709 = [[0.5477226, -0.5477226], [1.0954451, -1.0954451]]
+    adv = reinforce_pp_group(t([[1, 0], [3, 1]]), eps=0.0)
+    assert torch.allclose(adv, t([[0.5477226, -0.5477226], [1.0954451, -1.0954451]]), atol=1e-7)
+    # grpo(scale="batch") divides by the std of the raw rewards 1,0,3,1 (4.75/3 -> 1.2583057): different
+    assert grpo(t([[1, 0], [3, 1]]), scale="batch", eps=0.0)[0, 0].item() == pytest.approx(0.5 / 1.2583057)
+
+
+def test_reinforce_pp_baseline_constant_group_is_exactly_zero():
+    # [0.1]*3 centres to exact 0 (forced), the other group still gets a signal
+    adv = reinforce_pp_group(t([[0.1, 0.1, 0.1], [1, 0, 0]]))
+    assert torch.equal(adv[0], torch.zeros(3, dtype=torch.float64)) and adv[1, 0] > 0
+    assert torch.equal(reinforce_pp_group(t([[1, 1], [0, 0]])), torch.zeros(2, 2, dtype=torch.float64))

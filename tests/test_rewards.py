@@ -457,7 +457,16 @@ def test_get_reward_errors():
         get_reward("exact")
     assert "'exact'" in str(info.value) and "exact_match" in str(info.value) and "overlong" in str(info.value)
     with pytest.raises(TypeError, match="get_reward\\('overlong'\\)"):
-        get_reward("overlong", max_len=20)  # cache_len missing
+        get_reward("overlong", max_length=20)  # not an argument of OverlongPenalty
+
+
+def test_overlong_reads_the_budget_column_and_defaults_the_cache_to_a_fifth():
+    # budget 20 -> cache 4 (0.2 * 20), free zone up to 16: L=18 -> (16-18)/4 = -0.5 (spec vector)
+    pen = OverlongPenalty()
+    out = pen.score(["p"] * 3, ["", "", ""], completion_lengths=[16, 18, 20], max_new_tokens=[20] * 3)
+    assert out.values == [0.0, -0.5, -1.0]
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pen.score(["p"], [""], completion_lengths=[3])
 
 
 def test_reexports_are_base_objects():

@@ -241,6 +241,49 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     console.print(table)
 
 
+@app.command("compare")
+def compare_cmd(
+    recipes: str = typer.Option(..., help="Comma-separated recipe names; p-values are against the first."),
+    seeds: int = typer.Option(3, help="Seeds per recipe."),
+    steps: int = typer.Option(60, help="Training steps of every run."),
+    task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
+    out: Path = typer.Option(Path("runs/compare"), help="Folder for the runs, compare.json and compare.png."),
+    args: Optional[List[str]] = typer.Argument(None, help="key=value overrides given to every run."),
+) -> None:
+    """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
+    from .compare import compare
+    from .recipes import get_recipe
+
+    names = [r.strip() for r in recipes.split(",") if r.strip()]
+    for name in names:
+        get_recipe(name)  # fail before any run on an unknown name
+    with _progress() as bar:
+        job = bar.add_task("comparing", total=len(names) * seeds, info="")
+
+        def on_run(res) -> None:
+            info = f"{res.recipe} seed {res.seed}: " + (f"pass@1 {res.final:.3f}" if res.ok else f"FAILED {res.error[:60]}")
+            bar.advance(job)
+            bar.update(job, info=info)
+
+        report = compare(names, seeds, steps, out, task=task, extra=list(args or []), on_run=on_run)
+    console.print(_compare_table(report, out))
+
+
+def _compare_table(report: dict[str, Any], out: Path) -> Table:
+    table = Table(title=f"{report['task']}, {report['steps']} steps, {report['seeds']} seeds -> {out}/compare.json, compare.png")
+    for col in ("recipe", "final pass@1", "best", "AUC", "train s", "tokens", "p vs first", "runs"):
+        table.add_column(col, justify="left" if col == "recipe" else "right")
+    for row in report["table"]:
+        if "final_mean" not in row:
+            table.add_row(row["recipe"], "-", "-", "-", "-", "-", "-", f"0 ok / {row['runs_failed']} failed")
+            continue
+        p = row["p_vs_first"]
+        table.add_row(row["recipe"], f"{row['final_mean']:.3f} ± {row['final_std']:.3f}", f"{row['best']:.3f}",
+                      f"{row['auc']:.3f}", f"{row['seconds']:.0f}", f"{row['tokens']:.0f}",
+                      "" if p is None else f"{p:.3g}", f"{row['runs_ok']} ok / {row['runs_failed']} failed")
+    return table
+
+
 def main() -> None:  # pragma: no cover - console-script entry
     app()
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

@@ -17,10 +17,12 @@ from typing import Any
 
 import yaml
 
-from .parts import KL, Advantage, Optim, PolicyLoss, Recipe, Sampling
+from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling
 
-RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim}
-RECIPE_SCALARS = ("group_size", "entropy_coef")
+RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
+                   "group_filter": GroupFilter}
+OPTIONAL_SECTIONS = ("group_filter",)  # None turns the part off; a mapping turns it on / changes it
+RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated")
 
 
 @dataclass
@@ -82,8 +84,16 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def valid_keys() -> list[str]:
     keys = [f.name for f in dataclasses.fields(TrainConfig)] + list(RECIPE_SCALARS)
     for name, cls in RECIPE_SECTIONS.items():
-        keys += [f"{name}.{f.name}" for f in dataclasses.fields(cls)]
+        keys += _section_keys(cls, name)
     return keys
+
+
+def _section_keys(cls: type, prefix: str) -> list[str]:
+    out = []
+    for f in dataclasses.fields(cls):
+        part = nested_part(cls, f.name)
+        out += _section_keys(part, f"{prefix}.{f.name}") if part else [f"{prefix}.{f.name}"]
+    return out
 
 
 def coerce(cls: type, key: str, value: Any, where: str) -> Any:
@@ -105,6 +115,34 @@ def coerce(cls: type, key: str, value: Any, where: str) -> Any:
     return value
 
 
+def nested_part(cls: type, key: str) -> type | None:
+    """The dataclass type of ``cls.key`` (e.g. ``PolicyLoss.veto: Veto | None`` -> Veto), else None."""
+    hint = typing.get_type_hints(cls)[key]
+    return next((t for t in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(t)), None)
+
+
+def check_section(cls: type, value: dict[str, Any], where: str) -> dict[str, Any]:
+    """Validate a section's keys (recursively into nested parts) and coerce its values."""
+    fields = {f.name for f in dataclasses.fields(cls)}
+    out = {}
+    for sub, v in value.items():
+        if sub not in fields:
+            raise unknown_key(f"{where}.{sub}", valid_keys())
+        part = nested_part(cls, sub)
+        out[sub] = check_section(part, v, f"{where}.{sub}") if part and isinstance(v, dict) else coerce(cls, sub, v, f"{where}.{sub}")
+    return out
+
+
+def build_part(cls: type, current: Any, value: dict[str, Any]) -> Any:
+    """``current`` (or a default ``cls()`` when it is None) with ``value``'s fields replaced, nested
+    parts built the same way."""
+    changes = {}
+    for k, v in value.items():
+        part = nested_part(cls, k)
+        changes[k] = build_part(part, getattr(current, k, None), v) if part and isinstance(v, dict) else v
+    return dataclasses.replace(current, **changes) if current is not None else cls(**changes)
+
+
 def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     """Validate a nested config dict; return the run config and the recipe overrides."""
     run_fields = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -114,14 +152,12 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
             run[key] = coerce(TrainConfig, key, value, key)
         elif key in RECIPE_SCALARS:
             recipe[key] = coerce(Recipe, key, value, key)
+        elif key in OPTIONAL_SECTIONS and value is None:
+            recipe[key] = None
         elif key in RECIPE_SECTIONS:
             if not isinstance(value, dict):
                 raise ValueError(f"config key {key!r} is a section: give {key}.<field>=value")
-            fields = {f.name for f in dataclasses.fields(RECIPE_SECTIONS[key])}
-            for sub in value:
-                if sub not in fields:
-                    raise unknown_key(f"{key}.{sub}", valid_keys())
-            recipe[key] = {sub: coerce(RECIPE_SECTIONS[key], sub, v, f"{key}.{sub}") for sub, v in value.items()}
+            recipe[key] = check_section(RECIPE_SECTIONS[key], value, key)
         else:
             raise unknown_key(key, valid_keys())
     return TrainConfig(**run), recipe
@@ -131,8 +167,8 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """A copy of ``recipe`` with section fields and scalars replaced."""
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
-        if key in RECIPE_SECTIONS:
-            changes[key] = dataclasses.replace(getattr(recipe, key), **value)
+        if key in RECIPE_SECTIONS and value is not None:
+            changes[key] = build_part(RECIPE_SECTIONS[key], getattr(recipe, key, None), value)
         else:
             changes[key] = value
     return dataclasses.replace(recipe, **changes)
@@ -149,6 +185,7 @@ def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
     """What config.yaml holds: every run field and every recipe knob, enough to rebuild the run."""
     out = dataclasses.asdict(cfg)
     for name in RECIPE_SECTIONS:
-        out[name] = dataclasses.asdict(getattr(recipe, name))
+        part = getattr(recipe, name)
+        out[name] = None if part is None else dataclasses.asdict(part)
     out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
     return out

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from .advantages import get_estimator
+from .advantages import edas, get_estimator, negative_veto_mask
 from .losses import entropy_bonus, kl_loss, policy_loss
 
 
@@ -34,20 +34,61 @@ class Advantage:
 
 
 @dataclass(frozen=True)
-class PolicyLoss:
-    """The three knobs of the policy loss: ratio level, trust region, aggregation."""
+class EDAS:
+    """Shaper: rescale wrong rollouts' negative advantages by how often their wrong answer recurs
+    in the group (EDAS, arXiv 2605.17333; the functional form is inferred, see the spec)."""
 
-    ratio: str = "token"  # token | sequence (GSPO)
+    gamma: float = 1.0
+    none_policy: str = "cluster"  # unparsed answers: one cluster | each a singleton
+    lambda_min: float | None = None
+    lambda_max: float | None = None
+
+    def __call__(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        return edas(adv, ctx["answers"], ctx["correct"], gamma=self.gamma, none_policy=self.none_policy,
+                    lambda_min=self.lambda_min, lambda_max=self.lambda_max)
+
+
+@dataclass(frozen=True)
+class Veto:
+    """Mu-GRPO's negative-advantage veto (arXiv 2605.17570; trigger rule inferred): in a response
+    with A < 0, drop the loss from the first trigger token on."""
+
+    trigger: str = "out_of_band"  # out_of_band | ratio_high | ratio_low | prefix_logratio
+    clip_low: float = 0.5
+    clip_high: float = 1.0
+    tau_lo: float | None = None
+    tau_hi: float | None = None
+    tau_cum: float | None = None
+    include_trigger: bool = True
+
+    def mask(self, logp, old_logp, adv, mask) -> tuple[torch.Tensor, dict[str, float]]:
+        ratio = torch.exp((logp.detach() - old_logp) * mask)  # (N, T), 1 on padding
+        return negative_veto_mask(ratio, adv, mask, trigger=self.trigger, clip_low=self.clip_low,
+                                  clip_high=self.clip_high, tau_lo=self.tau_lo, tau_hi=self.tau_hi,
+                                  tau_cum=self.tau_cum, include_trigger=self.include_trigger)
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """The three knobs of the policy loss: ratio level, trust region, aggregation (plus the
+    optional negative-advantage veto)."""
+
+    ratio: str = "token"  # token | sequence (GSPO) | sequence-token (GSPO-token)
     clip_low: float = 0.2
     clip_high: float = 0.2
     dual_clip: float | None = None
+    trust_region: str = "clip"  # clip (PPO) | cispo (clipped, detached IS weight)
     agg: str = "seq-mean-token-mean"
     norm_len: int | None = None  # seq-mean-token-sum-norm: None = the generation budget
+    veto: Veto | None = None
 
     def __call__(self, logp, old_logp, adv, mask, *, n_tokens, n_seqs, norm_len):
-        return policy_loss(logp, old_logp, adv, mask, ratio=self.ratio, clip_low=self.clip_low,
-                           clip_high=self.clip_high, dual_clip=self.dual_clip, agg=self.agg,
-                           norm_len=self.norm_len or norm_len, n_tokens=n_tokens, n_seqs=n_seqs)
+        token_mask, veto_metrics = (None, {}) if self.veto is None else self.veto.mask(logp, old_logp, adv, mask)
+        loss, metrics = policy_loss(logp, old_logp, adv, mask, ratio=self.ratio, clip_low=self.clip_low,
+                                    clip_high=self.clip_high, dual_clip=self.dual_clip, agg=self.agg,
+                                    norm_len=self.norm_len or norm_len, n_tokens=n_tokens, n_seqs=n_seqs,
+                                    trust_region=self.trust_region, token_mask=token_mask)
+        return loss, {**metrics, **veto_metrics}
 
 
 @dataclass(frozen=True)
@@ -56,6 +97,29 @@ class KL:
 
     coef: float = 0.0
     estimator: str = "k3"
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    """Dynamic sampling (DAPO, arXiv 2503.14476): keep only groups whose ``metric`` varies, and
+    generate more prompts, up to ``max_rounds`` rounds, until the batch is full.
+
+    ``metric="accuracy"`` (the default) is the raw task correctness, never the shaped reward: a
+    length or format bonus can make a group's rewards differ while every answer is equally wrong
+    (verl's filter on the shaped score is a known pain point). ``"reward"`` filters on the total.
+    """
+
+    metric: str = "accuracy"  # accuracy | reward
+    max_rounds: int = 3
+
+    def __post_init__(self):
+        if self.metric not in ("accuracy", "reward") or self.max_rounds < 1:
+            raise ValueError(f"GroupFilter needs metric accuracy|reward and max_rounds >= 1, got {self}")
+
+    def keep(self, rewards: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+        """(B, G) rewards and 0/1 correctness -> (B,) bool: the group's metric is not constant."""
+        values = correct if self.metric == "accuracy" else rewards
+        return values.max(-1).values > values.min(-1).values
 
 
 @dataclass(frozen=True)
@@ -94,15 +158,26 @@ class Recipe:
     sampling: Sampling = Sampling()
     optim: Optim = Optim()
     extra_rewards: tuple[tuple[Callable[..., Any], float], ...] = ()  # (reward fn, weight) added to the task's
+    group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
+    mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
         out = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
         for f in ("advantage", "loss", "kl", "sampling", "optim"):
             out[f] = dataclasses.asdict(getattr(self, f))
-        out.update(entropy_coef=self.entropy_coef, group_size=self.group_size,
-                   shapers=[getattr(s, "__name__", type(s).__name__) for s in self.shapers])
+        out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
+                   group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
+                   shapers=[_describe(s) for s in self.shapers],
+                   extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
+                   aux_losses=[_describe(a) for a in self.aux_losses])
         return out
+
+
+def _describe(part: Any) -> str:
+    if dataclasses.is_dataclass(part):
+        return repr(part)
+    return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
 
 def kl_term(logp, ref_logp, mask, kl: KL, **norm):

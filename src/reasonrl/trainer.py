@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,11 +18,11 @@ import torch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
+from .batch import Batch, BatchMaker
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
-from .rewards.base import score_rewards
-from .rollout import HFEngine, Rollouts, SamplingParams
-from .tasks import Item, Task, TaskReward, is_correct, reward_columns
+from .rollout import HFEngine
+from .tasks import Task
 
 ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
                   "so the surrogate's value is ~0 while its gradient is not.")
@@ -31,19 +30,6 @@ ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is
 
 class NonFiniteError(RuntimeError):
     pass
-
-
-@dataclass
-class Batch:
-    """One step's data: rollouts plus what the update needs, rows in rollout order (B*G)."""
-
-    items: list[Item]
-    ro: Rollouts
-    rewards: torch.Tensor  # (B, G) total reward
-    correct: torch.Tensor  # (B, G) raw task accuracy, 0/1
-    advantages: torch.Tensor  # (R,) or (R, T)
-    ref_logp: torch.Tensor | None = None  # (R, T)
-    metrics: dict[str, float] = field(default_factory=dict)
 
 
 def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Callable[[int], float]:
@@ -73,15 +59,15 @@ class Trainer:
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
-        self.reward_fn = TaskReward(task)
         # the reference is a frozen copy, made only when a KL term will use it
         self.ref = copy.deepcopy(model).eval().requires_grad_(False) if recipe.kl.coef > 0 else None
-        self.step, self.items_drawn, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0, 0
-        self.stream = task.iter_items("train", cfg.seed)
+        self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
+                                  cfg.micro_batch_size)
+        self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
-        return {"step": self.step, "items_drawn": self.items_drawn, "nonfinite_total": self.nonfinite_total,
+        return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler)}
 
     def save(self) -> Path:
@@ -96,47 +82,9 @@ class Trainer:
         if self.ref is not None:  # the reference is the run's *initial* model, saved beside the checkpoints
             self.ref.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
-        self.stream = self.task.iter_items("train", self.cfg.seed)
-        for _ in range(st["items_drawn"]):  # the task position: replay the seeded stream
-            next(self.stream)
-        self.items_drawn = st["items_drawn"]
+        self.batches.seek(st["items_drawn"])  # the task position
         set_rng_state(st["rng"], self.sampler)
         return self.step
-
-    # ---------------------------------------------------------------- one step
-    def draw(self, n: int) -> list[Item]:
-        self.items_drawn += n
-        return [next(self.stream) for _ in range(n)]
-
-    def rollout(self) -> tuple[list[Item], Rollouts]:
-        items = self.draw(self.cfg.prompts_per_step)
-        s = self.recipe.sampling
-        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
-        return items, self.engine.generate([it.prompt for it in items], self.recipe.group_size, sp, generator=self.sampler)
-
-    def score(self, items: list[Item], ro: Rollouts) -> Batch:
-        G, rows = self.recipe.group_size, [it for it in items for _ in range(self.recipe.group_size)]
-        cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(),
-                "truncated": ro.truncated.tolist(), "completion_ids": ro.completion_ids.tolist()}
-        res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
-        total, metrics = torch.tensor(res.values), dict(res.metrics)
-        correct = torch.tensor([float(is_correct(v)) for v in res.values])
-        for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
-            extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
-            total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
-            metrics.update(extra.metrics)
-        rewards, correct = total.view(-1, G), correct.view(-1, G)  # (B, G)
-        adv = self.recipe.advantage(rewards)  # (B, G) or (B, G, T)
-        for shaper in self.recipe.shapers:
-            adv = shaper(adv, {"rewards": rewards, "correct": correct, "rollouts": ro, "items": items, "task": self.task})
-        adv = adv.reshape(len(ro.texts), *adv.shape[2:])  # (R,) or (R, T)
-        ref = None
-        if self.ref is not None:
-            with torch.no_grad():
-                ref, _ = score_completions(self.ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                           temperature=self.recipe.sampling.temperature or 1.0,
-                                           chunk_rows=self.cfg.micro_batch_size, entropies=False)
-        return Batch(items, ro, rewards, correct, adv, ref, metrics)
 
     # ---------------------------------------------------------------- update
     def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int):
@@ -148,7 +96,7 @@ class Trainer:
                                       ro.completion_ids[rows, :c_len], ro.completion_mask[rows, :c_len],
                                       temperature=r.sampling.temperature or 1.0, chunk_rows=len(rows))
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
-        mask = ro.completion_mask[rows, :c_len].to(dev, logp.dtype)
+        mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
         norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
         loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
@@ -166,8 +114,9 @@ class Trainer:
 
     def _optimizer_step(self, b: Batch, rows: torch.Tensor) -> dict[str, float]:
         """Accumulate micro-batch gradients over ``rows`` and take one (guarded) optimiser step."""
-        mask = b.ro.completion_mask[rows]
-        n_tokens, n_seqs = float(mask.sum()), len(rows)
+        mask = b.loss_mask[rows]
+        # global normalisers: tokens the loss sees; rows with any such token (masked rows leave both)
+        n_tokens, n_seqs = float(mask.sum()), int((mask.sum(-1) > 0).sum())
         self.opt.zero_grad(set_to_none=True)
         total, parts = 0.0, []
         live = self._rows_with_gradient(b, rows)
@@ -177,7 +126,7 @@ class Trainer:
             loss, m = self._micro_loss(b, micro, n_tokens, n_seqs)
             loss.backward()
             total += float(loss.detach())
-            parts.append((float(b.ro.completion_mask[micro].sum()), m))
+            parts.append((float(b.loss_mask[micro].sum()), m))
         if len(live) == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p) if p.requires_grad else None
@@ -204,6 +153,7 @@ class Trainer:
         while the normalisers stay global: skipping its forward/backward is exact, and in GRPO it
         skips every zero-variance group."""
         r = self.recipe
+        rows = rows[b.loss_mask[rows].sum(-1) > 0]  # rows the loss never sees (filtered) need no pass
         if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.aux_losses:
             return rows
         adv = b.advantages[rows]
@@ -215,6 +165,8 @@ class Trainer:
         self.model.train()
         for _ in range(o.mu):
             order = torch.randperm(len(b.ro.texts), generator=self.sampler, device=self.sampler.device).cpu()
+            if len(order) == 0:
+                continue
             for rows in order.chunk(o.minibatches):
                 results.append(self._optimizer_step(b, rows))
         out = _weighted([(1.0, r) for r in results], sum_terms=False)  # mean over optimiser steps
@@ -224,18 +176,16 @@ class Trainer:
     # ---------------------------------------------------------------- loop
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        items, ro = self.rollout()
+        batch = self.batches.make(self.cfg.prompts_per_step)
         t1 = time.perf_counter()
-        batch = self.score(items, ro)
-        t2 = time.perf_counter()
         upd = self.update(batch)
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         self.step += 1
-        m = {"step": self.step, **step_stats(batch), **batch.metrics, **upd, "lr": self.sched.get_last_lr()[0],
-             "time/generate": t1 - t0, "time/score": t2 - t1, "time/update": t3 - t2,
-             "tokens_per_s/generate": float(ro.lengths.sum()) / max(t1 - t0, 1e-9),
-             "tokens_per_s/step": float(ro.lengths.sum() + ro.prompt_mask.sum()) / max(t3 - t0, 1e-9)}
-        self._guard_nonfinite(upd["nonfinite"])
+        gen_s, tokens = self.batches.seconds["generate"], batch.metrics.get("tokens/generated", 0.0)
+        m = {"step": self.step, **batch.metrics, **upd, "lr": self.sched.get_last_lr()[0],
+             "time/generate": gen_s, "time/score": t1 - t0 - gen_s, "time/update": t2 - t1,
+             "tokens_per_s/generate": tokens / max(gen_s, 1e-9), "tokens_per_s/step": tokens / max(t2 - t0, 1e-9)}
+        self._guard_nonfinite(upd.get("nonfinite", 0.0))
         m["nonfinite_total"] = self.nonfinite_total
         return m
 
@@ -265,18 +215,6 @@ class Trainer:
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):
                 self.save()
-
-
-def step_stats(b: Batch) -> dict[str, float]:
-    """Reward, accuracy, zero-variance groups, completion shape and the sampling policy's mean token
-    entropy (from the rollout, so it covers every row, trained or skipped)."""
-    lengths, mask = b.ro.lengths.float(), b.ro.completion_mask.float()
-    ent = {} if b.ro.entropies is None else {"entropy/mean": float((b.ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
-    return {**ent,"reward/mean": float(b.rewards.mean()), "reward/std": float(b.rewards.std()) if b.rewards.numel() > 1 else 0.0,
-            "accuracy": float(b.correct.mean()),
-            "frac_zero_var_groups": float((b.rewards.std(-1, unbiased=False) == 0).float().mean()),
-            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-            "truncation_rate": float(b.ro.truncated.float().mean())}
 
 
 def _additive(key: str) -> bool:

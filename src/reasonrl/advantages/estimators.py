@@ -8,9 +8,12 @@ the loss gives to every token of that response.
   over the whole batch (TRL ``scale_rewards="batch"``) or dropped.
 * :func:`dr_grpo` -- group-centred reward, no std (Dr. GRPO, arXiv 2503.20783).
 * :func:`rloo` -- leave-one-out baseline (Ahmadian et al. 2024, arXiv 2402.14740).
+* :func:`reinforce_pp` -- REINFORCE++ global batch normalisation (Hu 2025, arXiv 2501.03262).
+* :func:`reinforce_pp_group` -- REINFORCE++-baseline: group mean subtracted, then one batch std.
 
 A group whose rewards are all equal carries no learning signal; every estimator returns exactly
-0 for it (not a rounding residue divided by ``eps``).
+0 for it (not a rounding residue divided by ``eps``) -- except :func:`reinforce_pp`, which has no
+group baseline by design: only a batch whose rewards are all equal gets exactly 0 there.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["grpo", "dr_grpo", "rloo", "SCALES", "ESTIMATORS", "get_estimator"]
+__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_group", "SCALES", "ESTIMATORS",
+           "get_estimator"]
 
 SCALES = ("group", "batch", "none")
 
@@ -104,9 +108,56 @@ def rloo(rewards: Tensor) -> Tensor:
     return adv.masked_fill(_constant_groups(rewards), 0.0)
 
 
+def _batch_std(values: Tensor, unbiased: bool) -> Tensor | None:  # (B, G) -> () or None
+    """One std over all B*G values; None when it is undefined (a single value with the N-1 form)."""
+    correction = 1 if unbiased else 0
+    if values.numel() <= correction:
+        return None
+    return values.std(correction=correction)
+
+
+def reinforce_pp(rewards: Tensor, eps: float = 1e-6, unbiased: bool = True) -> Tensor:
+    """REINFORCE++ advantage ``(r - mean_batch(r)) / (std_batch(r) + eps)``: (B, G) -> (B, G).
+
+    REINFORCE++ (Hu 2025, arXiv 2501.03262) drops the per-prompt baseline and normalises over the
+    whole batch, so a prompt's advantage does not depend on how hard its group found it. A group
+    with equal rewards therefore gets a non-zero advantage unless the whole batch is constant
+    (which gives exactly 0). ``unbiased=True`` is the N-1 std (``torch.std``), as in :func:`grpo`.
+    """
+    rewards = _check_rewards(rewards)
+    if bool(rewards.max() == rewards.min()):
+        return torch.zeros_like(rewards)
+    centred = rewards - rewards.mean()  # (B, G)
+    std = _batch_std(rewards, unbiased)  # () ; never None here: a non-constant batch has >= 2 values
+    return centred / (std + eps)
+
+
+def reinforce_pp_group(rewards: Tensor, eps: float = 1e-6, unbiased: bool = True) -> Tensor:
+    """REINFORCE++-baseline ``c / (std_batch(c) + eps)`` with ``c = r - mean_group(r)``: (B, G) -> (B, G).
+
+    The group mean is the baseline (it removes the prompt's difficulty); one std over the whole
+    batch of centred values sets the scale (Hu 2025, arXiv 2501.03262, "REINFORCE++-baseline").
+    Differs from ``grpo(scale="batch")`` in the std: that one is taken over the raw rewards, this
+    one over the centred values [inferred from the OpenRLHF description; the brief's choice].
+    Constant groups get exactly 0.
+    """
+    rewards = _check_rewards(rewards)
+    centred = _centred(rewards)  # (B, G), exactly 0 in constant groups
+    if bool((centred == 0).all()):
+        return centred
+    std = _batch_std(centred, unbiased)  # ()
+    return centred / (std + eps)
+
+
 Estimator = Callable[..., Tensor]
 
-ESTIMATORS: dict[str, Estimator] = {"grpo": grpo, "dr_grpo": dr_grpo, "rloo": rloo}
+ESTIMATORS: dict[str, Estimator] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "reinforce_pp": reinforce_pp,
+    "reinforce_pp_baseline": reinforce_pp_group,
+}
 
 
 def get_estimator(name: str) -> Estimator:

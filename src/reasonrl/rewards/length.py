@@ -67,28 +67,48 @@ class OverlongPenalty(_LengthReward):
     ``reward/<name>/soft_frac`` (rows in the ramp) and ``reward/<name>/over_frac`` (rows beyond).
     """
 
-    def __init__(self, max_len: int, cache_len: int, name: str = "overlong"):
-        if max_len <= 0 or not 0 <= cache_len <= max_len:
+    def __init__(self, max_len: int | None = None, cache_len: int | None = None, name: str = "overlong",
+                 cache_frac: float = 0.2):
+        # max_len None: the generation budget, read from the ``max_new_tokens`` column (the trainer
+        # passes it); cache_len None: cache_frac of max_len (DAPO: 4096 of 20480 = 0.2)
+        if max_len is not None and (max_len <= 0 or cache_len is not None and not 0 <= cache_len <= max_len):
             raise ValueError(f"need max_len > 0 and 0 <= cache_len <= max_len, got {max_len=}, {cache_len=}")
-        self.max_len, self.cache_len, self.name = max_len, cache_len, name
+        if not 0 <= cache_frac <= 1:
+            raise ValueError(f"cache_frac must be in [0, 1], got {cache_frac}")
+        self.max_len, self.cache_len, self.cache_frac, self.name = max_len, cache_len, cache_frac, name
 
-    def penalty(self, length: int) -> float:
-        free = self.max_len - self.cache_len
+    def limits(self, columns: dict[str, Any]) -> tuple[int, int]:
+        """(max_len, cache_len) for this batch."""
+        max_len = self.max_len
+        if max_len is None:
+            if "max_new_tokens" not in columns:
+                raise ValueError("OverlongPenalty(max_len=None) needs the column 'max_new_tokens' (the trainer passes it)")
+            budget = columns["max_new_tokens"]
+            max_len = int(budget[0] if isinstance(budget, (list, tuple)) else budget)
+        cache = self.cache_len if self.cache_len is not None else int(round(self.cache_frac * max_len))
+        return max_len, cache
+
+    @staticmethod
+    def penalty_for(length: int, max_len: int, cache_len: int) -> float:
+        free = max_len - cache_len
         if length <= free:
             return 0.0
-        if length <= self.max_len:
-            return (free - length) / self.cache_len  # cache_len > 0 here, since free < L <= max_len
+        if length <= max_len:
+            return (free - length) / cache_len  # cache_len > 0 here, since free < L <= max_len
         return -1.0
+
+    def penalty(self, length: int) -> float:
+        return self.penalty_for(length, *self.limits({}))
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
         lengths = self._lengths(completions, columns)
-        n = max(len(lengths), 1)
-        free = self.max_len - self.cache_len
+        max_len, cache = self.limits(columns)
+        n, free = max(len(lengths), 1), max_len - cache
         metrics = {
-            f"reward/{self.name}/soft_frac": sum(1 for L in lengths if free < L <= self.max_len) / n,
-            f"reward/{self.name}/over_frac": sum(1 for L in lengths if L > self.max_len) / n,
+            f"reward/{self.name}/soft_frac": sum(1 for L in lengths if free < L <= max_len) / n,
+            f"reward/{self.name}/over_frac": sum(1 for L in lengths if L > max_len) / n,
         }
-        return RewardResult([self.penalty(L) for L in lengths], metrics)
+        return RewardResult([self.penalty_for(L, max_len, cache) for L in lengths], metrics)
 
 
 class LengthPenalty(_LengthReward):

@@ -54,5 +54,40 @@ class Rollouts:
         return torch.tensor([r == "length" for r in self.finish_reasons])
 
 
+def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
+    """The rollouts of ``rows`` only (e.g. the groups a filter keeps), in that order."""
+    idx = torch.as_tensor(list(rows), dtype=torch.long)
+    pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
+    return Rollouts(prompts=pick(ro.prompts), texts=pick(ro.texts), prompt_ids=ro.prompt_ids[idx],
+                    prompt_mask=ro.prompt_mask[idx], completion_ids=ro.completion_ids[idx],
+                    completion_mask=ro.completion_mask[idx], logprobs=ro.logprobs[idx],
+                    finish_reasons=pick(ro.finish_reasons), n=ro.n,
+                    entropies=None if ro.entropies is None else ro.entropies[idx])
+
+
+def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
+    """Rows of several rollouts in order; prompts re-padded on the left, completions on the right."""
+    if len(parts) == 1:
+        return parts[0]
+    P = max(p.prompt_ids.shape[1] for p in parts)
+    T = max(p.completion_ids.shape[1] for p in parts)
+
+    def pad(x: torch.Tensor, width: int, left: bool, value: float = 0) -> torch.Tensor:
+        extra = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
+        return torch.cat([extra, x] if left else [x, extra], dim=1)
+
+    ents = [p.entropies for p in parts]
+    return Rollouts(
+        prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
+        prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
+        prompt_mask=torch.cat([pad(p.prompt_mask, P, True) for p in parts]),
+        completion_ids=torch.cat([pad(p.completion_ids, T, False, pad_id) for p in parts]),
+        completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
+        logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
+        finish_reasons=sum((p.finish_reasons for p in parts), []), n=parts[0].n,
+        entropies=None if any(e is None for e in ents) else torch.cat([pad(e, T, False) for e in ents]),
+    )
+
+
 class Generator(Protocol):
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts: ...

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache
 
-from .base import Rollouts, SamplingParams
+from .base import Rollouts, SamplingParams, concat_rollouts
 from .sampling import sample_next
 
 
@@ -56,7 +56,7 @@ class HFEngine:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
         parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen) for i in range(0, len(prompts), per_chunk)]
-        return _concat(parts, n, self.tok.pad_token_id)
+        return concat_rollouts(parts, self.tok.pad_token_id)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         enc = self.tok(list(prompts), return_tensors="pt", padding=True)
@@ -134,25 +134,3 @@ class HFEngine:
 def _strip_stop(text: str, stop: tuple[str, ...]) -> str:
     cuts = [text.find(s) for s in stop if s in text]
     return text[: min(cuts)] if cuts else text
-
-
-def _concat(parts: list[Rollouts], n: int, pad_id: int) -> Rollouts:
-    if len(parts) == 1:
-        return parts[0]
-    P = max(p.prompt_ids.shape[1] for p in parts)
-    T = max(p.completion_ids.shape[1] for p in parts)
-
-    def pad(x: torch.Tensor, width: int, left: bool, value: int = 0) -> torch.Tensor:
-        extra = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
-        return torch.cat([extra, x] if left else [x, extra], dim=1)
-
-    return Rollouts(
-        prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
-        prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
-        prompt_mask=torch.cat([pad(p.prompt_mask, P, True) for p in parts]),
-        completion_ids=torch.cat([pad(p.completion_ids, T, False, pad_id) for p in parts]),
-        completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
-        logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
-        finish_reasons=sum((p.finish_reasons for p in parts), []), n=n,
-        entropies=torch.cat([pad(p.entropies, T, False) for p in parts]),
-    )

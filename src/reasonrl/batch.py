@@ -1,0 +1,161 @@
+"""Building one step's training batch: prompts -> groups -> rewards -> (filter, refill) -> advantages.
+
+Kept apart from the optimisation loop (:mod:`reasonrl.trainer`), and just as blind to method names:
+dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` and
+``extra_rewards``, overlong filtering its ``mask_truncated`` flag.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from .models.scoring import score_completions
+from .parts import Recipe
+from .rewards.base import score_rewards
+from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
+from .tasks import Item, Task, TaskReward, is_correct, reward_columns
+
+
+@dataclass
+class Batch:
+    """One step's data, rows in rollout order (B*G)."""
+
+    items: list[Item]
+    ro: Rollouts
+    rewards: torch.Tensor  # (B, G) total reward
+    correct: torch.Tensor  # (B, G) raw task accuracy, 0/1
+    advantages: torch.Tensor | None = None  # (R,) or (R, T)
+    loss_mask: torch.Tensor | None = None  # (R, T) tokens the loss sees (completion mask, minus filtered rows)
+    ref_logp: torch.Tensor | None = None  # (R, T)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
+    """Reward, accuracy, zero-variance groups, completion shape and the sampling policy's mean token
+    entropy (from the rollout, so it covers every row, trained or skipped)."""
+    lengths, mask = ro.lengths.float(), ro.completion_mask.float()
+    ent = {} if ro.entropies is None else {"entropy/mean": float((ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
+    return {**ent, "reward/mean": float(rewards.mean()),
+            "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+            "accuracy": float(correct.mean()),
+            "frac_zero_var_groups": float((rewards.std(-1, unbiased=False) == 0).float().mean()),
+            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
+            "truncation_rate": float(ro.truncated.float().mean()), "tokens/generated": float(lengths.sum())}
+
+
+class BatchMaker:
+    def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, sampler: torch.Generator, budget: int,
+                 seed: int, ref_model=None, micro_batch_size: int = 64):
+        self.task, self.recipe, self.engine, self.sampler, self.budget = task, recipe, engine, sampler, budget
+        self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
+        self.reward_fn = TaskReward(task)
+        self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
+        self.items_drawn = 0
+        self.stream: Iterator[Item] = task.iter_items("train", seed)
+
+    def seek(self, items_drawn: int) -> None:
+        """Restore the task position by replaying the seeded stream (used on resume)."""
+        self.stream = self.task.iter_items("train", self.seed)
+        for _ in range(items_drawn):
+            next(self.stream)
+        self.items_drawn = items_drawn
+
+    def draw(self, n: int) -> list[Item]:
+        self.items_drawn += n
+        return [next(self.stream) for _ in range(n)]
+
+    def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
+        items, s, t0 = self.draw(n_prompts), self.recipe.sampling, time.perf_counter()
+        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
+        ro = self.engine.generate([it.prompt for it in items], self.recipe.group_size, sp, generator=self.sampler)
+        self.seconds["generate"] += time.perf_counter() - t0
+        return items, ro
+
+    def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+        """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
+        t0, G, rows = time.perf_counter(), self.recipe.group_size, [it for it in items for _ in range(self.recipe.group_size)]
+        cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(), "truncated": ro.truncated.tolist(),
+                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows)}
+        res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
+        total, metrics = torch.tensor(res.values), dict(res.metrics)
+        correct = torch.tensor([float(is_correct(v)) for v in res.values])
+        for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
+            extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
+            total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
+            metrics.update(extra.metrics)
+        self.seconds["score"] += time.perf_counter() - t0
+        return total.view(-1, G), correct.view(-1, G), metrics
+
+    def collect(self, n_prompts: int) -> Batch:
+        """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
+        and generate more, up to its ``max_rounds``. Step statistics describe everything generated."""
+        f, G = self.recipe.group_filter, self.recipe.group_size
+        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor]] = []
+        stats: list[tuple[float, dict[str, float]]] = []
+        n_kept, generated, rounds = 0, 0, 0
+        while rounds < (f.max_rounds if f else 1) and n_kept < n_prompts:
+            items, ro = self.rollout(n_prompts)
+            rewards, correct, metrics = self.reward(items, ro)
+            rounds, generated = rounds + 1, generated + len(items)
+            stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics}))
+            keep = f.keep(rewards, correct) if f else torch.ones(len(items), dtype=torch.bool)
+            groups = keep.nonzero().squeeze(-1).tolist()[: n_prompts - n_kept]
+            if groups:
+                rows = [g * G + j for g in groups for j in range(G)]
+                kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups]))
+                n_kept += len(groups)
+        out = _merge(stats)
+        if f:
+            out.update({"dynamic/rounds": rounds, "dynamic/prompts_generated": generated,
+                        "dynamic/groups_kept": n_kept, "dynamic/groups_dropped": generated - n_kept,
+                        "dynamic/batch_short": float(n_kept < n_prompts)})
+        if not kept:  # every group filtered out: an empty batch (the update then has nothing to do)
+            return Batch([], select_rows(ro, []), torch.zeros(0, G), torch.zeros(0, G), metrics=out)
+        ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
+        return Batch(sum((k[0] for k in kept), []), ro, torch.cat([k[2] for k in kept]),
+                     torch.cat([k[3] for k in kept]), metrics=out)
+
+    def prepare(self, b: Batch) -> Batch:
+        """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
+        G, t0 = self.recipe.group_size, time.perf_counter()
+        adv = self.recipe.advantage(b.rewards) if len(b.items) else torch.zeros(0, G)  # (B, G) or (B, G, T)
+        answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
+        ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
+               "task": self.task}
+        for shaper in self.recipe.shapers if len(b.items) else ():  # an empty batch has nothing to shape
+            out = shaper(adv, ctx)
+            adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
+            b.metrics.update(shaped_metrics)
+        b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
+        b.loss_mask = b.ro.completion_mask.clone()
+        if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
+            b.loss_mask[b.ro.truncated] = 0
+        if self.ref is not None and len(b.items):
+            with torch.no_grad():
+                b.ref_logp, _ = score_completions(self.ref, b.ro.prompt_ids, b.ro.prompt_mask, b.ro.completion_ids,
+                                                  b.ro.completion_mask, temperature=self.recipe.sampling.temperature or 1.0,
+                                                  chunk_rows=self.micro, entropies=False)
+        self.seconds["score"] += time.perf_counter() - t0
+        return b
+
+    def make(self, n_prompts: int) -> Batch:
+        self.seconds = {"generate": 0.0, "score": 0.0}
+        return self.prepare(self.collect(n_prompts))
+
+
+def _merge(stats: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Row-weighted mean of per-round statistics (maxima stay maxima, token counts add up)."""
+    total = sum(w for w, _ in stats) or 1.0
+    out: dict[str, Any] = {}
+    for key in {k for _, m in stats for k in m}:
+        vals = [(w, m[key]) for w, m in stats if key in m]
+        if "max" in key:
+            out[key] = max(v for _, v in vals)
+        elif key.startswith("tokens/"):
+            out[key] = sum(v for _, v in vals)
+        else:
+            out[key] = sum(w * v for w, v in vals) / total
+    return out

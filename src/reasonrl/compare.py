@@ -1,0 +1,135 @@
+"""``reasonrl compare``: several recipes x several seeds, one table, one plot, one JSON.
+
+Each (recipe, seed) trains in its own process (``python -m reasonrl.cli train``), so a crash is
+reported and the others go on. All runs share the task, steps and held-out set; the table gives
+final held-out greedy pass@1 (mean ± std over seeds, ddof=1), the best seed, the area under the
+held-out accuracy curve (mean accuracy over training, from step 0), wall-clock training time,
+tokens generated, and Welch's t-test p-value of each recipe's final pass@1 against the first's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .eval.metrics import mean_std, welch_t_test
+from .tracking import read_metrics
+
+
+@dataclass
+class RunResult:
+    recipe: str
+    seed: int
+    run_dir: Path
+    ok: bool
+    error: str = ""
+    final: float = float("nan")
+    auc: float = float("nan")
+    seconds: float = float("nan")
+    tokens: float = float("nan")
+    curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
+
+
+def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, extra: list[str]) -> RunResult:
+    run_dir = out / f"{recipe}-seed{seed}"
+    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", recipe, "--steps", str(steps),
+           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra]
+    env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}  # a plain traceback: its last line names the error
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        return RunResult(recipe, seed, run_dir, ok=False, error=lines[-1].strip() if lines else f"exit {proc.returncode}")
+    return collect(recipe, seed, run_dir)
+
+
+def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
+    """Read a finished run folder: its summary and its held-out curve (step 0 = the 'before' eval)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    before, after = summary.get("before") or {}, summary.get("after") or {}
+    curve, elapsed = ([(0, 0.0, before["pass@1"])] if "pass@1" in before else []), 0.0
+    for r in rows:
+        elapsed += sum(v for k, v in r.items() if k.startswith("time/"))
+        if "eval/pass@1" in r:
+            curve.append((r["step"], elapsed, r["eval/pass@1"]))
+    final = after.get("pass@1", curve[-1][2] if curve else float("nan"))
+    return RunResult(recipe, seed, run_dir, ok=True, final=final, auc=area_under(curve),
+                     seconds=summary["train_seconds"], tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
+                     curve=curve)
+
+
+def area_under(curve: list[tuple[int, float, float]]) -> float:
+    """Trapezoid area under (step, accuracy) divided by the step span: the mean accuracy over training."""
+    if len(curve) < 2:
+        return curve[0][2] if curve else float("nan")
+    area = sum((s1 - s0) * (a0 + a1) / 2 for (s0, _, a0), (s1, _, a1) in zip(curve, curve[1:]))
+    return area / (curve[-1][0] - curve[0][0])
+
+
+def table_rows(results: list[RunResult], recipes: list[str]) -> list[dict[str, Any]]:
+    """One summary row per recipe; p-values against the first recipe (None when undefined)."""
+    finals = {r: [x.final for x in results if x.recipe == r and x.ok] for r in recipes}
+    rows = []
+    for r in recipes:
+        ok = [x for x in results if x.recipe == r and x.ok]
+        row: dict[str, Any] = {"recipe": r, "runs_ok": len(ok), "runs_failed": sum(1 for x in results if x.recipe == r and not x.ok)}
+        if ok:
+            mean, std = mean_std(finals[r])
+            row.update(final_mean=mean, final_std=std, best=max(finals[r]), auc=mean_std([x.auc for x in ok])[0],
+                       seconds=mean_std([x.seconds for x in ok])[0], tokens=mean_std([x.tokens for x in ok])[0],
+                       per_seed=finals[r])
+        base = finals[recipes[0]]
+        row["p_vs_first"] = (welch_t_test(finals[r], base)[1]
+                             if r != recipes[0] and len(finals[r]) >= 2 and len(base) >= 2 else None)
+        rows.append(row)
+    return rows
+
+
+def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | None = None,
+            extra: list[str] | None = None, on_run: Callable[[RunResult], None] = lambda r: None) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for recipe in recipes:
+        for seed in range(seeds):
+            res = run_one(recipe, seed, out, steps, task, list(extra or []))
+            on_run(res)
+            results.append(res)
+    rows = table_rows(results, recipes)
+    report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
+              "runs": [{**{k: v for k, v in vars(r).items() if k != "run_dir"}, "run_dir": str(r.run_dir)} for r in results]}
+    (out / "compare.json").write_text(json.dumps(report, indent=2, default=str))
+    plot_compare(results, recipes, out / "compare.png")
+    return report
+
+
+def plot_compare(results: list[RunResult], recipes: list[str], out_png: Path) -> None:
+    """Held-out pass@1 against steps and against wall-clock: mean line and min-max band over seeds."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2))
+    FigureCanvasAgg(fig)
+    by_steps, by_time = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for recipe in recipes:
+        curves = [r.curve for r in results if r.recipe == recipe and r.ok and r.curve]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)  # seeds share the eval schedule; a shorter one trims all
+        acc = np.array([[p[2] for p in c[:n]] for c in curves])  # (seeds, points)
+        steps = [p[0] for p in curves[0][:n]]
+        secs = np.array([[p[1] for p in c[:n]] for c in curves]).mean(0)
+        for ax, x in ((by_steps, steps), (by_time, secs)):
+            line = ax.plot(x, acc.mean(0), marker=".", label=f"{recipe} ({len(curves)} seeds)")[0]
+            ax.fill_between(x, acc.min(0), acc.max(0), alpha=0.2, color=line.get_color())
+    for ax, xlabel in ((by_steps, "step"), (by_time, "training seconds")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out greedy pass@1")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)

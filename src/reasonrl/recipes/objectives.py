@@ -1,0 +1,101 @@
+"""Recipes that change GRPO's objective: DAPO, GSPO, RLOO, REINFORCE++, CISPO, EDAS.
+
+Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
+are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
+"""
+from ..parts import EDAS, KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe
+from ..rewards import OverlongPenalty
+from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
+
+_SAME_AS_GRPO = "sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo, for equal-terms comparisons"
+
+# DAPO: clip-higher (0.2 / 0.28), token-level mean, dynamic sampling on raw accuracy, soft overlong
+# punishment over the last 20% of the generation budget.
+DAPO = Recipe(
+    name="dapo",
+    paper="DAPO, arXiv 2503.14476",
+    inferred=(
+        "correctness reward is 0/1 (paper: +1/-1); the overlong penalty is weighted 0.5 so that it keeps "
+        "the paper's ratio to the correctness gap (group standardisation removes the rest)",
+        "overlong cache = 20% of the generation budget (paper: 4096 of 20480)",
+        "group_filter.max_rounds=3 generation rounds per step (verl: max_num_gen_batches)",
+        "group_size=8 (paper: 16); " + _SAME_AS_GRPO,
+    ),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.28, agg="token-mean"),
+    kl=KL(coef=0.0),
+    group_filter=GroupFilter(metric="accuracy", max_rounds=3),
+    extra_rewards=((OverlongPenalty(cache_frac=0.2), 0.5),),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# GSPO: one length-normalised (geometric-mean) ratio per response, clipped per response.
+GSPO = Recipe(
+    name="gspo",
+    paper="GSPO, arXiv 2507.18071",
+    inferred=(
+        "optim.minibatches=2: the sequence clip only acts off-policy; the paper splits each rollout batch "
+        "into several minibatches (4 there)",
+        "clip 3e-4 / 4e-4 as the paper's section 5.1",
+        _SAME_AS_GRPO,
+    ),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="sequence", clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean"),
+    kl=KL(coef=0.0),
+    sampling=TINY_CPU_SAMPLING,
+    optim=Optim(lr=TINY_CPU_OPTIM.lr, minibatches=2),
+)
+
+# RLOO: REINFORCE with the leave-one-out mean as the baseline; the sequence log-likelihood (token sum)
+# carries the advantage, inside the PPO clip as TRL's RLOO trainer does.
+RLOO = Recipe(
+    name="rloo",
+    paper="Back to Basics: REINFORCE Style Optimization (Ahmadian et al.), arXiv 2402.14740",
+    inferred=("PPO clip 0.2 around the REINFORCE term (TRL's RLOO)", "agg=seq-mean-token-sum (the sequence "
+              "log-likelihood)", _SAME_AS_GRPO),
+    advantage=Advantage("rloo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="seq-mean-token-sum"),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# REINFORCE++: no critic, no group baseline; advantages normalised over the whole batch.
+REINFORCE_PP = Recipe(
+    name="reinforce_pp",
+    paper="REINFORCE++, arXiv 2501.03262",
+    inferred=("the paper folds a token-level KL into the reward; here the KL is off (kl.coef=0) like grpo's "
+              "default", "agg=token-mean", _SAME_AS_GRPO),
+    advantage=Advantage("reinforce_pp"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="token-mean"),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# CISPO: clip the (detached) importance weight instead of the update, so no token's gradient is dropped.
+CISPO = Recipe(
+    name="cispo",
+    paper="MiniMax-M1 (CISPO), arXiv 2506.13585",
+    inferred=("weight clip band [1-0.2, 1+0.28] as DAPO's (the paper effectively drops the lower bound and tunes "
+              "the upper one)", "agg=token-mean", _SAME_AS_GRPO),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.28, trust_region="cispo", agg="token-mean"),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# EDAS on top of DAPO, as in the paper: frequent wrong answers are penalised more, rare ones less.
+EDAS_DAPO = Recipe(
+    name="edas",
+    paper="EDAS: Leveraging Error Diversity in Group Rollouts, arXiv 2605.17333",
+    inferred=DAPO.inferred + ("lambda_i = n(a_i)^gamma / mean over wrong rollouts, gamma=1, unparsed answers "
+                              "form one cluster: the functional form is inferred from the abstract",),
+    advantage=DAPO.advantage,
+    shapers=(EDAS(gamma=1.0),),
+    loss=DAPO.loss,
+    kl=DAPO.kl,
+    group_filter=DAPO.group_filter,
+    extra_rewards=DAPO.extra_rewards,
+    sampling=DAPO.sampling,
+    optim=DAPO.optim,
+)

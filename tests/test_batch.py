@@ -1,0 +1,99 @@
+import dataclasses
+import zlib
+
+import torch
+
+from reasonrl.batch import BatchMaker
+from reasonrl.parts import GroupFilter
+from reasonrl.recipes import get_recipe
+from reasonrl.rewards import OverlongPenalty
+from reasonrl.rollout import Rollouts
+from reasonrl.tasks import get_task
+
+
+def test_group_filter_keeps_only_groups_whose_metric_varies():
+    # spec (DAPO): groups [1,1,1,1], [0,0,0,0], [1,0,1,0] keep only the third
+    correct = torch.tensor([[1.0, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]])
+    assert GroupFilter().keep(correct, correct).tolist() == [False, False, True]
+    # all wrong, but an overlong penalty makes the shaped rewards differ: the accuracy filter drops
+    # the group (nothing to learn about correctness), a reward filter would keep it
+    correct, shaped = torch.zeros(1, 4), torch.tensor([[0.0, -0.5, 0.0, 0.0]])
+    assert GroupFilter("accuracy").keep(shaped, correct).tolist() == [False]
+    assert GroupFilter("reward").keep(shaped, correct).tolist() == [True]
+
+
+def kind(prompt: str) -> int:
+    """0: the model gets every sample right, 1: every sample wrong, 2: half and half."""
+    return zlib.crc32(prompt.encode()) % 3
+
+
+class FakeEngine:
+    """Answers each group according to ``kind(prompt)``; sample 0 of a 'long' prompt is truncated."""
+
+    class tok:
+        pad_token_id = 0
+
+    def __init__(self, task):
+        self.task, self.calls = task, 0
+
+    def generate(self, prompts, n, sampling, generator=None):
+        self.calls += 1
+        texts, reasons = [], []
+        for p in prompts:
+            answer = str(eval(p.split("=")[0]))  # noqa: S307 - the task's own expressions
+            for j in range(n):
+                right = kind(p) == 0 or (kind(p) == 2 and j % 2 == 0)
+                texts.append(f"A:{answer if right else int(answer) + 1}")
+                reasons.append("length" if j == 0 and kind(p) == 2 else "eos")
+        R = len(texts)
+        lengths = torch.tensor([len(t) for t in texts])
+        mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).long()
+        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
+                        prompt_ids=torch.ones(R, 1, dtype=torch.long), prompt_mask=torch.ones(R, 1, dtype=torch.long),
+                        completion_ids=mask.clone(), completion_mask=mask, logprobs=torch.zeros(mask.shape),
+                        finish_reasons=reasons, n=n, entropies=torch.zeros(mask.shape))
+
+
+def maker(recipe, task=None):
+    task = task or get_task("arithmetic")
+    return BatchMaker(task, recipe, FakeEngine(task), torch.Generator(), budget=20, seed=0), task
+
+
+def test_dynamic_sampling_refills_with_mixed_groups_only():
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, group_filter=GroupFilter(max_rounds=5))
+    bm, task = maker(recipe)
+    batch = bm.make(6)
+    stream = task.iter_items("train", 0)
+    drawn = [next(stream) for _ in range(bm.items_drawn)]
+    expected = [it.prompt for it in drawn if kind(it.prompt) == 2][:6]
+    assert [it.prompt for it in batch.items] == expected  # kept in draw order, exactly 6
+    assert batch.rewards.shape == (6, 4) and (batch.correct.sum(-1) == 2).all()
+    m = batch.metrics
+    assert m["dynamic/prompts_generated"] == bm.items_drawn == 6 * m["dynamic/rounds"] == 6 * bm.engine.calls
+    assert m["dynamic/groups_kept"] == 6 and m["dynamic/groups_dropped"] == bm.items_drawn - 6
+    # step statistics describe everything generated, not only the kept groups
+    all_right = sum(kind(it.prompt) == 0 for it in drawn) + 0.5 * sum(kind(it.prompt) == 2 for it in drawn)
+    assert abs(m["accuracy"] - all_right / len(drawn)) < 1e-6  # float32 means
+    # GRPO advantages of a [1,0,1,0] group: mean 0.5, unbiased std 0.57735 -> +-0.866025
+    assert torch.allclose(batch.advantages.view(6, 4).abs(), torch.full((6, 4), 0.866025), atol=1e-5)
+
+
+def test_dynamic_sampling_gives_up_after_max_rounds():
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, group_filter=GroupFilter(max_rounds=1))
+    bm, _ = maker(recipe)
+    batch = bm.make(50)  # one round of 50 prompts cannot give 50 mixed groups
+    assert bm.engine.calls == 1 and batch.metrics["dynamic/batch_short"] == 1.0
+    assert 0 < len(batch.items) < 50 and len(batch.ro.texts) == 4 * len(batch.items)
+
+
+def test_overlong_filtering_masks_truncated_rows_and_the_penalty_uses_the_budget():
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, mask_truncated=True,
+                                 extra_rewards=((OverlongPenalty(cache_len=20), 1.0),))
+    bm, _ = maker(recipe)
+    batch = bm.make(8)
+    truncated = torch.tensor([r == "length" for r in batch.ro.finish_reasons])
+    assert truncated.any()
+    assert (batch.loss_mask[truncated] == 0).all() and (batch.loss_mask[~truncated] == batch.ro.completion_mask[~truncated]).all()
+    # budget 20, cache 20: free zone is 0 tokens, so a completion of L tokens is penalised -L/20
+    lengths = batch.ro.lengths.float().view(-1, 4)
+    assert torch.allclose(batch.rewards, batch.correct - lengths / 20)
