@@ -130,6 +130,7 @@ def plot_compare(results: list[RunResult], recipes: list[str], out_png: Path) ->
         ax.set_xlabel(xlabel)
         ax.set_ylabel("held-out greedy pass@1")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # no successful run: nothing to label
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)

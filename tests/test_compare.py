@@ -1,0 +1,52 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from reasonrl.compare import RunResult, area_under, collect, compare, table_rows
+
+
+def test_area_under_the_curve_is_the_mean_accuracy_over_training():
+    # points (step, seconds, acc): (0, 0.4), (10, 0.6), (30, 0.6)
+    # trapezoids: 10 * (0.4+0.6)/2 = 5 ; 20 * (0.6+0.6)/2 = 12 ; total 17 over 30 steps = 0.566667
+    assert area_under([(0, 0.0, 0.4), (10, 5.0, 0.6), (30, 15.0, 0.6)]) == pytest.approx(17 / 30)
+    assert area_under([(0, 0.0, 0.3)]) == 0.3
+
+
+def _res(recipe, seed, final, ok=True):
+    return RunResult(recipe, seed, Path("."), ok=ok, final=final, auc=final - 0.1, seconds=10.0 + seed, tokens=100.0)
+
+
+def test_table_mean_std_best_and_welch_against_the_first_recipe():
+    from scipy import stats
+
+    results = [_res("a", 0, 0.5), _res("a", 1, 0.6), _res("a", 2, 0.7),
+               _res("b", 0, 0.7), _res("b", 1, 0.8), _res("b", 2, float("nan"), ok=False)]
+    a, b = table_rows(results, ["a", "b"])
+    # a: mean 0.6, std (ddof 1) sqrt(((0.1)^2 + 0 + (0.1)^2) / 2) = 0.1 ; b: two ok runs, mean 0.75
+    assert a["final_mean"] == pytest.approx(0.6) and a["final_std"] == pytest.approx(0.1) and a["best"] == 0.7
+    assert a["p_vs_first"] is None and a["seconds"] == pytest.approx(11.0)
+    assert b["runs_ok"] == 2 and b["runs_failed"] == 1 and b["final_mean"] == pytest.approx(0.75)
+    assert b["p_vs_first"] == pytest.approx(stats.ttest_ind([0.7, 0.8], [0.5, 0.6, 0.7], equal_var=False).pvalue)
+
+
+def test_collect_reads_a_run_folder(tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"train_seconds": 3.0, "before": {"pass@1": 0.4},
+                                                       "after": {"pass@1": 0.7}}))
+    rows = [{"step": 1, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 50.0},
+            {"step": 2, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 60.0, "eval/pass@1": 0.6}]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    res = collect("grpo", 0, tmp_path)
+    assert res.curve == [(0, 0.0, 0.4), (2, 3.0, 0.6)] and res.final == 0.7 and res.tokens == 110.0
+    assert res.auc == pytest.approx((0.4 + 0.6) / 2)
+
+
+def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, tmp_path):
+    extra = [f"model={tiny_dir}", "prompts_per_step=2", "group_size=2", "eval_every=1", "eval_problems=4",
+             "final_eval_problems=4", "final_eval_k=0", "save_every=0"]
+    # one good comparison, then one whose run crashes (an unknown task): the crash is reported
+    report = compare(["grpo"], 1, 2, tmp_path, extra=extra)
+    assert report["table"][0]["runs_ok"] == 1 and (tmp_path / "compare.png").stat().st_size > 0
+    crashed = compare(["grpo"], 1, 2, tmp_path / "bad", task="no-such-task", extra=extra)
+    run = crashed["runs"][0]
+    assert not run["ok"] and "no-such-task" in run["error"] and crashed["table"][0]["runs_failed"] == 1
