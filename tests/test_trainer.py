@@ -47,7 +47,7 @@ def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_
     assert summary["steps"] == 3
 
 
-@pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas"])
+@pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo"])
 def test_every_objective_recipe_runs_end_to_end(name, tiny_dir, tmp_path):
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, steps=3, prompts_per_step=4,
                       eval_every=3, eval_problems=6, final_eval_problems=0, save_every=0)
@@ -75,6 +75,51 @@ def test_edas_composes_with_gspo_ratios(tiny_dir, tmp_path):
     assert len(logged) == 3 and all("edas/diversity" in m for m in logged)
     # GSPO's sequence ratio is logged; steps whose rows all had A = 0 report the empty-batch value 0
     assert all(m["loss/ratio_mean"] > 0 or m["update/rows_skipped_frac"] == 1.0 for m in logged)
+
+
+def _staged(tiny_dir, run_dir, steps=8, log=None):
+    from reasonrl.parts import Stages
+
+    model, tok = load_model(tiny_dir)
+    # the spread shaper gives every row an advantage, so every step trains on every row
+    recipe = dataclasses.replace(get_recipe("mu_grpo"), group_size=4, stages=Stages(count=4), shapers=(spread,))
+    cfg = TrainConfig(model=str(tiny_dir), steps=steps, prompts_per_step=2, eval_every=0, save_every=0)
+    tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir, log=(log or (lambda m: None)))
+    calls = []
+    real = tr.engine.generate
+    tr.engine.generate = lambda *a, **k: (calls.append(len(a[0])), real(*a, **k))[1]
+    return tr, calls
+
+
+def test_stages_generate_once_per_stage_and_reuse_stored_behaviour_logprobs(tiny_dir, tmp_path):
+    # Mu-GRPO spec: 8 steps in K=4 stages -> generation is called exactly 4 times, each time for the
+    # 2 steps x 2 prompts of its stage; inside a stage the old log-probs are the stored ones, so the
+    # second step (after one update) sees ratios != 1 while a fresh step sees ratio 1 (approx KL ~ 0)
+    logged = []
+    tr, calls = _staged(tiny_dir, tmp_path, log=logged.append)
+    tr.train()
+    assert calls == [4, 4, 4, 4]
+    assert [m["stage/staleness"] for m in logged] == [0.0, 1.0] * 4
+    fresh = [m["loss/approx_kl"] for m in logged if m["stage/staleness"] == 0]
+    stale = [m["loss/approx_kl"] for m in logged if m["stage/staleness"] == 1]
+    assert all(k < 1e-9 for k in fresh) and all(k > 1e-9 for k in stale)
+    assert all("veto/frac_tokens" in m and m["update/rows_skipped_frac"] == 0 for m in logged)
+
+
+def test_a_stage_buffer_survives_a_resume(tiny_dir, tmp_path):
+    straight, resumed = [], []
+    tr, _ = _staged(tiny_dir, tmp_path / "a", log=straight.append)
+    tr.train()
+    tr, _ = _staged(tiny_dir, tmp_path / "b", log=resumed.append)
+    for _ in range(3):  # stop in the middle of the second stage (steps 3-4)
+        resumed.append(tr.train_step())
+    tr.save()
+    tr2, calls = _staged(tiny_dir, tmp_path / "b", log=resumed.append)
+    assert tr2.resume() == 3
+    tr2.train()
+    assert calls == [4, 4]  # stages 3 and 4 only: stage 2's buffer came back from the checkpoint
+    drop = lambda m: {k: v for k, v in m.items() if not k.startswith(("time/", "tokens_per_s"))}  # noqa: E731
+    assert [drop(m) for m in resumed] == [drop(m) for m in straight]
 
 
 def _grads_after_one_step(tiny_dir, micro: int, agg: str, skip: bool = True, zero_rows=()):

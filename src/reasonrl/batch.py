@@ -142,7 +142,6 @@ class BatchMaker:
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        self.seconds = {"generate": 0.0, "score": 0.0}
         return self.prepare(self.collect(n_prompts))
 
 

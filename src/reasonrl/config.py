@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling
+from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
-                   "group_filter": GroupFilter}
-OPTIONAL_SECTIONS = ("group_filter",)  # None turns the part off; a mapping turns it on / changes it
+                   "group_filter": GroupFilter, "stages": Stages}
+OPTIONAL_SECTIONS = ("group_filter", "stages")  # None turns the part off; a mapping turns it on / changes it
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated")
 
 

@@ -123,6 +123,22 @@ class GroupFilter:
 
 
 @dataclass(frozen=True)
+class Stages:
+    """Mu-GRPO (arXiv 2605.17570): training in ``count`` stages; each generates the rollouts of all
+    its steps at once with one frozen policy, then takes one optimiser step per step over that
+    buffer, the behaviour log-probs stored at generation (staleness grows within the stage)."""
+
+    count: int = 4
+
+    def __post_init__(self):
+        if self.count < 1:
+            raise ValueError(f"Stages.count must be >= 1, got {self.count}")
+
+    def steps_per_stage(self, total_steps: int) -> int:
+        return -(-total_steps // self.count)  # ceil: the last stage may be shorter
+
+
+@dataclass(frozen=True)
 class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
@@ -160,6 +176,7 @@ class Recipe:
     extra_rewards: tuple[tuple[Callable[..., Any], float], ...] = ()  # (reward fn, weight) added to the task's
     group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
     mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
+    stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
@@ -168,6 +185,7 @@ class Recipe:
             out[f] = dataclasses.asdict(getattr(self, f))
         out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
                    group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
+                   stages=None if self.stages is None else dataclasses.asdict(self.stages),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -18,7 +18,8 @@ import torch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
-from .batch import Batch, BatchMaker
+from .batch import Batch, BatchMaker, step_stats
+from .rollout import select_rows
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
 from .rollout import HFEngine
@@ -64,11 +65,12 @@ class Trainer:
         self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size)
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
+        self.stage: dict[str, Any] | None = None  # Mu-GRPO stage buffer: batch, group order, position
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
-                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler)}
+                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage}
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
@@ -83,6 +85,7 @@ class Trainer:
             self.ref.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
         self.batches.seek(st["items_drawn"])  # the task position
+        self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         set_rng_state(st["rng"], self.sampler)
         return self.step
 
@@ -174,17 +177,47 @@ class Trainer:
         return out
 
     # ---------------------------------------------------------------- loop
+    def next_batch(self) -> tuple[Batch, torch.Tensor | None, dict[str, float]]:
+        """This step's batch and, in a stage, the rows of it this step trains on."""
+        stages = self.recipe.stages
+        if stages is None:
+            return self.batches.make(self.cfg.prompts_per_step), None, {}
+        per_stage = stages.steps_per_stage(self.cfg.steps)
+        if self.stage is None or self.stage["pos"] >= self.stage["steps"]:
+            steps = min(per_stage, self.cfg.steps - self.step)  # the last stage may be shorter
+            batch = self.batches.make(self.cfg.prompts_per_step * steps)
+            order = torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
+            self.stage = {"batch": batch, "order": order, "pos": 0, "steps": steps}
+        st, G = self.stage, self.recipe.group_size
+        groups = st["order"].chunk(st["steps"])[st["pos"]] if len(st["order"]) else st["order"]
+        rows = (groups[:, None] * G + torch.arange(G)).flatten()
+        info = {"stage/staleness": float(st["pos"]), "stage/fresh": float(st["pos"] == 0)}
+        st["pos"] += 1
+        return st["batch"], rows, info
+
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        batch = self.batches.make(self.cfg.prompts_per_step)
+        self.batches.seconds = {"generate": 0.0, "score": 0.0}
+        batch, rows, stage_info = self.next_batch()
         t1 = time.perf_counter()
-        upd = self.update(batch)
+        if rows is None:
+            upd = self.update(batch)
+        else:  # a stage step: one optimiser step on this step's share of the buffer
+            self.model.train()
+            upd = self._optimizer_step(batch, rows) if len(rows) else {"nonfinite": 0.0}
         t2 = time.perf_counter()
         self.step += 1
-        gen_s, tokens = self.batches.seconds["generate"], batch.metrics.get("tokens/generated", 0.0)
-        m = {"step": self.step, **batch.metrics, **upd, "lr": self.sched.get_last_lr()[0],
+        gen_s = self.batches.seconds["generate"]
+        metrics = batch.metrics
+        if rows is not None:  # the stats of the groups this step trains on; the buffer's own once, when fresh
+            groups = rows.view(-1, self.recipe.group_size)[:, 0] // self.recipe.group_size
+            share = step_stats(batch.rewards[groups], batch.correct[groups], select_rows(batch.ro, rows.tolist()))
+            metrics = {**(batch.metrics if stage_info["stage/fresh"] else {}), **share}
+        tokens = float(batch.ro.lengths.sum()) if rows is None else float(batch.ro.lengths[rows].sum())
+        m = {"step": self.step, **metrics, **stage_info, **upd, "lr": self.sched.get_last_lr()[0],
              "time/generate": gen_s, "time/score": t1 - t0 - gen_s, "time/update": t2 - t1,
-             "tokens_per_s/generate": tokens / max(gen_s, 1e-9), "tokens_per_s/step": tokens / max(t2 - t0, 1e-9)}
+             "tokens_per_s/generate": float(batch.metrics.get("tokens/generated", 0.0)) / max(gen_s, 1e-9) if gen_s else 0.0,
+             "tokens_per_s/step": tokens / max(t2 - t0, 1e-9)}
         self._guard_nonfinite(upd.get("nonfinite", 0.0))
         m["nonfinite_total"] = self.nonfinite_total
         return m

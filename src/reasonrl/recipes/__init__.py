@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..parts import Recipe
 from .grpo import DR_GRPO, GRPO
-from .objectives import CISPO, DAPO, EDAS_DAPO, GSPO, REINFORCE_PP, RLOO
+from .objectives import CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -17,7 +17,7 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO):
+for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO):
     register(_r)
 
 

@@ -3,7 +3,7 @@
 Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
 are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
 """
-from ..parts import EDAS, KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe
+from ..parts import EDAS, KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto
 from ..rewards import OverlongPenalty
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
@@ -98,4 +98,24 @@ EDAS_DAPO = Recipe(
     extra_rewards=DAPO.extra_rewards,
     sampling=DAPO.sampling,
     optim=DAPO.optim,
+)
+
+# Mu-GRPO: a few generate-then-train-many stages with a frozen behaviour policy, a relaxed trust region
+# for the stale rollouts, and the negative-advantage veto of post-trigger suffixes.
+MU_GRPO = Recipe(
+    name="mu_grpo",
+    paper="How off-policy can GRPO be? (Mu-GRPO), arXiv 2605.17570",
+    inferred=(
+        "stages.count=4 as the abstract's 'e.g. four'; each stage generates all its steps' prompts at once",
+        "relaxed clip band [0.5, 2.0] (clip_low=0.5, clip_high=1.0): a guess, the paper's bounds are not public",
+        "veto trigger 'out_of_band' (ratio leaves the relaxed band), trigger token included: inferred",
+        "agg=token-mean over the remaining tokens; kl off",
+        _SAME_AS_GRPO,
+    ),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.5, clip_high=1.0, agg="token-mean", veto=Veto()),
+    kl=KL(coef=0.0),
+    stages=Stages(count=4),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
 )
