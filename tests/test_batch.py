@@ -10,6 +10,8 @@ from reasonrl.rewards import OverlongPenalty
 from reasonrl.rollout import Rollouts
 from reasonrl.tasks import get_task
 
+from helpers import text_rollouts
+
 
 def test_group_filter_keeps_only_groups_whose_metric_varies():
     # spec (DAPO): groups [1,1,1,1], [0,0,0,0], [1,0,1,0] keep only the third
@@ -45,13 +47,7 @@ class FakeEngine:
                 right = kind(p) == 0 or (kind(p) == 2 and j % 2 == 0)
                 texts.append(f"A:{answer if right else int(answer) + 1}")
                 reasons.append("length" if j == 0 and kind(p) == 2 else "eos")
-        R = len(texts)
-        lengths = torch.tensor([len(t) for t in texts])
-        mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).long()
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
-                        prompt_ids=torch.ones(R, 1, dtype=torch.long), prompt_mask=torch.ones(R, 1, dtype=torch.long),
-                        completion_ids=mask.clone(), completion_mask=mask, logprobs=torch.zeros(mask.shape),
-                        finish_reasons=reasons, n=n, entropies=torch.zeros(mask.shape))
+        return text_rollouts(prompts, texts, n, reasons)
 
 
 def maker(recipe, task=None):
@@ -97,3 +93,25 @@ def test_overlong_filtering_masks_truncated_rows_and_the_penalty_uses_the_budget
     # budget 20, cache 20: free zone is 0 tokens, so a completion of L tokens is penalised -L/20
     lengths = batch.ro.lengths.float().view(-1, 4)
     assert torch.allclose(batch.rewards, batch.correct - lengths / 20)
+
+
+def test_corr_po_bonus_from_rollout_token_statistics_by_hand():
+    # spec vector, one response of three tokens:
+    #   p=[.5,.5], y=0: H=0.693147, g=sqrt(1-1+0.5)=0.707107
+    #   p=[.9,.1], y=0: H=0.325083, g=sqrt(1-1.8+0.82)=0.141421
+    #   p=[.99,.01], y=1: H=0.056002, g=sqrt(1-0.02+0.9802)=1.400071
+    # Pearson(H, g) = -0.472797 -> inversion bonus -0.1 * c = +0.0472797
+    import math
+
+    from reasonrl.parts import CorrBonus
+
+    logp = torch.tensor([[math.log(0.5), math.log(0.9), math.log(0.01), 0.0]])  # last column: padding
+    ent = torch.tensor([[0.693147, 0.325083, 0.056002, 0.0]])
+    p2 = torch.tensor([[0.5, 0.82, 0.9802, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0]])
+    ro = Rollouts(prompts=["p"], texts=["t"], prompt_ids=torch.ones(1, 1, dtype=torch.long),
+                  prompt_mask=torch.ones(1, 1, dtype=torch.long), completion_ids=torch.ones(1, 4, dtype=torch.long),
+                  completion_mask=mask, logprobs=logp, finish_reasons=["eos"], entropies=ent, sum_p2=p2)
+    out = CorrBonus(coef=0.1).score(["p"], ["t"], rollouts=ro)
+    assert abs(out.values[0] - 0.0472797) < 1e-5 and abs(out.metrics["corr/mean"] + 0.472797) < 1e-5
+    assert abs(CorrBonus(coef=0.1, sign="alignment").score(["p"], ["t"], rollouts=ro).values[0] + 0.0472797) < 1e-5

@@ -1,8 +1,7 @@
-import torch
-
 from reasonrl.eval.runner import EvalConfig, evaluate
-from reasonrl.rollout import Rollouts
 from reasonrl.tasks import get_task, take_items
+
+from helpers import text_rollouts
 
 
 class Scripted:
@@ -25,13 +24,7 @@ class Scripted:
             texts = [self._text(i, self.greedy(i)) for i in idx]
         else:
             texts = [self._text(i, self.sampled(i, j)) for i in idx for j in range(n)]
-        R = len(texts)
-        lengths = torch.tensor([len(t) for t in texts])
-        mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).long()
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
-                        prompt_ids=torch.zeros(R, 1, dtype=torch.long), prompt_mask=torch.ones(R, 1, dtype=torch.long),
-                        completion_ids=mask.clone(), completion_mask=mask, logprobs=torch.zeros(mask.shape),
-                        finish_reasons=["eos"] * R, n=n)
+        return text_rollouts(prompts, texts, n)
 
 
 def test_eval_metrics_from_scripted_outputs_by_hand():

@@ -28,13 +28,13 @@ def test_top_k_top_p_filter_by_hand():
 def test_sample_next_logprob_is_of_the_tempered_untruncated_distribution():
     # logits [0, ln 3] at T=1: p = [1/4, 3/4]. Greedy picks 1 with log(3/4).
     logits = torch.tensor([[0.0, math.log(3.0)]])
-    tok, lp, ent = sample_next(logits, temperature=0)
+    tok, lp, ent, p2 = sample_next(logits, temperature=0)
     assert tok.item() == 1 and lp.item() == pytest.approx(math.log(0.75))
-    # H = -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.562335
-    assert ent.item() == pytest.approx(0.562335, abs=1e-6)
+    # H = -(0.25 ln 0.25 + 0.75 ln 0.75) = 0.562335 ; sum p^2 = 0.0625 + 0.5625 = 0.625
+    assert ent.item() == pytest.approx(0.562335, abs=1e-6) and p2.item() == pytest.approx(0.625)
     # T=2: scaled logits [0, ln3/2]: p1 = sqrt3/(1+sqrt3) = 0.633975; top_k=1 forces token 1 but the
     # reported log-prob stays that of the tempered full distribution.
-    tok, lp, _ = sample_next(logits, temperature=2.0, top_k=1)
+    tok, lp, _, _ = sample_next(logits, temperature=2.0, top_k=1)
     assert tok.item() == 1 and lp.item() == pytest.approx(math.log(math.sqrt(3) / (1 + math.sqrt(3))), abs=1e-6)
 
 

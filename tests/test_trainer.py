@@ -47,7 +47,7 @@ def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_
     assert summary["steps"] == 3
 
 
-@pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo"])
+@pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo", "sage", "corr_po"])
 def test_every_objective_recipe_runs_end_to_end(name, tiny_dir, tmp_path):
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, steps=3, prompts_per_step=4,
                       eval_every=3, eval_problems=6, final_eval_problems=0, save_every=0)
@@ -288,3 +288,14 @@ def test_config_values_are_coerced_to_the_field_types():
         split_config({"optim": {"lr": "fast"}})
     with pytest.raises(ValueError, match="'steps' must be an integer, got '2.5'"):
         split_config({"steps": "2.5"})
+
+
+def test_runs_of_different_seeds_are_evaluated_on_the_same_held_out_problems(tiny_dir, tmp_path):
+    # compare's p-values assume one held-out set: the training seed must not pick the eval problems
+    before = []
+    for seed in (0, 1):
+        cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / f"s{seed}"), seed=seed, steps=0,
+                          final_eval_problems=8, final_eval_k=2, save_every=0, eval_every=0)
+        train_run(cfg, small_recipe())
+        before.append(json.loads((tmp_path / f"s{seed}" / "before.json").read_text()))
+    assert before[0] == before[1]

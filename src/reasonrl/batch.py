@@ -78,7 +78,8 @@ class BatchMaker:
         """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
         t0, G, rows = time.perf_counter(), self.recipe.group_size, [it for it in items for _ in range(self.recipe.group_size)]
         cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(), "truncated": ro.truncated.tolist(),
-                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows)}
+                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows),
+                "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
         res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
         total, metrics = torch.tensor(res.values), dict(res.metrics)
         correct = torch.tensor([float(is_correct(v)) for v in res.values])

@@ -35,7 +35,8 @@ class TrainConfig:
     prompts_per_step: int = 8
     micro_batch_size: int = 64  # rows per forward/backward; memory only, never the maths
     skip_zero_advantage_rows: bool = True  # exact when the loss is the policy term alone (trainer docs)
-    seed: int = 0
+    seed: int = 0  # training: prompt order, sampling, minibatch order
+    eval_seed: int = 0  # which held-out problems are evaluated: fixed, so runs of any seed share them
     out: str | None = None  # None: runs/<recipe>-<time>
     eval_every: int = 30  # greedy held-out pass@1 every N steps (0: off)
     eval_problems: int = 200

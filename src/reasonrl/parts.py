@@ -14,7 +14,8 @@ from typing import Any, Callable
 import torch
 
 from .advantages import edas, get_estimator, negative_veto_mask
-from .losses import entropy_bonus, kl_loss, policy_loss
+from .losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
+from .rewards.base import Reward, RewardResult
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,28 @@ class PolicyLoss:
 
 @dataclass(frozen=True)
 class KL:
-    """KL to a frozen reference model; the reference is only loaded when ``coef`` > 0."""
+    """KL to a frozen reference model; the reference is only loaded when ``coef`` > 0.
+
+    ``guide="branch"`` reshapes the anchor per token as SAGE (arXiv 2605.18864, official code
+    defaults): the reference becomes q * pi_ref with q = clamp(1 + ratio * relu(H - threshold),
+    q_min, q_max) from the policy's token entropy H, so uncertain tokens may rise above the
+    reference. (The token and random guides of :mod:`reasonrl.losses.anchors` need a step
+    schedule and an RNG and are not wired into the trainer yet.)
+    """
 
     coef: float = 0.0
     estimator: str = "k3"
+    guide: str | None = None  # None | branch
+    ratio: float = 0.3
+    threshold: float = 1.2
+    q_min: float = 0.6
+    q_max: float = 1.4
+
+    def __post_init__(self):
+        if self.guide not in (None, "branch"):
+            raise ValueError(f"kl.guide must be None or 'branch', got {self.guide!r}")
+        if self.guide and self.estimator != "k3":
+            raise ValueError("the SAGE anchor is defined with the k3 estimator; set kl.estimator=k3")
 
 
 @dataclass(frozen=True)
@@ -192,14 +211,45 @@ class Recipe:
         return out
 
 
+@dataclass(frozen=True)
+class CorrBonus(Reward):
+    """CorR-PO (arXiv 2605.17770; every formula inferred, see the spec) as a reward term: the
+    per-response Pearson/Spearman correlation c between the sampling policy's token entropy and the
+    logit-gradient norm sqrt(1 - 2 p_y + sum p^2) (closed form, no backward pass), turned into the
+    bonus -coef * c (``sign="inversion"``) or +coef * c (``"alignment"``: the spec flags the sign
+    as uncertain). Use it in ``Recipe.extra_rewards``; it reads the ``rollouts`` column the trainer
+    passes (token statistics recorded at sampling)."""
+
+    coef: float = 0.1
+    sign: str = "inversion"
+    method: str = "pearson"
+    min_tokens: int = 3
+    name: str = "corr_po"
+
+    def score(self, prompts, completions, **columns) -> RewardResult:
+        ro = columns.get("rollouts")
+        if ro is None or ro.entropies is None or ro.sum_p2 is None:
+            raise ValueError("CorrBonus needs the 'rollouts' column with entropies and sum_p2 (the HF engine records them)")
+        mask = ro.completion_mask.float()
+        p_y = torch.where(mask > 0, ro.logprobs.exp(), torch.zeros_like(mask))  # padding: p_y = sum p^2 = 0
+        grad = logit_grad_norm(p_y, ro.sum_p2) * mask  # (R, T)
+        _, bonus, metrics = corr_po_bonus(ro.entropies, grad, mask, coef=self.coef, sign=self.sign,
+                                          method=self.method, min_tokens=self.min_tokens)
+        return RewardResult([float(b) for b in bonus], metrics)
+
+
+
 def _describe(part: Any) -> str:
     if dataclasses.is_dataclass(part):
         return repr(part)
     return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
 
-def kl_term(logp, ref_logp, mask, kl: KL, **norm):
-    return kl_loss(logp, ref_logp, mask, coef=kl.coef, estimator=kl.estimator, **norm)
+def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, **norm):
+    if kl.guide is None:
+        return kl_loss(logp, ref_logp, mask, coef=kl.coef, estimator=kl.estimator, **norm)
+    return sage_kl_loss(logp, ref_logp, entropy, mask, coef=kl.coef, guide=kl.guide, ratio=kl.ratio,
+                        threshold=kl.threshold, q_min=kl.q_min, q_max=kl.q_max, **norm)
 
 
 def entropy_term(entropy, mask, coef: float, **norm):

@@ -41,7 +41,7 @@ def _check_fresh(run_dir: Path, resume: bool) -> None:
 def _final_eval(model, tok, task, cfg: TrainConfig, budget: int) -> dict[str, Any] | None:
     if cfg.final_eval_problems <= 0:
         return None
-    ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, k=cfg.final_eval_k, seed=cfg.seed,
+    ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, k=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=budget, max_rows=cfg.max_rows)
     summary, _ = evaluate_model(model, tok, task, ev_cfg)
     return summary

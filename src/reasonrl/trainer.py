@@ -105,7 +105,7 @@ class Trainer:
         loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
         agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
-            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, **agg)
+            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(), **agg)
             loss, metrics = loss + kl, {**metrics, **m}
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
@@ -189,7 +189,8 @@ class Trainer:
             order = torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
             self.stage = {"batch": batch, "order": order, "pos": 0, "steps": steps}
         st, G = self.stage, self.recipe.group_size
-        groups = st["order"].chunk(st["steps"])[st["pos"]] if len(st["order"]) else st["order"]
+        chunks = st["order"].chunk(st["steps"])  # fewer chunks than steps when a filter left few groups
+        groups = chunks[st["pos"]] if st["pos"] < len(chunks) else st["order"][:0]
         rows = (groups[:, None] * G + torch.arange(G)).flatten()
         info = {"stage/staleness": float(st["pos"]), "stage/fresh": float(st["pos"] == 0)}
         st["pos"] += 1
@@ -242,7 +243,7 @@ class Trainer:
             m = self.train_step()
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
                 ev, _ = evaluate_model(self.model, self.tok, self.task,
-                                       EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.seed,
+                                       EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.eval_seed,
                                                   max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
                 m["eval/pass@1"] = ev["pass@1"]
             self.log(m)

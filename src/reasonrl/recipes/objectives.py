@@ -3,7 +3,7 @@
 Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
 are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
 """
-from ..parts import EDAS, KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto
+from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto
 from ..rewards import OverlongPenalty
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
@@ -116,6 +116,42 @@ MU_GRPO = Recipe(
     loss=PolicyLoss(ratio="token", clip_low=0.5, clip_high=1.0, agg="token-mean", veto=Veto()),
     kl=KL(coef=0.0),
     stages=Stages(count=4),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# SAGE: keep the reverse KL but anchor it at q * pi_ref, q raised at high-entropy (branching) tokens.
+SAGE = Recipe(
+    name="sage",
+    paper="SAGE: Shaping Anchors for Guided Exploration, arXiv 2605.18864 (official code tally0818/SAGE)",
+    inferred=(
+        "branch guide with the official defaults (ratio 0.3, threshold 1.2 nats, q in [0.6, 1.4]); the tiny "
+        "reasoner's token entropies are mostly far below 1.2, so lower kl.threshold to see shaping on it",
+        "beta = kl.coef = 0.05 (official config), GRPO advantage and seq-mean-token-mean as TRL's loss_type=grpo",
+        _SAME_AS_GRPO,
+    ),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="seq-mean-token-mean"),
+    kl=KL(coef=0.05, estimator="k3", guide="branch"),
+    sampling=TINY_CPU_SAMPLING,
+    optim=TINY_CPU_OPTIM,
+)
+
+# CorR-PO: a reward bonus for a negative correlation, within a response, between token entropy and the
+# logit-gradient norm ("entropy-gradient inversion"); GRPO advantage on the regularised reward.
+CORR_PO = Recipe(
+    name="corr_po",
+    paper="CorR-PO / Entropy-Gradient Inversion, arXiv 2605.17770",
+    inferred=(
+        "every formula is inferred from the abstract: logit-gradient norm sqrt(1 - 2 p_y + sum p^2) of the "
+        "sampling distribution, per-response Pearson correlation, bonus -0.1 * c added to the 0/1 reward",
+        "the sign is uncertain (for sampled tokens H and this norm usually move together): the correlation is "
+        "logged as corr/mean; flip with a recipe using CorrBonus(sign='alignment')",
+        _SAME_AS_GRPO,
+    ),
+    advantage=Advantage("grpo"),
+    loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="seq-mean-token-mean"),
+    extra_rewards=((CorrBonus(coef=0.1), 1.0),),
     sampling=TINY_CPU_SAMPLING,
     optim=TINY_CPU_OPTIM,
 )

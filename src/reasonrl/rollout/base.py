@@ -43,6 +43,7 @@ class Rollouts:
     finish_reasons: list[str]  # (R,) "eos" | "stop" | "length"
     n: int = 1
     entropies: torch.Tensor | None = None  # (R, T) entropy of the sampling distribution per token, 0 on padding
+    sum_p2: torch.Tensor | None = None  # (R, T) sum of squared sampling probabilities per token, 0 on padding
     extras: dict = field(default_factory=dict)
 
     @property
@@ -62,7 +63,8 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     prompt_mask=ro.prompt_mask[idx], completion_ids=ro.completion_ids[idx],
                     completion_mask=ro.completion_mask[idx], logprobs=ro.logprobs[idx],
                     finish_reasons=pick(ro.finish_reasons), n=ro.n,
-                    entropies=None if ro.entropies is None else ro.entropies[idx])
+                    entropies=None if ro.entropies is None else ro.entropies[idx],
+                    sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx])
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -76,7 +78,10 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         extra = torch.full((x.shape[0], width - x.shape[1]), value, dtype=x.dtype)
         return torch.cat([extra, x] if left else [x, extra], dim=1)
 
-    ents = [p.entropies for p in parts]
+    def cat_optional(name: str) -> torch.Tensor | None:
+        found = [getattr(p, name) for p in parts]
+        return None if any(x is None for x in found) else torch.cat([pad(x, T, False) for x in found])
+
     return Rollouts(
         prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
         prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
@@ -85,7 +90,7 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
         logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
         finish_reasons=sum((p.finish_reasons for p in parts), []), n=parts[0].n,
-        entropies=None if any(e is None for e in ents) else torch.cat([pad(e, T, False) for e in ents]),
+        entropies=cat_optional("entropies"), sum_p2=cat_optional("sum_p2"),
     )
 
 

@@ -34,6 +34,7 @@ class _Decode:
         self.ids = torch.full((rows, max_new), pad, dtype=torch.long)
         self.logp = torch.zeros(rows, max_new)
         self.ent = torch.zeros(rows, max_new)
+        self.sum_p2 = torch.zeros(rows, max_new)
         self.length = torch.zeros(rows, dtype=torch.long)
         self.reason = ["length"] * rows
 
@@ -75,13 +76,14 @@ class HFEngine:
             self.model.train(was_training)
         steps = int(st.length.max()) if len(st.length) else 0
         comp_ids, comp_logp, comp_ent = st.ids[:, :steps], st.logp[:, :steps], st.ent[:, :steps]
+        comp_p2 = st.sum_p2[:, :steps]
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
         return Rollouts(
             prompts=[p for p in prompts for _ in range(n)], texts=texts,
             prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
             completion_ids=comp_ids, completion_mask=comp_mask, logprobs=comp_logp * comp_mask,
-            finish_reasons=st.reason, n=n, entropies=comp_ent * comp_mask,
+            finish_reasons=st.reason, n=n, entropies=comp_ent * comp_mask, sum_p2=comp_p2 * comp_mask,
         )
 
     def _decode(self, ids, mask, n: int, sp: SamplingParams, gen) -> _Decode:
@@ -95,11 +97,11 @@ class HFEngine:
         st = _Decode(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
         active = torch.ones(len(logits), dtype=torch.bool)  # (rows,) current rows still generating
         for t in range(sp.max_new_tokens):
-            token, lp, ent = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
-            token = token.cpu().masked_fill(~active, self.tok.pad_token_id)
+            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
+            token = out.token.cpu().masked_fill(~active, self.tok.pad_token_id)
             rows = st.alive[active]
-            st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], lp.cpu()[active], t + 1
-            st.ent[rows, t] = ent.cpu()[active]
+            st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], out.logprob.cpu()[active], t + 1
+            st.ent[rows, t], st.sum_p2[rows, t] = out.entropy.cpu()[active], out.sum_p2.cpu()[active]
             active &= ~self._newly_done(st, token, active, t, sp.stop)
             if not active.any():
                 break

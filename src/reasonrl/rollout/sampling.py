@@ -1,6 +1,8 @@
 """Pure next-token sampling maths: (R, V) logits in, (R,) tokens and log-probs out."""
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 
@@ -23,10 +25,17 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0)
     return out
 
 
+class Sampled(NamedTuple):
+    token: torch.Tensor  # (R,)
+    logprob: torch.Tensor  # (R,) log-prob of the token under the tempered, untruncated distribution
+    entropy: torch.Tensor  # (R,) entropy of that distribution
+    sum_p2: torch.Tensor  # (R,) sum of its squared probabilities (CorR-PO's logit-gradient norm needs it)
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return it, its log-prob and the entropy of the temperature-scaled,
-    untruncated distribution (greedy rows: temperature 1). (R, V) -> (R,), (R,), (R,)."""
+                generator: torch.Generator | None = None) -> Sampled:
+    """Sample one token per row from (R, V) logits (greedy at temperature 0, whose statistics are
+    those of temperature 1)."""
     logits = logits.float()
     if temperature == 0:
         token = logits.argmax(-1)  # (R,)
@@ -36,5 +45,6 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
         logp = scaled.log_softmax(-1)  # (R, V)
         probs = filter_top_k_top_p(scaled, top_k, top_p).softmax(-1)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (R,)
-    entropy = -(logp.exp() * logp).sum(-1)  # (R,)
-    return token, logp.gather(-1, token[:, None]).squeeze(-1), entropy
+    probs_full = logp.exp()  # (R, V)
+    entropy = -(probs_full * logp).sum(-1)  # (R,)
+    return Sampled(token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, (probs_full * probs_full).sum(-1))
