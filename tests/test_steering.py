@@ -59,3 +59,28 @@ def test_steered_samples_differ_and_are_rescored_without_the_hook(sharp_tiny):
     with pytest.raises(RuntimeError, match="boom"), steer(model, 1, unit, scale, [1.0]):
         raise RuntimeError("boom")
     assert set(model.model.layers[1]._forward_hooks) == hooks_before  # ours removed even after an error
+
+
+def test_a_steered_recipe_trains_and_logs_from_its_saved_config(tiny_dir, tmp_path):
+    # VSPO's rollouts through the trainer: the steering part composes with grpo and survives config.yaml
+    import dataclasses
+    import json
+
+    import yaml
+
+    from reasonrl.config import TrainConfig, apply_overrides, split_config
+    from reasonrl.parts import Steering
+    from reasonrl.recipes import get_recipe
+    from reasonrl.run import train_run
+
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4,
+                                 steering=Steering(layer=1, alpha_max=2.0, positive=("1+1=?\n",), negative=("9+9=?\n",)))
+    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=2, eval_every=0,
+                      final_eval_problems=0, save_every=0)
+    train_run(cfg, recipe)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and all("reward/mean" in r for r in rows)
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["steering"]["positive"] == ["1+1=?\n"]
+    _, over = split_config({"steering": saved["steering"]})
+    assert apply_overrides(get_recipe("grpo"), over).steering.alpha_max == 2.0

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import torch
 
 from .models.scoring import score_completions
+from .models.steering import generate_steered, intensity_grid, steering_vector
 from .parts import Recipe
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
@@ -52,6 +53,8 @@ class BatchMaker:
         self.task, self.recipe, self.engine, self.sampler, self.budget = task, recipe, engine, sampler, budget
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
         self.reward_fn = TaskReward(task)
+        st = recipe.steering  # a frozen steering direction, computed once from the initial model (VSPO)
+        self.steer = None if st is None else steering_vector(engine.model, engine.tok, st.positive, st.negative, st.layer)
         self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
         self.items_drawn = 0
         self.stream: Iterator[Item] = task.iter_items("train", seed)
@@ -70,7 +73,14 @@ class BatchMaker:
     def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
         items, s, t0 = self.draw(n_prompts), self.recipe.sampling, time.perf_counter()
         sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
-        ro = self.engine.generate([it.prompt for it in items], self.recipe.group_size, sp, generator=self.sampler)
+        prompts, st = [it.prompt for it in items], self.recipe.steering
+        if st is None:
+            ro = self.engine.generate(prompts, self.recipe.group_size, sp, generator=self.sampler)
+        else:
+            unit, scale = self.steer
+            ro = generate_steered(self.engine, prompts, sp, unit=unit, scale=scale, layer=st.layer,
+                                  alphas=intensity_grid(self.recipe.group_size, st.alpha_max),
+                                  generator=self.sampler, is_correction=st.is_correction)
         self.seconds["generate"] += time.perf_counter() - t0
         return items, ro
 

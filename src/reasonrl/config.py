@@ -17,11 +17,11 @@ from typing import Any
 
 import yaml
 
-from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages
+from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
-                   "group_filter": GroupFilter, "stages": Stages}
-OPTIONAL_SECTIONS = ("group_filter", "stages")  # None turns the part off; a mapping turns it on / changes it
+                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering}
+OPTIONAL_SECTIONS = ("group_filter", "stages", "steering")  # None turns the part off; a mapping turns it on / changes it
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated")
 
 
@@ -175,6 +175,15 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     return dataclasses.replace(recipe, **changes)
 
 
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively: YAML's safe dumper writes lists, not tuples."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     data = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(data, dict):
@@ -187,6 +196,6 @@ def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
     out = dataclasses.asdict(cfg)
     for name in RECIPE_SECTIONS:
         part = getattr(recipe, name)
-        out[name] = None if part is None else dataclasses.asdict(part)
+        out[name] = None if part is None else _plain(dataclasses.asdict(part))
     out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
     return out

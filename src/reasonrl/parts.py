@@ -158,6 +158,25 @@ class Stages:
 
 
 @dataclass(frozen=True)
+class Steering:
+    """VSPO rollouts (arXiv 2605.15604; specifics inferred): each group's samples are generated at
+    a linear grid of steering intensities 0..alpha_max along the unit mean-activation difference
+    between ``positive`` and ``negative`` texts at decoder layer ``layer`` (scaled by the mean
+    residual norm there); the update is on the unsteered policy, whose re-scored log-probs are
+    the behaviour log-probs unless ``is_correction``."""
+
+    layer: int = 1
+    alpha_max: float = 4.0
+    positive: tuple[str, ...] = ()
+    negative: tuple[str, ...] = ()
+    is_correction: bool = False
+
+    def __post_init__(self):
+        if not self.positive or not self.negative:
+            raise ValueError("Steering needs positive and negative example texts to build its vector")
+
+
+@dataclass(frozen=True)
 class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
@@ -196,6 +215,7 @@ class Recipe:
     group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
     mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
+    steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
@@ -205,6 +225,7 @@ class Recipe:
         out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
                    group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
                    stages=None if self.stages is None else dataclasses.asdict(self.stages),
+                   steering=None if self.steering is None else dataclasses.asdict(self.steering),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])
