@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Callable, Iterator
 
 import torch
 
@@ -118,7 +118,7 @@ class BatchMaker:
                 rows = [g * G + j for g in groups for j in range(G)]
                 kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups]))
                 n_kept += len(groups)
-        out = _merge(stats)
+        out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
             out.update({"dynamic/rounds": rounds, "dynamic/prompts_generated": generated,
                         "dynamic/groups_kept": n_kept, "dynamic/groups_dropped": generated - n_kept,
@@ -156,16 +156,18 @@ class BatchMaker:
         return self.prepare(self.collect(n_prompts))
 
 
-def _merge(stats: list[tuple[float, dict[str, float]]]) -> dict[str, float]:
-    """Row-weighted mean of per-round statistics (maxima stay maxima, token counts add up)."""
-    total = sum(w for w, _ in stats) or 1.0
-    out: dict[str, Any] = {}
-    for key in {k for _, m in stats for k in m}:
-        vals = [(w, m[key]) for w, m in stats if key in m]
-        if "max" in key:
-            out[key] = max(v for _, v in vals)
-        elif key.startswith("tokens/"):
+def merge_metrics(parts: list[tuple[float, dict[str, float]]],
+                  additive: Callable[[str], bool] = lambda key: False) -> dict[str, float]:
+    """Combine weighted metric dicts: ``additive`` keys add up, keys with 'max' take the maximum,
+    everything else is a weighted mean (keys in sorted order, so logs are stable across runs)."""
+    out: dict[str, float] = {}
+    total = sum(w for w, _ in parts) or 1.0
+    for key in sorted({k for _, m in parts for k in m}):
+        vals = [(w, m[key]) for w, m in parts if key in m]
+        if additive(key):
             out[key] = sum(v for _, v in vals)
+        elif "max" in key:
+            out[key] = max(v for _, v in vals)
         else:
             out[key] = sum(w * v for w, v in vals) / total
     return out

@@ -284,7 +284,5 @@ def _compare_table(report: dict[str, Any], out: Path) -> Table:
     return table
 
 
-def main() -> None:  # pragma: no cover - console-script entry
-    app()
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`
     app()

@@ -6,7 +6,6 @@ reaches ``until_pass``: that is how the shipped base is put in the RL learning z
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -15,6 +14,7 @@ import torch
 
 from .eval.runner import EvalConfig, evaluate_model
 from .tasks import Item, Task
+from .trainer import lr_lambda
 
 IGNORE = -100
 
@@ -51,21 +51,13 @@ def sft_batch(items: list[Item], tokenizer) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
-def lr_factor(step: int, warmup: int, total: int | None) -> float:
-    """Linear warmup, then cosine decay to 10% when the total is known (constant otherwise)."""
-    if step < warmup:
-        return (step + 1) / warmup
-    if not total:
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None] = lambda m: None) -> dict:
     """Train in place; returns the last eval summary (or {} if none ran)."""
     torch.manual_seed(cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg.warmup, None if cfg.seconds else cfg.steps))
+    # linear warmup, then cosine to 10% over the steps (constant when the budget is wall-clock)
+    schedule = lr_lambda(cfg.warmup, cfg.steps, "constant" if cfg.seconds else "cosine", min_ratio=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     stream, start, last_eval = task.iter_items("train", cfg.seed), time.perf_counter(), {}
     for step in range(cfg.steps):
         model.train()

@@ -18,7 +18,7 @@ import torch
 from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
-from .batch import Batch, BatchMaker, step_stats
+from .batch import Batch, BatchMaker, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
@@ -138,7 +138,7 @@ class Trainer:
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
             parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
-        out = _weighted(parts)
+        out = merge_metrics(parts, additive=_additive)
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - len(live) / max(len(rows), 1)
         if finite:
@@ -172,7 +172,7 @@ class Trainer:
                 continue
             for rows in order.chunk(o.minibatches):
                 results.append(self._optimizer_step(b, rows))
-        out = _weighted([(1.0, r) for r in results], sum_terms=False)  # mean over optimiser steps
+        out = merge_metrics([(1.0, r) for r in results])  # mean over optimiser steps
         out["nonfinite"] = sum(r["nonfinite"] for r in results)
         return out
 
@@ -254,19 +254,3 @@ class Trainer:
 def _additive(key: str) -> bool:
     # loss terms are normalised by the minibatch's global counts, so micro-batch values add up
     return key == "loss/policy" or key.endswith("_term")
-
-
-def _weighted(parts: list[tuple[float, dict[str, float]]], sum_terms: bool = True) -> dict[str, float]:
-    """Combine metric dicts: loss terms add up (when ``sum_terms``), keys with 'max' take the
-    maximum, everything else is a weighted mean."""
-    out: dict[str, float] = {}
-    total = sum(w for w, _ in parts) or 1.0
-    for key in sorted({k for _, m in parts for k in m}):
-        vals = [(w, m[key]) for w, m in parts if key in m]
-        if sum_terms and _additive(key):
-            out[key] = sum(v for _, v in vals)
-        elif "max" in key:
-            out[key] = max(v for _, v in vals)
-        else:
-            out[key] = sum(w * v for w, v in vals) / total
-    return out
