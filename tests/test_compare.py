@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.compare import RunResult, area_under, collect, compare, table_rows
+import yaml
+
+from reasonrl.compare import RunResult, area_under, collect, compare, parse_variant, run_dir_name, table_rows
 
 
 def test_area_under_the_curve_is_the_mean_accuracy_over_training():
@@ -41,12 +43,23 @@ def test_collect_reads_a_run_folder(tmp_path):
     assert res.auc == pytest.approx((0.4 + 0.6) / 2)
 
 
+def test_variant_entries_parse_into_a_recipe_and_its_overrides():
+    assert parse_variant("vspo") == ("vspo", [])
+    assert parse_variant("vspo:steering=null:group_size=4") == ("vspo", ["steering=null", "group_size=4"])
+    with pytest.raises(ValueError, match="bad part"):
+        parse_variant("dapo:clip_high")
+    assert run_dir_name("vspo:steering=null") == "vspo__steering=null"
+
+
 def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, tmp_path):
     extra = [f"model={tiny_dir}", "prompts_per_step=2", "group_size=2", "eval_every=1", "eval_problems=4",
              "final_eval_problems=4", "final_eval_k=0", "save_every=0"]
     # one good comparison, then one whose run crashes (an unknown task): the crash is reported
-    report = compare(["grpo"], 1, 2, tmp_path, extra=extra)
+    # a variant entry: the recipe with its own override, in its own run folder
+    report = compare(["grpo:loss.clip_high=0.3"], 1, 2, tmp_path, extra=extra)
     assert report["table"][0]["runs_ok"] == 1 and (tmp_path / "compare.png").stat().st_size > 0
+    saved = yaml.safe_load((tmp_path / "grpo__loss.clip_high=0.3-seed0" / "config.yaml").read_text())
+    assert saved["loss"]["clip_high"] == 0.3 and saved["recipe"] == "grpo"
     crashed = compare(["grpo"], 1, 2, tmp_path / "bad", task="no-such-task", extra=extra)
     run = crashed["runs"][0]
     assert not run["ok"] and "no-such-task" in run["error"] and crashed["table"][0]["runs_failed"] == 1

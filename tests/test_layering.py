@@ -14,7 +14,7 @@ LAYERS = {
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
     "models": 2, "tasks": 2, "rollout": 2, "parts": 2,
     "config": 3, "recipes": 3,
-    "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
+    "trainer": 4, "batch": 4, "beam": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
     "compare": 5, "cli": 6,
 }
 

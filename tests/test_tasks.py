@@ -131,3 +131,32 @@ def test_parquet_and_hf_dataset_dir_with_explicit_test_file(tmp_path):
 def test_item_is_a_plain_record():
     it = Item(key="k", prompt="p", answer="a")
     assert it.meta == {} and it.demo is None
+
+
+def test_spaced_style_of_a_demonstration_by_hand():
+    from reasonrl.tasks.arithmetic import SPACED_RE, spaced
+
+    assert spaced("7+5+0=12,4+8+1=13\nA:432") == "7 + 5 + 0 = 12,4 + 8 + 1 = 13\nA:432"
+    # the negative marker and an intermediate result keep their form; the answer line is untouched
+    assert spaced("~7-5-0=2>-132\nA:-139") == "~7 - 5 - 0 = 2>-132\nA:-139"
+    import re
+    assert re.search(SPACED_RE, "1 + 2") and not re.search(SPACED_RE, "1+2 =3")
+
+
+def test_spaced_rate_marks_a_hash_chosen_share_of_demos_and_widens_the_budget():
+    from reasonrl.tasks import get_task, take_items
+    from reasonrl.tasks.arithmetic import SPACED_RE
+    import re
+
+    plain, styled = get_task("arithmetic"), get_task("arithmetic", spaced_rate=0.3)
+    assert plain.max_new_tokens == 51  # the default budget is unchanged
+    assert styled.max_new_tokens == 51 + 4 * 6  # 4 columns (max_digits + 1) x 2 spaces x 3 operators
+    items = take_items(styled, "train", 400)
+    share = sum(bool(re.search(SPACED_RE, it.demo)) for it in items) / len(items)
+    assert 0.22 < share < 0.38  # 0.3 +- 3.5 binomial std (0.023)
+    assert all(styled.verify(it.demo, it.answer, it.meta) == 1.0 for it in items)
+    assert len(max((it.demo for it in items), key=len)) <= styled.max_new_tokens
+    assert styled.diagnostics(["1 + 2 = 3\nA:3", "1+2=3\nA:3"], [{}, {}]) == {"spaced_rate": 0.5}
+    assert plain.diagnostics(["1 + 2"], [{}]) == {}
+    with pytest.raises(ValueError, match="spaced_rate"):
+        get_task("arithmetic", spaced_rate=1.5)

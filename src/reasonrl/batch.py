@@ -6,18 +6,22 @@ dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` 
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
+from .beam import beam_rollout
 from .models.scoring import score_completions
 from .models.steering import generate_steered, intensity_grid, steering_vector
 from .parts import Recipe
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
+from .rollout.branch import token_char_offsets
 from .tasks import Item, Task, TaskReward, is_correct, reward_columns
+from .tasks.base import stable_seed
 
 
 @dataclass
@@ -73,8 +77,13 @@ class BatchMaker:
     def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
         items, s, t0 = self.draw(n_prompts), self.recipe.sampling, time.perf_counter()
         sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
-        prompts, st = [it.prompt for it in items], self.recipe.steering
-        if st is None:
+        prompts, st, beam = [it.prompt for it in items], self.recipe.steering, self.recipe.beam
+        if st is not None and beam is not None:
+            raise ValueError("a recipe cannot both steer (steering) and branch (beam) its rollouts")
+        if beam is not None:  # seeded by the task position, so a resumed run branches the same way
+            rng = random.Random(stable_seed(self.seed, self.items_drawn))
+            ro = beam_rollout(self.engine, self.task, items, self.recipe.group_size, sp, beam, self.sampler, rng)
+        elif st is None:
             ro = self.engine.generate(prompts, self.recipe.group_size, sp, generator=self.sampler)
         else:
             unit, scale = self.steer
@@ -91,8 +100,8 @@ class BatchMaker:
                 "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows),
                 "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
         res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
-        total, metrics = torch.tensor(res.values), dict(res.metrics)
         correct = torch.tensor([float(is_correct(v)) for v in res.values])
+        total, metrics = self.recipe.task_reward_weight * torch.tensor(res.values), dict(res.metrics)
         for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
             total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
@@ -111,7 +120,8 @@ class BatchMaker:
             items, ro = self.rollout(n_prompts)
             rewards, correct, metrics = self.reward(items, ro)
             rounds, generated = rounds + 1, generated + len(items)
-            stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics}))
+            stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics,
+                                                 **ro.extras.get("metrics", {})}))
             keep = f.keep(rewards, correct) if f else torch.ones(len(items), dtype=torch.bool)
             groups = keep.nonzero().squeeze(-1).tolist()[: n_prompts - n_kept]
             if groups:
@@ -135,7 +145,8 @@ class BatchMaker:
         adv = self.recipe.advantage(b.rewards) if len(b.items) else torch.zeros(0, G)  # (B, G) or (B, G, T)
         answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
         ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
-               "task": self.task}
+               "task": self.task,
+               "char_offsets": lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])])}
         for shaper in self.recipe.shapers if len(b.items) else ():  # an empty batch has nothing to shape
             out = shaper(adv, ctx)
             adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})

@@ -243,7 +243,8 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 
 @app.command("compare")
 def compare_cmd(
-    recipes: str = typer.Option(..., help="Comma-separated recipe names; p-values are against the first."),
+    recipes: str = typer.Option(..., help="Comma-separated recipe names, each optionally with its own overrides "
+                                "(name:key=value:...); p-values are against the first."),
     seeds: int = typer.Option(3, help="Seeds per recipe."),
     steps: int = typer.Option(60, help="Training steps of every run."),
     task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
@@ -251,12 +252,15 @@ def compare_cmd(
     args: Optional[List[str]] = typer.Argument(None, help="key=value overrides given to every run."),
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
-    from .compare import compare
+    from .compare import compare, parse_variant
+    from .config import apply_overrides
     from .recipes import get_recipe
 
     names = [r.strip() for r in recipes.split(",") if r.strip()]
-    for name in names:
-        get_recipe(name)  # fail before any run on an unknown name
+    for entry in names:  # fail before any run on an unknown name or a malformed override
+        name, own = parse_variant(entry)
+        cfg, overrides = _train_config([*(args or []), *own], name, None, task, steps, None, False)
+        apply_overrides(get_recipe(cfg.recipe), overrides)
     with _progress() as bar:
         job = bar.add_task("comparing", total=len(names) * seeds, info="")
 

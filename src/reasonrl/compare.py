@@ -5,11 +5,15 @@ reported and the others go on. All runs share the task, steps and held-out set; 
 final held-out greedy pass@1 (mean ± std over seeds, ddof=1), the best seed, the area under the
 held-out accuracy curve (mean accuracy over training, from step 0), wall-clock training time,
 tokens generated, and Welch's t-test p-value of each recipe's final pass@1 against the first's.
+
+A recipe entry may carry overrides after colons, ``vspo:steering=null`` or
+``dapo:loss.clip_high=0.35:group_size=16``: a variant compared as its own row (an ablation).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -34,10 +38,24 @@ class RunResult:
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
 
 
+def parse_variant(entry: str) -> tuple[str, list[str]]:
+    """``name[:key=value[:key=value...]]`` -> (recipe name, its own overrides)."""
+    name, *overrides = entry.split(":")
+    bad = [o for o in overrides if "=" not in o]
+    if not name or bad:
+        raise ValueError(f"recipe entry {entry!r}: expected name[:key=value...], bad part(s) {bad or [name]}")
+    return name, overrides
+
+
+def run_dir_name(entry: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", entry.replace(":", "__"))
+
+
 def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, extra: list[str]) -> RunResult:
-    run_dir = out / f"{recipe}-seed{seed}"
-    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", recipe, "--steps", str(steps),
-           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra]
+    run_dir = out / f"{run_dir_name(recipe)}-seed{seed}"
+    name, own = parse_variant(recipe)
+    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", name, "--steps", str(steps),
+           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra, *own]
     env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}  # a plain traceback: its last line names the error
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:

@@ -17,12 +17,12 @@ from typing import Any
 
 import yaml
 
-from .parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
+from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
-                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering}
-OPTIONAL_SECTIONS = ("group_filter", "stages", "steering")  # None turns the part off; a mapping turns it on / changes it
-RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated")
+                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling}
+OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam")  # None turns the part off; a mapping turns it on / changes it
+RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 
 from .advantages import edas, get_estimator, negative_veto_mask
+from .advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
 from .losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
 from .rewards.base import Reward, RewardResult
 
@@ -47,6 +48,43 @@ class EDAS:
     def __call__(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         return edas(adv, ctx["answers"], ctx["correct"], gamma=self.gamma, none_policy=self.none_policy,
                     lambda_min=self.lambda_min, lambda_max=self.lambda_max)
+
+
+@dataclass(frozen=True)
+class StepCredit:
+    """SAPO (arXiv 2605.17648): replace the sequence advantage by one group-relative advantage per
+    reasoning step, given only to that step's tokens (its thinking block and its SID token).
+
+    The task segments a completion and scores each step: ``task.step_rewards(completion, meta,
+    mode) -> (spans, rewards)`` with one ``(start, end)`` character span (or None) and one reward per
+    step. Tokens outside every step get 0 (``outside="zero"``, the spec's default) or the sequence
+    advantage from the estimator (``"outcome"``). Step rewards: ``position_match`` (the default;
+    inferred) or ``prefix_match``.
+    """
+
+    mode: str = "position_match"
+    outside: str = "zero"
+    eps: float = 1e-6
+    unbiased: bool = True
+
+    def __call__(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        task, ro, G = ctx["task"], ctx["rollouts"], adv.shape[1]
+        if not hasattr(task, "step_rewards"):
+            raise ValueError(f"StepCredit (SAPO) needs a task that segments completions into steps "
+                             f"(task.step_rewards); task {task.name!r} does not (try --task recommend)")
+        metas = [it.meta for it in ctx["items"] for _ in range(G)]
+        segs = [task.step_rewards(text, meta, self.mode) for text, meta in zip(ro.texts, metas)]
+        rewards = torch.tensor([r for _, r in segs], dtype=torch.float32)  # (R, K)
+        step_adv = step_advantages(rewards.view(adv.shape[0], G, -1), eps=self.eps, unbiased=self.unbiased)  # (B, G, K)
+        T = ro.completion_ids.shape[1]
+        offsets = [ctx["char_offsets"](r) for r in range(len(ro.texts))]  # per row: each token's (start, end) characters
+        token_step = char_spans_to_token_steps([s for s, _ in segs], offsets, T)  # (R, T)
+        outcome = adv.reshape(-1) if self.outside == "outcome" else None  # (R,)
+        out = token_step_advantages(step_adv.flatten(0, 1), token_step, self.outside, outcome)  # (R, T)
+        inside = (token_step >= 0).float() * ro.completion_mask  # (R, T)
+        metrics = {f"steps/reward_level{k}": float(v) for k, v in enumerate(rewards.mean(0))}
+        metrics["steps/token_coverage"] = float(inside.sum() / ro.completion_mask.sum().clamp(min=1))
+        return out.view(adv.shape[0], G, T), metrics
 
 
 @dataclass(frozen=True)
@@ -177,6 +215,26 @@ class Steering:
 
 
 @dataclass(frozen=True)
+class BeamSampling:
+    """CodeThinker's dynamic beam sampling (arXiv 2605.17958; inferred minimal variant of the spec):
+    of a group's G completions, ``round(G * first_frac)`` are sampled independently and the rest are
+    branched from the ``k = min(k_max, rest)`` best prefixes, cut where the task says the reasoning
+    first goes wrong (``task.branch_point``). The budget G is never exceeded."""
+
+    first_frac: float = 0.5
+    k_max: int = 2
+
+    def __post_init__(self):
+        if not 0.0 < self.first_frac <= 1.0 or self.k_max < 1:
+            raise ValueError(f"BeamSampling needs 0 < first_frac <= 1 and k_max >= 1, got {self}")
+
+    def plan(self, group_size: int) -> tuple[int, int]:
+        """(B0 independent samples, k prefixes to branch from) for a budget of ``group_size``."""
+        b0 = min(group_size, max(1, round(group_size * self.first_frac)))
+        return b0, min(self.k_max, group_size - b0)
+
+
+@dataclass(frozen=True)
 class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
@@ -212,10 +270,14 @@ class Recipe:
     sampling: Sampling = Sampling()
     optim: Optim = Optim()
     extra_rewards: tuple[tuple[Callable[..., Any], float], ...] = ()  # (reward fn, weight) added to the task's
+    # weight of the task's own verifier in the total reward: 0 when a method's reward replaces it (SSPO, TEMPO,
+    # CodeThinker); raw correctness (filters, accuracy, EDAS) always comes from the verifier
+    task_reward_weight: float = 1.0
     group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
     mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
+    beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     def describe(self) -> dict[str, Any]:
@@ -223,9 +285,11 @@ class Recipe:
         for f in ("advantage", "loss", "kl", "sampling", "optim"):
             out[f] = dataclasses.asdict(getattr(self, f))
         out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
+                   task_reward_weight=self.task_reward_weight,
                    group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
                    stages=None if self.stages is None else dataclasses.asdict(self.stages),
                    steering=None if self.steering is None else dataclasses.asdict(self.steering),
+                   beam=None if self.beam is None else dataclasses.asdict(self.beam),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

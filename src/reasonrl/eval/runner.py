@@ -76,6 +76,9 @@ def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
         summary.update({f"pass@{cfg.k}": mean_pass_at_k(correct, cfg.k), f"avg@{cfg.k}": avg_at_k(correct),
                         f"maj@{cfg.k}": maj_at_k(answers, correct)})
     summary.update(_shape_stats(greedy, sampled))
+    diagnostics = getattr(task, "diagnostics", None)  # optional: task-specific rates (e.g. TEMPO's leakage)
+    if diagnostics is not None:
+        summary.update(diagnostics([r["completion"] for r in greedy], [it.meta for it in items]))
     return summary, greedy + sampled
 
 

@@ -25,6 +25,9 @@ from .format import FormatRegex, RequiredSections
 from .length import LengthPenalty, OverlongPenalty, completion_lengths
 from .match import ExactMatch, NumericMatch, column_values
 from .mathverify import MathVerify
+from .sets import SetReward
+from .steps import SidExact, SidLevels
+from .temporal import TempoReward
 
 __all__ = [
     "Reward",
@@ -41,6 +44,10 @@ __all__ = [
     "OverlongPenalty",
     "LengthPenalty",
     "Weighted",
+    "TempoReward",
+    "SidExact",
+    "SidLevels",
+    "SetReward",
     "ComponentError",
     "REWARDS",
     "get_reward",
@@ -65,6 +72,10 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "sections": RequiredSections,
     "overlong": OverlongPenalty,
     "length": LengthPenalty,
+    "tempo": TempoReward,
+    "sid_exact": SidExact,
+    "sid_levels": SidLevels,
+    "sspo": SetReward,
 }
 
 

@@ -8,9 +8,12 @@ from .arithmetic import ArithmeticTask
 from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
 from .files import FileTask
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
+from .diagnosis import DiagnosisTask
+from .recommend import RecommendTask
+from .temporal import TemporalTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "diagnosis": DiagnosisTask, "recommend": RecommendTask, "temporal": TemporalTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -30,7 +33,7 @@ def get_task(spec: str | None = None, **options: Any) -> Task:
 
 def list_tasks() -> list[dict[str, Any]]:
     """Every built-in task and reasoning-gym dataset with its options and their defaults."""
-    out = [{"name": "arithmetic", "kind": "builtin", "options": _dataclass_defaults(ArithmeticTask().config)}]
+    out = [{"name": name, "kind": "builtin", "options": _dataclass_defaults(cls().config)} for name, cls in BUILTIN.items()]
     out += [{"name": f"rg:{n}", "kind": "reasoning-gym", "options": rg_config_fields(n)} for n in rg_dataset_names()]
     return out
 
@@ -41,5 +44,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "DiagnosisTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

@@ -30,6 +30,9 @@ class ArithmeticConfig:
     terms: int = 2
     ops: str = "+"  # any of "+", "-", "+-"
     test_fraction: float = 0.1
+    # fraction of demonstrations (chosen by a hash of the problem) whose chain of thought puts spaces
+    # around operators, ``7 + 5 + 0 = 12``: a rare style, the target behaviour of the vspo recipe
+    spaced_rate: float = 0.0
 
     def __post_init__(self):
         if not 1 <= self.min_digits <= self.max_digits:
@@ -38,6 +41,8 @@ class ArithmeticConfig:
             raise ValueError(f"terms must be >= 2, got {self.terms}")
         if not self.ops or set(self.ops) - {"+", "-"}:
             raise ValueError(f"ops must be made of '+' and '-', got {self.ops!r}")
+        if not 0.0 <= self.spaced_rate <= 1.0:
+            raise ValueError(f"spaced_rate must be in [0, 1], got {self.spaced_rate}")
 
 
 def _digits(n: int) -> list[int]:
@@ -96,6 +101,16 @@ def solve(terms: list[int], ops: list[str]) -> tuple[str, int]:
     return "\n".join(lines) + f"\nA:{acc}", acc
 
 
+SPACED_RE = r"\d [-+=] \d"  # an operator written with spaces around it: the spaced style
+
+
+def spaced(demo: str) -> str:
+    """The spaced style of a demonstration: spaces around every operator of the column steps
+    (``7 + 5 + 0 = 12``); the answer line and the ``>``/``~`` markers are unchanged."""
+    *steps, answer = demo.split("\n")
+    return "\n".join([re.sub(r"(?<=\d)([-+=])", r" \1 ", line) for line in steps] + [answer])
+
+
 def extract_answer(completion: str) -> str | None:
     """Last ``A:<int>`` in the completion, normalised (no leading zeros, no '-0')."""
     found = ANSWER_RE.findall(completion)
@@ -118,7 +133,9 @@ class ArithmeticTask:
         """Generation budget, about 1.5x the longest demonstration: a column step is <= 9 characters,
         a line is given max_digits + 1 columns (the real maximum is max_digits), plus the answer."""
         c = self.config
-        return (c.terms - 1) * ((c.max_digits + 1) * 9 + c.max_digits + 3) + c.max_digits + c.terms + 4
+        budget = (c.terms - 1) * ((c.max_digits + 1) * 9 + c.max_digits + 3) + c.max_digits + c.terms + 4
+        # the spaced style adds two spaces around each of a column step's three operators
+        return budget + ((c.terms - 1) * (c.max_digits + 1) * 6 if c.spaced_rate > 0 else 0)
 
     def _number(self, rng: random.Random) -> int:
         d = rng.randint(self.config.min_digits, self.config.max_digits)
@@ -127,6 +144,8 @@ class ArithmeticTask:
     def make_item(self, terms: list[int], ops: list[str]) -> Item:
         expr = str(terms[0]) + "".join(f"{o}{t}" for o, t in zip(ops, terms[1:]))
         demo, value = solve(terms, ops)
+        if self.config.spaced_rate > 0 and in_test_split(expr, self.config.spaced_rate, salt="reasonrl-style-v1"):
+            demo = spaced(demo)
         meta = {"terms": len(terms), "max_digits": max(len(str(t)) for t in terms), "ops": "".join(ops)}
         return Item(key=expr, prompt=f"{expr}=?\n", answer=str(value), meta=meta, demo=demo)
 
@@ -146,3 +165,9 @@ class ArithmeticTask:
 
     def extract_answer(self, completion: str) -> str | None:
         return extract_answer(completion)
+
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]]) -> dict[str, float]:
+        """With the spaced style in the demonstrations: how often outputs use it (VSPO's behaviour)."""
+        if self.config.spaced_rate == 0:
+            return {}
+        return {"spaced_rate": sum(bool(re.search(SPACED_RE, c)) for c in completions) / max(len(completions), 1)}

@@ -1,0 +1,100 @@
+"""Recipes bound to a kind of task: TEMPO (temporal cutoff), SSPO (structured set diagnosis), SAPO
+(step-aligned recommendation), CodeThinker (code output prediction), VSPO (a steered behaviour).
+
+Each keeps grpo's estimator, loss, sampling and optimiser, so that ``reasonrl compare --recipes
+grpo,<recipe> --task <task>`` isolates what the method changes: its reward, its credit assignment
+or its sampler.
+"""
+import dataclasses
+
+from ..parts import Recipe, Steering, StepCredit
+from ..rewards import FormatRegex, SetReward, TempoReward
+from ..tasks import ArithmeticTask, take_items
+from ..tasks.arithmetic import SPACED_RE, spaced
+from .grpo import GRPO
+
+_AS_GRPO = "advantage, loss (clip 0.2, seq-mean-token-mean, no KL), sampling (T=0.8) and optimiser as grpo"
+
+
+def _on_grpo(**changes) -> Recipe:
+    return dataclasses.replace(GRPO, **changes)
+
+
+# TEMPO: a two-mode reward. A response citing a post-cutoff fact is scored only on its leak fraction
+# (-k/n, task ignored); a leak-free one on the task (0..1), so leak-freedom comes first.
+TEMPO = _on_grpo(
+    name="tempo",
+    paper="TEMPO: Temporal Enforcement via Mode-separated Policy Optimization, arXiv 2605.18843",
+    inferred=(
+        "per-response mode selection, leak penalty -k/max(n,1) (the spec's default; TempoReward has the count "
+        "penalty and the global schedule as options)",
+        "the leakage checker is the temporal task's rule (claims 'use d<day> <fact>' looked up against the dated "
+        "evidence); a user task needs its own checker (TempoReward(checker=...))",
+        "task score = exact match of the last 'A:' line with the reference",
+        "kl.coef=0 (spec: GRPO defaults, beta 0.04 unknown); " + _AS_GRPO,
+    ),
+    task_reward_weight=0.0,
+    extra_rewards=((TempoReward(), 1.0),),
+)
+
+# SAPO: the same exact-match reward, but each reasoning step (thinking block + SID token) gets its own
+# group-relative advantage from whether its SID token matches, so a right coarse code is not punished
+# for a wrong fine one.
+SAPO = _on_grpo(
+    name="sapo",
+    paper="SAPO: Step-Aligned Policy Optimization, arXiv 2605.17648",
+    inferred=(
+        "step reward = position match of the step's SID token (spec default; prefix_match is an option)",
+        "tokens outside every step (newlines, EOS) get 0 (spec default; shapers StepCredit(outside='outcome'))",
+        "the estimator's sequence advantage is computed and replaced; token-mean within each sequence as grpo",
+        _AS_GRPO,
+    ),
+    shapers=(StepCredit(),),
+)
+
+# SSPO: GRPO on format adherence (four stages in order, then a parseable label set) plus the set's
+# Jaccard overlap with the truth, so a partly right diagnosis earns partial credit.
+SSPO = _on_grpo(
+    name="sspo",
+    paper="SSPO / CardioThink, arXiv 2605.17308",
+    inferred=(
+        "R = 1 x format + 1 x Jaccard(P, Gt) (spec defaults; F1 / exact and the format gate are SetReward options)",
+        "format = the diagnosis task's four stages R:/C:/M:/I: in order, non-empty, then a 'D:' label set that parses",
+        "labels outside the vocabulary make the set unparsable (strict=True)",
+        _AS_GRPO,
+    ),
+    task_reward_weight=0.0,
+    extra_rewards=((SetReward(), 1.0),),
+)
+
+def _spaced_pairs(n: int = 16) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Contrastive texts for the spaced style: the same solved problems with and without it."""
+    items = take_items(ArithmeticTask(), "train", n, seed=20260530)
+    return tuple(it.prompt + spaced(it.demo) for it in items), tuple(it.prompt + it.demo for it in items)
+
+
+_POSITIVE, _NEGATIVE = _spaced_pairs()
+
+# VSPO: the target behaviour is rare under the base model, so each group is generated at a grid of
+# steering intensities along the behaviour's activation direction; the GRPO update is on the unsteered
+# policy (the steered samples count as its own), with reward = task + 0.5 x behaviour.
+VSPO = _on_grpo(
+    name="vspo",
+    paper="VSPO: Vector-Steered Policy Optimization, arXiv 2605.15604",
+    inferred=(
+        "the behaviour on the tiny reasoner: the spaced style of the chain of thought ('7 + 5 + 0 = 12'); train from "
+        "a base that shows it rarely: reasonrl pretrain --task-opt spaced_rate=0.05 (and the same task option)",
+        "behaviour reward = 1 if an operator is written with spaces, weight lambda_b = 0.5",
+        "steering vector: difference of mean layer activations over 16 solved problems with / without the style, "
+        "unit norm, scaled by the mean residual norm; intensities alpha_i = alpha_max * i / (G-1) at generated "
+        "positions only; behaviour log-probs re-scored without the hook (is_correction=False)",
+        "layer 2 of 4 and alpha_max=0.6 (of the mean residual norm) tuned on the tiny reasoner: at 0.5-0.6 about half "
+        "the samples take the style (2% unsteered), above 0.7 the arithmetic breaks; the paper's defaults are unknown",
+        "compare with the reward-shaping baseline the paper uses: vspo:steering=null",
+        _AS_GRPO,
+    ),
+    steering=Steering(layer=2, alpha_max=0.6, positive=_POSITIVE, negative=_NEGATIVE),
+    extra_rewards=((FormatRegex(SPACED_RE, name="spaced"), 0.5),),
+)
+
+TASK_RECIPES = (TEMPO, SAPO, SSPO, VSPO)
