@@ -42,7 +42,7 @@ def main() -> None:
     torch.manual_seed(0)
     task = get_task("arithmetic", spaced_rate=0.05)
     items = take_items(task, "test", args.problems, seed=0)
-    runs = sorted(p.parent for p in args.compare_dir.glob("*/final/config.json"))
+    runs = sorted(p.parent.parent for p in args.compare_dir.glob("*/final/config.json"))
     rows = [("base", *measure(args.base, items, task, args.k))] if args.base else []
     rows += [(run.name, *measure(run / "final", items, task, args.k)) for run in runs]
     print(f"{'run':40s} {'spaced rate':>12s} {'accuracy':>9s}   (T=0.8, {args.problems} x {args.k} unsteered samples)")

@@ -84,3 +84,11 @@ def test_a_steered_recipe_trains_and_logs_from_its_saved_config(tiny_dir, tmp_pa
     assert saved["steering"]["positive"] == ["1+1=?\n"]
     _, over = split_config({"steering": saved["steering"]})
     assert apply_overrides(get_recipe("grpo"), over).steering.alpha_max == 2.0
+
+
+def test_steering_vector_names_a_layer_the_model_lacks(sharp_tiny):
+    from reasonrl.models.steering import steering_vector
+
+    model, tok = sharp_tiny
+    with pytest.raises(ValueError, match="out of range"):
+        steering_vector(model, tok, ["1+1=?\n"], ["2+2=?\n"], layer=len(model.model.layers))

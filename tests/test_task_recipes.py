@@ -15,6 +15,7 @@ CASES = {
     "tempo": ("temporal", {}, ["reward/tempo/leak_rate", "reward/tempo/task_score", "reward/tempo/performance_mode_frac"]),
     "sspo": ("diagnosis", {}, ["reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/exact_rate"]),
     "vspo": ("arithmetic", {"spaced_rate": 0.05}, ["reward/spaced/mean", "reward/correct/mean"]),
+    "codethinker": ("code", {}, ["reward/consistency/c_mean", "beam/branches", "beam/prefix_tokens_mean"]),
     "sapo": ("recommend", {}, ["steps/reward_level0", "steps/reward_level2", "steps/token_coverage"]),
 }
 
@@ -25,7 +26,10 @@ def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, task=task, task_options=options,
                       steps=2, prompts_per_step=2, eval_every=2, eval_problems=4, final_eval_problems=4,
                       final_eval_k=0, save_every=0)
-    summary = train_run(cfg, dataclasses.replace(get_recipe(name), group_size=4))
+    recipe = dataclasses.replace(get_recipe(name), group_size=4)
+    if recipe.steering is not None:  # the test model is the 2-layer tiny size; vspo steers layer 2 of the small one
+        recipe = dataclasses.replace(recipe, steering=dataclasses.replace(recipe.steering, layer=1))
+    summary = train_run(cfg, recipe)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:

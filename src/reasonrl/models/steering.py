@@ -57,6 +57,7 @@ def steering_vector(model, tokenizer, positive: Sequence[str], negative: Sequenc
     mean residual norm at the layer over both sets."""
     if not positive or not negative:
         raise ValueError("a steering vector needs at least one positive and one negative example")
+    decoder_layer(model, layer)  # a clear error for a layer the model does not have
     pos, c_pos = mean_activation(model, tokenizer, positive, layer)
     neg, c_neg = mean_activation(model, tokenizer, negative, layer)
     diff = pos - neg

@@ -7,8 +7,8 @@ or its sampler.
 """
 import dataclasses
 
-from ..parts import Recipe, Steering, StepCredit
-from ..rewards import FormatRegex, SetReward, TempoReward
+from ..parts import BeamSampling, Recipe, Steering, StepCredit
+from ..rewards import ConsistencyReward, FormatRegex, SetReward, TempoReward
 from ..tasks import ArithmeticTask, take_items
 from ..tasks.arithmetic import SPACED_RE, spaced
 from .grpo import GRPO
@@ -67,6 +67,25 @@ SSPO = _on_grpo(
     extra_rewards=((SetReward(), 1.0),),
 )
 
+# CodeThinker: the outcome reward is gated by the consistency of the stated execution trace with the true
+# one and densified by it; half of each group is sampled, the rest branched from the most consistent prefixes.
+CODETHINKER = _on_grpo(
+    name="codethinker",
+    paper="CodeThinker: consistency-based RL for code reasoning, arXiv 2605.17958",
+    inferred=(
+        "R = 1[c >= 0.5] x outcome + 0.5 x c, c = share of trace claims that match the true trace in execution "
+        "order (spec defaults; multiplicative and outcome-only modes are ConsistencyReward options)",
+        "beam: 4 of 8 samples independent, 4 branched (2 each) from the 2 prefixes with most consistent steps, cut "
+        "before the first inconsistent step or at a random step boundary (spec's minimal variant)",
+        "the trace template is the code task's compact one; GRPO-style loss as grpo (spec: GRPO/DAPO)",
+        _AS_GRPO,
+    ),
+    task_reward_weight=0.0,
+    extra_rewards=((ConsistencyReward(), 1.0),),
+    beam=BeamSampling(first_frac=0.5, k_max=2),
+)
+
+
 def _spaced_pairs(n: int = 16) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Contrastive texts for the spaced style: the same solved problems with and without it."""
     items = take_items(ArithmeticTask(), "train", n, seed=20260530)
@@ -97,4 +116,4 @@ VSPO = _on_grpo(
     extra_rewards=((FormatRegex(SPACED_RE, name="spaced"), 0.5),),
 )
 
-TASK_RECIPES = (TEMPO, SAPO, SSPO, VSPO)
+TASK_RECIPES = (TEMPO, SAPO, SSPO, CODETHINKER, VSPO)

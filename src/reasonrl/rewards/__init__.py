@@ -25,6 +25,7 @@ from .format import FormatRegex, RequiredSections
 from .length import LengthPenalty, OverlongPenalty, completion_lengths
 from .match import ExactMatch, NumericMatch, column_values
 from .mathverify import MathVerify
+from .consistency import ConsistencyReward
 from .sets import SetReward
 from .steps import SidExact, SidLevels
 from .temporal import TempoReward
@@ -48,6 +49,7 @@ __all__ = [
     "SidExact",
     "SidLevels",
     "SetReward",
+    "ConsistencyReward",
     "ComponentError",
     "REWARDS",
     "get_reward",
@@ -76,6 +78,7 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "sid_exact": SidExact,
     "sid_levels": SidLevels,
     "sspo": SetReward,
+    "consistency": ConsistencyReward,
 }
 
 

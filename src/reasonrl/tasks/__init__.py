@@ -8,12 +8,13 @@ from .arithmetic import ArithmeticTask
 from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
 from .files import FileTask
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
+from .code import CodeTask
 from .diagnosis import DiagnosisTask
 from .recommend import RecommendTask
 from .temporal import TemporalTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "diagnosis": DiagnosisTask, "recommend": RecommendTask, "temporal": TemporalTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "code": CodeTask, "diagnosis": DiagnosisTask, "recommend": RecommendTask, "temporal": TemporalTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -44,5 +45,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "DiagnosisTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

@@ -7,6 +7,7 @@ order then depends on the seed, but membership never does, for any seed or sampl
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
@@ -58,6 +59,27 @@ def stable_seed(*parts: object) -> int:
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {list(SPLITS)}")
+
+
+def split_user_items(name: str, train: list[Item], test: list[Item] | None, split: str, test_fraction: float,
+                     source: str) -> list[Item]:
+    """One split of a task's user rows: ``test`` rows when given, else a hash fraction of ``train``."""
+    check_split(split)
+    if test is not None:
+        items = train if split == "train" else test
+    else:
+        items = [it for it in train if in_test_split(it.key, test_fraction) == (split == "test")]
+    if not items:
+        raise ValueError(f"{name}: the {split} split of {source} is empty (test_fraction={test_fraction})")
+    return items
+
+
+def epochs(items: list[Item], rng: random.Random) -> Iterator[Item]:
+    """Endless passes over ``items``, each in a fresh order drawn from ``rng``."""
+    while True:
+        order = list(range(len(items)))
+        rng.shuffle(order)
+        yield from (items[i] for i in order)
 
 
 def take_items(task: Task, split: str, n: int, seed: int = 0, unique: bool = True) -> list[Item]:

@@ -62,7 +62,7 @@ from typing import Any, Iterator
 
 from ..rewards.sets import (DEFAULT_ANSWER_TAG, DEFAULT_SECTIONS, answer_block, canonical_set, parse_label_set,
                             set_score, structure_ok)
-from .base import Item, check_split, in_test_split, stable_seed
+from .base import Item, check_split, epochs, in_test_split, split_user_items, stable_seed
 from .files import read_rows
 
 MAX_ASPECTS = 12  # reading letters a..l; labels AH..LL, then Z1..Z3 sort after them
@@ -316,19 +316,9 @@ class DiagnosisTask:
                                      f"{self.extract_answer(it.demo)!r}, but labels are {it.answer!r}")
 
     def _iter_rows(self, split: str, seed: int) -> Iterator[Item]:
-        if self._rows["test"] is not None:
-            items = self._rows[split]
-        else:
-            want_test = split == "test"
-            items = [it for it in self._rows["train"] if in_test_split(it.key, self.config.test_fraction) == want_test]
-        if not items:
-            raise ValueError(f"diagnosis: the {split} split of {self.config.data} is empty "
-                             f"(test_fraction={self.config.test_fraction})")
-        rng = random.Random(f"{seed}:{split}")
-        while True:  # epochs, each in a fresh seeded order
-            order = list(range(len(items)))
-            rng.shuffle(order)
-            yield from (items[i] for i in order)
+        items = split_user_items("diagnosis", self._rows["train"], self._rows["test"], split,
+                                 self.config.test_fraction, str(self.config.data))
+        return epochs(items, random.Random(f"{seed}:{split}"))
 
 
 __all__ = ["DiagnosisConfig", "DiagnosisTask", "builtin_synonyms", "stage_sizes", "thresholds"]

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from ..rewards import get_reward
 from ..rewards.answers import EXTRACTORS
-from .base import Item, check_split, in_test_split
+from .base import Item, epochs, split_user_items
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
@@ -82,21 +82,11 @@ class FileTask:
         return items
 
     def split_items(self, split: str) -> list[Item]:
-        check_split(split)
-        if self._rows["test"] is not None:
-            return self._rows[split]
-        want_test = split == "test"
-        return [it for it in self._rows["train"] if in_test_split(it.key, self.test_fraction) == want_test]
+        return split_user_items(self.name, self._rows["train"], self._rows["test"], split, self.test_fraction,
+                                str(self.path))
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
-        items = self.split_items(split)
-        if not items:
-            raise ValueError(f"{self.name}: the {split} split is empty (test_fraction={self.test_fraction})")
-        rng = random.Random(f"{seed}:{split}")
-        while True:  # epochs, each in a fresh seeded order
-            order = list(range(len(items)))
-            rng.shuffle(order)
-            yield from (items[i] for i in order)
+        return epochs(self.split_items(split), random.Random(f"{seed}:{split}"))
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         value = self.reward([""], [completion], answer=[answer], meta=[meta])[0]

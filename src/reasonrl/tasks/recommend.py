@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..rewards.steps import parse_steps, parsed_sid, split_sid, step_rewards
-from .base import Item, check_split, in_test_split
+from .base import Item, check_split, epochs, in_test_split, split_user_items
 from .files import read_rows
 
 LEVEL_LETTERS = "abcdefgh"
@@ -203,15 +203,8 @@ class RecommendTask:
         return items
 
     def _split_rows(self, split: str) -> list[Item]:
-        rows = self._rows
-        if rows["test"] is not None:
-            return rows[split]
-        want_test = split == "test"
-        out = [it for it in rows["train"] if in_test_split(it.key, self.config.test_fraction) == want_test]
-        if not out:
-            raise ValueError(f"recommend: the {split} split of {self.config.data} is empty "
-                             f"(test_fraction={self.config.test_fraction})")
-        return out
+        return split_user_items("recommend", self._rows["train"], self._rows["test"], split,
+                                self.config.test_fraction, str(self.config.data))
 
     # ---- synthetic items -------------------------------------------------------------------
     def _history(self, rng: random.Random) -> list[list[int]]:
@@ -246,11 +239,7 @@ class RecommendTask:
         check_split(split)
         rng = random.Random(f"{seed}:{split}")
         if self._rows is not None:
-            items = self._split_rows(split)
-            while True:  # epochs, each in a fresh seeded order
-                order = list(range(len(items)))
-                rng.shuffle(order)
-                yield from (items[i] for i in order)
+            yield from epochs(self._split_rows(split), rng)
         want_test = split == "test"
         while True:
             item = self.make_item(self._history(rng), rng)

@@ -63,7 +63,7 @@ from typing import Any, Iterator
 
 from ..rewards.answers import normalize_number, normalize_text
 from ..rewards.temporal import count_claims, extract_final_answer, parse_date, render_date
-from .base import Item, check_split, in_test_split
+from .base import Item, check_split, epochs, in_test_split, split_user_items
 from .files import read_rows
 
 ENTITIES = "xyzwvuts"
@@ -286,10 +286,8 @@ class TemporalTask:
         check_split(split)
         if self._rows is None:
             raise ValueError("split_items needs the option data=<jsonl>; the synthetic task is endless")
-        if self._rows["test"] is not None:
-            return self._rows[split]
-        want_test = split == "test"
-        return [it for it in self._rows["train"] if in_test_split(it.key, self.config.test_fraction) == want_test]
+        return split_user_items("temporal", self._rows["train"], self._rows["test"], split,
+                                self.config.test_fraction, str(self.config.data))
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         check_split(split)
@@ -304,14 +302,7 @@ class TemporalTask:
                 yield item
 
     def _iter_rows(self, split: str, rng: random.Random) -> Iterator[Item]:
-        items = self.split_items(split)
-        if not items:
-            raise ValueError(f"temporal: the {split} split of {self.config.data} is empty "
-                             f"(test_fraction={self.config.test_fraction})")
-        while True:  # epochs, each in a fresh seeded order
-            order = list(range(len(items)))
-            rng.shuffle(order)
-            yield from (items[i] for i in order)
+        return epochs(self.split_items(split), rng)
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         """1.0 iff the last ``A:`` line equals the answer (leakage is not checked here: see TempoReward)."""
