@@ -12,13 +12,12 @@ left to right, one line per binary operation, each intermediate line ending in `
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .base import Item, check_split, in_test_split
+from .base import Item, check_split, in_test_split, make_config
 
 ANSWER_RE = re.compile(r"A:\s*(-?\d+)")
 
@@ -123,10 +122,7 @@ class ArithmeticTask:
     name = "arithmetic"
 
     def __init__(self, **options: Any):
-        valid = {f.name for f in dataclasses.fields(ArithmeticConfig)}
-        if set(options) - valid:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for arithmetic; valid: {sorted(valid)}")
-        self.config = ArithmeticConfig(**options)
+        self.config = make_config(ArithmeticConfig, "arithmetic", options)
 
     @property
     def max_new_tokens(self) -> int:

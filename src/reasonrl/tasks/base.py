@@ -6,6 +6,7 @@ order then depends on the seed, but membership never does, for any seed or sampl
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -59,6 +60,14 @@ def stable_seed(*parts: object) -> int:
 def check_split(split: str) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {list(SPLITS)}")
+
+
+def make_config(cls: type, task: str, options: dict[str, Any]) -> Any:
+    """``cls(**options)`` for task ``task``, an unknown option named with the list of valid ones."""
+    valid = {f.name for f in dataclasses.fields(cls)}
+    if set(options) - valid:
+        raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for {task}; valid: {sorted(valid)}")
+    return cls(**options)
 
 
 def split_user_items(name: str, train: list[Item], test: list[Item] | None, split: str, test_fraction: float,

@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -68,7 +67,7 @@ from typing import Any, Iterator
 
 from ..rewards.consistency import (branch_point, canon_value, first_inconsistent_step, normalize_output, parse_steps,
                                  parse_trace)
-from .base import Item, check_split, in_test_split
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
 from .codegen import CONSTRUCTS, compact_value, flat_trace, sample_program, trace_programs
 from .files import read_rows
 
@@ -268,10 +267,7 @@ class CodeTask:
     name = "code"
 
     def __init__(self, **options: Any):
-        valid = {f.name for f in dataclasses.fields(CodeConfig)}
-        if set(options) - valid:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for code; valid: {sorted(valid)}")
-        self.config = CodeConfig(**options)
+        self.config = make_config(CodeConfig, "code", options)
         c = self.config
         self._rows = None
         if c.data is not None:
@@ -323,10 +319,8 @@ class CodeTask:
         check_split(split)
         if self._rows is None:
             raise ValueError("split_items needs user data (option data)")
-        if self._rows["test"] is not None:
-            return self._rows[split]
-        want_test = split == "test"
-        return [it for it in self._rows["train"] if in_test_split(it.key, self.config.test_fraction) == want_test]
+        return split_user_items("code", self._rows["train"], self._rows["test"], split, self.config.test_fraction,
+                                str(self.config.data))
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         check_split(split)
@@ -335,15 +329,7 @@ class CodeTask:
         return self._iter_generated(split, seed)
 
     def _iter_rows(self, split: str, seed: int) -> Iterator[Item]:
-        items = self.split_items(split)
-        if not items:
-            c = self.config
-            raise ValueError(f"code: the {split} split of {c.data} is empty (test_fraction={c.test_fraction})")
-        rng = random.Random(f"{seed}:{split}")
-        while True:  # epochs, each in a fresh seeded order
-            order = list(range(len(items)))
-            rng.shuffle(order)
-            yield from (items[i] for i in order)
+        return epochs(self.split_items(split), random.Random(f"{seed}:{split}"))
 
     def _iter_generated(self, split: str, seed: int) -> Iterator[Item]:
         rng, want_test, c = random.Random(f"{seed}:{split}"), split == "test", self.config

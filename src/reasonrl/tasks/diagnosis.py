@@ -54,7 +54,6 @@ With ``data`` the synthetic knobs (``aspects`` ... ``rule_seed``) are unused.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import string
 from dataclasses import dataclass
@@ -62,7 +61,7 @@ from typing import Any, Iterator
 
 from ..rewards.sets import (DEFAULT_ANSWER_TAG, DEFAULT_SECTIONS, answer_block, canonical_set, parse_label_set,
                             set_score, structure_ok)
-from .base import Item, check_split, epochs, in_test_split, split_user_items, stable_seed
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, stable_seed
 from .files import read_rows
 
 MAX_ASPECTS = 12  # reading letters a..l; labels AH..LL, then Z1..Z3 sort after them
@@ -132,10 +131,7 @@ class DiagnosisTask:
     name = "diagnosis"
 
     def __init__(self, **options: Any):
-        valid = {f.name for f in dataclasses.fields(DiagnosisConfig)}
-        if set(options) - valid:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for diagnosis; valid: {sorted(valid)}")
-        self.config = c = DiagnosisConfig(**options)
+        self.config = c = make_config(DiagnosisConfig, "diagnosis", options)
         self.letters = string.ascii_lowercase[:c.aspects]
         self.rules = thresholds(c.aspects, c.rule_seed)
         self.stages = stage_sizes(c.aspects)

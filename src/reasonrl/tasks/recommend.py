@@ -50,14 +50,13 @@ The prompt is built from ``history`` as for synthetic items; the item key is the
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..rewards.steps import parse_steps, parsed_sid, split_sid, step_rewards
-from .base import Item, check_split, epochs, in_test_split, split_user_items
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
 from .files import read_rows
 
 LEVEL_LETTERS = "abcdefgh"
@@ -168,10 +167,7 @@ class RecommendTask:
     name = "recommend"
 
     def __init__(self, **options: Any):
-        valid = {f.name for f in dataclasses.fields(RecommendConfig)}
-        if set(options) - valid:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for recommend; valid: {sorted(valid)}")
-        self.config = RecommendConfig(**options)
+        self.config = make_config(RecommendConfig, "recommend", options)
         c = self.config
         self._rows = None
         if c.data is not None:

@@ -55,7 +55,6 @@ User data (options ``data`` / ``test_data``): JSONL, one object per line::
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ from typing import Any, Iterator
 
 from ..rewards.answers import normalize_number, normalize_text
 from ..rewards.temporal import count_claims, extract_final_answer, parse_date, render_date
-from .base import Item, check_split, epochs, in_test_split, split_user_items
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
 from .files import read_rows
 
 ENTITIES = "xyzwvuts"
@@ -261,10 +260,7 @@ class TemporalTask:
     name = "temporal"
 
     def __init__(self, **options: Any):
-        valid = {f.name for f in dataclasses.fields(TemporalConfig)}
-        if set(options) - valid:
-            raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for temporal; valid: {sorted(valid)}")
-        self.config = c = TemporalConfig(**options)
+        self.config = c = make_config(TemporalConfig, "temporal", options)
         # user rows are validated now, so a bad row fails before any training starts
         self._rows = None if c.data is None else {"train": load_items(c.data),
                                                   "test": load_items(c.test_data) if c.test_data else None}
