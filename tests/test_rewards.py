@@ -13,6 +13,11 @@ import pytest
 
 from reasonrl.rewards import (
     REWARDS,
+    ConsistencyReward,
+    SetReward,
+    SidExact,
+    SidLevels,
+    TempoReward,
     ComponentError,
     ExactMatch,
     FormatRegex,
@@ -444,12 +449,18 @@ def test_builtin_reward_through_score_rewards_gets_summary():
         ("sections", {"sections": ["<a>"]}, RequiredSections),
         ("overlong", {"max_len": 20, "cache_len": 4}, OverlongPenalty),
         ("length", {"target": 10, "coef": 0.1}, LengthPenalty),
+        ("tempo", {"leak_penalty": "count"}, TempoReward),
+        ("sid_exact", {}, SidExact),
+        ("sid_levels", {"mode": "prefix_match"}, SidLevels),
+        ("sspo", {"metric": "f1"}, SetReward),
+        ("consistency", {"tau": 0.6}, ConsistencyReward),
     ],
 )
 def test_get_reward_builds_each(name, kwargs, cls):
     reward = get_reward(name, **kwargs)
     assert type(reward) is cls and isinstance(reward, Reward)
-    assert set(REWARDS) == {"exact_match", "numeric", "math_verify", "format_regex", "sections", "overlong", "length"}
+    assert set(REWARDS) == {"exact_match", "numeric", "math_verify", "format_regex", "sections", "overlong", "length",
+                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency"}
 
 
 def test_get_reward_errors():
