@@ -58,6 +58,25 @@ def test_correct_output_with_inconsistent_trace_gets_no_outcome_credit():
     assert res.values == [0.0] and res.metrics["reward/consistency/no_trace_rate"] == 1.0
 
 
+def test_f1_process_term_pays_for_coverage_by_hand():
+    # LOOP_TRACE has 5 records. A: all 5 claimed right -> c = 1, recall = 1, F1 = 1.
+    # B: only "L1 s=0" -> c = 1, recall = 1/5, F1 = 2*1*0.2/1.2 = 1/3.
+    # C: 4 claims, 2 right (s=0, i=0) -> c = 1/2, recall = 2/5, F1 = 2*0.5*0.4/0.9 = 4/9.
+    # All with the right output 3; gate on c (>= 0.5 passes for all three):
+    # precision: A 1 + .5*1 = 1.5, B 1 + .5*1 = 1.5, C 1 + .5*.5 = 1.25
+    # f1:        A 1.5,            B 1 + .5/3 = 7/6, C 1 + .5*4/9 = 11/9
+    texts = ["L1 s=0\nL2 i=0\nL3 s=1\nL2 i=1\nL3 s=3\nO:3", "L1 s=0\nO:3", "L1 s=0\nL2 i=0\nL3 s=5\nL2 i=7\nO:3"]
+    assert _score(texts, trace=LOOP_TRACE, answer="3").values == pytest.approx([1.5, 1.5, 1.25])
+    assert _score(texts, trace=LOOP_TRACE, answer="3", process="f1").values == pytest.approx([1.5, 7 / 6, 11 / 9])
+    # multiplicative with f1: o * (1 - .5 + .5 * F1): B -> .5 + .5/3 = 2/3
+    res = _score(texts[1:2], trace=LOOP_TRACE, answer="3", process="f1", mode="multiplicative")
+    assert res.values == pytest.approx([2 / 3])
+    with pytest.raises(ValueError, match="unknown process"):
+        ConsistencyReward(process="recall")
+    with pytest.raises(ValueError, match="needs the recall"):
+        ConsistencyReward(process="f1").value(1.0, 1.0)
+
+
 def test_own_example_gated_multiplicative_outcome():
     # loop program, claims: s=0 ok, i=0 ok, s=1 ok, i=1 ok, s=4 (wrong; true 3) -> c = 4/5 = 0.8
     text = "L1 s=0\nL2 i=0\nL3 s=1\nL2 i=1\nL3 s=4\nO:3"
@@ -373,3 +392,15 @@ def test_user_rows_are_traced_in_the_sandbox(sandbox, tmp_path):
     crash = _write(tmp_path, [{"code": "print(1)"}, {"code": "print(1/0)"}], "crash.jsonl")
     with pytest.raises(ValueError, match=r"crash\.jsonl: row 1: the program failed in the sandbox: ZeroDivisionError"):
         CodeTask(data=crash)
+
+
+def test_task_diagnostics_trace_consistency_and_consistent_pass_by_hand():
+    meta = {"trace": SPEC_TRACE, "output": "7"}
+    texts = ["L1 x=2\nL2 y=6\nO:7",  # c = 1, right: a consistent pass
+             "L1 x=2\nL2 y=5\nO:7",  # c = 1/2, right: a pass, not a consistent one
+             "O:7",  # no claims: c = 0, right
+             "L1 x=2\nL2 y=6\nO:8"]  # c = 1, wrong
+    scores = [1.0, 1.0, 1.0, 0.0]
+    out = CodeTask().diagnostics(texts, [meta] * 4, scores)
+    assert out["trace_consistency"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)
+    assert out["consistent_pass"] == pytest.approx(1 / 4)

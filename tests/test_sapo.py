@@ -218,7 +218,7 @@ def test_rules_by_hand():
     assert task.extract_answer("a:1>a1\nb:2>b2") is None
     # level accuracies over [demo, wrong fine code, two lines only]: 3/3, 3/3, 1/3 (only the demo has c4)
     outs = [item.demo, "a:353163>a3\nb:a3b5>b5\nc:a3c4>c3", "a:353163>a3\nb:a3b5>b5"]
-    assert task.diagnostics(outs, [item.meta] * 3) == pytest.approx(
+    assert task.diagnostics(outs, [item.meta] * 3, [1.0, 0.0, 0.0]) == pytest.approx(
         {"level_1_acc": 1.0, "level_2_acc": 1.0, "level_3_acc": 1 / 3})
     # K=4, shift 3 over 8 codes: level 4 reads the group's last item again (d-code), each +3 mod 8
     # history a2b7c1d6, a0b0c0d0, a2b4c5d7: group a2 = items 1 and 3

@@ -176,7 +176,7 @@ def test_diagnostics_format_rate_and_jaccard():
     texts = ["R:a\nC:b\nM:c\nI:d\nD:AH,DL",  # well formed; Jaccard |{AH}| / |{AH,CL,DL}| = 1/3
              "R:a\nC:b\nM:c\nI:none\nD:none",  # well formed; both empty -> 1
              "D:BH"]  # no sections (format 0), but the set is right -> 1
-    out = task.diagnostics(texts, metas)
+    out = task.diagnostics(texts, metas, [0.0, 1.0, 1.0])
     assert out["format_rate"] == pytest.approx(2 / 3)
     assert out["set_jaccard"] == pytest.approx((1 / 3 + 1 + 1) / 3)
 

@@ -156,7 +156,7 @@ def test_spaced_rate_marks_a_hash_chosen_share_of_demos_and_widens_the_budget():
     assert 0.22 < share < 0.38  # 0.3 +- 3.5 binomial std (0.023)
     assert all(styled.verify(it.demo, it.answer, it.meta) == 1.0 for it in items)
     assert len(max((it.demo for it in items), key=len)) <= styled.max_new_tokens
-    assert styled.diagnostics(["1 + 2 = 3\nA:3", "1+2=3\nA:3"], [{}, {}]) == {"spaced_rate": 0.5}
-    assert plain.diagnostics(["1 + 2"], [{}]) == {}
+    assert styled.diagnostics(["1 + 2 = 3\nA:3", "1+2=3\nA:3"], [{}, {}], [1.0, 1.0]) == {"spaced_rate": 0.5}
+    assert plain.diagnostics(["1 + 2"], [{}], [0.0]) == {}
     with pytest.raises(ValueError, match="spaced_rate"):
         get_task("arithmetic", spaced_rate=1.5)

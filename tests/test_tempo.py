@@ -139,6 +139,18 @@ def test_count_penalty_by_hand():
     assert _score(TempoReward(leak_penalty="count", k_cap=2), SPEC_ROLLOUTS).values == pytest.approx([-1, 1, 0, -0.5])
 
 
+def test_min_claims_withholds_task_credit_from_uncited_answers():
+    # min_claims=1: (k=0, n=0, right) -> 0, not performance mode; (k=0, n=2, right) -> 1;
+    # (k=1, n=2) -> -1/2 as before; (k=0, n=0, wrong) -> 0. With the default 0 the first row scores 1.
+    k, n, task = [0, 0, 1, 0], [0, 2, 2, 0], [1.0, 1.0, 1.0, 0.0]
+    values, perf = tempo_rewards(k, n, task, min_claims=1)
+    assert values == pytest.approx([0.0, 1.0, -0.5, 0.0]) and perf == [False, True, False, False]
+    assert tempo_rewards(k, n, task)[0] == pytest.approx([1.0, 1.0, -0.5, 0.0])
+    # through the reward object: "A:4" cites nothing, "use d8 x=4\nA:4" cites a known fact (META: cutoff d10)
+    res = _score(TempoReward(min_claims=1), ["A:4", "use d8 x=4\nA:4"])
+    assert res.values == pytest.approx([0.0, 1.0])
+
+
 def test_global_schedule_switches_on_batch_leak_rate():
     reward = TempoReward(mode_schedule="global")  # tau = 0.01
     # 2 of 4 leak (rate 0.5 > tau): leakage-only for the whole batch; clean rows get 0, not their task score
@@ -178,7 +190,8 @@ def test_bad_checker_or_task_score_output_fails_loudly():
 
 @pytest.mark.parametrize("options,needle", [({"leak_penalty": "abs"}, "fraction"), ({"mode_schedule": "x"}, "global"),
                                             ({"k_cap": 0}, "k_cap"), ({"tau": 2.0}, "tau"),
-                                            ({"checker": "llm"}, "valid: \\['claims'\\]")])
+                                            ({"checker": "llm"}, "valid: \\['claims'\\]"),
+                                            ({"min_claims": -1}, "min_claims"), ({"min_claims": True}, "min_claims")])
 def test_reward_option_validation(options, needle):
     with pytest.raises(ValueError, match=needle):
         TempoReward(**options)
@@ -338,3 +351,21 @@ def test_task_and_tempo_reward_together():
     reward = TempoReward(task_score=task.verify)
     n = it.demo.count("use ") + 1
     assert reward([""] * 2, [it.demo, leaky], answer=[it.answer] * 2, meta=[it.meta] * 2) == pytest.approx([1.0, -1 / n])
+
+
+def test_diagnostics_clean_pass_and_grounding_by_hand():
+    # cutoff d10; facts d2 x=5 (known), d8 x=3 (known), d12 x=4 (post-cutoff); answer 3
+    meta = {"cutoff": 10, "facts": [{"date": 2, "stmt": "x=5"}, {"date": 8, "stmt": "x=3"},
+                                    {"date": 12, "stmt": "x=4"}]}
+    texts = ["use d2 x=5\nuse d8 x=3\nA:3",  # right, leak-free, grounded
+             "use d8 x=3\nuse d12 x=4\nA:3",  # right but leaks 1 of 2: not clean, not grounded
+             "use d4 x=3\nA:3",  # right, leak-free, misdated (x=3 is known only at d8): not grounded
+             "use x=5\nA:5",  # wrong, undated known fact: grounded, not clean (wrong)
+             "A:3"]  # right, no claims: clean, but grounding needs at least one claim
+    scores = [1.0, 1.0, 1.0, 0.0, 1.0]
+    out = TemporalTask().diagnostics(texts, [meta] * 5, scores)
+    assert out["leak_rate"] == pytest.approx(1 / 5)
+    assert out["leak_frac"] == pytest.approx(0.5 / 5)
+    assert out["clean_pass"] == pytest.approx(3 / 5)  # rows 0, 2, 4
+    assert out["grounded_rate"] == pytest.approx(2 / 5)  # rows 0, 3
+    assert out["claims_per_answer"] == pytest.approx((2 + 2 + 1 + 1 + 0) / 5)

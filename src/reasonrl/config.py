@@ -3,7 +3,8 @@
 One flat namespace: the fields of :class:`TrainConfig` (``steps``, ``lr`` is *not* one of them:
 optimiser settings belong to the recipe) plus the recipe's sections (``optim.lr``,
 ``loss.clip_high``, ``advantage.scale``, ``kl.coef``, ``sampling.temperature``) and scalars
-(``group_size``, ``entropy_coef``). A typo names the bad key, the closest valid one and all valid ones.
+(``group_size``, ``entropy_coef``), and ``rewards.<name>.<option>`` for the recipe's extra rewards
+(:mod:`reasonrl.rewards.options`). A typo names the bad key, the closest valid one and all valid ones.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
@@ -69,7 +71,7 @@ def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
             out.setdefault(head, {})
             if not isinstance(out[head], dict):
                 raise ValueError(f"config key {head!r} is not a section, so {key!r} is invalid")
-            out[head].update(dotted_to_nested({rest: value}))
+            out[head] = merge(out[head], dotted_to_nested({rest: value}))  # deep: a.b.c and a.b.d both kept
         else:
             out[head] = value
     return out
@@ -86,7 +88,7 @@ def valid_keys() -> list[str]:
     keys = [f.name for f in dataclasses.fields(TrainConfig)] + list(RECIPE_SCALARS)
     for name, cls in RECIPE_SECTIONS.items():
         keys += _section_keys(cls, name)
-    return keys
+    return keys + ["rewards.<name>.<option>"]
 
 
 def _section_keys(cls: type, prefix: str) -> list[str]:
@@ -153,6 +155,10 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
             run[key] = coerce(TrainConfig, key, value, key)
         elif key in RECIPE_SCALARS:
             recipe[key] = coerce(Recipe, key, value, key)
+        elif key == "rewards":  # rewards.<name>.<option>: checked against the recipe in apply_overrides
+            if not isinstance(value, dict):
+                raise ValueError("config key 'rewards' is a section: give rewards.<name>.<option>=value")
+            recipe[key] = value
         elif key in OPTIONAL_SECTIONS and value is None:
             recipe[key] = None
         elif key in RECIPE_SECTIONS:
@@ -168,7 +174,9 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """A copy of ``recipe`` with section fields and scalars replaced."""
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
-        if key in RECIPE_SECTIONS and value is not None:
+        if key == "rewards":
+            changes["extra_rewards"] = apply_reward_overrides(recipe.extra_rewards, value)
+        elif key in RECIPE_SECTIONS and value is not None:
             changes[key] = build_part(RECIPE_SECTIONS[key], getattr(recipe, key, None), value)
         else:
             changes[key] = value
@@ -198,4 +206,5 @@ def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
         part = getattr(recipe, name)
         out[name] = None if part is None else _plain(dataclasses.asdict(part))
     out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
+    out["rewards"] = rewards_dict(recipe.extra_rewards)
     return out

@@ -78,7 +78,8 @@ def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
     summary.update(_shape_stats(greedy, sampled))
     diagnostics = getattr(task, "diagnostics", None)  # optional: task-specific rates (e.g. TEMPO's leakage)
     if diagnostics is not None:
-        summary.update(diagnostics([r["completion"] for r in greedy], [it.meta for it in items]))
+        summary.update(diagnostics([r["completion"] for r in greedy], [it.meta for it in items],
+                                   [r["score"] for r in greedy]))
     return summary, greedy + sampled
 
 

@@ -46,6 +46,7 @@ __all__ = ["Assertion", "Step", "canon_value", "normalize_output", "parse_steps"
            "ConsistencyReward", "MODES"]
 
 Assertion = tuple  # (line: int, var: str | None, value: str); var None marks a malformed claim
+PROCESS_TERMS = ("precision", "f1")
 MODES = ("gated", "multiplicative", "outcome")
 _MAX_LITERAL = 300  # longer texts are compared raw: literal_eval on huge inputs is slow
 
@@ -275,6 +276,11 @@ class ConsistencyReward(Reward):
       inconsistent trace loses the outcome credit; a partly right trace still earns ``lambda_p*c``.
     * ``mode="multiplicative"``: ``R = o*(1 - lambda_p + lambda_p*c)`` (needs ``lambda_p`` in [0, 1]).
     * ``mode="outcome"``: ``R = o``.
+    * ``process`` [inferred; the spec's ``c`` is the default]: what the process part pays, ``"precision"``
+      = ``c`` or ``"f1"`` = the harmonic mean of ``c`` and recall (matched claims / true records). The
+      gate always uses ``c``. Why: ``c`` is a precision, so a trace that claims less scores higher; on
+      the tiny reasoner CodeThinker with ``c`` shortens its traces (recall 0.69 -> 0.50, 30 steps)
+      and loses accuracy. F1 pays for covering the execution too.
 
     Metrics ``reward/<name>/``: ``c_mean``, ``outcome_rate``, ``gated_out_rate`` (correct output
     but ``c < tau``: the outcome credit withheld, i.e. a guessed or unfaithful answer),
@@ -285,23 +291,32 @@ class ConsistencyReward(Reward):
     tau: float = 0.5
     lambda_p: float = 0.5
     mode: str = "gated"
+    process: str = "precision"
     trace_key: str = "trace"
     name: str = "consistency"
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r} for ConsistencyReward; valid: {list(MODES)}")
+        if self.process not in PROCESS_TERMS:
+            raise ValueError(f"unknown process {self.process!r} for ConsistencyReward; valid: {list(PROCESS_TERMS)}")
         if not 0.0 <= self.tau <= 1.0:
             raise ValueError(f"tau must be in [0, 1], got {self.tau}")
         if self.lambda_p < 0 or (self.mode == "multiplicative" and self.lambda_p > 1):
             raise ValueError(f"lambda_p must be >= 0 (<= 1 in multiplicative mode), got {self.lambda_p}")
 
-    def value(self, o: float, c: float) -> float:
+    def value(self, o: float, c: float, recall: float | None = None) -> float:
+        """``recall`` is needed only with ``process="f1"``."""
         if self.mode == "outcome":
             return o
+        p = c
+        if self.process == "f1":
+            if recall is None:
+                raise ValueError("process='f1' needs the recall of the trace")
+            p = 2 * c * recall / (c + recall) if c + recall > 0 else 0.0
         if self.mode == "multiplicative":
-            return o * (1.0 - self.lambda_p + self.lambda_p * c)
-        return float(c >= self.tau) * o + self.lambda_p * c
+            return o * (1.0 - self.lambda_p + self.lambda_p * p)
+        return float(c >= self.tau) * o + self.lambda_p * p
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
         answers, metas = columns.get("answer"), columns.get("meta")
@@ -315,12 +330,13 @@ class ConsistencyReward(Reward):
             claims, predicted = parse_trace(completion)
             c, ok = consistency(claims, meta[self.trace_key])
             o = float(predicted is not None and normalize_output(predicted) == normalize_output(str(answer)))
-            values.append(self.value(o, c))
+            recall = sum(ok) / max(len(meta[self.trace_key]), 1)
+            values.append(self.value(o, c, recall))
             stats["c"] += c
             stats["o"] += o
             stats["gated"] += float(o == 1.0 and c < self.tau)
             stats["none"] += float(not claims)
-            stats["recall"] += sum(ok) / max(len(meta[self.trace_key]), 1)
+            stats["recall"] += recall
             stats["unparsed"] += float(predicted is None)
         n = max(len(completions), 1)
         names = {"c": "c_mean", "o": "outcome_rate", "gated": "gated_out_rate", "none": "no_trace_rate",

@@ -177,6 +177,12 @@ class SetReward(Reward):
         self.vocab = None if vocab is None else tuple(vocab)
         self.synonyms = dict(synonyms or {})
 
+    def options(self) -> dict[str, Any]:
+        """Constructor arguments (``rewards.sspo.metric=f1`` on the command line; see rewards.options)."""
+        return {"metric": self.metric, "w_fmt": self.w_fmt, "w_set": self.w_set, "gate": self.gate,
+                "sections": self.sections, "answer_tag": self.answer_tag, "vocab": self.vocab,
+                "synonyms": self.synonyms, "strict": self.strict, "name": self.name}
+
     def _space(self, meta: dict[str, Any]) -> tuple[Sequence[str] | None, Mapping[str, str]]:
         space = (meta or {}).get("label_space")
         if space is None:

@@ -45,7 +45,7 @@ from .base import Reward, RewardResult
 from .match import ExactMatch, column_values
 
 __all__ = ["CHECKERS", "CLAIM_RE", "Claim", "CachedChecker", "LeakChecker", "TempoReward", "TempoRows", "count_claims",
-           "extract_claims", "extract_final_answer", "normalize_statement", "parse_date", "render_date",
+           "extract_claims", "extract_final_answer", "is_grounded", "normalize_statement", "parse_date", "render_date",
            "tempo_rewards"]
 
 LeakChecker = Callable[[str, dict], "tuple[int, int]"]
@@ -145,6 +145,22 @@ def count_claims(completion: str, meta: dict) -> tuple[int, int]:
     return k, len(claims)
 
 
+def is_grounded(completion: str, meta: dict) -> bool:
+    """True iff the response makes at least one claim and every claim restates a fact known at the cutoff.
+
+    Known: a fact dated on/before the cutoff with that statement; a stated date must be one of those
+    facts' dates (an omitted date is fine). A diagnostic, not part of the reward: a response can be
+    leak-free by citing made-up or misdated evidence, which :func:`count_claims` does not flag.
+    """
+    cutoff, dates = _evidence(meta)
+    claims = extract_claims(completion)
+    for claim in claims:
+        known = [d for d in dates.get(claim.stmt, []) if d <= cutoff]
+        if not known or (claim.date is not None and claim.date not in known):
+            return False
+    return bool(claims)
+
+
 CHECKERS: dict[str, LeakChecker] = {"claims": count_claims}
 
 
@@ -179,7 +195,9 @@ def extract_final_answer(completion: str) -> str | None:
     return number if number is not None else normalize_text(found[-1])
 
 
-def _check_options(leak_penalty: str, k_cap: int, mode_schedule: str, tau: float) -> None:
+def _check_options(leak_penalty: str, k_cap: int, mode_schedule: str, tau: float, min_claims: int = 0) -> None:
+    if not isinstance(min_claims, int) or isinstance(min_claims, bool) or min_claims < 0:
+        raise ValueError(f"min_claims must be an int >= 0, got {min_claims!r}")
     if leak_penalty not in LEAK_PENALTIES:
         raise ValueError(f"unknown leak_penalty {leak_penalty!r}; valid: {list(LEAK_PENALTIES)}")
     if mode_schedule not in MODE_SCHEDULES:
@@ -191,14 +209,17 @@ def _check_options(leak_penalty: str, k_cap: int, mode_schedule: str, tau: float
 
 
 def tempo_rewards(k: Sequence[int], n: Sequence[int], task: Sequence[float], *, leak_penalty: str = "fraction",
-                  k_cap: int = 5, mode_schedule: str = "per_response", tau: float = 0.01) -> tuple[list[float], list[bool]]:
+                  k_cap: int = 5, mode_schedule: str = "per_response", tau: float = 0.01,
+                  min_claims: int = 0) -> tuple[list[float], list[bool]]:
     """TEMPO rewards and, per response, whether it was scored in performance mode.
 
     Per response (default): ``-penalty`` if ``k > 0`` else ``R_task``. ``mode_schedule="global"``:
     while the batch leak rate (fraction with ``k > 0``) is above ``tau``, every response gets the
     leakage-only reward (``-penalty``, 0 for a leak-free one); at or below ``tau``, the per-response rule.
+    ``min_claims`` [inferred, not in the paper]: a leak-free response citing fewer claims scores 0
+    and is not in performance mode (no evidence shown, no task credit).
     """
-    _check_options(leak_penalty, k_cap, mode_schedule, tau)
+    _check_options(leak_penalty, k_cap, mode_schedule, tau, min_claims)
     leaky = [ki > 0 for ki in k]
     leak_rate = sum(leaky) / max(len(leaky), 1)
     leakage_only = mode_schedule == "global" and leak_rate > tau
@@ -208,7 +229,7 @@ def tempo_rewards(k: Sequence[int], n: Sequence[int], task: Sequence[float], *, 
             pen = ki / max(ni, 1)
         else:  # "count": saturates at k_cap claims
             pen = min(ki, k_cap) / k_cap
-        perf = not bad and not leakage_only
+        perf = not bad and not leakage_only and ni >= min_claims
         values.append(float(ti) if perf else (-pen if bad else 0.0))
         performance.append(perf)
     return values, performance
@@ -242,6 +263,11 @@ class TempoReward(Reward):
         mode_schedule: ``"per_response"`` (default) or ``"global"`` (leakage-only rewards for the
             whole batch while its leak rate exceeds ``tau``).
         tau: 0.01 (the spec's "e.g. 1%").
+        min_claims: [inferred, not in the paper] 0 -- with ``n >= 1``, a leak-free response must cite
+            evidence to earn task credit. A claim-based checker cannot see evidence that is not
+            written down, so on the tiny reasoner TEMPO learns to stop citing (measured: 3.0 -> 0
+            claims per answer in 90 steps); this closes that shortcut. A judge that reads free-form
+            reasoning has the same blind spot when the reasoning is dropped.
         latch: [inferred] False -- with ``"global"``, the spec's "until ... then switch" is read per
             batch (stateless, so resume needs no state); True keeps per-response mode for good once
             one batch has reached ``tau`` (state in ``self.switched``, not checkpointed).
@@ -249,15 +275,24 @@ class TempoReward(Reward):
 
     def __init__(self, *, checker: LeakChecker | str = "claims", task_score: TaskScore | None = None,
                  leak_penalty: str = "fraction", k_cap: int = 5, mode_schedule: str = "per_response",
-                 tau: float = 0.01, latch: bool = False, answer_column: str = "answer", name: str = "tempo"):
-        _check_options(leak_penalty, k_cap, mode_schedule, tau)
+                 tau: float = 0.01, latch: bool = False, min_claims: int = 0, answer_column: str = "answer",
+                 name: str = "tempo"):
+        _check_options(leak_penalty, k_cap, mode_schedule, tau, min_claims)
         if isinstance(checker, str) and checker not in CHECKERS:
             raise ValueError(f"unknown checker {checker!r}; valid: {sorted(CHECKERS)} or a callable (completion, meta) -> (k, n)")
         self.checker = CHECKERS[checker] if isinstance(checker, str) else checker
+        self._checker_spec, self._task_score_spec = checker, task_score
         self.task_score = task_score or self._exact_match
         self.leak_penalty, self.k_cap, self.mode_schedule, self.tau = leak_penalty, k_cap, mode_schedule, tau
         self.latch, self.switched, self.answer_column, self.name = latch, False, answer_column, name
+        self.min_claims = min_claims
         self._match = ExactMatch(extract=extract_final_answer)
+
+    def options(self) -> dict[str, Any]:
+        """Constructor arguments (``rewards.tempo.min_claims=1`` on the command line; see rewards.options)."""
+        return {"checker": self._checker_spec, "task_score": self._task_score_spec, "leak_penalty": self.leak_penalty,
+                "k_cap": self.k_cap, "mode_schedule": self.mode_schedule, "tau": self.tau, "latch": self.latch,
+                "min_claims": self.min_claims, "answer_column": self.answer_column, "name": self.name}
 
     def _exact_match(self, completion: str, answer: Any, meta: dict) -> float:
         return self._match.judge(completion, answer) or 0.0
@@ -285,7 +320,7 @@ class TempoReward(Reward):
         schedule = "per_response" if (self.latch and self.switched) else self.mode_schedule
         k, n = [a for a, _ in kn], [b for _, b in kn]
         values, perf = tempo_rewards(k, n, task, leak_penalty=self.leak_penalty, k_cap=self.k_cap,
-                                     mode_schedule=schedule, tau=self.tau)
+                                     mode_schedule=schedule, tau=self.tau, min_claims=self.min_claims)
         if self.mode_schedule == "global" and sum(x > 0 for x in k) / max(len(k), 1) <= self.tau:
             self.switched = True  # same comparison as tempo_rewards
         return TempoRows(k, n, task, values, perf)

@@ -162,7 +162,8 @@ class ArithmeticTask:
     def extract_answer(self, completion: str) -> str | None:
         return extract_answer(completion)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
+                    scores: list[float]) -> dict[str, float]:
         """With the spaced style in the demonstrations: how often outputs use it (VSPO's behaviour)."""
         if self.config.spaced_rate == 0:
             return {}

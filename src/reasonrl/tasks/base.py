@@ -41,8 +41,9 @@ class Task(Protocol):
     def extract_answer(self, completion: str) -> str | None:
         """The normalised final answer (what majority votes and error clusters compare), or None."""
 
-    # Optional: ``diagnostics(completions, metas) -> dict[str, float]``, task-specific rates of greedy
-    # held-out outputs that evaluation reports beside pass@1 (e.g. the temporal task's leak rate).
+    # Optional: ``diagnostics(completions, metas, scores) -> dict[str, float]``, task-specific rates of
+    # greedy held-out outputs (``scores``: their ``verify`` results) that evaluation reports beside
+    # pass@1 (e.g. the temporal task's leak rate and leak-free accuracy).
 
 
 def in_test_split(key: str, test_fraction: float, salt: str = "reasonrl-split-v1") -> bool:

@@ -65,8 +65,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..rewards.consistency import (branch_point, canon_value, first_inconsistent_step, normalize_output, parse_steps,
-                                 parse_trace)
+from ..rewards.consistency import (branch_point, canon_value, consistency, first_inconsistent_step, normalize_output,
+                                 parse_steps, parse_trace)
 from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
 from .codegen import CONSTRUCTS, compact_value, flat_trace, sample_program, trace_programs
 from .files import read_rows
@@ -358,6 +358,19 @@ class CodeTask:
     def extract_answer(self, completion: str) -> str | None:
         predicted = parse_trace(completion)[1]
         return None if predicted is None else normalize_output(predicted)
+
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
+                    scores: list[float]) -> dict[str, float]:
+        """How faithful the greedy traces are (what CodeThinker's gate looks at).
+
+        ``trace_consistency``: mean ``c``, the share of claimed ``(line, var, value)`` assertions that
+        the true trace bears out in order (0 without claims); ``consistent_pass``: the output is right
+        AND every claim holds (``c == 1``), i.e. a right answer reached by a faithful trace.
+        """
+        cs = [consistency(parse_trace(c)[0], m["trace"])[0] for c, m in zip(completions, metas)]
+        n = max(len(cs), 1)
+        return {"trace_consistency": sum(cs) / n,
+                "consistent_pass": sum(s >= 1.0 and c == 1.0 for s, c in zip(scores, cs)) / n}
 
     def branch_point(self, completion: str, meta: dict[str, Any], rng: random.Random) -> tuple[int, float]:
         """Dynamic beam sampling's cut (CodeThinker): before the first inconsistent step, or at a random step

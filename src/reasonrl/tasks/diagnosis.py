@@ -170,7 +170,8 @@ class DiagnosisTask:
             raise ValueError(f"diagnosis: reference answer {answer!r} is not a label set of this task")
         return float(self.parse(answer_block(completion, DEFAULT_ANSWER_TAG)) == gold)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
+                    scores: list[float]) -> dict[str, float]:
         """Beside pass@1 (exact sets): the rate of well-formed completions (SSPO's ``R_fmt``) and
         the mean Jaccard of the predicted sets against ``meta["labels"]`` (SSPO's ``R_set``)."""
         n = max(len(completions), 1)

@@ -261,7 +261,8 @@ class RecommendTask:
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         return float(self.extract_answer(completion) == answer)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
+                    scores: list[float]) -> dict[str, float]:
         """Per-level accuracy ``level_<k>_acc`` (k = 1..K) of held-out outputs: the per-step structure
         SAPO's credit works on (coarse levels should beat fine ones)."""
         hits = [step_rewards([s.sid for s in parse_steps(c, self.config.levels)], m["sid"])

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..rewards.answers import normalize_number, normalize_text
-from ..rewards.temporal import count_claims, extract_final_answer, parse_date, render_date
+from ..rewards.temporal import count_claims, extract_final_answer, is_grounded, parse_date, render_date
 from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
 from .files import read_rows
 
@@ -308,11 +308,22 @@ class TemporalTask:
     def extract_answer(self, completion: str) -> str | None:
         return extract_final_answer(completion)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]]) -> dict[str, float]:
-        """Leak rate (responses citing any post-cutoff fact) and mean leak fraction, by the default checker."""
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
+                    scores: list[float]) -> dict[str, float]:
+        """Leakage and grounding of greedy answers, by the default checker.
+
+        ``leak_rate``: responses citing any post-cutoff fact; ``leak_frac``: mean k/n;
+        ``clean_pass``: correct AND leak-free, the accuracy a backtest may count (a look-ahead answer
+        that happens to be right is not a valid forecast); ``grounded_rate``: every claim restates a
+        fact known at the cutoff (:func:`~reasonrl.rewards.temporal.is_grounded`);
+        ``claims_per_answer``: mean number of ``use`` lines.
+        """
         kn = [count_claims(c, m) for c, m in zip(completions, metas)]
         n = max(len(kn), 1)
-        return {"leak_rate": sum(k > 0 for k, _ in kn) / n, "leak_frac": sum(k / max(c, 1) for k, c in kn) / n}
+        return {"leak_rate": sum(k > 0 for k, _ in kn) / n, "leak_frac": sum(k / max(c, 1) for k, c in kn) / n,
+                "clean_pass": sum(s >= 1.0 and k == 0 for s, (k, _) in zip(scores, kn)) / n,
+                "grounded_rate": sum(is_grounded(c, m) for c, m in zip(completions, metas)) / n,
+                "claims_per_answer": sum(c for _, c in kn) / n}
 
 
 def _all_claims_len(item: Item) -> int:
