@@ -34,9 +34,10 @@ base recommend 0.30 250
 base code 0.30 300
 reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --task-opt spaced_rate=0.05 --out "$OUT/bases/spaced"
 
-compare tempo temporal 30 3 "grpo,tempo,tempo:rewards.tempo.min_claims=1" eval_every=10
+compare tempo temporal 30 5 "grpo,tempo" eval_every=10
 compare sspo diagnosis 60 4 "grpo,sspo" eval_every=20
 compare sapo recommend 60 3 "grpo,sapo" eval_every=20 loss.clip_high=0.28
+compare sapo_lr2e-4 recommend 60 5 "grpo,sapo" eval_every=20 optim.lr=2e-4
 compare codethinker code 30 3 "grpo,codethinker,codethinker:rewards.consistency.process=f1" eval_every=10
 # VSPO against the paper's baseline: the same reward (task + 0.5 x spaced style), no steering
 reasonrl compare --recipes "vspo:steering=null,vspo" --seeds 3 --steps 30 --out "$OUT/vspo" \

@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,15 @@ def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, t
     crashed = compare(["grpo"], 1, 2, tmp_path / "bad", task="no-such-task", extra=extra)
     run = crashed["runs"][0]
     assert not run["ok"] and "no-such-task" in run["error"] and crashed["table"][0]["runs_failed"] == 1
+    # compare.json stays strict JSON: the crashed run's NaN final is written as null
+    strict = json.loads((tmp_path / "bad" / "compare.json").read_text(),
+                        parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert strict["runs"][0]["final"] is None
+
+
+def test_zero_variance_p_value_is_null_in_compare_json():
+    from reasonrl.compare import _json_safe
+    # two recipes whose seeds all end at 0.3: Welch's t is 0/0, scipy gives NaN
+    rows = table_rows([_res("a", 0, 0.3), _res("a", 1, 0.3), _res("b", 0, 0.3), _res("b", 1, 0.3)], ["a", "b"])
+    assert math.isnan(rows[1]["p_vs_first"])
+    assert _json_safe(rows)[1]["p_vs_first"] is None and _json_safe({"x": [float("inf"), 1.0]}) == {"x": [None, 1.0]}

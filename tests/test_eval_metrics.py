@@ -222,6 +222,14 @@ def test_welch_t_test_matches_scipy_and_is_antisymmetric():
     assert t2 == pytest.approx(-t) and p2 == pytest.approx(p)
 
 
+def test_welch_t_test_constant_samples_are_decided_exactly():
+    # both constant: equal values -> undefined (nan, nan); different values -> t = +-inf, p = 0
+    t, p = welch_t_test([0.3, 0.3, 0.3], [0.3, 0.3])
+    assert math.isnan(t) and math.isnan(p)
+    assert welch_t_test([0.4, 0.4], [0.3, 0.3]) == (math.inf, 0.0)
+    assert welch_t_test([0.2, 0.2], [0.3, 0.3]) == (-math.inf, 0.0)
+
+
 def test_welch_t_test_too_few_values_raises():
     with pytest.raises(ValueError, match=r"at least 2"):
         welch_t_test([1.0], [2.0, 3.0])

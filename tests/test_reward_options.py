@@ -80,3 +80,24 @@ def test_config_yaml_records_reward_options_and_round_trips(tmp_path):
     assert "checker" not in written and written["min_claims"] == 0
     kept = apply_reward_overrides(custom.extra_rewards, {"tempo": written})[0][0]
     assert kept.checker is judge and reward_options(kept)["checker"] is judge
+
+
+def test_train_cli_takes_a_reward_option_records_it_and_resumes_with_it(tiny_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+
+    out = tmp_path / "run"
+    common = ["--recipe", "tempo", "--task", "temporal", "--model", str(tiny_dir), "--out", str(out),
+              "prompts_per_step=2", "group_size=2", "eval_every=0", "final_eval_problems=0", "save_every=1"]
+    first = CliRunner().invoke(app, ["train", "--steps", "1", *common, "rewards.tempo.min_claims=1",
+                                     "rewards.tempo.weight=0.5"])
+    assert first.exit_code == 0, first.output
+    saved = yaml.safe_load((out / "config.yaml").read_text())["rewards"]["tempo"]
+    assert saved["min_claims"] == 1 and saved["weight"] == 0.5 and saved["leak_penalty"] == "fraction"
+    # the resume reads config.yaml back: the same reward options reach the second step
+    again = CliRunner().invoke(app, ["train", "--steps", "2", *common, "--resume"])
+    assert again.exit_code == 0, again.output
+    resaved = yaml.safe_load((out / "config.yaml").read_text())["rewards"]["tempo"]
+    assert resaved == saved
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2

@@ -12,6 +12,7 @@ A recipe entry may carry overrides after colons, ``vspo:steering=null`` or
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -107,6 +108,17 @@ def table_rows(results: list[RunResult], recipes: list[str]) -> list[dict[str, A
     return rows
 
 
+def _json_safe(value: Any) -> Any:
+    """NaN/inf (a failed run's final, the p-value of two zero-variance samples) as null: valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
 def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | None = None,
             extra: list[str] | None = None, on_run: Callable[[RunResult], None] = lambda r: None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
@@ -119,7 +131,7 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
     rows = table_rows(results, recipes)
     report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
               "runs": [{**{k: v for k, v in vars(r).items() if k != "run_dir"}, "run_dir": str(r.run_dir)} for r in results]}
-    (out / "compare.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "compare.json").write_text(json.dumps(_json_safe(report), indent=2, default=str, allow_nan=False))
     plot_compare(results, recipes, out / "compare.png")
     return report
 

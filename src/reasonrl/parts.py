@@ -17,6 +17,7 @@ from .advantages import edas, get_estimator, negative_veto_mask
 from .advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
 from .losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
 from .rewards.base import Reward, RewardResult
+from .rewards.options import reward_options
 
 
 @dataclass(frozen=True)
@@ -327,6 +328,9 @@ class CorrBonus(Reward):
 def _describe(part: Any) -> str:
     if dataclasses.is_dataclass(part):
         return repr(part)
+    options = reward_options(part)  # what rewards.<name>.<option> can set
+    if options is not None:
+        return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in options.items() if v is not None)})"
     return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
 

@@ -14,6 +14,7 @@ Pure functions; numpy only (scipy is imported lazily by :func:`welch_t_test`).
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Sequence
 
@@ -170,7 +171,8 @@ def welch_t_test(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
 
     ``t = (mean(x) - mean(y)) / sqrt(var(x)/len(x) + var(y)/len(y))`` with ddof=1 variances, via
     ``scipy.stats.ttest_ind(equal_var=False)`` (scipy is imported here, not at module import).
-    If both samples have zero variance the result is NaN (scipy's behaviour).
+    If both samples are constant the test is undefined: ``(nan, nan)`` when their values are equal,
+    ``(+-inf, 0.0)`` when they differ (decided here, exactly, instead of scipy's rounding-noise warning).
 
     Raises:
         ValueError: if either sample has fewer than two values.
@@ -179,6 +181,9 @@ def welch_t_test(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
         raise ValueError(
             f"welch_t_test needs at least 2 values per sample, got {len(x)} and {len(y)}"
         )
+    if len(set(x)) == 1 and len(set(y)) == 1:  # both constant, e.g. every seed at 0.300
+        diff = float(x[0]) - float(y[0])
+        return (math.nan, math.nan) if diff == 0 else (math.copysign(math.inf, diff), 0.0)
     from scipy import stats
 
     res = stats.ttest_ind(

@@ -26,8 +26,8 @@ TEMPO = _on_grpo(
     name="tempo",
     paper="TEMPO: Temporal Enforcement via Mode-separated Policy Optimization, arXiv 2605.18843",
     inferred=(
-        "per-response mode selection, leak penalty -k/max(n,1) (the spec's default; TempoReward has the count "
-        "penalty and the global schedule as options)",
+        "per-response mode selection, leak penalty -k/max(n,1) (the spec's default; the count penalty, the global "
+        "schedule and min_claims are options: rewards.tempo.<option>=...)",
         "the leakage checker is the temporal task's rule (claims 'use d<day> <fact>' looked up against the dated "
         "evidence); a user task needs its own checker (TempoReward(checker=...))",
         "task score = exact match of the last 'A:' line with the reference",
@@ -58,7 +58,8 @@ SSPO = _on_grpo(
     name="sspo",
     paper="SSPO / CardioThink, arXiv 2605.17308",
     inferred=(
-        "R = 1 x format + 1 x Jaccard(P, Gt) (spec defaults; F1 / exact and the format gate are SetReward options)",
+        "R = 1 x format + 1 x Jaccard(P, Gt) (spec defaults; F1 / exact and the format gate are options: "
+        "rewards.sspo.<option>=...)",
         "format = the diagnosis task's four stages R:/C:/M:/I: in order, non-empty, then a 'D:' label set that parses",
         "labels outside the vocabulary make the set unparsable (strict=True)",
         _AS_GRPO,
@@ -74,7 +75,8 @@ CODETHINKER = _on_grpo(
     paper="CodeThinker: consistency-based RL for code reasoning, arXiv 2605.17958",
     inferred=(
         "R = 1[c >= 0.5] x outcome + 0.5 x c, c = share of trace claims that match the true trace in execution "
-        "order (spec defaults; multiplicative and outcome-only modes are ConsistencyReward options)",
+        "order (spec defaults; the multiplicative and outcome-only modes and process=f1, precision and recall of "
+        "the trace, are options: rewards.consistency.<option>=...)",
         "beam: 4 of 8 samples independent, 4 branched (2 each) from the 2 prefixes with most consistent steps, cut "
         "before the first inconsistent step or at a random step boundary (spec's minimal variant)",
         "the trace template is the code task's compact one; GRPO-style loss as grpo (spec: GRPO/DAPO)",

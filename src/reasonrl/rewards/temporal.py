@@ -265,9 +265,10 @@ class TempoReward(Reward):
         tau: 0.01 (the spec's "e.g. 1%").
         min_claims: [inferred, not in the paper] 0 -- with ``n >= 1``, a leak-free response must cite
             evidence to earn task credit. A claim-based checker cannot see evidence that is not
-            written down, so on the tiny reasoner TEMPO learns to stop citing (measured: 3.0 -> 0
-            claims per answer in 90 steps); this closes that shortcut. A judge that reads free-form
-            reasoning has the same blind spot when the reasoning is dropped.
+            written down: from a tiny base that cites poorly (grounded rate 0.005), TEMPO learned to
+            stop citing (3.0 -> 0 claims per answer in 90 steps). This closes that shortcut; from a
+            base that cites accurately no answer went uncited in 30 steps, so it never triggered. A
+            judge that reads free-form reasoning has the same blind spot when the reasoning is dropped.
         latch: [inferred] False -- with ``"global"``, the spec's "until ... then switch" is read per
             batch (stateless, so resume needs no state); True keeps per-response mode for good once
             one batch has reached ``tau`` (state in ``self.switched``, not checkpointed).
