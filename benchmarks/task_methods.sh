@@ -38,6 +38,12 @@ compare tempo temporal 30 5 "grpo,tempo" eval_every=10
 compare sspo diagnosis 60 4 "grpo,sspo" eval_every=20
 compare sapo recommend 60 3 "grpo,sapo" eval_every=20 loss.clip_high=0.28
 compare sapo_lr2e-4 recommend 60 5 "grpo,sapo" eval_every=20 optim.lr=2e-4
+# SAPO from a softer recommend base: the warm start stopped at pass 0.15 (65 steps)
+[ -d "$OUT/bases/recommend_soft" ] || reasonrl pretrain --task recommend --steps 120 --eval-every 5 \
+  --eval-problems 100 --until-pass 0.15 --out "$OUT/bases/recommend_soft"
+reasonrl compare --recipes "grpo,sapo" --task recommend --seeds 3 --steps 60 --out "$OUT/sapo_soft_base" \
+  model="$OUT/bases/recommend_soft" eval_every=20 $COMMON
+python benchmarks/task_diagnostics.py "$OUT/sapo_soft_base"
 compare codethinker code 30 3 "grpo,codethinker,codethinker:rewards.consistency.process=f1" eval_every=10
 # VSPO against the paper's baseline: the same reward (task + 0.5 x spaced style), no steering
 reasonrl compare --recipes "vspo:steering=null,vspo" --seeds 3 --steps 30 --out "$OUT/vspo" \
