@@ -40,7 +40,6 @@ def collect(compare_dir: Path, reeval: bool, problems: int) -> dict[str, dict]:
         run_dir = Path(run["run_dir"])
         if not run["ok"]:
             continue
-        summary = json.loads((run_dir / "summary.json").read_text())
         if reeval:
             cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
             task = get_task(cfg["task"], **cfg["task_options"])
@@ -49,6 +48,7 @@ def collect(compare_dir: Path, reeval: bool, problems: int) -> dict[str, dict]:
             after = reevaluate(str(run_dir / "final"), task, problems)
             out[run_dir.name] = {"before": out["base"], "after": after}
         else:
+            summary = json.loads((run_dir / "summary.json").read_text())
             out[run_dir.name] = {"before": summary["before"], "after": summary["after"]}
     return out
 

@@ -206,5 +206,5 @@ def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
         part = getattr(recipe, name)
         out[name] = None if part is None else _plain(dataclasses.asdict(part))
     out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
-    out["rewards"] = rewards_dict(recipe.extra_rewards)
+    out["rewards"] = _plain(rewards_dict(recipe.extra_rewards))
     return out

@@ -86,10 +86,10 @@ def apply_reward_overrides(extra: Extra, overrides: dict[str, Any]) -> Extra:
 
 def rewards_dict(extra: Extra) -> dict[str, dict[str, Any]]:
     """What ``config.yaml`` records: each extra reward's plain options and weight (callables are
-    left out: they cannot be written, and an override never touches them)."""
+    left out: they cannot be written, and an override never touches them). Tuples stay tuples here;
+    the config writer turns them into lists as it does for every section."""
     out = {}
     for fn, weight in extra:
         options = reward_options(fn) or {}
-        out[reward_name(fn)] = {**{k: (list(v) if isinstance(v, tuple) else v) for k, v in options.items()
-                                   if _plain(v)}, "weight": weight}
+        out[reward_name(fn)] = {**{k: v for k, v in options.items() if _plain(v)}, "weight": weight}
     return out

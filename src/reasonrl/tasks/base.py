@@ -10,9 +10,11 @@ import dataclasses
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..rewards.base import Reward, RewardResult
+
+T = TypeVar("T")
 
 SPLITS = ("train", "test")
 
@@ -82,6 +84,14 @@ def split_user_items(name: str, train: list[Item], test: list[Item] | None, spli
     if not items:
         raise ValueError(f"{name}: the {split} split of {source} is empty (test_fraction={test_fraction})")
     return items
+
+
+def user_splits(data: str | None, test_data: str | None, load: Callable[[str], T]) -> dict[str, T | None] | None:
+    """A task's user data, loaded (and so validated) up front: ``{"train", "test"}`` (test None when
+    not given), or None when the task has no ``data`` option set (it generates its own)."""
+    if data is None:
+        return None
+    return {"train": load(data), "test": load(test_data) if test_data else None}
 
 
 def epochs(items: list[Item], rng: random.Random) -> Iterator[Item]:

@@ -67,7 +67,7 @@ from typing import Any, Iterator
 
 from ..rewards.consistency import (branch_point, canon_value, consistency, first_inconsistent_step, normalize_output,
                                  parse_steps, parse_trace)
-from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, user_splits
 from .codegen import CONSTRUCTS, compact_value, flat_trace, sample_program, trace_programs
 from .files import read_rows
 
@@ -268,10 +268,7 @@ class CodeTask:
 
     def __init__(self, **options: Any):
         self.config = make_config(CodeConfig, "code", options)
-        c = self.config
-        self._rows = None
-        if c.data is not None:
-            self._rows = {"train": self._load(c.data), "test": self._load(c.test_data) if c.test_data else None}
+        self._rows = user_splits(self.config.data, self.config.test_data, self._load)
 
     def _trace(self, programs: list[tuple[str, str]]) -> list[dict]:
         c = self.config

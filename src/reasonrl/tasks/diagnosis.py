@@ -61,7 +61,7 @@ from typing import Any, Iterator
 
 from ..rewards.sets import (DEFAULT_ANSWER_TAG, DEFAULT_SECTIONS, answer_block, canonical_set, parse_label_set,
                             set_score, structure_ok)
-from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, stable_seed
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, stable_seed, user_splits
 from .files import read_rows
 
 MAX_ASPECTS = 12  # reading letters a..l; labels AH..LL, then Z1..Z3 sort after them
@@ -144,7 +144,7 @@ class DiagnosisTask:
             vocab = [x.upper() + lv for x in self.letters for lv in levels]
             vocab += [f"Z{j + 1}" for j in range(c.combos)]
         else:
-            raw = {"train": self._load(c.data), "test": self._load(c.test_data) if c.test_data else None}
+            raw = user_splits(c.data, c.test_data, self._load)
             vocab = sorted({lab for rows in raw.values() if rows for _, labels, _ in rows for lab in labels})
         self.vocab = tuple(sorted(vocab))
         # one shared object: every item's meta points at it (SetReward reads it per row)

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from ..rewards import get_reward
 from ..rewards.answers import EXTRACTORS
-from .base import Item, epochs, split_user_items
+from .base import Item, epochs, split_user_items, user_splits
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
@@ -63,7 +63,7 @@ class FileTask:
         if reward in ("exact_match", "numeric"):
             opts.setdefault("extract", self._extract)
         self.reward = get_reward(reward, **opts)
-        self._rows = {"train": self._items(path), "test": self._items(test_path) if test_path else None}
+        self._rows = user_splits(path, test_path, self._items)
 
     def _items(self, path: str) -> list[Item]:
         prompt_c, answer_c, demo_c = self.columns

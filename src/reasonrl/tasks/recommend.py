@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..rewards.steps import parse_steps, parsed_sid, split_sid, step_rewards
-from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, user_splits
 from .files import read_rows
 
 LEVEL_LETTERS = "abcdefgh"
@@ -168,10 +168,7 @@ class RecommendTask:
 
     def __init__(self, **options: Any):
         self.config = make_config(RecommendConfig, "recommend", options)
-        c = self.config
-        self._rows = None
-        if c.data is not None:
-            self._rows = {"train": self._load(c.data), "test": self._load(c.test_data) if c.test_data else None}
+        self._rows = user_splits(self.config.data, self.config.test_data, self._load)
 
     # ---- user data -------------------------------------------------------------------------
     def _load(self, path: str) -> list[Item]:

@@ -62,7 +62,7 @@ from typing import Any, Iterator
 
 from ..rewards.answers import normalize_number, normalize_text
 from ..rewards.temporal import count_claims, extract_final_answer, is_grounded, parse_date, render_date
-from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items
+from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, user_splits
 from .files import read_rows
 
 ENTITIES = "xyzwvuts"
@@ -262,8 +262,7 @@ class TemporalTask:
     def __init__(self, **options: Any):
         self.config = c = make_config(TemporalConfig, "temporal", options)
         # user rows are validated now, so a bad row fails before any training starts
-        self._rows = None if c.data is None else {"train": load_items(c.data),
-                                                  "test": load_items(c.test_data) if c.test_data else None}
+        self._rows = user_splits(c.data, c.test_data, load_items)
 
     @property
     def max_new_tokens(self) -> int:
