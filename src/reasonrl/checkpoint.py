@@ -43,6 +43,20 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def atomic_write(path: Path, write) -> Path:
+    """Write ``path`` through ``write(tmp_path)`` and rename it into place: a process killed midway
+    leaves the old file (or none), never a truncated one that a resume would then fail to read."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+
+
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
                     keep_last: int = 2) -> Path:
     root = Path(run_dir) / "checkpoints"

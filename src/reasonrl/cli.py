@@ -201,7 +201,7 @@ def train_cmd(
             bar.update(job, completed=m["step"], info=info, description="training")
 
         summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step,
-                            on_phase=lambda s: bar.update(job, description=s))
+                            on_phase=lambda s: bar.update(job, description=s), on_note=bar.console.print)
     console.print(_before_after(summary))
 
 

@@ -2,11 +2,14 @@
 
 The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.json``,
 ``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them), ``curves.png``,
-``final/`` (an HF model directory) and ``checkpoints/``.
+``final/`` (an HF model directory), ``checkpoints/`` and ``events.jsonl`` (one line per process start
+and end of training: where a resumed process continued, how many steps it trained). Every small
+file is written atomically, so a kill at any moment leaves a run that ``--resume`` continues.
 """
 from __future__ import annotations
 
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -16,6 +19,7 @@ import numpy as np
 import torch
 import yaml
 
+from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
 from .eval.runner import EvalConfig, evaluate_model
 from .models import load_model, resolve_device, resolve_dtype, save_model
@@ -47,15 +51,36 @@ def _final_eval(model, tok, task, cfg: TrainConfig, budget: int) -> dict[str, An
     return summary
 
 
+def log_event(run_dir: Path, event: str, **fields: Any) -> None:
+    """Append one line to ``events.jsonl``: which process did what (start, resume, end of training).
+
+    ``metrics.jsonl`` of a resumed run equals a straight run's by design, so it cannot show that a
+    checkpoint was loaded; these lines do (tests read them)."""
+    line = json.dumps({"event": event, "pid": os.getpid(), "time": time.time(), **fields})
+    with open(Path(run_dir) / "events.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(line + "\n")
+
+
+def _start_message(trainer: Trainer, run_dir: Path, resume: bool) -> str:
+    where = trainer.resumed_from
+    if where is not None:
+        return (f"resumed from {where.relative_to(run_dir)} (step {trainer.step}): continuing at step "
+                f"{trainer.step + 1} of {trainer.cfg.steps}")
+    return "no checkpoint in the run folder yet: starting at step 1" if resume else "starting at step 1"
+
+
 def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_step: Callable[[dict], None] = lambda m: None,
-              on_phase: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+              on_phase: Callable[[str], None] = lambda s: None,
+              on_note: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
+    such as where a resumed run continues."""
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = run_dir_for(cfg, recipe)
     _check_fresh(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = resolved_dict(cfg, recipe)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
     model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
     task = get_task(cfg.task, **cfg.task_options)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir)
@@ -65,8 +90,13 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     else:
         on_phase("evaluating the starting model")
         before = _final_eval(model, tok, task, cfg, trainer.budget)
-        before_path.write_text(json.dumps(before, indent=2))
+        atomic_write_text(before_path, json.dumps(before, indent=2))
     start = trainer.resume() if resume else None
+    message = _start_message(trainer, run_dir, resume)
+    on_note(message)
+    log_event(run_dir, "start", message=message, first_step=trainer.step + 1, items_drawn=trainer.batches.items_drawn,
+              resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
+    drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start)
     t0 = time.perf_counter()
 
@@ -81,12 +111,14 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     finally:
         tracker.close()
     seconds = time.perf_counter() - t0
+    log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
+              items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
     on_phase("evaluating the trained model")
     after = _final_eval(model, tok, task, cfg, trainer.budget)
     save_model(model, tok, run_dir / "final")
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
                "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
     summary["run_dir"] = str(run_dir)
     return summary

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from .checkpoint import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
 from .batch import Batch, BatchMaker, merge_metrics, step_stats
@@ -65,6 +65,9 @@ class Trainer:
         self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size)
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
+        # what this process did, apart from what a checkpoint carried over (resume reports prove it)
+        self.resumed_from: Path | None = None
+        self.steps_this_process = 0
         self.stage: dict[str, Any] | None = None  # Mu-GRPO stage buffer: batch, group order, position
 
     # ---------------------------------------------------------------- state
@@ -87,6 +90,7 @@ class Trainer:
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         set_rng_state(st["rng"], self.sampler)
+        self.resumed_from = path
         return self.step
 
     # ---------------------------------------------------------------- update
@@ -208,6 +212,7 @@ class Trainer:
             upd = self._optimizer_step(batch, rows) if len(rows) else {"nonfinite": 0.0}
         t2 = time.perf_counter()
         self.step += 1
+        self.steps_this_process += 1
         gen_s = self.batches.seconds["generate"]
         metrics = batch.metrics
         if rows is not None:  # the stats of the groups this step trains on; the buffer's own once, when fresh
@@ -238,7 +243,7 @@ class Trainer:
     def train(self) -> None:
         if self.step == 0 and self.ref is not None:
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            torch.save(self.ref.state_dict(), self.run_dir / "checkpoints" / "reference.pt")
+            atomic_write(self.run_dir / "checkpoints" / "reference.pt", lambda tmp: torch.save(self.ref.state_dict(), tmp))
         while self.step < self.cfg.steps:
             m = self.train_step()
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
