@@ -4,7 +4,8 @@ The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.jso
 ``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them), ``curves.png``,
 ``final/`` (an HF model directory), ``checkpoints/`` and ``events.jsonl`` (one line per process start
 and end of training: where a resumed process continued, how many steps it trained). Every small
-file is written atomically, so a kill at any moment leaves a run that ``--resume`` continues.
+file is written atomically, so a kill at any moment after ``config.yaml`` exists leaves a run that
+``--resume`` continues.
 """
 from __future__ import annotations
 
