@@ -11,6 +11,7 @@ import pytest
 from reasonrl.rewards.consistency import (
     ConsistencyReward, branch_point, canon_value, consistency, first_inconsistent_step, normalize_output,
     parse_output, parse_steps, parse_trace, prefix_consistency, step_boundaries)
+from reasonrl.rewards.sandbox import run_python
 from reasonrl.tasks import take_items
 from reasonrl.tasks import codegen
 from reasonrl.tasks.code import CodeTask, compact_value, make_prompt, render_demo
@@ -224,14 +225,7 @@ HAND_TRACE = [[1, "a", "4"], [2, "b", "0"], [3, "i", "0"], [4, "b", "4"], [3, "i
 
 
 def _runners():
-    out = [pytest.param(_subprocess_runner, id="subprocess")]
-    try:
-        from reasonrl.rewards.sandbox import run_python
-    except ImportError:
-        run_python = None
-    missing = pytest.mark.skipif(run_python is None, reason="reasonrl.rewards.sandbox not built yet")
-    out.append(pytest.param(run_python, id="sandbox", marks=missing))
-    return out
+    return [pytest.param(_subprocess_runner, id="subprocess"), pytest.param(run_python, id="sandbox")]
 
 
 @pytest.fixture
@@ -351,14 +345,9 @@ def test_bad_json_line_names_file_and_line(tmp_path):
 
 # ----------------------------------------------------------------------------- task (through the sandbox)
 
-@pytest.fixture(scope="module")
-def sandbox():
-    return pytest.importorskip("reasonrl.rewards.sandbox", reason="reasonrl.rewards.sandbox not built yet")
-
-
 @pytest.mark.parametrize("options", [{}, {"constructs": "arith,list,str", "template": "paper"},
                                      {"work": "none", "print_op_prob": 1.0, "ops": "+-*", "numbered": False}])
-def test_demos_verify_and_are_fully_consistent(sandbox, options):
+def test_demos_verify_and_are_fully_consistent(options):
     task = CodeTask(**options)
     items = take_items(task, "train", 150, seed=1)
     assert any("+" in it.demo.split("O:")[0] for it in items) == (options == {})  # working only when on
@@ -371,7 +360,7 @@ def test_demos_verify_and_are_fully_consistent(sandbox, options):
     assert values == pytest.approx([1.5] * len(items))  # o = 1, c = 1: 1 + 0.5
 
 
-def test_splits_disjoint_and_deterministic(sandbox):
+def test_splits_disjoint_and_deterministic():
     task = CodeTask()
     test = {it.key for it in take_items(task, "test", 60, seed=0)}
     train = {it.key for it in take_items(task, "train", 600, seed=0, unique=False)}
@@ -382,7 +371,7 @@ def test_splits_disjoint_and_deterministic(sandbox):
     assert [it.key for it in again] != [it.key for it in take_items(task, "test", 20, seed=1)]
 
 
-def test_user_rows_are_traced_in_the_sandbox(sandbox, tmp_path):
+def test_user_rows_are_traced_in_the_sandbox(tmp_path):
     path = _write(tmp_path, [{"code": HAND[0], "input": HAND[1]}, {"code": "x = 2\ny = x*3\nprint(y+1)\n"}])
     task = CodeTask(data=path, test_fraction=0.0)
     by_prompt = {it.key: it for it in task.split_items("train")}

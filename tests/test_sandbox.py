@@ -4,7 +4,8 @@ just what the program printed. A test that needs an isolation feature skips, nam
 level and why the stronger ones are unavailable, only when that feature is really not active."""
 from __future__ import annotations
 
-import json, os, shutil, signal, socket, statistics, subprocess, sys, tempfile, time, uuid, warnings  # noqa: E401
+import importlib.util, json, os, resource, shutil, signal, site, socket, subprocess, sys  # noqa: E401
+import tempfile, time, uuid, warnings  # noqa: E401
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,40 @@ def outside_dir():
     pytest.skip("no writable host directory outside /tmp, /var/tmp, /dev/shm")
 
 
+@pytest.fixture
+def setuid_id(outside_dir, info):
+    """A setuid-root copy of ``id`` on the host. It only prints ids, so it grants nothing, but it
+    shows whether a setuid bit takes effect: run as uid 65534 on the host it must report euid 0."""
+    source = shutil.which("id")
+    if not ROOT or source is None:
+        pytest.skip(f"making a setuid-root helper needs root and the 'id' program; {info}")
+    folder = outside_dir / "suid"
+    folder.mkdir()
+    os.chmod(folder, 0o755)
+    helper = folder / "id"  # named id: a multi-call binary dispatches on its name
+    shutil.copy(os.path.realpath(source), helper)
+    os.chown(helper, 0, 0)
+    os.chmod(helper, 0o4755)
+    host = subprocess.run([str(helper), "-u"], user=65534, group=65534, extra_groups=[], capture_output=True,
+                          text=True, timeout=30)
+    if host.stdout.strip() != "0":
+        pytest.skip(f"a setuid-root copy of id run as uid 65534 on the host reports euid {host.stdout.strip()!r} "
+                    f"({host.stderr.strip()!r}): {folder} does not honour setuid, so no sandbox result could differ")
+    return helper
+
+
+@pytest.fixture
+def core_limit_raised():
+    """Raise the test process's soft RLIMIT_CORE to its hard limit, so the sandbox's own limit (0) is
+    what prevents a core file: the sandbox inherits the caller's limits before it sets its own."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    if hard == 0:
+        pytest.skip("the caller's hard RLIMIT_CORE is 0: a core file is impossible with or without the sandbox")
+    resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+
+
 def test_classify_by_hand():
     assert classify(0, False, "") == ("ok", None)
     # only the LAST stderr line decides: a MemoryError that was handled earlier is not "memory"
@@ -79,6 +114,7 @@ def test_classify_by_hand():
     sink.add(b"defgh")
     # 8 bytes seen: the first 5 kept, the last 4 remembered for the status classification
     assert (bytes(sink.head), bytes(sink.tail), sink.total, sink.truncated) == (b"abcde", b"efgh", 8, True)
+    assert set(STATUSES) == {"ok", "timeout", "memory", "error", "killed"}
 
 
 def test_limits_validation_and_cpu_default():
@@ -158,12 +194,33 @@ def test_workdir_is_fresh_and_removed():
     assert not os.path.exists(res.workdir)
 
 
+def _third_party_module() -> str:
+    """A module installed in the interpreter's site-packages (not the standard library)."""
+    roots = [os.path.realpath(p) for p in site.getsitepackages()]
+    for name in ("yaml", "numpy", "torch"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and any(os.path.realpath(spec.origin).startswith(r + "/") for r in roots):
+            return name
+    pytest.skip(f"none of yaml, numpy, torch is installed in this interpreter's site-packages {roots}")
+
+
+def test_site_packages_only_on_request():
+    name = _third_party_module()
+    code, options = f"import {name}\nprint({name}.__name__)", dict(memory_mb=1024, timeout=30)
+    default = run_python(code, **options)
+    assert default.status == "error" and f"ModuleNotFoundError: No module named '{name}'" in default.stderr
+    opted = run_python(code, site_packages=True, **options)
+    assert (opted.status, opted.stdout) == ("ok", f"{name}\n"), opted.stderr
+
+
 def test_infinite_loop_times_out_on_wall_clock_and_cpu():
-    t0 = time.monotonic()
+    # How long past the timeout the kill lands is measured in benchmarks/sandbox_speed.py, not here.
     res = run_python("while True:\n    pass", timeout=0.5)
-    assert (res.status, res.signal) == ("timeout", 9) and 0.5 <= res.seconds < 1.5 and time.monotonic() - t0 < 4
-    cpu = run_python("while True:\n    pass", timeout=8, cpu_seconds=1)  # RLIMIT_CPU: SIGXCPU first
-    assert (cpu.status, cpu.signal) == ("timeout", int(signal.SIGXCPU)) and cpu.seconds < 6
+    assert (res.status, res.signal) == ("timeout", 9)
+    assert 0.5 <= res.seconds <= res.wall_seconds  # correctness, not speed: never killed before the timeout
+    # RLIMIT_CPU: SIGXCPU after 1 s of CPU; the wall timeout is only a far backstop for a loaded machine
+    cpu = run_python("while True:\n    pass", timeout=30, cpu_seconds=1)
+    assert (cpu.status, cpu.signal) == ("timeout", int(signal.SIGXCPU))
 
 
 def test_memory_bombs_and_segfault():
@@ -174,6 +231,27 @@ def test_memory_bombs_and_segfault():
     assert grow.max_rss_mb < 200
     crash = run_python("import ctypes\nctypes.string_at(0)")  # segfault
     assert (crash.status, crash.returncode, crash.signal) == ("killed", -11, 11)
+
+
+CRASH_IN_A_CHILD = ("import ctypes, os, resource\npid = os.fork()\nif pid == 0:\n    ctypes.string_at(0)\n"
+                    "_, status = os.waitpid(pid, 0)\nprint(os.WTERMSIG(status), os.WCOREDUMP(status), os.listdir('.'), "
+                    "resource.getrlimit(resource.RLIMIT_CORE), flush=True)\nctypes.string_at(0)\n")
+
+
+@pytest.mark.parametrize("level", ["auto", "rlimits"])
+def test_a_crash_leaves_no_core_file(level, core_limit_raised):
+    # "rlimits" is forced on purpose: its program keeps the caller's uid and stays dumpable, so only
+    # RLIMIT_CORE = 0 stands between a segfault and a core file in the work dir.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", core.SandboxWarning)
+        res = run_python(CRASH_IN_A_CHILD, level=level)
+    assert (res.status, res.signal) == ("killed", 11)
+    sig, dumped, rest = res.stdout.split(" ", 2)
+    assert (sig, rest) == ("11", "['prog.py'] (0, 0)\n"), f"core file or limit at level {res.isolation}: {res.stdout}"
+    with open("/proc/sys/kernel/core_pattern") as f:
+        piped = f.read().startswith("|")
+    if not piped:  # a piped core_pattern hands the dump to the host's handler, which sees the limit 0
+        assert dumped == "False", f"the kernel dumped core at level {res.isolation}"
 
 
 def test_fork_bomb_is_contained(info):
@@ -263,6 +341,97 @@ def test_cannot_delete_a_file_it_does_not_own(info, outside_dir):
     assert victim.read_text() == "keep me" and victim.stat().st_uid == os.geteuid()
 
 
+def test_abstract_unix_socket_is_unreachable(info):
+    need(info, "net-ns")  # abstract UNIX socket names are per network namespace
+    name = b"\0reasonrl-sbx-test-" + uuid.uuid4().hex.encode()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(name)
+        server.listen()
+        server.setblocking(False)
+        res = run_python(attempts(f"socket.socket(socket.AF_UNIX).connect({name!r})"))
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected from the sandbox
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(name)  # while any host process can: the listener was live all along
+            server.accept()[0].close()
+    assert (res.status, res.stdout) == ("ok", "refused 0 Connection refused\n")
+
+
+def setuid_probe(helper: Path) -> str:
+    """Prints the euid the setuid-root ``helper`` runs with, NoNewPrivs, and the visible mounts
+    (the helper's included) that would honour a setuid bit."""
+    return ("import os, subprocess\n"
+            f"print(subprocess.run([{str(helper)!r}, '-u'], capture_output=True, text=True).stdout.strip())\n"
+            "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n"
+            "def honours_setuid(mount):\n    try:\n        return not os.statvfs(mount).f_flag & os.ST_NOSUID\n"
+            "    except OSError:\n        return False  # out of the program's reach: nothing there can run\n"
+            "mounts = {line.split()[4] for line in open('/proc/self/mountinfo')}\n"
+            f"print(sorted(filter(honours_setuid, mounts | {{{str(helper.parent)!r}}})))\n")
+
+
+def test_setuid_binary_gives_no_privilege(info, setuid_id):
+    need(info, "uid-drop")
+    res = run_python(setuid_probe(setuid_id))
+    assert res.status == "ok", res.stderr
+    euid, no_new_privs, suid_mounts = res.stdout.splitlines()
+    assert euid == str(res.uid), f"the setuid-root helper ran with euid {euid} at level {res.isolation}"
+    assert no_new_privs == "1"  # alone enough: execve then ignores setuid bits and file capabilities
+    if "read-only-fs" in info.features:  # namespace levels also remount every inherited mount nosuid
+        assert suid_mounts == "[]", f"mounts without nosuid inside the sandbox: {suid_mounts}"
+
+
+def test_capabilities_groups_and_ids_are_dropped(info):
+    need(info, "uid-drop")
+    groups = os.getgroups()
+    os.setgroups(groups + [4242])  # a supplementary group the sandbox must not pass on (we are root here)
+    try:
+        res = run_python("print(open('/proc/self/status').read())")
+    finally:
+        os.setgroups(groups)
+    status = dict(line.split(":", 1) for line in res.stdout.splitlines() if ":" in line)
+    ids = [str(res.uid)] * 4  # real, effective, saved and file-system ids
+    assert (status["Uid"].split(), status["Gid"].split(), status["Groups"].split()) == (ids, ids, [])
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[cap], 16) == 0, f"{cap} is {status[cap].strip()} at level {res.isolation}"
+
+
+def test_home_and_run_are_hidden(info):
+    need(info, "hidden:home,/run")
+    home = os.path.realpath(os.path.expanduser("~"))
+    if home == "/" or not os.path.isdir(home):
+        pytest.skip(f"the caller's home is {home!r}: nothing to hide")
+    tag = uuid.uuid4().hex
+    markers = [Path(home) / f".reasonrl-sbx-{tag}"]
+    if os.access("/run", os.W_OK):
+        markers.append(Path("/run") / f"reasonrl-sbx-{tag}")
+    for marker in markers:
+        marker.write_text(SECRET)
+    try:
+        res = run_python(attempts(*[f"os.stat({str(m)!r})" for m in markers], "print(os.listdir('/run'))"))
+    finally:
+        for marker in markers:
+            marker.unlink()
+    # "No such file or directory", not "Permission denied": the file is gone, not merely unreadable
+    expected = "".join(f"refused {i} No such file or directory\n" for i in range(len(markers)))
+    assert (res.status, res.stdout) == ("ok", expected + f"[]\nDONE {len(markers)}\n")
+
+
+def test_ipc_uts_and_pid_namespaces_are_private(info):
+    for feature in ("ipc-ns", "uts-ns", "net-ns", "mount-ns", "pid-ns"):
+        need(info, feature)
+    kinds = ["ipc", "uts", "net", "mnt", "pid"]
+    hostname = socket.gethostname()
+    res = run_python(f"import os\nprint(*[os.readlink('/proc/self/ns/' + k) for k in {kinds!r}])\n"
+                     "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+                     + attempts("socket.sethostname('reasonrl-sandbox')"))
+    inside, pids, renamed = res.stdout.splitlines()
+    host = [os.readlink(f"/proc/self/ns/{k}") for k in kinds]
+    shared = [ns for ns in inside.split() if ns in host]
+    assert shared == [], f"namespaces shared with the host at level {res.isolation}: {shared}"
+    assert pids == "[1, 2]"  # the runner (init of the namespace) and the program: nothing of the host
+    assert renamed == "refused 0 Operation not permitted" and socket.gethostname() == hostname
+
+
 def _detached_grandchild(marker: Path, sleep: float) -> str:
     return ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
             f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write('alive')\n"
@@ -282,12 +451,13 @@ def test_detached_grandchild_does_not_outlive_the_call(level, info):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", core.SandboxWarning)
             res = run_python(_detached_grandchild(marker, sleep), level=level, timeout=3)
-        # checked at once: a survivor would still be in its sleep now
+        # No timing is asserted (benchmarks/sandbox_speed.py measures that the call does not wait).
+        # Right after the call a surviving grandchild is either still alive (found here) or has
+        # already written its marker (found below), however slow the machine is.
         survivors = procs_matching(uid=res.uid, text=res.workdir)
         assert (res.status, res.stdout) == ("ok", "parent done\n")
         assert survivors == [], f"detached processes survived at level {res.isolation}"
-        assert time.monotonic() - t0 < sleep, "the call waited for the detached process"
-        time.sleep(sleep + 0.3 - (time.monotonic() - t0))
+        time.sleep(max(0.0, t0 + sleep + 0.3 - time.monotonic()))  # past the time it would have written
         assert not marker.exists(), f"a detached grandchild wrote its marker at level {res.isolation}"
     finally:
         shutil.rmtree(marker_dir)
@@ -322,6 +492,13 @@ for p in filter(str.isdigit, os.listdir("/proc")):
         pass
 print(json.dumps(dict(bomb=bomb.status, spy=spy.stdout, root=root.stdout, alive=alive, uid=spy.uid)))
 """
+UID_SETUID_SCRIPT = SCRIPT_HEAD + """try:
+    isolation("uid")
+except SandboxUnavailable as exc:
+    sys.exit(print(json.dumps(dict(skip=str(exc)))))
+res = run_python({code!r}, level="uid")
+print(json.dumps(dict(status=res.status, stdout=res.stdout, stderr=res.stderr, uid=res.uid)))
+"""
 
 
 def test_non_root_caller_gets_userns_or_a_reported_fallback(info):
@@ -346,13 +523,11 @@ def test_non_root_caller_gets_userns_or_a_reported_fallback(info):
         assert "userns" in out["unavailable"] and out["warned"] >= 1
 
 
-def test_uid_level_without_namespaces():
-    """The fallback for root without namespaces (e.g. a container whose seccomp profile forbids
-    unshare). Needs a Python install other users can read: the current one or the system one."""
+def at_uid_level(script: str) -> dict:
+    """The JSON last printed by ``script`` run at the 'uid' level, by the first interpreter that can
+    (the level needs a Python install other users can read: the current one or the system one)."""
     if not ROOT:
         pytest.skip("the 'uid' level needs root")
-    script = UID_LEVEL_SCRIPT.format(src=str(SRC), root=attempts("open('/root/x', 'w')"),
-                                     spy=attempts("os.kill(os.getppid(), 9)", "os.kill(ME, 9)"))
     reasons = []
     for python in dict.fromkeys([sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"]):
         if not os.path.exists(python):
@@ -361,41 +536,39 @@ def test_uid_level_without_namespaces():
                              capture_output=True, text=True, timeout=60)
         assert run.returncode == 0, f"{python}: {run.stderr[-2000:]}"
         out = json.loads(run.stdout.splitlines()[-1])
-        if "skip" in out:
-            reasons.append(f"{python}: {out['skip']}")
-            continue
-        assert out["bomb"] == "timeout" and out["alive"] == [] and out["uid"] >= 1_000_000
-        assert out["spy"] == "refused 0 Operation not permitted\nrefused 1 Operation not permitted\nFalse False\n"
-        assert out["root"] == "refused 0 Permission denied\n"
-        return
+        if "skip" not in out:
+            return out
+        reasons.append(f"{python}: {out['skip']}")
     pytest.skip("no interpreter can run the 'uid' level here: " + " | ".join(reasons))
 
 
-def test_pool_runs_in_parallel_and_keeps_order():
-    codes = [f"import time\ntime.sleep(0.5)\nprint({i})" for i in range(4)]
-    t0 = time.monotonic()
+def test_uid_level_without_namespaces():
+    """The fallback for root without namespaces (e.g. a container whose seccomp profile forbids unshare)."""
+    out = at_uid_level(UID_LEVEL_SCRIPT.format(src=str(SRC), root=attempts("open('/root/x', 'w')"),
+                                               spy=attempts("os.kill(os.getppid(), 9)", "os.kill(ME, 9)")))
+    assert out["bomb"] == "timeout" and out["alive"] == [] and out["uid"] >= 1_000_000
+    assert out["spy"] == "refused 0 Operation not permitted\nrefused 1 Operation not permitted\nFalse False\n"
+    assert out["root"] == "refused 0 Permission denied\n"
+
+
+def test_no_new_privs_alone_makes_setuid_inert_at_the_uid_level(setuid_id):
+    """Without a mount namespace the helper's mount honours setuid (the fixture checked it on the
+    host), so no_new_privs is the only protection here."""
+    res = at_uid_level(UID_SETUID_SCRIPT.format(src=str(SRC), code=setuid_probe(setuid_id)))
+    assert res["status"] == "ok", res["stderr"]
+    euid, no_new_privs, _ = res["stdout"].splitlines()
+    assert (euid, no_new_privs) == (str(res["uid"]), "1"), f"the setuid-root helper ran with euid {euid}"
+
+
+def test_pool_keeps_order():
+    # the later programs sleep less, so with 4 workers they tend to finish first; the speed-up of
+    # the pool is measured in benchmarks/sandbox_speed.py
+    codes = [f"import time\ntime.sleep({0.1 * (3 - i):.1f})\nprint({i})" for i in range(4)]
     results = run_many(codes, workers=4)
-    elapsed = time.monotonic() - t0
     assert [(r.status, r.stdout) for r in results] == [("ok", f"{i}\n") for i in range(4)]
-    assert elapsed < 1.6, f"4 x 0.5 s with 4 workers took {elapsed:.2f} s: not parallel"
     echo = Sandbox(timeout=2).run_many(["print(input())"] * 2, stdins=["a", "b"], workers=2)
     assert [r.stdout for r in echo] == ["a\n", "b\n"]
     with pytest.raises(ValueError, match="2 stdins for 3 programs"):
         run_many(["pass"] * 3, stdins=["a", "b"])
     with pytest.raises(ValueError, match="workers=0"):
         run_many(["pass"], workers=0)
-
-
-def test_per_call_overhead_is_measured_and_small():
-    isolation()
-    bare, sandboxed = [], []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-I", "-S", "-c", "pass"], check=True)
-        bare.append(time.perf_counter() - t0)
-        sandboxed.append(run_python("pass").wall_seconds)
-    overhead = statistics.median(sandboxed) - statistics.median(bare)
-    print(f"\nsandbox call {statistics.median(sandboxed) * 1e3:.0f} ms, bare interpreter "
-          f"{statistics.median(bare) * 1e3:.0f} ms, overhead {overhead * 1e3:.0f} ms")
-    assert statistics.median(sandboxed) < 1.0
-    assert set(STATUSES) == {"ok", "timeout", "memory", "error", "killed"}
