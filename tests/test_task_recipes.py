@@ -12,12 +12,65 @@ from reasonrl.run import train_run
 
 # recipe -> (task, task options, metric keys the method must log at every step)
 CASES = {
-    "tempo": ("temporal", {}, ["reward/tempo/leak_rate", "reward/tempo/task_score", "reward/tempo/performance_mode_frac"]),
-    "sspo": ("diagnosis", {}, ["reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/exact_rate"]),
+    "tempo": ("temporal", {}, ["reward/tempo/leak_rate", "reward/tempo/task_score",
+                               "reward/tempo/performance_mode_frac", "reward/tempo/leak_frac_mean", "reward/tempo/claims_mean", "reward/tempo/mean"]),
+    "sspo": ("diagnosis", {}, ["reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/exact_rate",
+                               "reward/sspo/unparsed_frac", "reward/sspo/mean"]),
     "vspo": ("arithmetic", {"spaced_rate": 0.05}, ["reward/spaced/mean", "reward/correct/mean"]),
-    "codethinker": ("code", {}, ["reward/consistency/c_mean", "beam/branches", "beam/prefix_tokens_mean"]),
-    "sapo": ("recommend", {}, ["steps/reward_level0", "steps/reward_level2", "steps/token_coverage"]),
+    "codethinker": ("code", {}, ["reward/consistency/c_mean", "beam/branches", "beam/prefix_tokens_mean",
+                                 "beam/budget", "beam/completions_per_prompt", "beam/prefix_frac_mean",
+                                 "reward/consistency/mean", "reward/consistency/recall_mean"]),
+    "sapo": ("recommend", {}, ["steps/reward_level0", "steps/reward_level1", "steps/reward_level2",
+                               "steps/token_coverage"]),
 }
+# metric families of the optional parts: a recipe logs exactly those of its own parts
+FAMILIES = ("dynamic/", "edas/", "veto/", "stage/", "sage/", "corr/", "loss/kl", "steps/", "beam/")
+OWN_FAMILIES = {"tempo": set(), "sspo": set(), "vspo": set(), "codethinker": {"beam/"}, "sapo": {"steps/"}}
+
+
+def _tempo_acted(r):
+    # per-response modes (min_claims 0): a response is in performance mode iff it leaks nothing. Its mean is
+    # the task score less the leaky rows' task scores (each <= 1) less their leak fractions; the verifier's
+    # weight is 0, so the total reward is TEMPO's alone
+    t = "reward/tempo/"
+    assert r[t + "performance_mode_frac"] == pytest.approx(1.0 - r[t + "leak_rate"], abs=1e-9)
+    low = r[t + "task_score"] - r[t + "leak_rate"] - r[t + "leak_frac_mean"]
+    assert low - 1e-6 <= r[t + "mean"] <= r[t + "task_score"] - r[t + "leak_frac_mean"] + 1e-6
+    assert r["reward/mean"] == pytest.approx(r[t + "mean"], abs=1e-6)
+
+
+def _sspo_acted(r):
+    # R = 1 x format + 1 x Jaccard (no gate), the verifier weighted 0; an exact set has Jaccard 1
+    s = "reward/sspo/"
+    assert r[s + "mean"] == pytest.approx(r[s + "format_rate"] + r[s + "set_score"], abs=1e-6)
+    assert r["reward/mean"] == pytest.approx(r[s + "mean"], abs=1e-6)
+    assert 0.0 <= r[s + "exact_rate"] <= r[s + "set_score"] + 1e-9 and 0.0 <= r[s + "unparsed_frac"] <= 1.0
+
+
+def _vspo_acted(r):
+    # reward = task + 0.5 x behaviour (the spaced style)
+    assert 0.0 <= r["reward/spaced/mean"] <= 1.0
+    assert r["reward/mean"] == pytest.approx(r["reward/correct/mean"] + 0.5 * r["reward/spaced/mean"], abs=1e-6)
+
+
+def _codethinker_acted(r):
+    # G = 4, first_frac 0.5: round(4 * 0.5) = 2 independent samples per prompt and 4 - 2 = 2 branched from
+    # min(k_max=2, 2) prefixes: 2 prompts x 2 = 4 branches, 2 + 4 / 2 = 4 completions per prompt = the budget
+    assert (r["beam/budget"], r["beam/branches"], r["beam/completions_per_prompt"]) == (4.0, 4.0, 4.0)
+    assert 0.0 <= r["beam/prefix_frac_mean"] <= 1.0 and r["beam/prefix_tokens_mean"] >= 0.0
+    assert 0.0 <= r["reward/consistency/c_mean"] <= 1.0
+    assert r["reward/mean"] == pytest.approx(r["reward/consistency/mean"], abs=1e-6)  # the verifier weighted 0
+
+
+def _sapo_acted(r):
+    # three SID steps per answer (the task's default levels=3), each a position-match rate; some tokens lie
+    # inside a step (they carry the per-step advantages), tokens outside (newlines, EOS) get 0
+    assert all(0.0 <= r[f"steps/reward_level{k}"] <= 1.0 for k in range(3)) and "steps/reward_level3" not in r
+    assert 0.0 < r["steps/token_coverage"] <= 1.0
+
+
+ACTED = {"tempo": _tempo_acted, "sspo": _sspo_acted, "vspo": _vspo_acted, "codethinker": _codethinker_acted,
+         "sapo": _sapo_acted}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -35,6 +88,8 @@ def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
     for r in rows:
         assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
         assert set(keys) <= set(r), set(keys) - set(r)
+        ACTED[name](r)
+    assert {f for f in FAMILIES for r in rows for k in r if k.startswith(f)} == OWN_FAMILIES[name]
     assert math.isfinite(summary["after"]["pass@1"])
 
 

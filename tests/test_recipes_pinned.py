@@ -1,0 +1,208 @@
+"""Every registered recipe's parts and key numbers, pinned by hand.
+
+The table below is written from the papers and the recipe docstrings (src/reasonrl/recipes/*.py),
+not dumped from the code, so a changed default fails here and must be made on purpose (and the
+row updated, with its source). A recipe registered without a row fails too.
+
+Fields pinned: only those that define each method. Deliberately left out: Veto's relaxed band
+(its clip_low / clip_high may become tied to the loss clip), the SAGE knobs of recipes without a
+guide, Steering's contrastive texts beyond their count, and any option being added concurrently
+(Steering alphas/anneal, KL schedules, GroupFilter.max_rounds=None).
+"""
+import dataclasses
+import json
+import re
+
+import pytest
+
+from reasonrl.recipes import RECIPES
+from reasonrl.rewards.base import reward_name
+
+# The grpo base every recipe builds on (src/reasonrl/recipes/grpo.py): group z-score advantage,
+# PPO clip 0.2 on the token ratio, per-sequence token mean (DeepSeekMath, arXiv 2402.03300), KL off
+# (TRL/verl defaults), G = 8, and the tiny-reasoner CPU settings: T = 0.8, AdamW lr 5e-5, one pass,
+# one optimiser step per batch.
+GRPO_ROW = {
+    "advantage": ("grpo", "group"),  # (estimator, scale)
+    "loss": ("token", 0.2, 0.2, None, "clip", "seq-mean-token-mean", None),
+    # ^ (ratio level, clip_low, clip_high, dual_clip, trust_region, agg, norm_len)
+    "kl": (0.0, "k3", None),  # (coef, estimator, guide)
+    "sage": None,  # the SAGE guide's (ratio, threshold, q_min, q_max), only where kl.guide is set
+    "entropy_coef": 0.0,
+    "group_size": 8,
+    "temperature": 0.8,
+    "optim": (5e-5, 1, 1),  # (lr, mu, minibatches)
+    "task_reward_weight": 1.0,
+    "mask_truncated": False,
+    "group_filter": None,  # (metric, max_rounds)
+    "stages": None,  # count
+    "veto": None,  # (trigger, include_trigger)
+    "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
+    "beam": None,  # (first_frac, k_max)
+    "shapers": (),  # ((type, {option: value}), ...)
+    "extra_rewards": (),  # ((type, weight, {option: value}), ...)
+    "aux_losses": (),  # type names
+}
+
+
+def row(**changes):
+    unknown = set(changes) - set(GRPO_ROW)
+    assert not unknown, f"table typo: {unknown}"
+    return {**GRPO_ROW, **changes}
+
+
+# DAPO (arXiv 2503.14476): clip-higher 0.2 / 0.28, token-level mean, dynamic sampling on raw
+# accuracy (3 generation rounds, verl's max_num_gen_batches), soft overlong punishment over the last
+# 20% of the budget (paper: 4096 of 20480), weighted 0.5 against the 0/1 correctness.
+DAPO_ROW = row(
+    loss=("token", 0.2, 0.28, None, "clip", "token-mean", None),
+    group_filter=("accuracy", 3),
+    extra_rewards=(("OverlongPenalty", 0.5, {"cache_frac": 0.2, "max_len": None, "cache_len": None}),),
+)
+
+TABLE = {
+    "grpo": row(),
+    # Dr. GRPO (arXiv 2503.20783): no std division, constant G * L_max normaliser (norm_len None = the budget)
+    "dr_grpo": row(advantage=("dr_grpo", "group"),
+                   loss=("token", 0.2, 0.2, None, "clip", "seq-mean-token-sum-norm", None)),
+    "dapo": DAPO_ROW,
+    # GSPO (arXiv 2507.18071): one length-normalised ratio per response, clip 3e-4 / 4e-4 (section 5.1),
+    # the batch split into minibatches (2 here) so the sequence clip acts off-policy
+    "gspo": row(loss=("sequence", 3e-4, 4e-4, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 2)),
+    # RLOO (arXiv 2402.14740): leave-one-out baseline, sequence log-likelihood (token sum), PPO clip 0.2 (TRL)
+    "rloo": row(advantage=("rloo", "group"), loss=("token", 0.2, 0.2, None, "clip", "seq-mean-token-sum", None)),
+    # REINFORCE++ (arXiv 2501.03262): batch-normalised advantage, token mean, KL off
+    "reinforce_pp": row(advantage=("reinforce_pp", "group"),
+                        loss=("token", 0.2, 0.2, None, "clip", "token-mean", None)),
+    # CISPO (MiniMax-M1, arXiv 2506.13585): the detached IS weight is clipped in DAPO's band [0.8, 1.28]
+    "cispo": row(loss=("token", 0.2, 0.28, None, "cispo", "token-mean", None)),
+    # EDAS (arXiv 2605.17333) on DAPO: lambda = n^gamma / mean, gamma 1, unparsed answers one cluster, no clip
+    "edas": {**DAPO_ROW, "shapers": (("EDAS", {"gamma": 1.0, "none_policy": "cluster", "lambda_min": None,
+                                               "lambda_max": None}),)},
+    # Mu-GRPO (arXiv 2605.17570): 4 generate-then-train stages, relaxed band [0.5, 2.0], token mean, the
+    # negative-advantage veto triggered when a ratio leaves the band, trigger token included
+    "mu_grpo": row(loss=("token", 0.5, 1.0, None, "clip", "token-mean", None), stages=4,
+                   veto=("out_of_band", True)),
+    # SAGE (arXiv 2605.18864, official code): beta 0.05 k3 anchored at q * pi_ref, branch guide
+    # q = clamp(1 + 0.3 relu(H - 1.2), 0.6, 1.4)
+    "sage": row(kl=(0.05, "k3", "branch"), sage=(0.3, 1.2, 0.6, 1.4)),
+    # CorR-PO (arXiv 2605.17770): reward bonus -0.1 * Pearson(H, logit-grad norm), inversion sign, weight 1
+    "corr_po": row(extra_rewards=(("CorrBonus", 1.0, {"coef": 0.1, "sign": "inversion", "method": "pearson",
+                                                      "min_tokens": 3}),)),
+    # TEMPO (arXiv 2605.18843): the two-mode reward replaces the verifier's; per-response modes, leak
+    # penalty -k/max(n, 1), k_cap 5, tau 1%, claims checker, no min_claims
+    "tempo": row(task_reward_weight=0.0,
+                 extra_rewards=(("TempoReward", 1.0, {"leak_penalty": "fraction", "k_cap": 5,
+                                                      "mode_schedule": "per_response", "tau": 0.01,
+                                                      "min_claims": 0, "latch": False}),)),
+    # SAPO (arXiv 2605.17648): per-step group-relative advantages by position match, 0 outside steps
+    "sapo": row(shapers=(("StepCredit", {"mode": "position_match", "outside": "zero"}),)),
+    # SSPO (arXiv 2605.17308): R = 1 x format + 1 x Jaccard, no gate, strict vocabulary; replaces the verifier
+    "sspo": row(task_reward_weight=0.0,
+                extra_rewards=(("SetReward", 1.0, {"metric": "jaccard", "w_fmt": 1.0, "w_set": 1.0, "gate": False,
+                                                   "strict": True}),)),
+    # CodeThinker (arXiv 2605.17958): R = 1[c >= 0.5] x outcome + 0.5 x c (precision); beam: half the group
+    # sampled, the rest branched from the 2 best prefixes
+    "codethinker": row(task_reward_weight=0.0, beam=(0.5, 2),
+                       extra_rewards=(("ConsistencyReward", 1.0, {"tau": 0.5, "lambda_p": 0.5, "mode": "gated",
+                                                                  "process": "precision"}),)),
+    # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
+    # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
+    "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
+}
+
+
+def _options(obj, names):
+    return {k: getattr(obj, k) for k in names}
+
+
+def _actual(recipe, expected):
+    """The recipe's values for the fields of the table, read field by field (options: those the row names)."""
+    r, loss, kl = recipe, recipe.loss, recipe.kl
+    shapers = tuple((type(s).__name__, _options(s, opts)) for s, (_, opts) in zip(r.shapers, expected["shapers"]))
+    shapers += tuple((type(s).__name__, {}) for s in r.shapers[len(expected["shapers"]):])
+    extras = tuple((type(fn).__name__, w, _options(fn, opts))
+                   for (fn, w), (_, _, opts) in zip(r.extra_rewards, expected["extra_rewards"]))
+    extras += tuple((type(fn).__name__, w, {}) for fn, w in r.extra_rewards[len(expected["extra_rewards"]):])
+    st = r.steering
+    return {
+        "advantage": (r.advantage.estimator, r.advantage.scale),
+        "loss": (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region, loss.agg, loss.norm_len),
+        "kl": (kl.coef, kl.estimator, kl.guide),
+        "sage": None if kl.guide is None else (kl.ratio, kl.threshold, kl.q_min, kl.q_max),
+        "entropy_coef": r.entropy_coef,
+        "group_size": r.group_size,
+        "temperature": r.sampling.temperature,
+        "optim": (r.optim.lr, r.optim.mu, r.optim.minibatches),
+        "task_reward_weight": r.task_reward_weight,
+        "mask_truncated": r.mask_truncated,
+        "group_filter": None if r.group_filter is None else (r.group_filter.metric, r.group_filter.max_rounds),
+        "stages": None if r.stages is None else r.stages.count,
+        "veto": None if loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
+        "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
+        "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
+        "shapers": shapers,
+        "extra_rewards": extras,
+        "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
+    }
+
+
+def test_every_registered_recipe_has_a_row_and_every_row_a_recipe():
+    assert set(RECIPES) - set(TABLE) == set(), "a recipe is registered without a pinned row: add it to TABLE"
+    assert set(TABLE) - set(RECIPES) == set(), "TABLE pins a recipe that is no longer registered"
+    assert all(set(r) == set(GRPO_ROW) for r in TABLE.values())  # every row states every field
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_recipe_matches_its_pinned_row(name):
+    expected = TABLE[name]
+    actual = _actual(RECIPES[name], expected)
+    wrong = {k: (actual[k], expected[k]) for k in expected if actual[k] != expected[k]}
+    assert not wrong, f"{name}: field -> (now, pinned): {wrong}"
+
+
+def test_the_cli_listing_reports_the_pinned_numbers():
+    # `reasonrl recipes --json` is what users read: it must agree with the table
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+
+    listed = {r["name"]: r for r in json.loads(CliRunner().invoke(app, ["recipes", "--json"]).stdout)}
+    assert set(listed) == set(TABLE)
+    for name, exp in TABLE.items():
+        got = listed[name]
+        loss = got["loss"]
+        assert (got["advantage"]["estimator"], got["advantage"]["scale"]) == exp["advantage"], name
+        assert (loss["ratio"], loss["clip_low"], loss["clip_high"], loss["dual_clip"], loss["trust_region"],
+                loss["agg"], loss["norm_len"]) == exp["loss"], name
+        assert (got["kl"]["coef"], got["kl"]["estimator"], got["kl"]["guide"]) == exp["kl"], name
+        assert (got["group_size"], got["sampling"]["temperature"], got["task_reward_weight"]) == \
+            (exp["group_size"], exp["temperature"], exp["task_reward_weight"]), name
+        assert (got["optim"]["lr"], got["optim"]["mu"], got["optim"]["minibatches"]) == exp["optim"], name
+        assert (got["stages"] or {}).get("count") == exp["stages"], name
+        assert len(got["shapers"]) == len(exp["shapers"]) and len(got["extra_rewards"]) == len(exp["extra_rewards"])
+        # "<weight> x <reward>" in the listing
+        assert [float(e.split(" x ")[0]) for e in got["extra_rewards"]] == [w for _, w, _ in exp["extra_rewards"]]
+
+
+def test_extra_rewards_keep_their_config_names():
+    # rewards.<name>.<option> config keys and the reward/<name>/* metrics are built from these names
+    names = {n: [reward_name(fn) for fn, _ in r.extra_rewards] for n, r in RECIPES.items() if r.extra_rewards}
+    assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
+                     "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"]}
+
+
+def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():
+    # the behaviour: an operator written with spaces in the chain of thought ('7 + 5 + 0 = 12')
+    vspo = RECIPES["vspo"]
+    (fn, _), = vspo.extra_rewards
+    assert fn.score(["3+4=?\n"] * 2, ["3 + 4 + 0 = 7\nA:7", "3+4+0=7\nA:7"]).values == [1.0, 0.0]
+    spaced = re.compile(r"\d [-+=] \d")
+    assert all(spaced.search(t) for t in vspo.steering.positive)
+    assert not any(spaced.search(t) for t in vspo.steering.negative)
+
+
+def test_edas_recipe_is_dapo_plus_the_shaper():
+    # EDAS is evaluated on top of DAPO in the paper: every other part is DAPO's
+    edas, dapo = RECIPES["edas"], RECIPES["dapo"]
+    assert dataclasses.replace(edas, name="dapo", paper=dapo.paper, inferred=dapo.inferred, shapers=()) == dapo
