@@ -1,7 +1,15 @@
-"""The ``reasonrl`` command line: train, eval, recipes, tasks, pretrain."""
+"""The ``reasonrl`` command line: train, eval, recipes, tasks, pretrain, compare.
+
+A user error (:class:`~reasonrl.errors.UserError`, a missing file, a malformed config file) is
+printed as one message on stderr with exit status 2; ``reasonrl --debug ...`` or
+``REASONRL_DEBUG=1`` shows its traceback too. Any other exception is a bug and keeps its traceback.
+The entry point is :func:`main` (``reasonrl`` and ``python -m reasonrl.cli`` alike).
+"""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -11,8 +19,32 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .errors import UserError
+
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
 console = Console()
+USER_ERRORS = (UserError, FileNotFoundError, yaml.YAMLError)  # what a user can fix; the rest are bugs
+_debug = {"on": False}  # set by --debug (the app callback runs before the command)
+
+
+@app.callback()
+def _root(debug: bool = typer.Option(False, "--debug", help="Show the traceback of user errors too (or set REASONRL_DEBUG=1).")) -> None:
+    _debug["on"] = debug
+
+
+def debug_requested() -> bool:
+    return _debug["on"] or os.environ.get("REASONRL_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; a user error becomes one line on stderr and exit status 2 (the usage-error code)."""
+    try:
+        app(args=argv)
+    except USER_ERRORS as err:
+        if debug_requested():
+            raise
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def _quiet_transformers() -> None:
@@ -25,7 +57,10 @@ def _quiet_transformers() -> None:
 def parse_value(text: str) -> Any:
     """A CLI value as YAML (``2`` -> 2, ``true`` -> True, ``[a,b]`` -> list) except where YAML would
     read plain text as structure (``-`` is a list item to YAML, an operator here)."""
-    parsed = yaml.safe_load(text) if text else ""
+    try:
+        parsed = yaml.safe_load(text) if text else ""
+    except yaml.YAMLError as err:
+        raise UserError(f"cannot read the value {text!r} ({getattr(err, 'problem', None) or err}); quote it or fix it") from err
     structured = isinstance(parsed, (dict, list)) or parsed is None
     return parsed if not structured or text.lstrip().startswith(("[", "{", "null", "~")) else text
 
@@ -35,7 +70,7 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pair in pairs or []:
         if "=" not in pair:
-            raise typer.BadParameter(f"expected key=value, got {pair!r}")
+            raise UserError(f"expected key=value, got {pair!r}")
         key, value = pair.split("=", 1)
         out[key.strip()] = parse_value(value)
     return out
@@ -71,14 +106,19 @@ def eval_cmd(
     """Greedy pass@1 and sampled pass@k, avg@k, maj@k of a model on a task's held-out split."""
     import torch
 
+    from .tasks import get_task
+    from .validate import OPTION_RULES, check_options
+
+    check_options({"--n": n, "--k": k, "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed},
+                  OPTION_RULES["eval"])
+    the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
+
     from .eval.runner import EvalConfig, evaluate_model, write_samples
     from .models import load_model
-    from .tasks import get_task
 
     _quiet_transformers()
     torch.manual_seed(seed)
     mdl, tok = load_model(model)
-    the_task = get_task(task, **parse_options(task_opt))
     cfg = EvalConfig(n_problems=n, k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     with _progress() as bar:
         job = bar.add_task("evaluating", total=n * (1 + k), info="")
@@ -131,10 +171,14 @@ def pretrain_cmd(
     from .models import load_model, save_model
     from .sft import SFTConfig, sft
     from .tasks import get_task
+    from .validate import OPTION_RULES, check_options
 
+    check_options({"--steps": steps, "--seconds": seconds, "--batch-size": batch_size, "--lr": lr, "--seed": seed,
+                   "--eval-every": eval_every, "--eval-problems": eval_problems, "--until-pass": until_pass},
+                  OPTION_RULES["pretrain"])
     _quiet_transformers()
-    mdl, tok = load_model(model or f"tiny:{size}")
     the_task = get_task(task, **parse_options(task_opt))
+    mdl, tok = load_model(model or f"tiny:{size}")
     cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
                     eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass)
     with _progress() as bar:
@@ -157,17 +201,30 @@ def _train_config(args: list[str] | None, recipe: str | None, model: str | None,
     files = [a for a in args or [] if a.endswith((".yaml", ".yml"))]
     pairs = [a for a in args or [] if a not in files]
     if len(files) > 1:
-        raise typer.BadParameter(f"one config file at most, got {files}")
+        raise UserError(f"one config file at most, got {files}")
     raw: dict[str, Any] = load_yaml(files[0]) if files else {}
     if resume:
         if out is None:
-            raise typer.BadParameter("--resume needs --out DIR (the run folder to continue)")
+            raise UserError("--resume needs --out DIR (the run folder to continue)")
         if (out / "config.yaml").exists():
             raw = merge(load_yaml(out / "config.yaml"), raw)
     raw = merge(raw, dotted_to_nested(parse_options(pairs)))
     explicit = {"recipe": recipe, "model": model, "task": task, "steps": steps, "out": str(out) if out else None}
     raw = merge(raw, {k: v for k, v in explicit.items() if v is not None})
     return split_config(raw)
+
+
+def _checked_run(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
+                 steps: int | None, out: Path | None, resume: bool):
+    """(run config, recipe with the overrides applied), every knob checked (:mod:`reasonrl.validate`)."""
+    from .config import apply_overrides
+    from .recipes import get_recipe
+    from .validate import check_run
+
+    cfg, overrides = _train_config(args, recipe, model, task, steps, out, resume)
+    the_recipe = apply_overrides(get_recipe(cfg.recipe), overrides)
+    check_run(cfg, the_recipe)
+    return cfg, the_recipe
 
 
 @app.command("train", context_settings={"allow_extra_args": False})
@@ -181,14 +238,16 @@ def train_cmd(
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
 ) -> None:
     """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
-    from .config import apply_overrides
-    from .recipes import get_recipe
-    from .run import train_run
+    from .validate import check_inputs
+
+    cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
+    check_inputs(cfg)  # all before the heavy imports (transformers) and before any model is loaded
+
+    from .run import check_fresh, run_dir_for, train_run
     from .trainer import ZERO_LOSS_HINT
 
+    check_fresh(run_dir_for(cfg, the_recipe), resume)
     _quiet_transformers()
-    cfg, overrides = _train_config(args, recipe, model, task, steps, out, resume)
-    the_recipe = apply_overrides(get_recipe(cfg.recipe), overrides)
     if the_recipe.optim.mu == 1 and the_recipe.kl.coef == 0:
         console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
     with _progress() as bar:
@@ -253,14 +312,18 @@ def compare_cmd(
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
     from .compare import compare, parse_variant
-    from .config import apply_overrides
-    from .recipes import get_recipe
+    from .validate import check_inputs
 
     names = [r.strip() for r in recipes.split(",") if r.strip()]
-    for entry in names:  # fail before any run on an unknown name or a malformed override
+    if not names or seeds < 1:
+        raise UserError(f"compare needs at least one recipe and --seeds >= 1, got --recipes {recipes!r} --seeds {seeds}")
+    inputs = {}
+    for entry in names:  # fail before any run on an unknown name, a malformed override or a bad value
         name, own = parse_variant(entry)
-        cfg, overrides = _train_config([*(args or []), *own], name, None, task, steps, None, False)
-        apply_overrides(get_recipe(cfg.recipe), overrides)
+        cfg, _ = _checked_run([*(args or []), *own], name, None, task, steps, None, False)
+        inputs[repr((cfg.model, cfg.task, cfg.task_options))] = cfg
+    for cfg in inputs.values():  # each distinct task/model once
+        check_inputs(cfg)
     with _progress() as bar:
         job = bar.add_task("comparing", total=len(names) * seeds, info="")
 
@@ -289,4 +352,4 @@ def _compare_table(report: dict[str, Any], out: Path) -> Table:
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`
-    app()
+    main()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .errors import UserError
 from .eval.metrics import mean_std, welch_t_test
 from .tracking import read_metrics
 
@@ -44,7 +45,7 @@ def parse_variant(entry: str) -> tuple[str, list[str]]:
     name, *overrides = entry.split(":")
     bad = [o for o in overrides if "=" not in o]
     if not name or bad:
-        raise ValueError(f"recipe entry {entry!r}: expected name[:key=value...], bad part(s) {bad or [name]}")
+        raise UserError(f"recipe entry {entry!r}: expected name[:key=value...], bad part(s) {bad or [name]}")
     return name, overrides
 
 

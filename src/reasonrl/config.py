@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
 
@@ -58,8 +59,8 @@ def _closest(key: str, valid: list[str]) -> str:
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-def unknown_key(key: str, valid: list[str]) -> ValueError:
-    return ValueError(f"unknown config key {key!r}{_closest(key, valid)}; valid keys: {', '.join(sorted(valid))}")
+def unknown_key(key: str, valid: list[str]) -> UserError:
+    return UserError(f"unknown config key {key!r}{_closest(key, valid)}; valid keys: {', '.join(sorted(valid))}")
 
 
 def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
         if rest:
             out.setdefault(head, {})
             if not isinstance(out[head], dict):
-                raise ValueError(f"config key {head!r} is not a section, so {key!r} is invalid")
+                raise UserError(f"config key {head!r} is not a section, so {key!r} is invalid")
             out[head] = merge(out[head], dotted_to_nested({rest: value}))  # deep: a.b.c and a.b.d both kept
         else:
             out[head] = value
@@ -112,9 +113,9 @@ def coerce(cls: type, key: str, value: Any, where: str) -> Any:
         try:
             return float(text)
         except ValueError:
-            raise ValueError(f"config key {where!r} must be a number, got {value!r}") from None
+            raise UserError(f"config key {where!r} must be a number, got {value!r}") from None
     if int in allowed:
-        raise ValueError(f"config key {where!r} must be an integer, got {value!r}")
+        raise UserError(f"config key {where!r} must be an integer, got {value!r}")
     return value
 
 
@@ -136,14 +137,21 @@ def check_section(cls: type, value: dict[str, Any], where: str) -> dict[str, Any
     return out
 
 
-def build_part(cls: type, current: Any, value: dict[str, Any]) -> Any:
+def build_part(cls: type, current: Any, value: dict[str, Any], where: str | None = None) -> Any:
     """``current`` (or a default ``cls()`` when it is None) with ``value``'s fields replaced, nested
-    parts built the same way."""
+    parts built the same way. A part's own check of its values (its ``__post_init__``, or a wrong
+    type reaching it) becomes a :class:`UserError` naming the config keys given (``where`` is the
+    section's dotted name, e.g. ``stages``)."""
+    where = where or cls.__name__
     changes = {}
     for k, v in value.items():
         part = nested_part(cls, k)
-        changes[k] = build_part(part, getattr(current, k, None), v) if part and isinstance(v, dict) else v
-    return dataclasses.replace(current, **changes) if current is not None else cls(**changes)
+        changes[k] = build_part(part, getattr(current, k, None), v, f"{where}.{k}") if part and isinstance(v, dict) else v
+    try:
+        return dataclasses.replace(current, **changes) if current is not None else cls(**changes)
+    except (ValueError, TypeError) as err:
+        given = ", ".join(f"{where}.{k}={v!r}" for k, v in value.items() if not isinstance(v, dict))
+        raise UserError(f"bad value in config section {where!r} ({given or 'defaults'}): {err}") from err
 
 
 def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
@@ -157,13 +165,13 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
             recipe[key] = coerce(Recipe, key, value, key)
         elif key == "rewards":  # rewards.<name>.<option>: checked against the recipe in apply_overrides
             if not isinstance(value, dict):
-                raise ValueError("config key 'rewards' is a section: give rewards.<name>.<option>=value")
+                raise UserError("config key 'rewards' is a section: give rewards.<name>.<option>=value")
             recipe[key] = value
         elif key in OPTIONAL_SECTIONS and value is None:
             recipe[key] = None
         elif key in RECIPE_SECTIONS:
             if not isinstance(value, dict):
-                raise ValueError(f"config key {key!r} is a section: give {key}.<field>=value")
+                raise UserError(f"config key {key!r} is a section: give {key}.<field>=value")
             recipe[key] = check_section(RECIPE_SECTIONS[key], value, key)
         else:
             raise unknown_key(key, valid_keys())
@@ -175,12 +183,25 @@ def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key == "rewards":
-            changes["extra_rewards"] = apply_reward_overrides(recipe.extra_rewards, value)
+            changes["extra_rewards"] = _reward_overrides(recipe, value)
         elif key in RECIPE_SECTIONS and value is not None:
-            changes[key] = build_part(RECIPE_SECTIONS[key], getattr(recipe, key, None), value)
+            changes[key] = build_part(RECIPE_SECTIONS[key], getattr(recipe, key, None), value, key)
         else:
             changes[key] = value
     return dataclasses.replace(recipe, **changes)
+
+
+def _reward_overrides(recipe: Recipe, value: dict[str, Any]):
+    """``rewards.<name>.<option>`` applied; a reward's own check of an option becomes a UserError
+    (the messages of :mod:`reasonrl.rewards.options` already name the key)."""
+    try:
+        return apply_reward_overrides(recipe.extra_rewards, value)
+    except UserError:
+        raise
+    except ValueError as err:
+        raise UserError(str(err)) from err
+    except TypeError as err:
+        raise UserError(f"bad value in config section 'rewards' ({value}): {err}") from err
 
 
 def _plain(value: Any) -> Any:
@@ -193,9 +214,22 @@ def _plain(value: Any) -> Any:
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    """A config file as a mapping; a missing, binary or malformed file is a UserError naming it
+    (and the line and column YAML stopped at)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingPathError(f"config file {str(path)!r} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except UnicodeDecodeError as err:
+        raise UserError(f"config file {str(path)!r} is not a text file ({err.reason} at byte {err.start})") from err
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from err
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file must be a mapping of keys to values")
+        raise UserError(f"{path}: a config file must be a mapping of keys to values (key: value lines), "
+                        f"got {type(data).__name__}")
     return data
 
 

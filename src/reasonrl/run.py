@@ -22,6 +22,7 @@ import yaml
 
 from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
+from .errors import ExistingPathError, MissingPathError
 from .eval.runner import EvalConfig, evaluate_model
 from .models import load_model, resolve_device, resolve_dtype, save_model
 from .parts import Recipe
@@ -35,12 +36,17 @@ def run_dir_for(cfg: TrainConfig, recipe: Recipe) -> Path:
     return Path(cfg.out or f"runs/{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
-def _check_fresh(run_dir: Path, resume: bool) -> None:
-    has_ckpt = (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir())
+def check_fresh(run_dir: Path, resume: bool) -> None:
+    """A run folder fits the request: ``--resume`` needs a run in it, a new run must not overwrite
+    one that saved checkpoints. Cheap, so the CLI calls it before anything is loaded."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ExistingPathError(f"the run folder {run_dir} is a file; give a folder with --out")
+    has_ckpt = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     if resume and not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(f"--resume: {run_dir} holds no run (no config.yaml)")
+        raise MissingPathError(f"--resume: {run_dir} holds no run (no config.yaml); give the folder of an "
+                               "earlier run with --out, or drop --resume to start a new run there")
     if not resume and has_ckpt:
-        raise FileExistsError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
+        raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
 def _final_eval(model, tok, task, cfg: TrainConfig, budget: int) -> dict[str, Any] | None:
@@ -78,7 +84,7 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     such as where a resumed run continues."""
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = run_dir_for(cfg, recipe)
-    _check_fresh(run_dir, resume)
+    check_fresh(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     config = resolved_dict(cfg, recipe)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .tiny import build_tiny
+from ..errors import MissingPathError, UserError
+from .tiny import SIZES, build_tiny
 
 BASE_DIR = Path(__file__).resolve().parent / "base"
 REGENERATE = "reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --half --out src/reasonrl/models/base"
@@ -43,6 +44,23 @@ def _is_hub_id(name: str) -> bool:
     return not os.path.exists(name) and name.count("/") == 1 and not name.startswith((".", "/"))
 
 
+def check_model_name(name: str | os.PathLike | None) -> None:
+    """Fail on a model name that cannot load, before anything is loaded: an unknown tiny size, a
+    path that does not exist (and is no hub id) or a folder that is not an HF model directory (no
+    config.json). A hub id passes: only downloading it can check it."""
+    name = "base" if name is None else str(name)
+    if name.startswith("tiny:") and name[5:] not in SIZES:
+        raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: {', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
+    if name == "base" or name.startswith("tiny:"):
+        return
+    if not os.path.exists(name) and not _is_hub_id(name):
+        raise MissingPathError(f"model {name!r} is neither a local directory nor a hub id (owner/name); "
+                               "give an HF model directory (e.g. a run's final/ folder) or omit it for the shipped base")
+    if os.path.exists(name) and not os.path.isfile(os.path.join(name, "config.json")):
+        raise MissingPathError(f"model {name!r} is not an HF model directory (no config.json in it); "
+                               "give a folder written by save_pretrained (e.g. a run's final/ folder)")
+
+
 def load_tokenizer(name: str | os.PathLike):
     tok = AutoTokenizer.from_pretrained(str(name))
     if tok.pad_token is None:  # many causal LMs ship without one; left-padded generation needs it
@@ -55,18 +73,17 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
     """``(model, tokenizer)`` for ``name``: None/'base' = shipped base, 'tiny:<size>' = fresh tiny
     model, a local directory, or a hub id (needs network; the error says so when offline)."""
     name = "base" if name is None else str(name)
+    check_model_name(name)
     if name.startswith("tiny:"):
         model, tok = build_tiny(name.split(":", 1)[1])
         return model.to(device=device, dtype=dtype), tok
     path = str(base_model_path()) if name == "base" else name
-    if not os.path.exists(path) and not _is_hub_id(path):
-        raise FileNotFoundError(f"model {name!r} is neither a local directory nor a hub id (owner/name)")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
         tok = load_tokenizer(path)
     except OSError as err:
         if _is_hub_id(path):
-            raise OSError(
+            raise MissingPathError(
                 f"could not load hub model {path!r}: a hub id needs network access (or a local cache). "
                 f"Offline, pass a local HF model directory instead. Cause: {err}"
             ) from err

@@ -5,6 +5,9 @@
 """
 from __future__ import annotations
 
+import difflib
+
+from ..errors import UserError
 from ..parts import Recipe
 from .grpo import DR_GRPO, GRPO
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
@@ -23,9 +26,14 @@ for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_G
 
 
 def get_recipe(name: str) -> Recipe:
-    if name not in RECIPES:
-        raise ValueError(f"unknown recipe {name!r}; valid: {sorted(RECIPES)} (see `reasonrl recipes`)")
+    if not isinstance(name, str) or name not in RECIPES:
+        raise UserError(f"unknown recipe {name!r}{_closest(name)}; valid: {sorted(RECIPES)} (see `reasonrl recipes`)")
     return RECIPES[name]
+
+
+def _closest(name: str) -> str:
+    near = difflib.get_close_matches(str(name), list(RECIPES), n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 __all__ = ["RECIPES", "Recipe", "get_recipe", "register"]

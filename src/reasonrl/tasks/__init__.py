@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from .arithmetic import ArithmeticTask
 from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
 from .files import FileTask
@@ -19,8 +20,24 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 def get_task(spec: str | None = None, **options: Any) -> Task:
-    """``arithmetic``, ``rg:<name>``, ``file:<path>`` or a path to a .jsonl/.parquet file or dataset dir."""
+    """``arithmetic``, ``rg:<name>``, ``file:<path>`` or a path to a .jsonl/.parquet file or dataset dir.
+
+    Every task checks its options and reads (so validates) its data when built, so a task that
+    cannot be built is the user's doing: a ValueError or TypeError from its constructor becomes a
+    :class:`~reasonrl.errors.UserError` naming the task and the options given."""
     spec = spec or DEFAULT_TASK
+    if not isinstance(spec, str):
+        raise UserError(f"task must be a name or a path, got {spec!r}")
+    try:
+        return _build(spec, options)
+    except UserError:
+        raise
+    except (ValueError, TypeError) as err:
+        given = f" with options {options}" if options else ""
+        raise UserError(f"task {spec!r}{given}: {err}") from err
+
+
+def _build(spec: str, options: dict[str, Any]) -> Task:
     if spec in BUILTIN:
         return BUILTIN[spec](**options)
     if spec.startswith("rg:"):
@@ -28,8 +45,8 @@ def get_task(spec: str | None = None, **options: Any) -> Task:
     path = spec[5:] if spec.startswith("file:") else spec
     if spec.startswith("file:") or path.endswith(FILE_SUFFIXES) or Path(path).is_dir():
         return FileTask(path, **options)
-    raise ValueError(f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
-                     "or a .jsonl/.parquet file or dataset directory")
+    raise UserError(f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
+                    "or a .jsonl/.parquet file or dataset directory")
 
 
 def list_tasks() -> list[dict[str, Any]]:

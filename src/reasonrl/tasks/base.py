@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
+from ..errors import UserError
 from ..rewards.base import Reward, RewardResult
 
 T = TypeVar("T")
@@ -69,7 +70,7 @@ def make_config(cls: type, task: str, options: dict[str, Any]) -> Any:
     """``cls(**options)`` for task ``task``, an unknown option named with the list of valid ones."""
     valid = {f.name for f in dataclasses.fields(cls)}
     if set(options) - valid:
-        raise ValueError(f"unknown option(s) {sorted(set(options) - valid)} for {task}; valid: {sorted(valid)}")
+        raise UserError(f"unknown option(s) {sorted(set(options) - valid)} for {task}; valid: {sorted(valid)}")
     return cls(**options)
 
 
@@ -82,7 +83,7 @@ def split_user_items(name: str, train: list[Item], test: list[Item] | None, spli
     else:
         items = [it for it in train if in_test_split(it.key, test_fraction) == (split == "test")]
     if not items:
-        raise ValueError(f"{name}: the {split} split of {source} is empty (test_fraction={test_fraction})")
+        raise UserError(f"{name}: the {split} split of {source} is empty (test_fraction={test_fraction})")
     return items
 
 
@@ -108,7 +109,7 @@ def take_items(task: Task, split: str, n: int, seed: int = 0, unique: bool = Tru
     max_draws = 200 * n + 1000  # a small finite problem space must fail loudly, not spin
     for draws, item in enumerate(task.iter_items(split, seed)):
         if draws >= max_draws:
-            raise ValueError(f"task {task.name!r} has fewer than {n} distinct {split} problems (got {len(out)})")
+            raise UserError(f"task {task.name!r} has fewer than {n} distinct {split} problems (got {len(out)})")
         if unique and item.key in seen:
             continue
         seen.add(item.key)
@@ -116,7 +117,7 @@ def take_items(task: Task, split: str, n: int, seed: int = 0, unique: bool = Tru
         if len(out) == n:
             return out
     if len(out) < n and not unique:
-        raise ValueError(f"task {task.name!r} split {split!r} ran out after {len(out)} items")
+        raise UserError(f"task {task.name!r} split {split!r} ran out after {len(out)} items")
     return out
 
 

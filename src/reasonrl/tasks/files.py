@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..errors import MissingPathError, UserError
 from ..rewards import get_reward
 from ..rewards.answers import EXTRACTORS
 from .base import Item, epochs, split_user_items, user_splits
@@ -21,7 +22,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"task file {path} does not exist")
+        raise MissingPathError(f"task file {path} does not exist")
     if path.is_dir():
         from datasets import load_from_disk
 
@@ -32,20 +33,25 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         return pq.read_table(path).to_pylist()
     if path.suffix in (".jsonl", ".json"):
         return _read_jsonl(path)
-    raise ValueError(f"unsupported task file {path}: use .jsonl, .parquet or a saved HF dataset directory")
+    raise UserError(f"unsupported task file {path}: use .jsonl, .parquet or a saved HF dataset directory")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); "
+                        "a .jsonl task file holds one JSON object per line") from err
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg}): {line[:120]!r}") from err
+            raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg}): {line[:120]!r}") from err
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+            raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         rows.append(row)
     return rows
 
@@ -55,7 +61,7 @@ class FileTask:
                  demo_column: str | None = None, reward: str = "exact_match", extract: str = "answer_tag",
                  test_path: str | None = None, test_fraction: float = 0.1, **reward_options: Any):
         if extract not in EXTRACTORS:
-            raise ValueError(f"unknown extract {extract!r}; valid: {sorted(EXTRACTORS)}")
+            raise UserError(f"unknown extract {extract!r}; valid: {sorted(EXTRACTORS)}")
         self.name, self.path, self.test_fraction = f"file:{path}", path, test_fraction
         self.columns = (prompt_column, answer_column, demo_column)
         self._extract = EXTRACTORS[extract]
@@ -71,14 +77,18 @@ class FileTask:
         for i, row in enumerate(read_rows(path)):
             missing = [c for c in (prompt_c, answer_c, demo_c) if c and c not in row]
             if missing:
-                raise ValueError(f"{path} row {i}: missing column(s) {missing}; the row has {sorted(row)}")
+                raise UserError(f"{path} row {i}: missing column(s) {missing}; the row has {sorted(row)} "
+                                "(the task options prompt_column / answer_column / demo_column name them)")
             if not isinstance(row[prompt_c], str) or not row[prompt_c]:
-                raise ValueError(f"{path} row {i}: column {prompt_c!r} must be a non-empty string")
+                raise UserError(f"{path} row {i}: column {prompt_c!r} must be a non-empty string")
+            nulls = [c for c in (answer_c, demo_c) if c and row[c] is None]
+            if nulls:  # str(None) would make "None" the reference answer
+                raise UserError(f"{path} row {i}: column {nulls[0]!r} is null; every row needs a value there")
             meta = {k: v for k, v in row.items() if k not in (prompt_c, answer_c, demo_c)}
             demo = str(row[demo_c]) if demo_c else None
             items.append(Item(key=row[prompt_c], prompt=row[prompt_c], answer=str(row[answer_c]), meta=meta, demo=demo))
         if not items:
-            raise ValueError(f"task file {path} has no rows")
+            raise UserError(f"task file {path} has no rows")
         return items
 
     def split_items(self, split: str) -> list[Item]:

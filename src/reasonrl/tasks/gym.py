@@ -8,8 +8,10 @@ reasoning-gym's own tooling extracts), which the prompt asks for.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Iterator
 
+from ..errors import UserError
 from ..rewards.answers import extract_tag as extract_tag_named
 from .base import Item, check_split, in_test_split, stable_seed
 
@@ -28,7 +30,9 @@ def rg_config_fields(name: str) -> dict[str, Any]:
     from reasoning_gym.factory import DATASETS
 
     if name not in DATASETS:
-        raise ValueError(f"unknown reasoning-gym dataset {name!r}; `reasonrl tasks` lists the {len(DATASETS)} valid names")
+        near = difflib.get_close_matches(name, list(DATASETS), n=1)
+        hint = f" (did you mean 'rg:{near[0]}'?)" if near else ""
+        raise UserError(f"unknown reasoning-gym dataset {name!r}{hint}; `reasonrl tasks` lists the {len(DATASETS)} valid names")
     cfg = DATASETS[name][1]
     return {f.name: f.default for f in dataclasses.fields(cfg) if f.name not in ("seed", "size")}
 
@@ -39,10 +43,13 @@ class ReasoningGymTask:
         valid = rg_config_fields(dataset)
         bad = sorted(set(config) - set(valid))
         if bad:
-            raise ValueError(f"unknown option(s) {bad} for rg:{dataset}; valid: {sorted(valid) + sorted(_OWN_OPTIONS)}")
+            raise UserError(f"unknown option(s) {bad} for rg:{dataset}; valid: {sorted(valid) + sorted(_OWN_OPTIONS)}")
         self.name, self.dataset, self.config = f"rg:{dataset}", dataset, config
         self.test_fraction, self.chunk, self.instruction = test_fraction, chunk, instruction
-        self._scorer = self._make(seed=0, size=1)
+        try:
+            self._scorer = self._make(seed=0, size=1)
+        except (AssertionError, ValueError, TypeError) as err:  # reasoning-gym checks its config with asserts
+            raise UserError(f"rg:{dataset}: reasoning-gym rejects the options {config}: {err or type(err).__name__}") from err
 
     def _make(self, seed: int, size: int):
         import reasoning_gym

@@ -1,0 +1,291 @@
+"""A user error is one clear message, not a traceback.
+
+The table runs each bad input through the real command line (``python -m reasonrl.cli`` in a
+fresh process) and checks: exit status 2, a short message on stderr naming the bad key or value,
+no Python exception name, and nothing written (the check comes before any run starts). Then every
+range rule of :mod:`reasonrl.validate` directly (its valid boundary passes, one step past fails),
+and the other side: a bug keeps its traceback, and ``--debug`` / ``REASONRL_DEBUG`` show one.
+"""
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reasonrl import cli
+from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.errors import MissingPathError, UserError
+from reasonrl.parts import BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
+from reasonrl.recipes import get_recipe
+from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+PY_EXCEPTION = re.compile(r"Traceback|\b[A-Z]\w*(Error|Exception)\b")  # ValueError, KeyError, UnboundLocalError, ...
+
+# [REAL,] id, argv ({d} is the folder of `data_dir`'s files), words the message must contain. Every case runs
+# in-process through `main` (what the entry point calls); the REAL ones also through `python -m reasonrl.cli`.
+REAL = "real"
+CASES = [
+    (REAL, "group_size=0", ["train", "group_size=0"], ["'group_size' = 0", ">= 2"]),
+    ("group_size=1 rloo", ["train", "--recipe", "rloo", "group_size=1"], ["'group_size' = 1", "'rloo'"]),
+    (REAL, "prompts_per_step=0", ["train", "prompts_per_step=0"], ["'prompts_per_step' = 0", ">= 1"]),
+    (REAL, "prompts_per_step=-1", ["train", "prompts_per_step=-1"], ["'prompts_per_step' = -1", ">= 1"]),
+    (REAL, "steps=-3", ["train", "--steps", "-3"], ["'steps' = -3", ">= 0"]),
+    (REAL, "kl.coef=nan", ["train", "kl.coef=nan"], ["'kl.coef'", "finite", "nan"]),
+    (REAL, "optim.lr=-1", ["train", "optim.lr=-1"], ["'optim.lr' = -1.0", "> 0"]),
+    (REAL, "optim.lr=fast", ["train", "optim.lr=fast"], ["'optim.lr' must be a number", "'fast'"]),
+    (REAL, "sampling.top_p=1.5", ["train", "sampling.top_p=1.5"], ["'sampling.top_p' = 1.5", "(0, 1]"]),
+    ("stages.count=0", ["train", "stages.count=0"], ["stages.count=0", ">= 1"]),
+    ("wrong types", ["train", "mask_truncated=maybe", "steps=1.5"],
+     ["'mask_truncated' must be true or false", "'steps' must be an integer"]),
+    (REAL, "key typo", ["train", "optim.lrr=1e-5"], ["'optim.lrr'", "did you mean 'optim.lr'"]),
+    ("bad value syntax", ["train", "optim.lr=[1,"], ["'[1,'"]),
+    (REAL, "unknown recipe", ["train", "--recipe", "grpoo"], ["'grpoo'", "did you mean 'grpo'"]),
+    (REAL, "unknown model dir", ["train", "--model", "{d}/nope"], ["nope", "neither a local directory nor a hub id"]),
+    (REAL, "not a model dir", ["train", "--model", "{d}/emptydir"], ["emptydir", "no config.json"]),
+    (REAL, "unknown rg dataset", ["train", "--task", "rg:chain_summ"], ["'chain_summ'", "did you mean 'rg:chain_sum'"]),
+    ("rg option rejected", ["train", "--task", "rg:chain_sum", "task_options.max_terms=0"], ["rg:chain_sum", "max_terms"]),
+    (REAL, "resume empty folder", ["train", "--resume", "--out", "{d}/emptydir"], ["--resume", "emptydir", "no config.yaml"]),
+    ("resume without out", ["train", "--resume"], ["--resume needs --out"]),
+    (REAL, "malformed jsonl", ["train", "--task", "{d}/bad.jsonl"], ["bad.jsonl:2", "not valid JSON"]),
+    (REAL, "empty jsonl", ["train", "--task", "{d}/empty.jsonl"], ["empty.jsonl", "no rows"]),
+    (REAL, "binary jsonl", ["train", "--task", "{d}/binary.jsonl"], ["binary.jsonl", "not a UTF-8 text file"]),
+    (REAL, "missing column", ["train", "--task", "{d}/nocol.jsonl"], ["nocol.jsonl row 0", "missing column(s) ['answer']"]),
+    (REAL, "null answer", ["train", "--task", "{d}/null.jsonl"], ["null.jsonl row 1", "'answer' is null"]),
+    ("missing task file", ["train", "--task", "{d}/absent.jsonl"], ["absent.jsonl", "does not exist"]),
+    (REAL, "yaml not a mapping", ["train", "{d}/list.yaml"], ["list.yaml", "must be a mapping"]),
+    (REAL, "yaml malformed", ["train", "{d}/broken.yaml"], ["broken.yaml:3", "not valid YAML"]),
+    ("yaml missing", ["train", "{d}/absent.yaml"], ["absent.yaml", "does not exist"]),
+    (REAL, "bad task option key", ["eval", "--task-opt", "digits=2"], ["'digits'", "max_digits"]),
+    ("task option not key=value", ["eval", "--task-opt", "digits"], ["expected key=value", "'digits'"]),
+    ("eval option range", ["eval", "--n", "0"], ["'--n' = 0", ">= 1"]),
+    ("compare unknown recipe", ["compare", "--recipes", "grpo,dapoo", "--seeds", "1"], ["'dapoo'", "did you mean 'dapo'"]),
+    ("compare bad variant value", ["compare", "--recipes", "grpo:kl.coef=-1", "--seeds", "1"], ["'kl.coef' = -1.0"]),
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad_inputs")
+    (d / "bad.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n{bad json\n')
+    (d / "empty.jsonl").write_text("")
+    (d / "binary.jsonl").write_bytes(bytes([0x89, 0x50, 0x4E, 0x47, 0xFF, 0xFE, 0x00, 0x01]) * 16)
+    (d / "nocol.jsonl").write_text('{"prompt": "1+1"}\n')
+    (d / "null.jsonl").write_text('{"prompt": "1+1", "answer": "2"}\n{"prompt": "2+2", "answer": null}\n')
+    (d / "list.yaml").write_text("- steps\n- 3\n")
+    (d / "broken.yaml").write_text("optim:\n  lr: [1\n")
+    (d / "emptydir").mkdir()
+    return d
+
+
+def run_cli(*args, cwd, env_extra=None, code=None):
+    env = {k: v for k, v in os.environ.items() if k != "REASONRL_DEBUG"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    env.update(env_extra or {})
+    cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "reasonrl.cli"]
+    return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _case(row):
+    return pytest.param(*row[-2:], id=row[-3])
+
+
+def check_message(code, stdout: str, stderr: str, needles, folder: Path) -> None:
+    output = stdout + stderr
+    assert code == 2, output
+    assert stderr.startswith("error: ") and len(output.strip().splitlines()) <= 6, output
+    assert not PY_EXCEPTION.search(output), output
+    for needle in needles:
+        assert needle in stderr, output
+    assert list(folder.iterdir()) == []  # refused before any run folder or file was written
+
+
+@pytest.mark.parametrize("argv,needles", [_case(c) for c in CASES if c[0] == REAL])
+def test_a_user_error_is_one_short_message_on_the_command_line(argv, needles, data_dir, tmp_path):
+    proc = run_cli(*[a.format(d=data_dir) for a in argv], cwd=tmp_path)
+    check_message(proc.returncode, proc.stdout, proc.stderr, needles, tmp_path)
+
+
+@pytest.mark.parametrize("argv,needles", [_case(c) for c in CASES])
+def test_a_user_error_is_one_short_message_from_main(argv, needles, data_dir, tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv("REASONRL_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([a.format(d=data_dir) for a in argv])
+    out, err = capfd.readouterr()
+    check_message(exit_.value.code, out, err, needles, tmp_path)
+
+
+def test_a_bug_keeps_its_traceback(tmp_path):
+    code = ("import sys, reasonrl.recipes as r\n"
+            "def boom(name): raise RuntimeError('boom in get_recipe')\n"
+            "r.get_recipe = boom\n"
+            "from reasonrl.cli import main\n"
+            "sys.argv = ['reasonrl'] + sys.argv[1:]\n"
+            "main()\n")
+    proc = run_cli("train", cwd=tmp_path, code=code)
+    assert proc.returncode == 1 and "RuntimeError: boom in get_recipe" in proc.stderr, proc.stderr
+    assert "Traceback" in proc.stderr and len(proc.stderr.splitlines()) > 6
+
+
+@pytest.mark.parametrize("how", ["--debug", "REASONRL_DEBUG=1"])
+def test_debug_shows_the_traceback_of_a_user_error(how, tmp_path):
+    args = ["--debug", "train", "group_size=0"] if how == "--debug" else ["train", "group_size=0"]
+    proc = run_cli(*args, cwd=tmp_path, env_extra={"REASONRL_DEBUG": "1"} if how != "--debug" else None)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr and "UserError" in proc.stderr, proc.stderr
+    assert "'group_size' = 0" in proc.stderr
+
+
+def test_main_in_process(monkeypatch, capsys):
+    monkeypatch.delenv("REASONRL_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["train", "steps=-3"])
+    assert exit_.value.code == 2 and capsys.readouterr().err == (
+        "error: config key 'steps' = -3 is out of range: must be >= 0 (0: evaluate only)\n")
+    with pytest.raises(UserError, match="'steps' = -3"):
+        cli.main(["--debug", "train", "steps=-3"])
+    monkeypatch.setattr("reasonrl.recipes.get_recipe", lambda name: (_ for _ in ()).throw(RuntimeError("bug")))
+    with pytest.raises(RuntimeError, match="bug"):  # not turned into a one-line message
+        cli.main(["train"])
+
+
+def test_the_entry_point_is_main():
+    text = (ROOT / "pyproject.toml").read_text()  # (tomllib is 3.11+; the package supports 3.10)
+    assert re.search(r'^\[project\.scripts\]\nreasonrl = "reasonrl\.cli:main"$', text, re.M)
+
+
+# ------------------------------------------------------------------ check_run, rule by rule
+
+def with_value(key: str, value, recipe_name: str = "grpo"):
+    """(run config, recipe) with one knob set, bypassing the parts' own checks (frozen dataclasses
+    are set in place on fresh copies) so that check_run alone decides."""
+    cfg, recipe = TrainConfig(), get_recipe(recipe_name)
+    optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
+                "steering": Steering(positive=("a",), negative=("b",))}
+    recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
+    head, *rest = key.split(".")
+    if not rest:
+        if hasattr(cfg, head):
+            setattr(cfg, head, value)
+            return cfg, recipe
+        return cfg, dataclasses.replace(recipe, **{head: value})
+    part = dataclasses.replace(getattr(recipe, head))
+    target = part
+    for name in rest[:-1]:
+        child = dataclasses.replace(getattr(target, name))
+        object.__setattr__(target, name, child)
+        target = child
+    object.__setattr__(target, rest[-1], value)
+    return cfg, dataclasses.replace(recipe, **{head: part})
+
+
+# key, a valid boundary value, the first invalid value past it
+BOUNDARIES = [
+    ("steps", 0, -1), ("prompts_per_step", 1, 0), ("micro_batch_size", 1, 0), ("max_rows", 1, 0),
+    ("seed", 0, -1), ("seed", 2**32 - 1, 2**32), ("eval_seed", 0, -1), ("eval_every", 0, -1),
+    ("eval_problems", 1, 0), ("final_eval_problems", 0, -1), ("final_eval_k", 0, -1), ("save_every", 0, -1),
+    ("keep_last", 0, -1), ("max_nonfinite", 1, 0), ("dtype", "bfloat16", "float64"),
+    ("group_size", 2, 1), ("advantage.estimator", "reinforce_pp", "ppo"), ("advantage.scale", "none", "std"),
+    ("advantage.eps", 0.0, -1e-9),
+    ("loss.ratio", "sequence-token", "seq"), ("loss.trust_region", "cispo", "ppo"), ("loss.agg", "token-mean", "mean"),
+    ("loss.clip_low", 0.0, -0.01), ("loss.clip_high", 0.0, -0.01), ("loss.dual_clip", 1.001, 1.0),
+    ("loss.norm_len", 1, 0), ("loss.veto.trigger", "ratio_low", "never"), ("loss.veto.clip_low", 0.0, -0.1),
+    ("loss.veto.clip_high", 0.0, -0.1),
+    ("kl.coef", 0.0, -1e-9), ("kl.estimator", "k1", "k4"), ("kl.ratio", 0.0, -0.1), ("kl.q_min", 0.0, -0.1),
+    ("kl.q_max", 0.6, 0.59),  # the default q_min is 0.6
+    ("sampling.temperature", 0.0, -0.1), ("sampling.top_p", 1.0, 1.01), ("sampling.top_p", 1e-9, 0.0),
+    ("sampling.top_k", 0, -1), ("sampling.max_new_tokens", 1, 0),
+    ("optim.lr", 1e-12, 0.0), ("optim.weight_decay", 0.0, -0.1), ("optim.beta1", 0.0, 1.0), ("optim.beta2", 0.999, 1.0),
+    ("optim.warmup_steps", 0, -1), ("optim.schedule", "constant", "linear"), ("optim.min_lr_ratio", 0.0, -0.01),
+    ("optim.min_lr_ratio", 1.0, 1.01), ("optim.max_grad_norm", 1e-6, 0.0), ("optim.mu", 1, 0), ("optim.minibatches", 1, 0),
+    ("group_filter.max_rounds", 1, 0), ("stages.count", 1, 0), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
+    ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
+]
+
+
+@pytest.mark.parametrize("key,good,bad", BOUNDARIES, ids=[f"{k}={b!r}" for k, _, b in BOUNDARIES])
+def test_each_rule_passes_its_boundary_and_refuses_past_it(key, good, bad):
+    check_run(*with_value(key, good))
+    with pytest.raises(UserError) as err:
+        check_run(*with_value(key, bad))
+    assert str(err.value) == str(err.value).splitlines()[0] and f"'{key}' = {bad!r}" in str(err.value)
+
+
+def test_every_rule_has_a_boundary_test():
+    untested = set(RULES) - {k for k, _, _ in BOUNDARIES}
+    assert untested == {"device", "sampling.min_p"}  # both tested below
+
+
+def test_device_rule_and_the_guarded_min_p_rule():
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="'device' = 'cuda:0'.*no CUDA device"):
+            check_run(*with_value("device", "cuda:0"))
+    check_run(*with_value("device", "cpu"))
+    # sampling.min_p: applies only where Sampling has the field (another engineer adds it)
+    assert range_problems({"sampling.min_p": 0.0}, RULES, "k") == []
+    assert "must be in [0, 1)" in range_problems({"sampling.min_p": 1.0}, RULES, "k")[0]
+    assert range_problems({}, RULES, "k") == []  # absent field: the rule is skipped
+    if any(f.name == "min_p" for f in dataclasses.fields(Sampling)):
+        with pytest.raises(UserError, match="sampling.min_p"):
+            check_run(*with_value("sampling.min_p", 1.0))
+
+
+def test_group_size_floor_follows_the_estimator():
+    # a one-sample group has advantage 0 (or is refused) for every group-relative estimator
+    assert [e for e in ("grpo", "dr_grpo", "rloo", "reinforce_pp_baseline", "reinforce_pp") if group_relative(e)] == [
+        "grpo", "dr_grpo", "rloo", "reinforce_pp_baseline"]
+    check_run(TrainConfig(), dataclasses.replace(get_recipe("reinforce_pp"), group_size=1))
+    with pytest.raises(UserError, match=r"'group_size' = 0 .* >= 1$"):
+        check_run(TrainConfig(), dataclasses.replace(get_recipe("reinforce_pp"), group_size=0))
+
+
+def test_every_shipped_recipe_passes_with_the_default_run_config():
+    from reasonrl.recipes import RECIPES
+
+    assert {name: problems(TrainConfig(), r) for name, r in RECIPES.items() if problems(TrainConfig(), r)} == {}
+
+
+def test_every_float_must_be_finite_even_in_fields_added_later():
+    @dataclasses.dataclass(frozen=True)
+    class NewSampling(Sampling):
+        new_knob: float = 0.5
+
+    recipe = dataclasses.replace(get_recipe("grpo"), sampling=NewSampling(new_knob=float("inf")))
+    with pytest.raises(UserError, match=r"'sampling.new_knob' must be a finite number, got inf"):
+        check_run(TrainConfig(), recipe)
+    cfg = TrainConfig(task_options={"test_fraction": float("nan")})
+    with pytest.raises(UserError, match=r"'task_options.test_fraction' must be a finite number"):
+        check_run(cfg, get_recipe("grpo"))
+    tempo = apply_overrides(get_recipe("tempo"), split_config({"rewards": {"tempo": {"weight": "nan"}}})[1])
+    with pytest.raises(UserError, match=r"'rewards.tempo.weight' must be a finite number"):
+        check_run(TrainConfig(), tempo)
+
+
+def test_types_are_checked_and_all_problems_listed_at_once():
+    cfg = TrainConfig(steps=2.5, prompts_per_step=True, device=3)
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=0)
+    lines = str(pytest.raises(UserError, check_run, cfg, recipe).value).splitlines()
+    assert lines == ["config key 'steps' must be an integer, got 2.5",
+                     "config key 'prompts_per_step' must be an integer, got True",
+                     "config key 'device' must be text, got 3",
+                     "config key 'group_size' = 0 is out of range: must be >= 2 (estimator 'grpo' compares the "
+                     "samples of a prompt; a group of 1 learns nothing)"]
+
+
+def test_a_part_refusing_a_value_names_the_config_key():
+    with pytest.raises(UserError, match=r"config section 'stages' \(stages.count=0\): Stages.count must be >= 1"):
+        apply_overrides(get_recipe("grpo"), {"stages": {"count": 0}})
+    with pytest.raises(UserError, match=r"'kl' \(kl.guide='sage'\): kl.guide must be None or 'branch'"):
+        apply_overrides(get_recipe("grpo"), {"kl": {"guide": "sage"}})
+
+
+def test_path_errors_are_still_the_os_errors_they_were():
+    assert issubclass(MissingPathError, FileNotFoundError) and issubclass(MissingPathError, ValueError)
+    from reasonrl.tasks import get_task
+
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        get_task("/nonexistent/rows.jsonl")
