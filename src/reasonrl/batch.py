@@ -76,7 +76,9 @@ class BatchMaker:
 
     def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
         items, s, t0 = self.draw(n_prompts), self.recipe.sampling, time.perf_counter()
-        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, max_new_tokens=self.budget)
+        needs = {k: v for fn, _ in self.recipe.extra_rewards for k, v in getattr(fn, "sampling_needs", {}).items()}
+        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+                            max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
         prompts, st, beam = [it.prompt for it in items], self.recipe.steering, self.recipe.beam
         if st is not None and beam is not None:
             raise ValueError("a recipe cannot both steer (steering) and branch (beam) its rollouts")
@@ -101,6 +103,7 @@ class BatchMaker:
                 "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
         res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
         correct = torch.tensor([float(is_correct(v)) for v in res.values])
+        cols["correct"] = [bool(c) for c in correct]  # raw task correctness, for shaping terms (CorR-PO correct_only)
         total, metrics = self.recipe.task_reward_weight * torch.tensor(res.values), dict(res.metrics)
         for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)

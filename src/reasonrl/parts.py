@@ -16,6 +16,7 @@ import torch
 from .advantages import edas, get_estimator, negative_veto_mask
 from .advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
 from .losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
+from .losses.anchors import SAGE_GUIDES, SURPRISAL_NORMS, guide_draws
 from .rewards.base import Reward, RewardResult
 from .rewards.options import reward_options
 
@@ -135,26 +136,52 @@ class PolicyLoss:
 class KL:
     """KL to a frozen reference model; the reference is only loaded when ``coef`` > 0.
 
-    ``guide="branch"`` reshapes the anchor per token as SAGE (arXiv 2605.18864, official code
-    defaults): the reference becomes q * pi_ref with q = clamp(1 + ratio * relu(H - threshold),
-    q_min, q_max) from the policy's token entropy H, so uncertain tokens may rise above the
-    reference. (The token and random guides of :mod:`reasonrl.losses.anchors` need a step
-    schedule and an RNG and are not wired into the trainer yet.)
+    A ``guide`` reshapes the anchor per token as SAGE (arXiv 2605.18864, official code defaults):
+    the reference becomes q * pi_ref, so the policy may rise above it by up to q. ``"branch"``:
+    q = clamp(1 + ratio * relu(H - threshold), q_min, q_max) from the policy's token entropy H;
+    ``"token"``: q = clamp(1 + alpha w + sigma w N(0,1), ...), w the ``norm``-alised surprisal of the
+    policy's (``source="new"``) or reference's log-probs; ``"random"``: q = 1 + sigma N(0,1) with
+    probability eps, else 1 (the control). (alpha|eps, sigma) follow a cyclic cosine from
+    ``schedule_upper`` to ``schedule_lower`` (None: the official values) whose ``n_cycles`` starts
+    decay by ``decay``, over step = optimiser steps so far and max_steps = the run's optimiser steps
+    (the official scheduler advances per loss call = per optimiser step in its config; counting
+    micro-batches would tie q to the memory knob micro_batch_size). The trainer draws the noise
+    once per optimiser step (:meth:`draws`) from its checkpointed generator: resume is bit-exact.
     """
 
     coef: float = 0.0
     estimator: str = "k3"
-    guide: str | None = None  # None | branch
-    ratio: float = 0.3
-    threshold: float = 1.2
+    guide: str | None = None  # None | branch | token | random
+    ratio: float = 0.3  # branch
+    threshold: float = 1.2  # branch
     q_min: float = 0.6
     q_max: float = 1.4
+    n_cycles: int = 8  # token, random: cycles of the cosine schedule
+    decay: float = 0.9  # token, random: each cycle starts at upper * decay^cycle
+    schedule_upper: tuple[float, float] | None = None  # None: token (0.3, 0.25), random (0.1, 0.15)
+    schedule_lower: tuple[float, float] | None = None  # None: token (0.1, 0.1), random (0.0, 0.05)
+    norm: str = "minmax"  # token: minmax | rank | zscore
+    source: str = "new"  # token: surprisal of the policy (new) or of the reference (ref)
 
     def __post_init__(self):
-        if self.guide not in (None, "branch"):
-            raise ValueError(f"kl.guide must be None or 'branch', got {self.guide!r}")
+        if self.guide is not None and self.guide not in SAGE_GUIDES:
+            raise ValueError(f"kl.guide must be None or one of {', '.join(SAGE_GUIDES)}, got {self.guide!r}")
         if self.guide and self.estimator != "k3":
             raise ValueError("the SAGE anchor is defined with the k3 estimator; set kl.estimator=k3")
+        if self.norm not in SURPRISAL_NORMS or self.source not in ("new", "ref") or self.n_cycles < 1:
+            raise ValueError(f"need kl.norm in {', '.join(SURPRISAL_NORMS)}, kl.source new|ref and kl.n_cycles >= 1; "
+                             f"got {self.norm!r}, {self.source!r}, {self.n_cycles}")
+        pairs = {n: getattr(self, n) for n in ("schedule_upper", "schedule_lower") if getattr(self, n) is not None}
+        if any(len(v) != 2 for v in pairs.values()):
+            raise ValueError(f"kl.schedule_upper / kl.schedule_lower are pairs (alpha or eps, sigma), got {pairs}")
+        for n, v in pairs.items():  # YAML gives lists
+            object.__setattr__(self, n, tuple(float(x) for x in v))
+
+    def draws(self, shape: tuple[int, int], generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """The random numbers of one optimiser step's (R, T) batch: ``{}`` unless the guide is stochastic."""
+        if self.coef == 0 or self.guide is None:
+            return {}
+        return guide_draws(self.guide, shape, generator)
 
 
 @dataclass(frozen=True)
@@ -240,6 +267,7 @@ class Sampling:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    min_p: float = 0.0  # drop tokens below min_p x the top token's probability (0: off; SAGE's config: 0.01)
     max_new_tokens: int | None = None  # None: the task's budget
 
 
@@ -300,29 +328,47 @@ class Recipe:
 @dataclass(frozen=True)
 class CorrBonus(Reward):
     """CorR-PO (arXiv 2605.17770; every formula inferred, see the spec) as a reward term: the
-    per-response Pearson/Spearman correlation c between the sampling policy's token entropy and the
-    logit-gradient norm sqrt(1 - 2 p_y + sum p^2) (closed form, no backward pass), turned into the
-    bonus -coef * c (``sign="inversion"``) or +coef * c (``"alignment"``: the spec flags the sign
-    as uncertain). Use it in ``Recipe.extra_rewards``; it reads the ``rollouts`` column the trainer
-    passes (token statistics recorded at sampling)."""
+    per-response Pearson/Spearman correlation c between the sampling policy's token entropy and a
+    gradient norm, as the bonus -coef * c (``sign="inversion"``) or +coef * c (``"alignment"``; the
+    spec flags the sign as uncertain), in ``Recipe.extra_rewards``. It reads the ``rollouts``
+    column (token statistics recorded at sampling). ``grad_norm="logit"``: ||e_y - p|| from p_y and
+    sum p^2; ``"hidden"``: ||W_U^T (e_y - p)||, which needs W_U and the whole distribution, so the
+    engine records it while sampling when asked (:attr:`sampling_needs`; one (rows, V) x (V, d)
+    product per decoding step). ``correct_only``: only verifier-correct rollouts get the bonus."""
 
     coef: float = 0.1
     sign: str = "inversion"
     method: str = "pearson"
     min_tokens: int = 3
+    grad_norm: str = "logit"  # logit | hidden
+    correct_only: bool = False
     name: str = "corr_po"
+
+    def __post_init__(self):
+        if self.grad_norm not in ("logit", "hidden"):
+            raise ValueError(f"CorrBonus.grad_norm must be 'logit' or 'hidden', got {self.grad_norm!r}")
+
+    @property
+    def sampling_needs(self) -> dict[str, Any]:
+        """SamplingParams fields the rollouts must be generated with (the batch maker applies them)."""
+        return {"hidden_grad_norm": True} if self.grad_norm == "hidden" else {}
 
     def score(self, prompts, completions, **columns) -> RewardResult:
         ro = columns.get("rollouts")
         if ro is None or ro.entropies is None or ro.sum_p2 is None:
             raise ValueError("CorrBonus needs the 'rollouts' column with entropies and sum_p2 (the HF engine records them)")
-        mask = ro.completion_mask.float()
+        mask, correct = ro.completion_mask.float(), columns.get("correct")
+        if self.grad_norm == "hidden" and ro.hidden_grad_norm is None:
+            raise ValueError("CorrBonus(grad_norm='hidden') needs rollouts sampled with SamplingParams("
+                             "hidden_grad_norm=True) (the batch maker asks for it from sampling_needs)")
+        if self.correct_only and correct is None:
+            raise ValueError("CorrBonus(correct_only=True) needs the 'correct' column (each rollout's task correctness)")
         p_y = torch.where(mask > 0, ro.logprobs.exp(), torch.zeros_like(mask))  # padding: p_y = sum p^2 = 0
-        grad = logit_grad_norm(p_y, ro.sum_p2) * mask  # (R, T)
+        grad = (ro.hidden_grad_norm if self.grad_norm == "hidden" else logit_grad_norm(p_y, ro.sum_p2)) * mask  # (R, T)
         _, bonus, metrics = corr_po_bonus(ro.entropies, grad, mask, coef=self.coef, sign=self.sign,
-                                          method=self.method, min_tokens=self.min_tokens)
+                                          method=self.method, min_tokens=self.min_tokens, correct_only=self.correct_only,
+                                          correct=None if correct is None else torch.tensor([bool(c) for c in correct]))
         return RewardResult([float(b) for b in bonus], metrics)
-
 
 
 def _describe(part: Any) -> str:
@@ -334,11 +380,17 @@ def _describe(part: Any) -> str:
     return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
 
-def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, **norm):
+def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, *, step: int = 0, max_steps: int | None = None,
+            draws: dict[str, torch.Tensor] | None = None, **agg):
+    """The KL part's loss and metrics. ``step`` / ``max_steps``: optimiser steps taken so far / in the
+    run; ``draws``: this micro-batch's slice of :meth:`KL.draws` (all three for the stochastic guides)."""
     if kl.guide is None:
-        return kl_loss(logp, ref_logp, mask, coef=kl.coef, estimator=kl.estimator, **norm)
+        return kl_loss(logp, ref_logp, mask, coef=kl.coef, estimator=kl.estimator, **agg)
+    stochastic = {} if kl.guide == "branch" else dict(
+        step=step, max_steps=max_steps, n_cycles=kl.n_cycles, decay=kl.decay, upper=kl.schedule_upper,
+        lower=kl.schedule_lower, norm=kl.norm, surprisal_source=kl.source, draws=draws)
     return sage_kl_loss(logp, ref_logp, entropy, mask, coef=kl.coef, guide=kl.guide, ratio=kl.ratio,
-                        threshold=kl.threshold, q_min=kl.q_min, q_max=kl.q_max, **norm)
+                        threshold=kl.threshold, q_min=kl.q_min, q_max=kl.q_max, **stochastic, **agg)
 
 
 def entropy_term(entropy, mask, coef: float, **norm):

@@ -24,6 +24,7 @@ from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
 from .rollout import HFEngine
 from .tasks import Task
+from .tasks.base import stable_seed
 
 ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
                   "so the surrogate's value is ~0 while its gradient is not.")
@@ -56,9 +57,13 @@ class Trainer:
         self.opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         total = cfg.steps * o.mu * o.minibatches
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
+        self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
+        # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning
+        # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
+        self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
         # the reference is a frozen copy, made only when a KL term will use it
         self.ref = copy.deepcopy(model).eval().requires_grad_(False) if recipe.kl.coef > 0 else None
@@ -73,7 +78,8 @@ class Trainer:
     # ---------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
-                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage}
+                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
+                "loss_rng": self.loss_rng.get_state()}
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
@@ -90,11 +96,18 @@ class Trainer:
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         set_rng_state(st["rng"], self.sampler)
+        if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
+            self.loss_rng.set_state(st["loss_rng"])
         self.resumed_from = path
         return self.step
 
     # ---------------------------------------------------------------- update
-    def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int):
+    @property
+    def optimizer_steps(self) -> int:
+        """Optimiser steps taken so far (the LR scheduler counts them, and is checkpointed)."""
+        return self.sched.last_epoch
+
+    def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int, draws=None):
         ro, r = b.ro, self.recipe
         # trim this micro-batch's padding: prompts are left-padded, completions right-padded
         p_len, c_len = int(ro.prompt_mask[rows].sum(-1).max()), int(ro.completion_mask[rows].sum(-1).max())
@@ -109,7 +122,9 @@ class Trainer:
         loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
         agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
-            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(), **agg)
+            mine = {k: v[rows.to(v.device), :c_len] for k, v in (draws or {}).items()}  # this micro-batch's noise
+            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(),
+                            step=self.optimizer_steps, max_steps=self.total_optimizer_steps, draws=mine, **agg)
             loss, metrics = loss + kl, {**metrics, **m}
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
@@ -129,8 +144,10 @@ class Trainer:
         live = self._rows_with_gradient(b, rows)
         # micro-batches of similar lengths pad less; the global normalisers keep the sum exact
         live = live[torch.argsort(b.ro.completion_mask[live].sum(-1), stable=True)]
+        # a stochastic loss term's noise, drawn once for the whole batch: the micro-batch split cannot change it
+        draws = self.recipe.kl.draws(tuple(b.loss_mask.shape), self.loss_rng) if b.ref_logp is not None else {}
         for micro in live.split(self.cfg.micro_batch_size) if len(live) else ():  # split() of nothing gives one empty part
-            loss, m = self._micro_loss(b, micro, n_tokens, n_seqs)
+            loss, m = self._micro_loss(b, micro, n_tokens, n_seqs, draws)
             loss.backward()
             total += float(loss.detach())
             parts.append((float(b.loss_mask[micro].sum()), m))

@@ -20,6 +20,7 @@ class EvalConfig:
     k: int = 8  # sampled completions per problem; 0 = greedy only
     temperature: float = 1.0
     top_p: float = 1.0
+    min_p: float = 0.0  # 0 = off
     max_new_tokens: int | None = None  # None: the task's own budget
     seed: int = 0
     max_rows: int = 512
@@ -69,7 +70,8 @@ def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
     summary: dict[str, Any] = {"pass@1": sum(r["correct"] for r in greedy) / len(items), "n_problems": len(items)}
     sampled: list[dict] = []
     if cfg.k > 0:
-        sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=budget, seed=cfg.seed)
+        sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=budget,
+                            seed=cfg.seed)
         sampled = _generate(engine, items, cfg.k, sp, task, "sampled", progress)
         correct = [[r["correct"] for r in sampled[i * cfg.k:(i + 1) * cfg.k]] for i in range(len(items))]
         answers = [[r["extracted"] for r in sampled[i * cfg.k:(i + 1) * cfg.k]] for i in range(len(items))]

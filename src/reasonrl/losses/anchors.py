@@ -17,7 +17,11 @@ and exactly 1 on padding:
 
 The stochastic guides take ``(alpha, sigma)`` / ``(eps, sigma)`` from :func:`cyclic_cosine`, a
 pure function of the step; the official code keeps a scheduler object that advances once per
-loss call, so pass the number of loss calls so far as ``step``.
+loss call (one loss call per optimiser step in its config: gradient_accumulation_steps=1) over
+``max_steps`` = the run's optimiser steps, so pass the optimiser steps taken so far as ``step``.
+Their random numbers are either drawn from a ``generator`` or passed in as ``draws``
+(:func:`guide_draws`), so a trainer can draw them once per optimiser step for the whole batch and
+hand each micro-batch its slice: the guide then does not depend on how the batch is split.
 """
 from __future__ import annotations
 
@@ -29,15 +33,17 @@ from torch import Tensor
 
 from .aggregate import Count, aggregate, check_agg, masked_mean
 
-__all__ = ["SAGE_GUIDES", "SURPRISAL_NORMS", "cyclic_cosine", "branch_guide", "surprisal_weights",
-           "token_guide", "random_guide", "shaped_kl", "sage_guide", "sage_kl_loss"]
+__all__ = ["SAGE_GUIDES", "SURPRISAL_NORMS", "SCHEDULE_UPPER", "SCHEDULE_LOWER", "cyclic_cosine", "guide_schedule",
+           "guide_draws", "branch_guide", "surprisal_weights", "token_guide", "random_guide", "shaped_kl",
+           "sage_guide", "sage_kl_loss"]
 
 SAGE_GUIDES = ("branch", "token", "random")
 SURPRISAL_NORMS = ("minmax", "rank", "zscore")
 
 # the official config's defaults (configs/train_config.yaml, section "sage")
-_UPPER = {"token": (0.3, 0.25), "random": (0.1, 0.15)}  # (alpha, sigma) / (eps, sigma) at a cycle's start
-_LOWER = {"token": (0.1, 0.1), "random": (0.0, 0.05)}  # ... and at its end
+SCHEDULE_UPPER = {"token": (0.3, 0.25), "random": (0.1, 0.15)}  # (alpha, sigma) / (eps, sigma) at a cycle's start
+SCHEDULE_LOWER = {"token": (0.1, 0.1), "random": (0.0, 0.05)}  # ... and at its end
+_SCHEDULE_NAMES = {"token": ("alpha", "sigma"), "random": ("eps", "sigma")}
 
 
 def _on_padding_one(q: Tensor, mask: Tensor) -> Tensor:  # (N, T) -> (N, T)
@@ -64,6 +70,47 @@ def cyclic_cosine(step: int, *, max_steps: int, upper: tuple[float, float], lowe
     cycle = min(step // length, n_cycles - 1)
     anneal = 0.5 * (1.0 + math.cos(math.pi * (step % length) / length))  # 1 at a cycle's start -> 0
     return tuple(lo + (hi * decay**cycle - lo) * anneal for hi, lo in zip(upper, lower))  # type: ignore[return-value]
+
+
+def guide_schedule(guide: str, step: int, max_steps: int | None, *, n_cycles: int = 8, decay: float = 0.9,
+                   upper: tuple[float, float] | None = None,
+                   lower: tuple[float, float] | None = None) -> tuple[float, float]:
+    """``(alpha, sigma)`` (token guide) or ``(eps, sigma)`` (random guide) at ``step`` of ``max_steps``;
+    ``upper`` / ``lower`` default to the official values of that guide."""
+    if guide not in SCHEDULE_UPPER:
+        raise ValueError(f"only the token and random guides have a schedule, got {guide!r}")
+    if max_steps is None:
+        raise ValueError(f"the {guide} guide's schedule needs max_steps (the run's number of optimiser steps)")
+    return cyclic_cosine(step, max_steps=max_steps, upper=tuple(upper or SCHEDULE_UPPER[guide]),
+                         lower=tuple(lower or SCHEDULE_LOWER[guide]), n_cycles=n_cycles, decay=decay)
+
+
+def guide_draws(guide: str, shape: tuple[int, ...], generator: torch.Generator | None = None,
+                device: torch.device | str | None = None) -> dict[str, Tensor]:
+    """The random numbers guide ``guide`` consumes for a (N, T) batch: ``{}`` for the branch guide,
+    ``{"normal"}`` (token) or ``{"uniform", "normal"}`` (random, drawn in that order), float32."""
+    if guide not in SAGE_GUIDES:
+        raise ValueError(f"unknown SAGE guide {guide!r}; valid values: {', '.join(SAGE_GUIDES)}")
+    if device is None and generator is not None:
+        device = generator.device
+    out = {}
+    if guide == "random":
+        out["uniform"] = torch.rand(shape, generator=generator, dtype=torch.float32, device=device)
+    if guide in ("token", "random"):
+        out["normal"] = torch.randn(shape, generator=generator, dtype=torch.float32, device=device)
+    return out
+
+
+def _draws_for(guide: str, mask: Tensor, draws: dict[str, Tensor] | None,
+               generator: torch.Generator | None) -> dict[str, Tensor]:
+    """``draws`` checked against ``mask`` (N, T), or fresh ones from ``generator``."""
+    if draws is None:
+        return guide_draws(guide, tuple(mask.shape), generator, mask.device if generator is None else None)
+    need = set(guide_draws(guide, (0,)))
+    if set(draws) != need or any(d.shape != mask.shape for d in draws.values()):
+        raise ValueError(f"the {guide} guide needs draws {sorted(need)} of shape {tuple(mask.shape)}, got "
+                         f"{ {k: tuple(v.shape) for k, v in draws.items()} }")
+    return draws
 
 
 @torch.no_grad()
@@ -106,33 +153,35 @@ def surprisal_weights(logp: Tensor, mask: Tensor, norm: str = "minmax") -> Tenso
 
 @torch.no_grad()
 def token_guide(logp: Tensor, mask: Tensor, *, alpha: float, sigma: float, norm: str = "minmax",
-                q_min: float = 0.6, q_max: float = 1.4,
-                generator: torch.Generator | None = None) -> Tensor:  # (N, T) -> (N, T)
+                q_min: float = 0.6, q_max: float = 1.4, generator: torch.Generator | None = None,
+                normal: Tensor | None = None) -> Tensor:  # (N, T) -> (N, T)
     """SAGE token guide ``clamp(1 + alpha w + sigma w N(0,1), q_min, q_max)``, w = normalised surprisal.
 
     ``logp`` are the token log-probs of the policy (official default ``use_source="new"``) or of
     the reference; take ``(alpha, sigma)`` from :func:`cyclic_cosine` (defaults upper (0.3, 0.25),
-    lower (0.1, 0.1)).
+    lower (0.1, 0.1)). The N(0,1) draws are ``normal`` (N, T) if given, else drawn from ``generator``.
     """
     _check_q_range(q_min, q_max)
     w = surprisal_weights(logp, mask, norm)  # (N, T)
-    noise = torch.randn(w.shape, generator=generator, dtype=w.dtype, device=w.device)
-    q = (1.0 + alpha * w + sigma * w * noise).clamp(q_min, q_max)
+    noise = _draws_for("token", mask, None if normal is None else {"normal": normal}, generator)["normal"]
+    q = (1.0 + alpha * w + sigma * w * noise.to(w.device, w.dtype)).clamp(q_min, q_max)
     return _on_padding_one(q, mask)
 
 
 @torch.no_grad()
 def random_guide(mask: Tensor, *, eps: float, sigma: float, q_min: float = 0.6, q_max: float = 1.4,
-                 generator: torch.Generator | None = None) -> Tensor:  # (N, T) -> (N, T)
+                 generator: torch.Generator | None = None,
+                 draws: dict[str, Tensor] | None = None) -> Tensor:  # (N, T) -> (N, T)
     """SAGE random guide: ``q = 1 + sigma N(0,1)`` with probability ``eps``, else 1, clamped.
 
     The control that tells whether the entropy signal matters; schedule (eps, sigma) from
-    (0.1, 0.15) down to (0.0, 0.05) with :func:`cyclic_cosine`.
+    (0.1, 0.15) down to (0.0, 0.05) with :func:`cyclic_cosine`. ``draws`` (``uniform`` and
+    ``normal``, each (N, T)) are the random numbers if given, else they come from ``generator``.
     """
     _check_q_range(q_min, q_max)
-    shape, dtype = mask.shape, torch.get_default_dtype()
-    hit = torch.rand(shape, generator=generator, dtype=dtype, device=mask.device) < eps
-    noise = 1.0 + sigma * torch.randn(shape, generator=generator, dtype=dtype, device=mask.device)
+    d = _draws_for("random", mask, draws, generator)
+    hit = d["uniform"].to(mask.device) < eps  # (N, T)
+    noise = 1.0 + sigma * d["normal"].to(mask.device)  # (N, T)
     q = torch.where(hit, noise, torch.ones_like(noise)).clamp(q_min, q_max)
     return _on_padding_one(q, mask)
 
@@ -165,13 +214,17 @@ def sage_guide(
     max_steps: int | None = None,
     n_cycles: int = 8,
     decay: float = 0.9,
+    upper: tuple[float, float] | None = None,
+    lower: tuple[float, float] | None = None,
     norm: str = "minmax",
     surprisal_source: str = "new",
     generator: torch.Generator | None = None,
+    draws: dict[str, Tensor] | None = None,
 ) -> Tensor:  # -> (N, T)
     """The guide q (N, T) named by ``guide``, with the official defaults (see module doc).
 
-    ``step`` / ``max_steps`` drive :func:`cyclic_cosine` for the stochastic guides;
+    ``step`` / ``max_steps`` (optimiser steps) drive :func:`guide_schedule` for the stochastic
+    guides, whose random numbers are ``draws`` (:func:`guide_draws`) or come from ``generator``;
     ``surprisal_source`` picks the policy's (``"new"``) or the reference's (``"ref"``) log-probs
     for the token guide.
     """
@@ -181,17 +234,15 @@ def sage_guide(
         if entropy is None:
             raise ValueError("the branch guide needs per-token entropies (N, T); got entropy=None")
         return branch_guide(entropy, mask, ratio=ratio, threshold=threshold, q_min=q_min, q_max=q_max)
-    if max_steps is None:
-        raise ValueError(f"the {guide} guide's schedule needs max_steps (the run's number of loss calls)")
-    a, b = cyclic_cosine(step, max_steps=max_steps, upper=_UPPER[guide], lower=_LOWER[guide],
-                         n_cycles=n_cycles, decay=decay)
+    a, b = guide_schedule(guide, step, max_steps, n_cycles=n_cycles, decay=decay, upper=upper, lower=lower)
     if guide == "random":
-        return random_guide(mask, eps=a, sigma=b, q_min=q_min, q_max=q_max, generator=generator)
+        return random_guide(mask, eps=a, sigma=b, q_min=q_min, q_max=q_max, generator=generator, draws=draws)
     if surprisal_source not in ("new", "ref"):
         raise ValueError(f"surprisal_source must be 'new' or 'ref', got {surprisal_source!r}")
     source = logp if surprisal_source == "new" else ref_logp
+    normal = None if draws is None else _draws_for("token", mask, draws, None)["normal"]
     return token_guide(source, mask, alpha=a, sigma=b, norm=norm, q_min=q_min, q_max=q_max,
-                       generator=generator)
+                       generator=generator, normal=normal)
 
 
 @torch.no_grad()
@@ -232,13 +283,15 @@ def sage_kl_loss(
         coef: beta; the official config uses 0.05. SAGE is a no-op at 0.
         guide: ``"branch"`` (default), ``"token"`` or ``"random"``, built by :func:`sage_guide`
             with ``guide_options`` (q_min, q_max, ratio, threshold, step, max_steps, n_cycles,
-            decay, norm, surprisal_source, generator); or pass a precomputed ``q`` (N, T).
+            decay, upper, lower, norm, surprisal_source, generator, draws); or pass a precomputed
+            ``q`` (N, T).
         agg: default ``"seq-mean-token-mean"``, the official config's TRL ``loss_type=grpo``;
             norm_len, n_tokens, n_seqs as in :func:`reasonrl.losses.aggregate.aggregate`.
 
     Metrics: ``loss/kl`` (token mean of the shaped k3, local), ``loss/kl_term`` (the returned
     loss), ``sage/q_mean``, ``sage/q_min``, ``sage/q_max`` over the masked tokens, and
-    ``sage/frac_shaped`` (fraction of masked tokens with q != 1).
+    ``sage/frac_shaped`` (fraction of masked tokens with q != 1); with the token / random guide
+    also the schedule's values, ``sage/alpha`` or ``sage/eps``, and ``sage/sigma``.
     """
     check_agg(agg, norm_len)
     valid = {n for n, prm in inspect.signature(sage_guide).parameters.items() if prm.kind is prm.KEYWORD_ONLY}
@@ -252,9 +305,16 @@ def sage_kl_loss(
     # padding may hold -inf/NaN log-probs; exp of those would leak NaN into the gradient
     logp = torch.where(on, logp, torch.zeros_like(logp))
     ref_logp = torch.where(on, ref_logp.detach(), torch.zeros_like(ref_logp))
-    if q is None:
+    built = q is None
+    if built:
         q = sage_guide(guide, logp.detach(), ref_logp, entropy, mask, **guide_options)
     q = _on_padding_one(q.detach().to(logp.dtype), mask)  # (N, T)
     kl = shaped_kl(logp, ref_logp, q)  # (N, T)
     loss = coef * aggregate(kl, mask, agg, norm_len=norm_len, n_tokens=n_tokens, n_seqs=n_seqs)
-    return loss, _sage_metrics(loss, kl, q, mask)
+    metrics = _sage_metrics(loss, kl, q, mask)
+    if built and guide in _SCHEDULE_NAMES:  # the schedule's values at this step: the log shows the annealing
+        keys = ("n_cycles", "decay", "upper", "lower")
+        values = guide_schedule(guide, guide_options.get("step", 0), guide_options.get("max_steps"),
+                                **{k: guide_options[k] for k in keys if k in guide_options})
+        metrics.update({f"sage/{name}": v for name, v in zip(_SCHEDULE_NAMES[guide], values)})
+    return loss, metrics

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = ["CORR_METHODS", "CORR_SIGNS", "token_stats", "logit_grad_norm", "hidden_grad_norm",
-           "defined_rows", "pearson_per_row", "spearman_per_row", "inversion_score", "corr_po_bonus"]
+           "hidden_grad_norm_from_probs", "defined_rows", "pearson_per_row", "spearman_per_row", "inversion_score",
+           "corr_po_bonus"]
 
 CORR_METHODS = ("pearson", "spearman")
 CORR_SIGNS = ("inversion", "alignment")
@@ -81,9 +82,23 @@ def hidden_grad_norm(logits: Tensor, tokens: Tensor, unembed: Tensor,
         raise ValueError(f"need logits (N, T, V) and tokens (N, T); got {tuple(logits.shape)} and "
                          f"{tuple(tokens.shape)}")
     p = F.softmax(_at_least_f32(logits) / temperature, dim=-1)  # (N, T, V)
-    w = unembed.to(p.dtype)
-    diff = w[tokens.long()] - p @ w  # (N, T, d)
-    return diff.norm(dim=-1)
+    return hidden_grad_norm_from_probs(p, tokens, unembed.to(p.dtype))
+
+
+@torch.no_grad()
+def hidden_grad_norm_from_probs(probs: Tensor, tokens: Tensor,
+                                unembed: Tensor) -> Tensor:  # (..., V), (...), (V, d) -> (...)
+    """``||W_U^T (e_y - p)||_2`` from the distribution ``probs`` itself (what a sampler holds).
+
+    ``e_y - p`` is formed in ``probs``' dtype first, so nothing cancels when p_y ~ 1; the product
+    runs in the unembedding's dtype (a bf16 model's (V, d) matrix is not copied to float32 at every
+    decoding step; GPUs accumulate it in float32), the norm in ``probs``' dtype.
+    """
+    if unembed.dim() != 2 or unembed.shape[0] != probs.shape[-1] or tokens.shape != probs.shape[:-1]:
+        raise ValueError(f"need probs (..., V), tokens (...) and unembed (V, d); got {tuple(probs.shape)}, "
+                         f"{tuple(tokens.shape)}, {tuple(unembed.shape)}")
+    diff = (-probs).scatter_add(-1, tokens.long().unsqueeze(-1), torch.ones_like(probs[..., :1]))  # (..., V) e_y - p
+    return (diff.to(unembed.dtype) @ unembed).to(probs.dtype).norm(dim=-1)
 
 
 def _row_constant(x: Tensor, on: Tensor) -> Tensor:  # (N, T) -> (N,) bool

@@ -128,6 +128,10 @@ SAGE = Recipe(
         "branch guide with the official defaults (ratio 0.3, threshold 1.2 nats, q in [0.6, 1.4]); the tiny "
         "reasoner's token entropies are mostly far below 1.2, so lower kl.threshold to see shaping on it",
         "beta = kl.coef = 0.05 (official config), GRPO advantage and seq-mean-token-mean as TRL's loss_type=grpo",
+        "kl.guide=token|random (the official variants): their cyclic schedule counts optimiser steps over the run's "
+        "optimiser steps (official: one step per loss call, which its gradient_accumulation_steps=1 makes the same); "
+        "the noise is drawn once per optimiser step from the trainer's checkpointed loss_rng",
+        "sampling.min_p=0 (official config: 0.01) for equal terms with grpo; set sampling.min_p=0.01 to match it",
         _SAME_AS_GRPO,
     ),
     advantage=Advantage("grpo"),
@@ -147,6 +151,8 @@ CORR_PO = Recipe(
         "sampling distribution, per-response Pearson correlation, bonus -0.1 * c added to the 0/1 reward",
         "the sign is uncertain (for sampled tokens H and this norm usually move together): the correlation is "
         "logged as corr/mean; flip with a recipe using CorrBonus(sign='alignment')",
+        "grad_norm='logit' (the spec's default); rewards.corr_po.grad_norm=hidden uses ||W_U^T (e_y - p)||, recorded "
+        "by the rollout engine at sampling; correct_only=False (spec option: bonus for verifier-correct rollouts only)",
         _SAME_AS_GRPO,
     ),
     advantage=Advantage("grpo"),

@@ -10,18 +10,21 @@ import torch
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling settings. ``temperature=0`` is greedy. Behaviour log-probs are those of the
-    temperature-scaled distribution *before* top-k/top-p truncation, the distribution the trainer
-    re-scores, so that the importance ratio is 1 on-policy."""
+    temperature-scaled distribution *before* top-k/top-p/min-p truncation, the distribution the
+    trainer re-scores, so that the importance ratio is 1 on-policy."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = off
+    min_p: float = 0.0  # drop tokens below min_p x the top token's probability; 0 = off
     max_new_tokens: int = 64
     stop: tuple[str, ...] = ()  # generation of a row ends once its text contains one of these
     seed: int | None = None
+    hidden_grad_norm: bool = False  # record ||W_U^T (e_y - p)|| per token (CorR-PO's "hidden" norm)
 
     def __post_init__(self):
-        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or self.max_new_tokens < 1:
+        if (self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or not 0 <= self.min_p <= 1
+                or self.max_new_tokens < 1):
             raise ValueError(f"invalid sampling settings: {self}")
 
 
@@ -45,6 +48,7 @@ class Rollouts:
     entropies: torch.Tensor | None = None  # (R, T) entropy of the sampling distribution per token, 0 on padding
     sum_p2: torch.Tensor | None = None  # (R, T) sum of squared sampling probabilities per token, 0 on padding
     extras: dict = field(default_factory=dict)
+    hidden_grad_norm: torch.Tensor | None = None  # (R, T) ||W_U^T (e_y - p)|| when sampled with hidden_grad_norm
 
     @property
     def lengths(self) -> torch.Tensor:  # (R,)
@@ -64,7 +68,8 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     completion_mask=ro.completion_mask[idx], logprobs=ro.logprobs[idx],
                     finish_reasons=pick(ro.finish_reasons), n=ro.n,
                     entropies=None if ro.entropies is None else ro.entropies[idx],
-                    sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx])
+                    sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx],
+                    hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx])
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -91,6 +96,7 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
         finish_reasons=sum((p.finish_reasons for p in parts), []), n=parts[0].n,
         entropies=cat_optional("entropies"), sum_p2=cat_optional("sum_p2"),
+        hidden_grad_norm=cat_optional("hidden_grad_norm"),
     )
 
 

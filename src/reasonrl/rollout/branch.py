@@ -17,7 +17,7 @@ from .base import Rollouts, SamplingParams, concat_rollouts
 
 
 def _one_row(ro: Rollouts, r: int, cut: int, new_ids, new_logp, new_ent, new_p2, n_new: int, reason: str,
-             tok, stop: tuple[str, ...]) -> Rollouts:
+             tok, stop: tuple[str, ...], new_hidden=None) -> Rollouts:
     """Row ``r``'s prompt, its first ``cut`` completion tokens and ``n_new`` new ones, as a 1-row Rollouts."""
     def join(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | None:
         return None if old is None else torch.cat([old[r, :cut], new[:n_new]])[None]  # (1, cut + n_new)
@@ -29,7 +29,8 @@ def _one_row(ro: Rollouts, r: int, cut: int, new_ids, new_logp, new_ent, new_p2,
                     prompt_ids=ro.prompt_ids[r:r + 1], prompt_mask=ro.prompt_mask[r:r + 1], completion_ids=ids,
                     completion_mask=torch.ones_like(ids), logprobs=join(ro.logprobs, new_logp),
                     finish_reasons=[reason], n=1, entropies=join(ro.entropies, new_ent),
-                    sum_p2=join(ro.sum_p2, new_p2))
+                    sum_p2=join(ro.sum_p2, new_p2),
+                    hidden_grad_norm=None if new_hidden is None else join(ro.hidden_grad_norm, new_hidden))
 
 
 @torch.inference_mode()
@@ -68,7 +69,7 @@ def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampl
         n_new = min(int(st.length[i]), room)
         reason = st.reason[i] if int(st.length[i]) <= room else "length"
         out.append(_one_row(ro, r, c, st.ids[i], st.logp[i], st.ent[i], st.sum_p2[i], n_new, reason, engine.tok,
-                            sampling.stop))
+                            sampling.stop, st.hidden[i] if sampling.hidden_grad_norm else None))
     return concat_rollouts(out, pad) if len(out) > 1 else out[0]
 
 

@@ -13,7 +13,7 @@ import torch
 from transformers import DynamicCache
 
 from .base import Rollouts, SamplingParams, concat_rollouts
-from .sampling import sample_next
+from .sampling import next_hidden_grad_norm, sample_next
 
 
 def cache_kwarg(model) -> str:
@@ -35,6 +35,7 @@ class _Decode:
         self.logp = torch.zeros(rows, max_new)
         self.ent = torch.zeros(rows, max_new)
         self.sum_p2 = torch.zeros(rows, max_new)
+        self.hidden = torch.zeros(rows, max_new)  # CorR-PO's hidden-state gradient norm, when asked for
         self.length = torch.zeros(rows, dtype=torch.long)
         self.reason = ["length"] * rows
 
@@ -76,7 +77,7 @@ class HFEngine:
             self.model.train(was_training)
         steps = int(st.length.max()) if len(st.length) else 0
         comp_ids, comp_logp, comp_ent = st.ids[:, :steps], st.logp[:, :steps], st.ent[:, :steps]
-        comp_p2 = st.sum_p2[:, :steps]
+        comp_p2, comp_hidden = st.sum_p2[:, :steps], st.hidden[:, :steps]
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
         return Rollouts(
@@ -84,6 +85,7 @@ class HFEngine:
             prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
             completion_ids=comp_ids, completion_mask=comp_mask, logprobs=comp_logp * comp_mask,
             finish_reasons=st.reason, n=n, entropies=comp_ent * comp_mask, sum_p2=comp_p2 * comp_mask,
+            hidden_grad_norm=comp_hidden * comp_mask if sp.hidden_grad_norm else None,
         )
 
     def _decode(self, ids, mask, n: int, sp: SamplingParams, gen) -> _Decode:
@@ -96,12 +98,17 @@ class HFEngine:
         attn, last_pos = mask.repeat_interleave(n, 0), pos[:, -1].repeat_interleave(n, 0)
         st = _Decode(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
         active = torch.ones(len(logits), dtype=torch.bool)  # (rows,) current rows still generating
+        # the sampler has the whole distribution at hand: the hidden-state gradient norm costs one
+        # (rows, V) x (V, d) product there, instead of a second pass over the rollouts later
+        unembed = self.model.get_output_embeddings().weight if sp.hidden_grad_norm else None  # (V, d)
         for t in range(sp.max_new_tokens):
-            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen)
+            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p)
             token = out.token.cpu().masked_fill(~active, self.tok.pad_token_id)
             rows = st.alive[active]
             st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], out.logprob.cpu()[active], t + 1
             st.ent[rows, t], st.sum_p2[rows, t] = out.entropy.cpu()[active], out.sum_p2.cpu()[active]
+            if unembed is not None:
+                st.hidden[rows, t] = next_hidden_grad_norm(logits, out.token, sp.temperature, unembed).cpu()[active]
             active &= ~self._newly_done(st, token, active, t, sp.stop)
             if not active.any():
                 break

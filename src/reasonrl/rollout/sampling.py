@@ -1,15 +1,23 @@
 """Pure next-token sampling maths: (R, V) logits in, (R,) tokens and log-probs out."""
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
 
+from ..losses.corr import hidden_grad_norm_from_probs
 
-def filter_top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """Set logits outside the top-k and outside the smallest nucleus of mass ``top_p`` to -inf.
 
-    (R, V) -> (R, V). The most likely token always survives, so no row is left empty.
+def filter_top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
+    """Set logits outside the top-k, outside the smallest nucleus of mass ``top_p``, and of tokens
+    whose probability is below ``min_p`` times the most likely token's, to -inf.
+
+    (R, V) -> (R, V). The most likely token always survives, so no row is left empty. Min-p
+    (Nguyen et al., arXiv 2407.01082) is a ratio to the top probability, so it is a cut on the
+    logits (``l < l_max + log min_p``), the same before or after renormalising; it is applied last,
+    as transformers' MinPLogitsWarper is (vLLM applies it before top-p: the two differ only when
+    both are on).
     """
     out = logits
     if top_k > 0 and top_k < logits.shape[-1]:
@@ -22,6 +30,9 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0)
         drop_sorted = mass_before >= top_p  # keeps the first token whose cumsum crosses top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         out = out.masked_fill(drop, float("-inf"))
+    if min_p > 0.0:
+        floor = out.max(-1, keepdim=True).values + math.log(min_p)  # (R, 1) log of min_p * p_max, unnormalised
+        out = out.masked_fill(out < floor, float("-inf"))
     return out
 
 
@@ -33,7 +44,7 @@ class Sampled(NamedTuple):
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> Sampled:
+                generator: torch.Generator | None = None, *, min_p: float = 0.0) -> Sampled:
     """Sample one token per row from (R, V) logits (greedy at temperature 0, whose statistics are
     those of temperature 1)."""
     logits = logits.float()
@@ -43,8 +54,17 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
     else:
         scaled = logits / temperature
         logp = scaled.log_softmax(-1)  # (R, V)
-        probs = filter_top_k_top_p(scaled, top_k, top_p).softmax(-1)
+        probs = filter_top_k_top_p(scaled, top_k, top_p, min_p).softmax(-1)
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (R,)
     probs_full = logp.exp()  # (R, V)
     entropy = -(probs_full * logp).sum(-1)  # (R,)
     return Sampled(token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, (probs_full * probs_full).sum(-1))
+
+
+def next_hidden_grad_norm(logits: torch.Tensor, token: torch.Tensor, temperature: float,
+                          unembed: torch.Tensor) -> torch.Tensor:  # (R, V), (R,), (V, d) -> (R,)
+    """``||W_U^T (e_y - p)||`` of the sampled tokens (CorR-PO's "hidden" gradient norm), under the
+    distribution :func:`sample_next`'s statistics describe: tempered, untruncated (T=1 when greedy).
+    ``unembed`` is the output embedding (V, d)."""
+    probs = (logits.float() / (temperature or 1.0)).softmax(-1)  # (R, V)
+    return hidden_grad_norm_from_probs(probs, token.to(probs.device), unembed)
