@@ -15,7 +15,7 @@ import torch
 
 from .beam import beam_rollout
 from .models.scoring import score_completions
-from .models.steering import generate_steered, intensity_grid, steering_vector
+from .models.steering import annealed_alpha_max, generate_steered, intensity_grid, steering_vector, uniform_intensities
 from .parts import Recipe
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
@@ -61,6 +61,8 @@ class BatchMaker:
         self.steer = None if st is None else steering_vector(engine.model, engine.tok, st.positive, st.negative, st.layer)
         self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
         self.items_drawn = 0
+        self.short_batches = 0  # batches that came out short of groups after the filter's rounds (trainer state)
+        self.step, self.total_steps = 0, 1  # training progress, for schedules over training (set_progress)
         self.stream: Iterator[Item] = task.iter_items("train", seed)
 
     def seek(self, items_drawn: int) -> None:
@@ -69,6 +71,11 @@ class BatchMaker:
         for _ in range(items_drawn):
             next(self.stream)
         self.items_drawn = items_drawn
+
+    def set_progress(self, step: int, total_steps: int) -> None:
+        """The training step about to run (0-based) and the run's total: parts with a schedule over
+        training (the steering anneal) read them; the maker never knows which method asks."""
+        self.step, self.total_steps = step, total_steps
 
     def draw(self, n: int) -> list[Item]:
         self.items_drawn += n
@@ -88,12 +95,22 @@ class BatchMaker:
         elif st is None:
             ro = self.engine.generate(prompts, self.recipe.group_size, sp, generator=self.sampler)
         else:
-            unit, scale = self.steer
-            ro = generate_steered(self.engine, prompts, sp, unit=unit, scale=scale, layer=st.layer,
-                                  alphas=intensity_grid(self.recipe.group_size, st.alpha_max),
-                                  generator=self.sampler, is_correction=st.is_correction)
+            ro = self._steered(prompts, sp)
         self.seconds["generate"] += time.perf_counter() - t0
         return items, ro
+
+    def _steered(self, prompts: list[str], sp: SamplingParams) -> Rollouts:
+        """VSPO rollouts at this step's intensities: alpha_max annealed by the training progress, a
+        grid or uniform draws seeded by the task position (so a resumed run draws the same)."""
+        st, (unit, scale), G = self.recipe.steering, self.steer, self.recipe.group_size
+        amax = annealed_alpha_max(st.alpha_max, st.anneal, self.step, self.total_steps)
+        alphas = (intensity_grid(G, amax) if st.alphas == "grid"
+                  else uniform_intensities(G, amax, stable_seed(self.seed, self.items_drawn, "alphas")))
+        ro = generate_steered(self.engine, prompts, sp, unit=unit, scale=scale, layer=st.layer, alphas=alphas,
+                              generator=self.sampler, is_correction=st.is_correction, steer_prompt=st.steer_prompt)
+        ro.extras["metrics"] = {**ro.extras.get("metrics", {}), "steer/alpha_max": amax,
+                                "steer/alpha_mean": sum(alphas) / len(alphas)}
+        return ro
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
@@ -114,12 +131,13 @@ class BatchMaker:
 
     def collect(self, n_prompts: int) -> Batch:
         """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
-        and generate more, up to its ``max_rounds``. Step statistics describe everything generated."""
+        and generate more, for up to its ``round_limit`` rounds (``max_rounds=None``: until full, or
+        an error at the cap). Step statistics describe everything generated."""
         f, G = self.recipe.group_filter, self.recipe.group_size
         kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor]] = []
         stats: list[tuple[float, dict[str, float]]] = []
         n_kept, generated, rounds = 0, 0, 0
-        while rounds < (f.max_rounds if f else 1) and n_kept < n_prompts:
+        while rounds < (f.round_limit if f else 1) and n_kept < n_prompts:
             items, ro = self.rollout(n_prompts)
             rewards, correct, metrics = self.reward(items, ro)
             rounds, generated = rounds + 1, generated + len(items)
@@ -133,9 +151,12 @@ class BatchMaker:
                 n_kept += len(groups)
         out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
+            _check_refill(f, n_kept, n_prompts, rounds, generated)
+            self.short_batches += int(n_kept < n_prompts)
             out.update({"dynamic/rounds": rounds, "dynamic/prompts_generated": generated,
                         "dynamic/groups_kept": n_kept, "dynamic/groups_dropped": generated - n_kept,
-                        "dynamic/batch_short": float(n_kept < n_prompts)})
+                        "dynamic/batch_short": float(n_kept < n_prompts),
+                        "dynamic/short_batches_total": float(self.short_batches)})
         if not kept:  # every group filtered out: an empty batch (the update then has nothing to do)
             return Batch([], select_rows(ro, []), torch.zeros(0, G), torch.zeros(0, G), metrics=out)
         ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
@@ -168,6 +189,18 @@ class BatchMaker:
 
     def make(self, n_prompts: int) -> Batch:
         return self.prepare(self.collect(n_prompts))
+
+
+def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:
+    """Refill-until-full (``max_rounds=None``) that hit its cap fails loudly rather than train on a
+    short batch nobody asked for."""
+    if f.max_rounds is None and n_kept < n_prompts:
+        raise RuntimeError(
+            f"dynamic sampling (group_filter.max_rounds=null: refill until full) kept {n_kept} of {n_prompts} groups "
+            f"after {rounds} rounds, the cap group_filter.max_rounds_cap={f.max_rounds_cap} ({generated} prompts "
+            f"generated; every other group's {f.metric} was the same for all its samples): the prompts are too easy "
+            f"or too hard for the model. Raise group_filter.max_rounds_cap, set a finite group_filter.max_rounds to "
+            f"accept short batches, or train on prompts of matching difficulty.")
 
 
 def merge_metrics(parts: list[tuple[float, dict[str, float]]],

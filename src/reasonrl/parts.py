@@ -92,27 +92,39 @@ class StepCredit:
 @dataclass(frozen=True)
 class Veto:
     """Mu-GRPO's negative-advantage veto (arXiv 2605.17570; trigger rule inferred): in a response
-    with A < 0, drop the loss from the first trigger token on."""
+    with A < 0, drop the loss from the first trigger token on.
+
+    The ``out_of_band`` trigger fires when the ratio leaves the relaxed trust region, so its band
+    is the policy loss's own by default: ``clip_low``/``clip_high`` = None take the loss's
+    ``clip_low``/``clip_high`` (``loss.clip_high=1.5`` moves both); a number overrides it here only.
+    """
 
     trigger: str = "out_of_band"  # out_of_band | ratio_high | ratio_low | prefix_logratio
-    clip_low: float = 0.5
-    clip_high: float = 1.0
+    clip_low: float | None = None  # None: the policy loss's clip_low
+    clip_high: float | None = None  # None: the policy loss's clip_high
     tau_lo: float | None = None
     tau_hi: float | None = None
     tau_cum: float | None = None
     include_trigger: bool = True
 
-    def mask(self, logp, old_logp, adv, mask) -> tuple[torch.Tensor, dict[str, float]]:
+    def band(self, loss_clip_low: float, loss_clip_high: float) -> tuple[float, float]:
+        """(clip_low, clip_high) the trigger uses: this part's own where set, else the loss's."""
+        return (loss_clip_low if self.clip_low is None else self.clip_low,
+                loss_clip_high if self.clip_high is None else self.clip_high)
+
+    def mask(self, logp, old_logp, adv, mask, *, loss_clip_low: float, loss_clip_high: float
+             ) -> tuple[torch.Tensor, dict[str, float]]:
         ratio = torch.exp((logp.detach() - old_logp) * mask)  # (N, T), 1 on padding
-        return negative_veto_mask(ratio, adv, mask, trigger=self.trigger, clip_low=self.clip_low,
-                                  clip_high=self.clip_high, tau_lo=self.tau_lo, tau_hi=self.tau_hi,
+        clip_low, clip_high = self.band(loss_clip_low, loss_clip_high)
+        return negative_veto_mask(ratio, adv, mask, trigger=self.trigger, clip_low=clip_low,
+                                  clip_high=clip_high, tau_lo=self.tau_lo, tau_hi=self.tau_hi,
                                   tau_cum=self.tau_cum, include_trigger=self.include_trigger)
 
 
 @dataclass(frozen=True)
 class PolicyLoss:
     """The three knobs of the policy loss: ratio level, trust region, aggregation (plus the
-    optional negative-advantage veto)."""
+    optional negative-advantage veto, whose band defaults to this loss's clip band)."""
 
     ratio: str = "token"  # token | sequence (GSPO) | sequence-token (GSPO-token)
     clip_low: float = 0.2
@@ -124,7 +136,8 @@ class PolicyLoss:
     veto: Veto | None = None
 
     def __call__(self, logp, old_logp, adv, mask, *, n_tokens, n_seqs, norm_len):
-        token_mask, veto_metrics = (None, {}) if self.veto is None else self.veto.mask(logp, old_logp, adv, mask)
+        token_mask, veto_metrics = (None, {}) if self.veto is None else self.veto.mask(
+            logp, old_logp, adv, mask, loss_clip_low=self.clip_low, loss_clip_high=self.clip_high)
         loss, metrics = policy_loss(logp, old_logp, adv, mask, ratio=self.ratio, clip_low=self.clip_low,
                                     clip_high=self.clip_high, dual_clip=self.dual_clip, agg=self.agg,
                                     norm_len=self.norm_len or norm_len, n_tokens=n_tokens, n_seqs=n_seqs,
@@ -187,7 +200,10 @@ class KL:
 @dataclass(frozen=True)
 class GroupFilter:
     """Dynamic sampling (DAPO, arXiv 2503.14476): keep only groups whose ``metric`` varies, and
-    generate more prompts, up to ``max_rounds`` rounds, until the batch is full.
+    generate more prompts until the batch is full: at most ``max_rounds`` rounds, after which the
+    batch may come out short (``dynamic/batch_short``, counted in ``dynamic/short_batches_total``);
+    ``max_rounds=None`` is the paper's "over-sample until N valid groups": rounds go on until full and
+    ``max_rounds_cap`` rounds without filling it raise an error naming the counts.
 
     ``metric="accuracy"`` (the default) is the raw task correctness, never the shaped reward: a
     length or format bonus can make a group's rewards differ while every answer is equally wrong
@@ -195,11 +211,19 @@ class GroupFilter:
     """
 
     metric: str = "accuracy"  # accuracy | reward
-    max_rounds: int = 3
+    max_rounds: int | None = 3  # None: refill until full (at most max_rounds_cap rounds, then an error)
+    max_rounds_cap: int = 100
 
     def __post_init__(self):
-        if self.metric not in ("accuracy", "reward") or self.max_rounds < 1:
-            raise ValueError(f"GroupFilter needs metric accuracy|reward and max_rounds >= 1, got {self}")
+        if (self.metric not in ("accuracy", "reward") or (self.max_rounds is not None and self.max_rounds < 1)
+                or self.max_rounds_cap < 1):
+            raise ValueError(f"GroupFilter needs metric accuracy|reward, max_rounds >= 1 or None and "
+                             f"max_rounds_cap >= 1, got {self}")
+
+    @property
+    def round_limit(self) -> int:
+        """Rounds one batch may take: ``max_rounds``, or the cap when refilling until full."""
+        return self.max_rounds_cap if self.max_rounds is None else self.max_rounds
 
     def keep(self, rewards: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
         """(B, G) rewards and 0/1 correctness -> (B,) bool: the group's metric is not constant."""
@@ -209,9 +233,13 @@ class GroupFilter:
 
 @dataclass(frozen=True)
 class Stages:
-    """Mu-GRPO (arXiv 2605.17570): training in ``count`` stages; each generates the rollouts of all
-    its steps at once with one frozen policy, then takes one optimiser step per step over that
-    buffer, the behaviour log-probs stored at generation (staleness grows within the stage)."""
+    """Mu-GRPO (arXiv 2605.17570): ``count`` stages; each generates all its steps' rollouts at once
+    with one frozen policy (behaviour log-probs stored then), then runs ``optim.mu`` epochs over that
+    buffer. Inferred mapping, so that a step stays a logged step and the prompt budget ignores mu: an
+    epoch cuts a fresh permutation of the stage's S x prompts_per_step groups into S x minibatches
+    minibatches; the epochs run in turn, mu x minibatches minibatch steps per logged step, so a run
+    takes steps x mu x minibatches optimiser steps with or without stages. Minibatch j of a stage
+    (from 0, across its epochs) is j policy versions stale."""
 
     count: int = 4
 
@@ -226,20 +254,28 @@ class Stages:
 @dataclass(frozen=True)
 class Steering:
     """VSPO rollouts (arXiv 2605.15604; specifics inferred): each group's samples are generated at
-    a linear grid of steering intensities 0..alpha_max along the unit mean-activation difference
-    between ``positive`` and ``negative`` texts at decoder layer ``layer`` (scaled by the mean
-    residual norm there); the update is on the unsteered policy, whose re-scored log-probs are
-    the behaviour log-probs unless ``is_correction``."""
+    mixed intensities along the unit mean-activation difference between ``positive`` and ``negative``
+    texts at decoder layer ``layer`` (scaled by the mean residual norm there); the update is on the
+    unsteered policy, whose re-scored log-probs are the behaviour log-probs unless ``is_correction``.
+    Spec options: ``alphas`` grid (0..alpha_max) or uniform (sample 0 at 0, the rest U[0, alpha_max]);
+    ``anneal`` alpha_max to 0 at the last step; ``steer_prompt`` also steers prompt positions
+    (functions in :mod:`reasonrl.models.steering`)."""
 
     layer: int = 1
     alpha_max: float = 4.0
     positive: tuple[str, ...] = ()
     negative: tuple[str, ...] = ()
     is_correction: bool = False
+    alphas: str = "grid"  # grid | uniform
+    anneal: str = "none"  # none | linear | cosine
+    steer_prompt: bool = False
 
     def __post_init__(self):
         if not self.positive or not self.negative:
             raise ValueError("Steering needs positive and negative example texts to build its vector")
+        if self.alphas not in ("grid", "uniform") or self.anneal not in ("none", "linear", "cosine"):
+            raise ValueError(f"Steering needs alphas grid|uniform and anneal none|linear|cosine, "
+                             f"got alphas={self.alphas!r}, anneal={self.anneal!r}")
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,18 @@
 
 One step: draw prompts -> generate G completions each (behaviour log-probs stored) -> reward ->
 advantages (estimator, then shapers) -> ``mu`` passes of ``minibatches`` optimiser steps over the
-batch. Every loss term is normalised by the *global* token / sequence count of its minibatch, so
-micro-batching changes memory use and nothing else.
+batch. With stages (Mu-GRPO) a stage's buffer is generated once and its epochs are spread over the
+stage's steps, still ``mu * minibatches`` optimiser steps per step (:class:`~reasonrl.parts.Stages`),
+so the LR schedule spans ``steps * mu * minibatches`` optimiser steps either way. Every loss term
+is normalised by the *global* token / sequence count of its minibatch, so micro-batching changes
+memory use and nothing else.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,7 +59,7 @@ class Trainer:
         self.run_dir, self.log = Path(run_dir), log
         o = recipe.optim
         self.opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
-        total = cfg.steps * o.mu * o.minibatches
+        total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
@@ -79,7 +83,7 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
-                "loss_rng": self.loss_rng.get_state()}
+                "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches}
 
     def save(self) -> Path:
         return save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
@@ -95,6 +99,7 @@ class Trainer:
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
+        self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
@@ -184,57 +189,75 @@ class Trainer:
         nonzero = adv != 0 if adv.dim() == 1 else (adv != 0).any(-1)
         return rows[nonzero]
 
-    def update(self, b: Batch) -> dict[str, float]:
-        o, results = self.recipe.optim, []
+    def update(self, b: Batch, minibatches: list[torch.Tensor] | None = None) -> dict[str, float]:
+        """Optimiser steps over ``b``: ``mu`` passes of ``minibatches`` random minibatches, or the given
+        row sets (a stage step). A minibatch without rows takes no optimiser step but advances the LR
+        schedule, so the schedule's position is the scheduled step count whatever a filter left."""
+        o = self.recipe.optim
+        if minibatches is None:
+            minibatches = []
+            for _ in range(o.mu):
+                order = torch.randperm(len(b.ro.texts), generator=self.sampler, device=self.sampler.device).cpu()
+                minibatches += split_even(order, o.minibatches)
         self.model.train()
-        for _ in range(o.mu):
-            order = torch.randperm(len(b.ro.texts), generator=self.sampler, device=self.sampler.device).cpu()
-            if len(order) == 0:
-                continue
-            for rows in order.chunk(o.minibatches):
+        results = []
+        for rows in minibatches:
+            if len(rows):
                 results.append(self._optimizer_step(b, rows))
+            else:
+                with warnings.catch_warnings():  # skipping a slot of the schedule is the point here
+                    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+                    self.sched.step()
         out = merge_metrics([(1.0, r) for r in results])  # mean over optimiser steps
-        out["nonfinite"] = sum(r["nonfinite"] for r in results)
+        out["nonfinite"] = float(sum(r["nonfinite"] for r in results))
         return out
 
     # ---------------------------------------------------------------- loop
-    def next_batch(self) -> tuple[Batch, torch.Tensor | None, dict[str, float]]:
-        """This step's batch and, in a stage, the rows of it this step trains on."""
+    def next_batch(self) -> tuple[Batch, list[torch.Tensor] | None, dict[str, float]]:
+        """This step's batch and, in a stage, the minibatches (row sets) of it this step trains on:
+        the stage's minibatch steps j = pos * mu * M .. (pos + 1) * mu * M - 1, epoch j // (S * M)."""
         stages = self.recipe.stages
+        self.batches.set_progress(self.step, self.cfg.steps)
         if stages is None:
             return self.batches.make(self.cfg.prompts_per_step), None, {}
-        per_stage = stages.steps_per_stage(self.cfg.steps)
         if self.stage is None or self.stage["pos"] >= self.stage["steps"]:
-            steps = min(per_stage, self.cfg.steps - self.step)  # the last stage may be shorter
-            batch = self.batches.make(self.cfg.prompts_per_step * steps)
-            order = torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
-            self.stage = {"batch": batch, "order": order, "pos": 0, "steps": steps}
-        st, G = self.stage, self.recipe.group_size
-        chunks = st["order"].chunk(st["steps"])  # fewer chunks than steps when a filter left few groups
-        groups = chunks[st["pos"]] if st["pos"] < len(chunks) else st["order"][:0]
-        rows = (groups[:, None] * G + torch.arange(G)).flatten()
-        info = {"stage/staleness": float(st["pos"]), "stage/fresh": float(st["pos"] == 0)}
+            self.stage = self._new_stage(stages.steps_per_stage(self.cfg.steps))
+        st, M, G = self.stage, self.recipe.optim.minibatches, self.recipe.group_size
+        orders = torch.atleast_2d(st["order"])  # (mu, B) one permutation of the groups per epoch
+        per_epoch, per_step = st["steps"] * M, len(orders) * M
+        js = range(st["pos"] * per_step, (st["pos"] + 1) * per_step)
+        minibatches = [group_rows(split_even(orders[j // per_epoch], per_epoch)[j % per_epoch], G) for j in js]
+        info = {"stage/staleness": (js[0] + js[-1]) / 2, "stage/staleness_max": float(js[-1]),
+                "stage/fresh": float(st["pos"] == 0)}  # staleness: policy versions since the stage's generation
         st["pos"] += 1
-        return st["batch"], rows, info
+        return st["batch"], minibatches, info
+
+    def _new_stage(self, per_stage: int) -> dict[str, Any]:
+        """Generate a stage's buffer with the current (frozen) policy and draw its epochs' orders."""
+        steps = min(per_stage, self.cfg.steps - self.step)  # the last stage may be shorter
+        batch = self.batches.make(self.cfg.prompts_per_step * steps)
+        orders = [torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
+                  for _ in range(self.recipe.optim.mu)]
+        return {"batch": batch, "order": torch.stack(orders), "pos": 0, "steps": steps}
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
         self.batches.seconds = {"generate": 0.0, "score": 0.0}
-        batch, rows, stage_info = self.next_batch()
+        batch, minibatches, stage_info = self.next_batch()
         t1 = time.perf_counter()
-        if rows is None:
-            upd = self.update(batch)
-        else:  # a stage step: one optimiser step on this step's share of the buffer
-            self.model.train()
-            upd = self._optimizer_step(batch, rows) if len(rows) else {"nonfinite": 0.0}
+        upd = self.update(batch, minibatches)
         t2 = time.perf_counter()
         self.step += 1
         self.steps_this_process += 1
         gen_s = self.batches.seconds["generate"]
-        metrics = batch.metrics
-        if rows is not None:  # the stats of the groups this step trains on; the buffer's own once, when fresh
-            groups = rows.view(-1, self.recipe.group_size)[:, 0] // self.recipe.group_size
-            share = step_stats(batch.rewards[groups], batch.correct[groups], select_rows(batch.ro, rows.tolist()))
+        metrics, rows = batch.metrics, None
+        if minibatches is not None:  # the stats of the groups this step trains on; the buffer's own once, when fresh
+            G = self.recipe.group_size
+            groups = torch.tensor(list(dict.fromkeys(g for mb in minibatches for g in (mb[::G] // G).tolist())),
+                                  dtype=torch.long)  # each once, in first-trained order
+            rows = group_rows(groups, G)
+            share = step_stats(batch.rewards[groups], batch.correct[groups], select_rows(batch.ro, rows.tolist())) \
+                if len(groups) else {}
             metrics = {**(batch.metrics if stage_info["stage/fresh"] else {}), **share}
         tokens = float(batch.ro.lengths.sum()) if rows is None else float(batch.ro.lengths[rows].sum())
         m = {"step": self.step, **metrics, **stage_info, **upd, "lr": self.sched.get_last_lr()[0],
@@ -271,6 +294,17 @@ class Trainer:
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):
                 self.save()
+
+
+def split_even(order: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Exactly ``n`` consecutive parts of ``order`` whose sizes differ by at most one (empty parts
+    only when it has fewer than ``n`` entries), so every scheduled minibatch step exists."""
+    return list(order.tensor_split(n))
+
+
+def group_rows(groups: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(g,) group indices -> (g * G,) their rows, group by group (rows are group-major)."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).flatten()
 
 
 def _additive(key: str) -> bool:

@@ -3,8 +3,9 @@
 A steering vector is a difference of mean residual-stream activations at one decoder layer
 between prompts that show a behaviour and prompts that lack it (contrastive activation addition).
 During generation a forward hook adds ``alpha * scale * v`` to that layer's output at generated
-positions, with one ``alpha`` per sample of a group (an intensity grid), so a group mixes
-unsteered and steered rollouts. The training forward passes never carry the hook, and by default
+positions (and, as an option, at prompt positions), with one ``alpha`` per sample of a group (an
+intensity grid or uniform draws, alpha_max optionally annealed), so a group mixes unsteered and
+steered rollouts. The training forward passes never carry the hook, and by default
 the behaviour log-probs are re-scored without it: the steered samples are treated as samples of
 the unsteered policy (VSPO's self-distillation reading).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Iterator, Sequence
+
+import math
 
 import torch
 
@@ -31,6 +34,29 @@ def intensity_grid(group_size: int, alpha_max: float) -> list[float]:
     if group_size == 1:
         return [0.0]
     return [alpha_max * i / (group_size - 1) for i in range(group_size)]
+
+
+def uniform_intensities(group_size: int, alpha_max: float, seed: int) -> list[float]:
+    """Sample 0 at alpha 0, samples 1..G-1 ~ U[0, alpha_max] (spec option), from a generator seeded
+    by ``seed`` alone, so a resumed run draws the same intensities. Sample 0 stays unsteered as in
+    the grid: every group keeps one sample of the policy being trained, and the two schedules differ
+    only in the steered intensities."""
+    u = torch.rand(group_size - 1, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)  # (G-1,)
+    return [0.0] + (alpha_max * u).tolist()
+
+
+def annealed_alpha_max(alpha_max: float, anneal: str, step: int, total_steps: int) -> float:
+    """alpha_max at training step ``step`` (0-based) of ``total_steps``, annealed to 0 at the last
+    step (spec option, so the policy ends up working without the hook): ``linear`` alpha_max * (1 - p),
+    ``cosine`` alpha_max * (1 + cos(pi p)) / 2, ``none`` constant, with p = step / (total_steps - 1)."""
+    if anneal == "none":
+        return alpha_max
+    p = min(1.0, step / max(1, total_steps - 1))
+    if anneal == "linear":
+        return alpha_max * (1.0 - p)
+    if anneal == "cosine":
+        return alpha_max * 0.5 * (1.0 + math.cos(math.pi * p))
+    raise ValueError(f"unknown steering anneal {anneal!r}; valid: none, linear, cosine")
 
 
 def add_steering(h: torch.Tensor, unit: torch.Tensor, scale: float, alpha: torch.Tensor) -> torch.Tensor:
@@ -67,18 +93,21 @@ def steering_vector(model, tokenizer, positive: Sequence[str], negative: Sequenc
 
 
 @contextmanager
-def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[float]) -> Iterator[None]:
+def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[float],
+          steer_prompt: bool = False) -> Iterator[None]:
     """Add ``alphas[j] * scale * unit`` at generated positions of sample j of every group.
 
     Rows are prompt-major (row r is sample r % n), so a batch of b rows gets ``alphas`` tiled
-    b / n times. Prefill calls (more than one position) are left alone: only generated tokens
-    are steered. The hook is removed on exit, whatever happens inside.
+    b / n times. Prefill calls (more than one position) are left alone unless ``steer_prompt``:
+    then every position of every call is steered, the prompt's included (the prefill must then
+    hold one row per sample, see :func:`generate_steered`). The hook is removed on exit, whatever
+    happens inside.
     """
     per_sample = torch.tensor(list(alphas), dtype=torch.float32)
 
     def hook(module, args, output):
         h = output[0] if isinstance(output, tuple) else output
-        if h.shape[1] != 1:  # prefill: prompt positions are not steered
+        if h.shape[1] != 1 and not steer_prompt:  # prefill: prompt positions are not steered
             return output
         if h.shape[0] % len(per_sample):
             raise RuntimeError(f"steered batch of {h.shape[0]} rows is not a whole number of groups of {len(per_sample)}")
@@ -95,20 +124,29 @@ def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[
 
 def generate_steered(engine, prompts: Sequence[str], sampling, *, unit: torch.Tensor, scale: float,
                      layer: int, alphas: Sequence[float], generator: torch.Generator | None = None,
-                     is_correction: bool = False):
+                     is_correction: bool = False, steer_prompt: bool = False):
     """One group of ``len(alphas)`` samples per prompt, sample j at intensity ``alphas[j]``, from an
     :class:`~reasonrl.rollout.HFEngine` (its Rollouts come back, with ``extras["alpha"]``).
 
     Finished rows stay in the batch (``compact_below=0`` for the call) so that every row keeps its
-    intensity. Unless ``is_correction``, the behaviour log-probs are re-scored without the hook.
+    intensity. The engine prefills a prompt once for its whole group; ``steer_prompt`` needs one
+    prefill per intensity, so each prompt is then repeated ``len(alphas)`` times and sampled once
+    (with whole groups per engine chunk). Unless ``is_correction``, the behaviour log-probs are
+    re-scored without the hook.
     """
-    n, saved = len(alphas), engine.compact_below
+    n, saved = len(alphas), (engine.compact_below, engine.max_rows)
     engine.compact_below = 0.0
+    if steer_prompt:  # a chunk of max_rows prompts must not split a group
+        engine.max_rows = max(n, engine.max_rows - engine.max_rows % n)
     try:
-        with steer(engine.model, layer, unit, scale, alphas):
-            ro = engine.generate(prompts, n, sampling, generator=generator)
+        with steer(engine.model, layer, unit, scale, alphas, steer_prompt=steer_prompt):
+            if steer_prompt:
+                ro = engine.generate([p for p in prompts for _ in range(n)], 1, sampling, generator=generator)
+                ro.n = n
+            else:
+                ro = engine.generate(prompts, n, sampling, generator=generator)
     finally:
-        engine.compact_below = saved
+        engine.compact_below, engine.max_rows = saved
     if not is_correction:
         with torch.no_grad():
             lp, _ = score_completions(engine.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,

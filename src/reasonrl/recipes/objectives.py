@@ -18,7 +18,9 @@ DAPO = Recipe(
         "correctness reward is 0/1 (paper: +1/-1); the overlong penalty is weighted 0.5 so that it keeps "
         "the paper's ratio to the correctness gap (group standardisation removes the rest)",
         "overlong cache = 20% of the generation budget (paper: 4096 of 20480)",
-        "group_filter.max_rounds=3 generation rounds per step (verl: max_num_gen_batches)",
+        "group_filter.max_rounds=3 generation rounds per step, after which a batch may be short (counted in "
+        "dynamic/short_batches_total; verl: max_num_gen_batches); the paper's refill-until-full is "
+        "group_filter.max_rounds=null, which stops with an error after group_filter.max_rounds_cap=100 rounds",
         "group_size=8 (paper: 16); " + _SAME_AS_GRPO,
     ),
     advantage=Advantage("grpo"),
@@ -106,9 +108,11 @@ MU_GRPO = Recipe(
     name="mu_grpo",
     paper="How off-policy can GRPO be? (Mu-GRPO), arXiv 2605.17570",
     inferred=(
-        "stages.count=4 as the abstract's 'e.g. four'; each stage generates all its steps' prompts at once",
+        "stages.count=4 as the abstract's 'e.g. four'; each stage generates all its steps' prompts at once, then "
+        "runs optim.mu epochs over them (mu=1 here), mu x minibatches optimiser steps per logged step",
         "relaxed clip band [0.5, 2.0] (clip_low=0.5, clip_high=1.0): a guess, the paper's bounds are not public",
-        "veto trigger 'out_of_band' (ratio leaves the relaxed band), trigger token included: inferred",
+        "veto trigger 'out_of_band' (ratio leaves the relaxed band: the loss's clip band unless "
+        "loss.veto.clip_low/clip_high are set), trigger token included: inferred",
         "agg=token-mean over the remaining tokens; kl off",
         _SAME_AS_GRPO,
     ),

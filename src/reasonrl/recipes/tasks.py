@@ -107,8 +107,10 @@ VSPO = _on_grpo(
         "a base that shows it rarely: reasonrl pretrain --task-opt spaced_rate=0.05 (and the same task option)",
         "behaviour reward = 1 if an operator is written with spaces, weight lambda_b = 0.5",
         "steering vector: difference of mean layer activations over 16 solved problems with / without the style, "
-        "unit norm, scaled by the mean residual norm; intensities alpha_i = alpha_max * i / (G-1) at generated "
-        "positions only; behaviour log-probs re-scored without the hook (is_correction=False)",
+        "unit norm, scaled by the mean residual norm; intensities alpha_i = alpha_max * i / (G-1) "
+        "(steering.alphas=grid; uniform draws are an option), alpha_max constant (steering.anneal=none; linear or "
+        "cosine to 0 are options), at generated positions only (steering.steer_prompt=false); behaviour log-probs "
+        "re-scored without the hook (is_correction=False)",
         "layer 2 of 4 and alpha_max=0.6 (of the mean residual norm) tuned on the tiny reasoner: at 0.5-0.6 about half "
         "the samples take the style (2% unsteered), above 0.7 the arithmetic breaks; the paper's defaults are unknown",
         "compare with the reward-shaping baseline the paper uses: vspo:steering=null",
