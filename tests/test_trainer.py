@@ -194,7 +194,7 @@ def _scripted_generate(engine, temperature: float, tilt: float):
 
 def test_edas_composes_with_gspo_ratios(tiny_dir, tmp_path, monkeypatch):
     # parts compose: EDAS's shaper on GSPO's sequence-level ratio, two optimiser steps per batch
-    from reasonrl import parts
+    from reasonrl.parts import objective as parts  # where PolicyLoss calls policy_loss
     from reasonrl.parts import EDAS
 
     gspo = get_recipe("gspo")

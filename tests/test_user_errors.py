@@ -197,12 +197,15 @@ BOUNDARIES = [
     ("loss.veto.clip_high", 0.0, -0.1),
     ("kl.coef", 0.0, -1e-9), ("kl.estimator", "k1", "k4"), ("kl.ratio", 0.0, -0.1), ("kl.q_min", 0.0, -0.1),
     ("kl.q_max", 0.6, 0.59),  # the default q_min is 0.6
+    ("kl.guide", "random", "sage"), ("kl.n_cycles", 1, 0), ("kl.decay", 1.0, 0.0), ("kl.decay", 1e-9, 1.01),
+    ("kl.norm", "zscore", "max"), ("kl.source", "ref", "old"),
     ("sampling.temperature", 0.0, -0.1), ("sampling.top_p", 1.0, 1.01), ("sampling.top_p", 1e-9, 0.0),
     ("sampling.top_k", 0, -1), ("sampling.max_new_tokens", 1, 0),
     ("optim.lr", 1e-12, 0.0), ("optim.weight_decay", 0.0, -0.1), ("optim.beta1", 0.0, 1.0), ("optim.beta2", 0.999, 1.0),
     ("optim.warmup_steps", 0, -1), ("optim.schedule", "constant", "linear"), ("optim.min_lr_ratio", 0.0, -0.01),
     ("optim.min_lr_ratio", 1.0, 1.01), ("optim.max_grad_norm", 1e-6, 0.0), ("optim.mu", 1, 0), ("optim.minibatches", 1, 0),
-    ("group_filter.max_rounds", 1, 0), ("stages.count", 1, 0), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
+    ("group_filter.max_rounds", 1, 0), ("group_filter.max_rounds_cap", 1, 0), ("stages.count", 1, 0),
+    ("steering.alphas", "uniform", "random"), ("steering.anneal", "cosine", "exp"), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
 ]
 
@@ -279,7 +282,7 @@ def test_types_are_checked_and_all_problems_listed_at_once():
 def test_a_part_refusing_a_value_names_the_config_key():
     with pytest.raises(UserError, match=r"config section 'stages' \(stages.count=0\): Stages.count must be >= 1"):
         apply_overrides(get_recipe("grpo"), {"stages": {"count": 0}})
-    with pytest.raises(UserError, match=r"'kl' \(kl.guide='sage'\): kl.guide must be None or 'branch'"):
+    with pytest.raises(UserError, match=r"'kl' \(kl.guide='sage'\): kl.guide must be None or one of branch, token, random"):
         apply_overrides(get_recipe("grpo"), {"kl": {"guide": "sage"}})
 
 

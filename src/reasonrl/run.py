@@ -29,6 +29,7 @@ from .parts import Recipe
 from .plots import plot_curves
 from .tasks import get_task
 from .tracking import make_tracker, read_metrics
+from .validate import check_run
 from .trainer import Trainer
 
 
@@ -82,6 +83,7 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_note: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
     such as where a resumed run continues."""
+    check_run(cfg, recipe)  # the Python API gets the command line's range checks too
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = run_dir_for(cfg, recipe)
     check_fresh(run_dir, resume)

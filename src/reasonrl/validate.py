@@ -133,6 +133,11 @@ RULES: dict[str, Rule] = {
     "kl.ratio": at_least(0),
     "kl.q_min": at_least(0),
     "kl.q_max": Rule(lambda v, c: v >= c.get("kl.q_min", 0), lambda c: f">= kl.q_min = {c.get('kl.q_min')}"),
+    "kl.guide": one_of(("branch", "token", "random")),
+    "kl.n_cycles": at_least(1),
+    "kl.decay": within(0, 1, open_lo=True),
+    "kl.norm": one_of(("minmax", "rank", "zscore")),
+    "kl.source": one_of(("new", "ref")),
     # sampling
     "sampling.temperature": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy)"),
     "sampling.top_p": within(0, 1, open_lo=True),
@@ -151,10 +156,13 @@ RULES: dict[str, Rule] = {
     "optim.mu": at_least(1),
     "optim.minibatches": at_least(1),
     # optional parts (checked only when the recipe has them)
-    "group_filter.max_rounds": at_least(1),
+    "group_filter.max_rounds": Rule(lambda v, _: v >= 1, ">= 1, or null to refill until the batch is full"),
+    "group_filter.max_rounds_cap": at_least(1),
     "stages.count": at_least(1),
     "steering.layer": at_least(0),
     "steering.alpha_max": at_least(0),
+    "steering.alphas": one_of(("grid", "uniform")),
+    "steering.anneal": one_of(("none", "linear", "cosine")),
     "beam.first_frac": within(0, 1, open_lo=True),
     "beam.k_max": at_least(1),
 }

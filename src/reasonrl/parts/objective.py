@@ -1,25 +1,22 @@
-"""The parts a recipe is made of: small frozen dataclasses that name a pure function and its knobs.
-
-A :class:`Recipe` is data: the trainer calls its parts (``recipe.advantage(rewards)``,
-``recipe.loss(...)``) and never looks at a recipe's name. Every field can be overridden from YAML
-or the command line with a dotted key (``loss.clip_high=0.28``, ``optim.lr=1e-5``).
+"""Recipe parts of the objective: the advantage estimator and its shapers, the policy loss (with the
+veto), the KL anchor (SAGE guides included) and reward-side terms that need token statistics
+(CorR-PO). Each is a small frozen dataclass naming a pure function of :mod:`reasonrl.advantages` /
+:mod:`reasonrl.losses` and its knobs.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from .advantages import edas, get_estimator, negative_veto_mask
-from .advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
-from .losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
-from .losses.anchors import SAGE_GUIDES, SURPRISAL_NORMS, guide_draws
-from .rewards.base import Reward, RewardResult
-from .rewards.options import reward_options
-
+from ..advantages import edas, get_estimator, negative_veto_mask
+from ..advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
+from ..losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
+from ..losses.anchors import SAGE_GUIDES, SURPRISAL_NORMS, guide_draws
+from ..rewards.base import Reward, RewardResult
 
 @dataclass(frozen=True)
 class Advantage:
@@ -198,170 +195,6 @@ class KL:
 
 
 @dataclass(frozen=True)
-class GroupFilter:
-    """Dynamic sampling (DAPO, arXiv 2503.14476): keep only groups whose ``metric`` varies, and
-    generate more prompts until the batch is full: at most ``max_rounds`` rounds, after which the
-    batch may come out short (``dynamic/batch_short``, counted in ``dynamic/short_batches_total``);
-    ``max_rounds=None`` is the paper's "over-sample until N valid groups": rounds go on until full and
-    ``max_rounds_cap`` rounds without filling it raise an error naming the counts.
-
-    ``metric="accuracy"`` (the default) is the raw task correctness, never the shaped reward: a
-    length or format bonus can make a group's rewards differ while every answer is equally wrong
-    (verl's filter on the shaped score is a known pain point). ``"reward"`` filters on the total.
-    """
-
-    metric: str = "accuracy"  # accuracy | reward
-    max_rounds: int | None = 3  # None: refill until full (at most max_rounds_cap rounds, then an error)
-    max_rounds_cap: int = 100
-
-    def __post_init__(self):
-        if (self.metric not in ("accuracy", "reward") or (self.max_rounds is not None and self.max_rounds < 1)
-                or self.max_rounds_cap < 1):
-            raise ValueError(f"GroupFilter needs metric accuracy|reward, max_rounds >= 1 or None and "
-                             f"max_rounds_cap >= 1, got {self}")
-
-    @property
-    def round_limit(self) -> int:
-        """Rounds one batch may take: ``max_rounds``, or the cap when refilling until full."""
-        return self.max_rounds_cap if self.max_rounds is None else self.max_rounds
-
-    def keep(self, rewards: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-        """(B, G) rewards and 0/1 correctness -> (B,) bool: the group's metric is not constant."""
-        values = correct if self.metric == "accuracy" else rewards
-        return values.max(-1).values > values.min(-1).values
-
-
-@dataclass(frozen=True)
-class Stages:
-    """Mu-GRPO (arXiv 2605.17570): ``count`` stages; each generates all its steps' rollouts at once
-    with one frozen policy (behaviour log-probs stored then), then runs ``optim.mu`` epochs over that
-    buffer. Inferred mapping, so that a step stays a logged step and the prompt budget ignores mu: an
-    epoch cuts a fresh permutation of the stage's S x prompts_per_step groups into S x minibatches
-    minibatches; the epochs run in turn, mu x minibatches minibatch steps per logged step, so a run
-    takes steps x mu x minibatches optimiser steps with or without stages. Minibatch j of a stage
-    (from 0, across its epochs) is j policy versions stale."""
-
-    count: int = 4
-
-    def __post_init__(self):
-        if self.count < 1:
-            raise ValueError(f"Stages.count must be >= 1, got {self.count}")
-
-    def steps_per_stage(self, total_steps: int) -> int:
-        return -(-total_steps // self.count)  # ceil: the last stage may be shorter
-
-
-@dataclass(frozen=True)
-class Steering:
-    """VSPO rollouts (arXiv 2605.15604; specifics inferred): each group's samples are generated at
-    mixed intensities along the unit mean-activation difference between ``positive`` and ``negative``
-    texts at decoder layer ``layer`` (scaled by the mean residual norm there); the update is on the
-    unsteered policy, whose re-scored log-probs are the behaviour log-probs unless ``is_correction``.
-    Spec options: ``alphas`` grid (0..alpha_max) or uniform (sample 0 at 0, the rest U[0, alpha_max]);
-    ``anneal`` alpha_max to 0 at the last step; ``steer_prompt`` also steers prompt positions
-    (functions in :mod:`reasonrl.models.steering`)."""
-
-    layer: int = 1
-    alpha_max: float = 4.0
-    positive: tuple[str, ...] = ()
-    negative: tuple[str, ...] = ()
-    is_correction: bool = False
-    alphas: str = "grid"  # grid | uniform
-    anneal: str = "none"  # none | linear | cosine
-    steer_prompt: bool = False
-
-    def __post_init__(self):
-        if not self.positive or not self.negative:
-            raise ValueError("Steering needs positive and negative example texts to build its vector")
-        if self.alphas not in ("grid", "uniform") or self.anneal not in ("none", "linear", "cosine"):
-            raise ValueError(f"Steering needs alphas grid|uniform and anneal none|linear|cosine, "
-                             f"got alphas={self.alphas!r}, anneal={self.anneal!r}")
-
-
-@dataclass(frozen=True)
-class BeamSampling:
-    """CodeThinker's dynamic beam sampling (arXiv 2605.17958; inferred minimal variant of the spec):
-    of a group's G completions, ``round(G * first_frac)`` are sampled independently and the rest are
-    branched from the ``k = min(k_max, rest)`` best prefixes, cut where the task says the reasoning
-    first goes wrong (``task.branch_point``). The budget G is never exceeded."""
-
-    first_frac: float = 0.5
-    k_max: int = 2
-
-    def __post_init__(self):
-        if not 0.0 < self.first_frac <= 1.0 or self.k_max < 1:
-            raise ValueError(f"BeamSampling needs 0 < first_frac <= 1 and k_max >= 1, got {self}")
-
-    def plan(self, group_size: int) -> tuple[int, int]:
-        """(B0 independent samples, k prefixes to branch from) for a budget of ``group_size``."""
-        b0 = min(group_size, max(1, round(group_size * self.first_frac)))
-        return b0, min(self.k_max, group_size - b0)
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0  # drop tokens below min_p x the top token's probability (0: off; SAGE's config: 0.01)
-    max_new_tokens: int | None = None  # None: the task's budget
-
-
-@dataclass(frozen=True)
-class Optim:
-    lr: float = 3e-5
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.99
-    warmup_steps: int = 5
-    schedule: str = "cosine"  # cosine | constant (after warmup)
-    min_lr_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    mu: int = 1  # optimisation passes over each generated batch
-    minibatches: int = 1  # optimiser steps per pass
-
-
-@dataclass(frozen=True)
-class Recipe:
-    name: str
-    paper: str = ""
-    inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
-    advantage: Advantage = Advantage()
-    shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # applied in order after the estimator
-    loss: PolicyLoss = PolicyLoss()
-    kl: KL = KL()
-    entropy_coef: float = 0.0
-    group_size: int = 8
-    sampling: Sampling = Sampling()
-    optim: Optim = Optim()
-    extra_rewards: tuple[tuple[Callable[..., Any], float], ...] = ()  # (reward fn, weight) added to the task's
-    # weight of the task's own verifier in the total reward: 0 when a method's reward replaces it (SSPO, TEMPO,
-    # CodeThinker); raw correctness (filters, accuracy, EDAS) always comes from the verifier
-    task_reward_weight: float = 1.0
-    group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
-    mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
-    stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
-    steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
-    beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
-    aux_losses: tuple[Callable[..., Any], ...] = field(default=())
-
-    def describe(self) -> dict[str, Any]:
-        out = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
-        for f in ("advantage", "loss", "kl", "sampling", "optim"):
-            out[f] = dataclasses.asdict(getattr(self, f))
-        out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
-                   task_reward_weight=self.task_reward_weight,
-                   group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
-                   stages=None if self.stages is None else dataclasses.asdict(self.stages),
-                   steering=None if self.steering is None else dataclasses.asdict(self.steering),
-                   beam=None if self.beam is None else dataclasses.asdict(self.beam),
-                   shapers=[_describe(s) for s in self.shapers],
-                   extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
-                   aux_losses=[_describe(a) for a in self.aux_losses])
-        return out
-
-
-@dataclass(frozen=True)
 class CorrBonus(Reward):
     """CorR-PO (arXiv 2605.17770; every formula inferred, see the spec) as a reward term: the
     per-response Pearson/Spearman correlation c between the sampling policy's token entropy and a
@@ -405,15 +238,6 @@ class CorrBonus(Reward):
                                           method=self.method, min_tokens=self.min_tokens, correct_only=self.correct_only,
                                           correct=None if correct is None else torch.tensor([bool(c) for c in correct]))
         return RewardResult([float(b) for b in bonus], metrics)
-
-
-def _describe(part: Any) -> str:
-    if dataclasses.is_dataclass(part):
-        return repr(part)
-    options = reward_options(part)  # what rewards.<name>.<option> can set
-    if options is not None:
-        return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in options.items() if v is not None)})"
-    return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
 
 def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, *, step: int = 0, max_steps: int | None = None,

@@ -1,0 +1,72 @@
+"""The parts a recipe is made of: small frozen dataclasses that name a pure function and its knobs.
+
+A :class:`Recipe` is data: the trainer calls its parts (``recipe.advantage(rewards)``,
+``recipe.loss(...)``) and never looks at a recipe's name. Every field can be overridden from YAML
+or the command line with a dotted key (``loss.clip_high=0.28``, ``optim.lr=1e-5``). The parts live
+in :mod:`.objective` (advantage, shapers, policy loss, KL, CorR-PO bonus) and :mod:`.generation`
+(group filter, stages, steering, beam, sampling, optimiser).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from ..rewards.options import reward_options
+from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
+from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+
+__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GroupFilter", "Optim", "PolicyLoss", "Recipe",
+           "Sampling", "Stages", "Steering", "StepCredit", "Veto", "entropy_term", "kl_term"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    paper: str = ""
+    inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
+    advantage: Advantage = Advantage()
+    shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # applied in order after the estimator
+    loss: PolicyLoss = PolicyLoss()
+    kl: KL = KL()
+    entropy_coef: float = 0.0
+    group_size: int = 8
+    sampling: Sampling = Sampling()
+    optim: Optim = Optim()
+    extra_rewards: tuple[tuple[Callable[..., Any], float], ...] = ()  # (reward fn, weight) added to the task's
+    # weight of the task's own verifier in the total reward: 0 when a method's reward replaces it (SSPO, TEMPO,
+    # CodeThinker); raw correctness (filters, accuracy, EDAS) always comes from the verifier
+    task_reward_weight: float = 1.0
+    group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
+    mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
+    stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
+    steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
+    beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
+    aux_losses: tuple[Callable[..., Any], ...] = field(default=())
+
+    def describe(self) -> dict[str, Any]:
+        out = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
+        for f in ("advantage", "loss", "kl", "sampling", "optim"):
+            out[f] = dataclasses.asdict(getattr(self, f))
+        out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
+                   task_reward_weight=self.task_reward_weight,
+                   group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
+                   stages=None if self.stages is None else dataclasses.asdict(self.stages),
+                   steering=None if self.steering is None else dataclasses.asdict(self.steering),
+                   beam=None if self.beam is None else dataclasses.asdict(self.beam),
+                   shapers=[_describe(s) for s in self.shapers],
+                   extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
+                   aux_losses=[_describe(a) for a in self.aux_losses])
+        return out
+
+
+def _describe(part: Any) -> str:
+    if dataclasses.is_dataclass(part):
+        return repr(part)
+    options = reward_options(part)  # what rewards.<name>.<option> can set
+    if options is not None:
+        return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in options.items() if v is not None)})"
+    return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
+
