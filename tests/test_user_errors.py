@@ -173,13 +173,16 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
             setattr(cfg, head, value)
             return cfg, recipe
         return cfg, dataclasses.replace(recipe, **{head: value})
-    part = dataclasses.replace(getattr(recipe, head))
+    owner = cfg if hasattr(cfg, head) else recipe  # a nested run part (lora) or a recipe section
+    part = dataclasses.replace(getattr(owner, head))
     target = part
     for name in rest[:-1]:
         child = dataclasses.replace(getattr(target, name))
         object.__setattr__(target, name, child)
         target = child
     object.__setattr__(target, rest[-1], value)
+    if owner is cfg:
+        return dataclasses.replace(cfg, **{head: part}), recipe
     return cfg, dataclasses.replace(recipe, **{head: part})
 
 
@@ -207,6 +210,7 @@ BOUNDARIES = [
     ("group_filter.max_rounds", 1, 0), ("group_filter.max_rounds_cap", 1, 0), ("stages.count", 1, 0),
     ("steering.alphas", "uniform", "random"), ("steering.anneal", "cosine", "exp"), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
+    ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
 ]
 
 

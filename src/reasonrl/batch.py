@@ -180,8 +180,8 @@ class BatchMaker:
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and len(b.items):
-            with torch.no_grad():
-                b.ref_logp, _ = score_completions(self.ref, b.ro.prompt_ids, b.ro.prompt_mask, b.ro.completion_ids,
+            with torch.no_grad(), self.ref.scoring() as ref:  # a frozen copy, or the policy with adapters off
+                b.ref_logp, _ = score_completions(ref, b.ro.prompt_ids, b.ro.prompt_mask, b.ro.completion_ids,
                                                   b.ro.completion_mask, temperature=self.recipe.sampling.temperature or 1.0,
                                                   chunk_rows=self.micro, entropies=False)
         self.seconds["score"] += time.perf_counter() - t0

@@ -2,7 +2,8 @@
 
 A checkpoint is written into ``checkpoints/.tmp-step-N`` and renamed to ``checkpoints/step-N``
 only when complete (a rename within one filesystem is atomic), so a process killed mid-save
-leaves the previous checkpoint as the latest. It holds the model (HF safetensors, float32), the
+leaves the previous checkpoint as the latest. It holds the model (HF safetensors, float32; with
+LoRA the adapter weights alone, as peft's ``adapter_model.safetensors``), the
 optimiser and scheduler, every RNG state and the trainer's own counters (step, task position).
 """
 from __future__ import annotations
@@ -97,6 +98,17 @@ def prune(root: Path, keep_last: int) -> None:
 
 def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     """Restore model, optimiser and scheduler in place; return the trainer state dict."""
+    if (Path(path) / "adapter_model.safetensors").exists():
+        _load_adapter(path, model)
+    else:
+        _load_weights(path, model)
+    blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
+    optimizer.load_state_dict(blob["optimizer"])
+    scheduler.load_state_dict(blob["scheduler"])
+    return blob["state"]
+
+
+def _load_weights(path: Path, model) -> None:
     from safetensors.torch import load_file
 
     weights = load_file(str(Path(path) / "model.safetensors"))
@@ -104,7 +116,21 @@ def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
     tied = {k for k in missing if "lm_head" in k} if getattr(model.config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
-    blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
-    optimizer.load_state_dict(blob["optimizer"])
-    scheduler.load_state_dict(blob["scheduler"])
-    return blob["state"]
+
+
+def _load_adapter(path: Path, model) -> None:
+    """A LoRA checkpoint holds the adapter weights only (the base is the run's model, never trained):
+    copied into the model's adapters, every one of them present."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    if not hasattr(model, "peft_config"):
+        raise RuntimeError(f"checkpoint {path} holds LoRA adapters but the model has none: resume with the run's "
+                           "lora.* settings (config.yaml records them)")
+    weights = load_file(str(Path(path) / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(model, weights)
+    adapters = {k for k in model.state_dict() if "lora_" in k}
+    missing = {k for k in result.missing_keys if "lora_" in k}
+    if missing or result.unexpected_keys or len(weights) != len(adapters):
+        raise RuntimeError(f"checkpoint {path} does not match the model's adapters: missing {sorted(missing)}, "
+                           f"unexpected {result.unexpected_keys}, {len(weights)} saved vs {len(adapters)} in the model")

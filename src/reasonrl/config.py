@@ -28,6 +28,21 @@ OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam")  # None turns
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 
 
+@dataclass(frozen=True)
+class Lora:
+    """Low-rank adapters (LoRA, Hu et al. 2021, arXiv:2106.09685) through ``peft``: a run setting, not
+    a method, so any recipe takes it. ``r=0`` is full fine-tuning. ``targets`` is ``all-linear``
+    (every linear layer but the output head) or a list of module names (``[q_proj, v_proj]``)."""
+    r: int = 0  # rank; 0: off
+    alpha: float = 32.0  # the update is scaled by alpha / r
+    dropout: float = 0.0
+    targets: str | tuple[str, ...] = "all-linear"
+
+    def __post_init__(self):
+        if isinstance(self.targets, list):  # YAML gives a list; a frozen part holds a tuple
+            object.__setattr__(self, "targets", tuple(self.targets))
+
+
 @dataclass
 class TrainConfig:
     recipe: str = "grpo"
@@ -52,6 +67,7 @@ class TrainConfig:
     max_rows: int = 512  # rows decoded at once by the rollout engine
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16
+    lora: Lora = field(default_factory=Lora)  # lora.r=16 trains adapters only (models.lora)
 
 
 def _closest(key: str, valid: list[str]) -> str:
@@ -86,7 +102,10 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def valid_keys() -> list[str]:
-    keys = [f.name for f in dataclasses.fields(TrainConfig)] + list(RECIPE_SCALARS)
+    keys = list(RECIPE_SCALARS)
+    for f in dataclasses.fields(TrainConfig):  # a nested run part (lora) by its dotted keys
+        part = nested_part(TrainConfig, f.name)
+        keys += _section_keys(part, f.name) if part else [f.name]
     for name, cls in RECIPE_SECTIONS.items():
         keys += _section_keys(cls, name)
     return keys + ["rewards.<name>.<option>"]
@@ -160,7 +179,7 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     run, recipe = {}, {}
     for key, value in raw.items():
         if key in run_fields:
-            run[key] = coerce(TrainConfig, key, value, key)
+            run[key] = _run_value(key, value)
         elif key in RECIPE_SCALARS:
             recipe[key] = coerce(Recipe, key, value, key)
         elif key == "rewards":  # rewards.<name>.<option>: checked against the recipe in apply_overrides
@@ -176,6 +195,16 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
         else:
             raise unknown_key(key, valid_keys())
     return TrainConfig(**run), recipe
+
+
+def _run_value(key: str, value: Any) -> Any:
+    """A run field's value, coerced; a nested run part (``lora``) built from its section."""
+    part = nested_part(TrainConfig, key)
+    if part is None:
+        return coerce(TrainConfig, key, value, key)
+    if not isinstance(value, dict):
+        raise UserError(f"config key {key!r} is a section: give {key}.<field>=value")
+    return build_part(part, None, check_section(part, value, key), key)
 
 
 def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
@@ -235,7 +264,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
     """What config.yaml holds: every run field and every recipe knob, enough to rebuild the run."""
-    out = dataclasses.asdict(cfg)
+    out = _plain(dataclasses.asdict(cfg))  # lora.targets may be a tuple
     for name in RECIPE_SECTIONS:
         part = getattr(recipe, name)
         out[name] = None if part is None else _plain(dataclasses.asdict(part))

@@ -2,10 +2,10 @@
 
 The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.json``,
 ``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them), ``curves.png``,
-``final/`` (an HF model directory), ``checkpoints/`` and ``events.jsonl`` (one line per process start
-and end of training: where a resumed process continued, how many steps it trained). Every small
-file is written atomically, so a kill at any moment after ``config.yaml`` exists leaves a run that
-``--resume`` continues.
+``final/`` (an HF model directory; with LoRA the adapter, and ``final/merged/`` the merged model),
+``checkpoints/`` and ``events.jsonl`` (one line per process start and end of training: where a
+resumed process continued, how many steps it trained). Every small file is written atomically, so
+a kill at any moment after ``config.yaml`` exists leaves a run that ``--resume`` continues.
 """
 from __future__ import annotations
 
@@ -93,6 +93,7 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
     task = get_task(cfg.task, **cfg.task_options)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir)
+    model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     before_path = run_dir / "before.json"
     if before_path.exists():
         before = json.loads(before_path.read_text())

@@ -10,7 +10,6 @@ memory use and nothing else.
 """
 from __future__ import annotations
 
-import copy
 import math
 import time
 import warnings
@@ -24,6 +23,7 @@ from .config import TrainConfig
 from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
 from .batch import Batch, BatchMaker, merge_metrics, step_stats
 from .rollout import select_rows
+from .models.lora import Reference, apply_lora
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
 from .rollout import HFEngine
@@ -55,10 +55,13 @@ def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Calla
 class Trainer:
     def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
                  log: Callable[[dict], None] = lambda m: None):
+        model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
         o = recipe.optim
-        self.opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        # the trainable parameters alone: frozen base weights get no gradient, AdamW state or decay
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
@@ -69,8 +72,8 @@ class Trainer:
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
-        # the reference is a frozen copy, made only when a KL term will use it
-        self.ref = copy.deepcopy(model).eval().requires_grad_(False) if recipe.kl.coef > 0 else None
+        # the reference, only when a KL term will use it: a frozen copy, or with LoRA the adapters off
+        self.ref = Reference(model) if recipe.kl.coef > 0 else None
         self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size)
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
@@ -94,8 +97,8 @@ class Trainer:
         if path is None:
             return None
         st = load_checkpoint(path, self.model, self.opt, self.sched)
-        if self.ref is not None:  # the reference is the run's *initial* model, saved beside the checkpoints
-            self.ref.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
+        if self.ref is not None and self.ref.has_weights:  # the run's *initial* model, saved beside the checkpoints
+            self.ref.frozen.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
@@ -157,9 +160,9 @@ class Trainer:
             total += float(loss.detach())
             parts.append((float(b.loss_mask[micro].sum()), m))
         if len(live) == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
-            for p in self.model.parameters():
-                p.grad = torch.zeros_like(p) if p.requires_grad else None
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            for p in self.params:
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in self.params if p.grad is not None]
         finite = math.isfinite(total) and all(torch.isfinite(g).all() for g in grads)
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
@@ -168,7 +171,7 @@ class Trainer:
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - len(live) / max(len(rows), 1)
         if finite:
-            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.recipe.optim.max_grad_norm))
+            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.recipe.optim.max_grad_norm))
             self.opt.step()
         else:
             self.opt.zero_grad(set_to_none=True)
@@ -281,9 +284,10 @@ class Trainer:
                 f"stopped. State saved to {path}. Lower optim.lr, check the rewards, or raise max_nonfinite.")
 
     def train(self) -> None:
-        if self.step == 0 and self.ref is not None:
+        if self.step == 0 and self.ref is not None and self.ref.has_weights:  # LoRA's reference is the base itself
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            atomic_write(self.run_dir / "checkpoints" / "reference.pt", lambda tmp: torch.save(self.ref.state_dict(), tmp))
+            atomic_write(self.run_dir / "checkpoints" / "reference.pt",
+                         lambda tmp: torch.save(self.ref.frozen.state_dict(), tmp))
         while self.step < self.cfg.steps:
             m = self.train_step()
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):

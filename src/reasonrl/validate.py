@@ -110,6 +110,9 @@ RULES: dict[str, Rule] = {
     "dtype": one_of(("float32", "bfloat16", "float16")),  # models.loading.DTYPES, not imported: it pulls in transformers
     "device": Rule(lambda v, _: not v.startswith("cuda") or torch.cuda.is_available(),
                    "a device this machine has (torch sees no CUDA device: use auto or cpu)"),
+    "lora.r": Rule(lambda v, _: v >= 0, ">= 0 (0: full fine-tuning, no adapters)"),
+    "lora.alpha": Rule(lambda v, _: v > 0, "> 0 (the adapter update is scaled by alpha / r)"),
+    "lora.dropout": within(0, 1, open_hi=True),
     # recipe scalars
     "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
     # advantage

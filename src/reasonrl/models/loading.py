@@ -9,6 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MissingPathError, UserError
+from .lora import is_lora, merged_copy
 from .tiny import SIZES, build_tiny
 
 BASE_DIR = Path(__file__).resolve().parent / "base"
@@ -92,10 +93,14 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
 
 
 def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None) -> Path:
-    """Save as a plain HF directory (safetensors); ``dtype`` converts a copy (e.g. fp16 to ship)."""
+    """Save as a plain HF directory (safetensors); ``dtype`` converts a copy (e.g. fp16 to ship). A
+    LoRA model saves its adapter (peft's directory) and, in ``out/merged``, a plain HF model with the
+    adapters merged in, which loads without peft."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    to_save = model if dtype is None else _converted_copy(model, dtype)
+    if is_lora(model):
+        save_model(merged_copy(model), tokenizer, out / "merged", dtype=dtype)
+    to_save = model if dtype is None or is_lora(model) else _converted_copy(model, dtype)
     to_save.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out

@@ -18,12 +18,13 @@ import math
 
 import torch
 
+from .lora import base_model
 from .scoring import score_completions
 
 
 def decoder_layer(model, layer: int) -> torch.nn.Module:
     """Decoder layer ``layer`` of an HF decoder-only model (Llama, Qwen2, Mistral, ... share this path)."""
-    layers = model.model.layers
+    layers = base_model(model).model.layers  # under a peft model's adapters when it has them
     if not -len(layers) <= layer < len(layers):
         raise ValueError(f"layer {layer} out of range for a model with {len(layers)} decoder layers")
     return layers[layer]

@@ -17,8 +17,10 @@ from .sampling import next_hidden_grad_norm, sample_next
 
 
 def cache_kwarg(model) -> str:
-    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``.
+    A peft model's forward takes ``**kwargs`` and passes them on: its base model's forward decides."""
+    forward = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:

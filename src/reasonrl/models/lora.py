@@ -1,0 +1,76 @@
+"""LoRA (Hu et al. 2021, arXiv:2106.09685) for any recipe, through ``peft``; and the KL reference.
+
+With adapters the frozen base *is* the initial policy (peft initialises B = 0, so W + BA = W at
+step 0), so the reference of a KL term or anchor is the same model with its adapters switched
+off: no second copy of the weights. Full fine-tuning keeps a frozen deep copy, as before.
+"""
+from __future__ import annotations
+
+import copy
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+
+def is_lora(model) -> bool:
+    """True for a ``peft`` model (it carries its adapter configs)."""
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def base_model(model):
+    """The HF model under the adapters (the model itself without them): where decoder layers live."""
+    return model.get_base_model() if is_lora(model) else model
+
+
+def apply_lora(model, lora, seed: int = 0):
+    """``model`` wrapped with trainable LoRA adapters (its own weights frozen) as ``lora`` says (a
+    :class:`reasonrl.config.Lora`, not imported: config sits above models). ``lora.r == 0`` or a
+    model that already has adapters (a resumed trainer given the wrapped model) is returned as is.
+    peft injects the adapter layers into ``model`` in place. The A matrices' random init draws from
+    a generator seeded by ``seed`` alone, not from whatever the global RNG holds: two trainers of one
+    run start from the same adapters, and the caller's RNG stream is left as it was."""
+    if lora.r == 0 or is_lora(model):
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    targets = lora.targets if isinstance(lora.targets, str) else list(lora.targets)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
+                        task_type="CAUSAL_LM")
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)
+
+
+def merged_copy(model):
+    """A plain HF model with the adapters folded into its weights (W + (alpha / r) B A); ``model`` is untouched."""
+    return copy.deepcopy(model).merge_and_unload()
+
+
+class Reference:
+    """The reference policy of a KL term: a frozen copy of the initial model (full fine-tuning), or
+    the policy itself with its adapters off (LoRA). ``with ref.scoring() as m:`` gives the model to
+    score with, in eval mode."""
+
+    def __init__(self, model):
+        self.policy = model
+        self.frozen = None if is_lora(model) else copy.deepcopy(model).eval().requires_grad_(False)
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether the reference holds weights of its own (saved beside the checkpoints)."""
+        return self.frozen is not None
+
+    @contextmanager
+    def scoring(self) -> Iterator[torch.nn.Module]:
+        if self.frozen is not None:
+            yield self.frozen
+            return
+        was_training = self.policy.training
+        self.policy.eval()  # as the frozen copy: no dropout in the reference's scores
+        try:
+            with self.policy.disable_adapter():
+                yield self.policy
+        finally:
+            self.policy.train(was_training)
