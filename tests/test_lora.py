@@ -127,6 +127,8 @@ def test_final_holds_the_adapter_and_a_merged_model_plain_transformers_loads(tin
         got, want, orig = merged(input_ids=ids).logits, trained(input_ids=ids).logits, base(input_ids=ids).logits
     assert torch.allclose(got, want, atol=1e-5)
     assert not torch.allclose(got, orig, atol=1e-5)  # the adapter is in the merged weights
+    again, _ = load_model(final)  # --model runs/x/final of a LoRA run: its merged model
+    assert all(torch.equal(v, merged.state_dict()[k]) for k, v in again.state_dict().items())
 
 
 def test_lora_from_the_command_line_reaches_a_kl_recipe(tiny_dir, tmp_path):
@@ -145,6 +147,15 @@ def test_lora_from_the_command_line_reaches_a_kl_recipe(tiny_dir, tmp_path):
     assert len(logged) == 2
     for m in logged:
         assert {"loss/kl", "loss/kl_term", "sage/q_mean", "sage/frac_shaped"} <= set(m)
+
+
+def test_beam_branching_works_on_a_lora_model(tiny_dir, tmp_path):
+    # CodeThinker branches completions from prefixes (rollout.branch): the engine runs the peft model
+    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="codethinker", task="code", steps=1,
+                      prompts_per_step=2, eval_every=0, final_eval_problems=0, save_every=0, lora=LORA)
+    train_run(cfg, dataclasses.replace(get_recipe("codethinker"), group_size=4))
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert (row["beam/budget"], row["beam/branches"], row["beam/completions_per_prompt"]) == (4.0, 4.0, 4.0)
 
 
 def test_vspo_steering_works_on_a_lora_model(tiny_dir, tmp_path):

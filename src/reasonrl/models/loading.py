@@ -41,6 +41,15 @@ def base_model_path() -> Path:
     return BASE_DIR
 
 
+def _merged_if_adapter(name: str) -> str:
+    """A LoRA run's ``final/`` (an adapter beside ``merged/``, see :func:`save_model`) stands for its
+    merged model, so ``--model runs/x/final`` works for LoRA runs as for full fine-tuning."""
+    path = Path(name)
+    if (path / "adapter_config.json").is_file() and (path / "merged" / "config.json").is_file():
+        return str(path / "merged")
+    return name
+
+
 def _is_hub_id(name: str) -> bool:
     return not os.path.exists(name) and name.count("/") == 1 and not name.startswith((".", "/"))
 
@@ -49,7 +58,7 @@ def check_model_name(name: str | os.PathLike | None) -> None:
     """Fail on a model name that cannot load, before anything is loaded: an unknown tiny size, a
     path that does not exist (and is no hub id) or a folder that is not an HF model directory (no
     config.json). A hub id passes: only downloading it can check it."""
-    name = "base" if name is None else str(name)
+    name = _merged_if_adapter("base" if name is None else str(name))
     if name.startswith("tiny:") and name[5:] not in SIZES:
         raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: {', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
     if name == "base" or name.startswith("tiny:"):
@@ -73,7 +82,7 @@ def load_tokenizer(name: str | os.PathLike):
 def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """``(model, tokenizer)`` for ``name``: None/'base' = shipped base, 'tiny:<size>' = fresh tiny
     model, a local directory, or a hub id (needs network; the error says so when offline)."""
-    name = "base" if name is None else str(name)
+    name = _merged_if_adapter("base" if name is None else str(name))
     check_model_name(name)
     if name.startswith("tiny:"):
         model, tok = build_tiny(name.split(":", 1)[1])
