@@ -38,7 +38,7 @@ class FakeEngine:
     def __init__(self, task):
         self.task, self.calls = task, 0
 
-    def generate(self, prompts, n, sampling, generator=None):
+    def generate(self, prompts, n, sampling, generator=None, seeds=None):
         self.calls += 1
         texts, reasons = [], []
         for p in prompts:

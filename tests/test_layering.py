@@ -11,6 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 # package or module (relative to reasonrl) -> layer
 LAYERS = {
     "errors": 0,  # the user-error types: anything may raise them
+    "seeds": 0,  # process-independent seeds
     "eval": 1,  # the package's __init__ only
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
     "models": 2, "tasks": 2, "rollout": 2, "parts": 2,

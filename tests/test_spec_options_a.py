@@ -367,7 +367,7 @@ def test_engine_batch_maker_and_eval_pass_min_p_through(sharp_tiny, tiny_dir, tm
     tr = Trainer(m, t_, get_task("arithmetic"), recipe, TrainConfig(model=str(tiny_dir), prompts_per_step=1,
                                                                      eval_every=0, save_every=0), tmp_path)
     real = tr.engine.generate
-    tr.engine.generate = lambda prompts, n, sp, generator=None: (seen.append(sp), real(prompts, n, sp, generator))[1]
+    tr.engine.generate = lambda prompts, n, sp, generator=None, seeds=None: (seen.append(sp), real(prompts, n, sp, generator, seeds))[1]
     tr.batches.make(1)
     assert seen[0].min_p == 0.2 and seen[0].hidden_grad_norm is True
 

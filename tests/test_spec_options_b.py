@@ -180,7 +180,7 @@ class ScriptedEngine:
     def __init__(self, script):
         self.script, self.calls = script, 0
 
-    def generate(self, prompts, n, sampling, generator=None):
+    def generate(self, prompts, n, sampling, generator=None, seeds=None):
         mixed = self.script[min(self.calls, len(self.script) - 1)]
         self.calls += 1
         texts = []

@@ -170,7 +170,7 @@ def _scripted_generate(engine, temperature: float, tilt: float):
 
     offsets = ([0, 1, 1, 2], [0, 0, 1, 2])
 
-    def generate(prompts, n, sp, generator=None):
+    def generate(prompts, n, sp, generator=None, seeds=None):
         texts = []
         for i, prompt in enumerate(prompts):
             a, b = map(int, re.match(r"(\d+)\+(\d+)=\?", prompt).groups())

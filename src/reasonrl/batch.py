@@ -82,24 +82,34 @@ class BatchMaker:
         return [next(self.stream) for _ in range(n)]
 
     def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
-        items, s, t0 = self.draw(n_prompts), self.recipe.sampling, time.perf_counter()
+        first, t0 = self.items_drawn, time.perf_counter()  # the task position of the first item
+        items = self.draw(n_prompts)
+        ro = self._generate(items, first)
+        self.seconds["generate"] += time.perf_counter() - t0
+        return items, ro
+
+    def _generate(self, items: list[Item], first: int) -> Rollouts:
+        """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...). Plain
+        sampling keys each prompt's randomness by its task position, and beam / steered rollouts
+        get a generator seeded by ``first``: a resumed run, any split into ranks or workers, and a
+        change of the minibatch order all leave a prompt's samples alone."""
+        s = self.recipe.sampling
         needs = {k: v for fn, _ in self.recipe.extra_rewards for k, v in getattr(fn, "sampling_needs", {}).items()}
         sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
                             max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
         prompts, st, beam = [it.prompt for it in items], self.recipe.steering, self.recipe.beam
         if st is not None and beam is not None:
             raise ValueError("a recipe cannot both steer (steering) and branch (beam) its rollouts")
+        gen = lambda: torch.Generator(self.engine.device).manual_seed(stable_seed(self.seed, "rollout", first))  # noqa: E731
         if beam is not None:  # seeded by the task position, so a resumed run branches the same way
-            rng = random.Random(stable_seed(self.seed, self.items_drawn))
-            ro = beam_rollout(self.engine, self.task, items, self.recipe.group_size, sp, beam, self.sampler, rng)
-        elif st is None:
-            ro = self.engine.generate(prompts, self.recipe.group_size, sp, generator=self.sampler)
-        else:
-            ro = self._steered(prompts, sp)
-        self.seconds["generate"] += time.perf_counter() - t0
-        return items, ro
+            rng = random.Random(stable_seed(self.seed, first + len(items)))
+            return beam_rollout(self.engine, self.task, items, self.recipe.group_size, sp, beam, gen(), rng)
+        if st is not None:
+            return self._steered(prompts, sp, gen())
+        seeds = [stable_seed(self.seed, "sample", first + i) for i in range(len(items))]
+        return self.engine.generate(prompts, self.recipe.group_size, sp, seeds=seeds)
 
-    def _steered(self, prompts: list[str], sp: SamplingParams) -> Rollouts:
+    def _steered(self, prompts: list[str], sp: SamplingParams, gen: torch.Generator) -> Rollouts:
         """VSPO rollouts at this step's intensities: alpha_max annealed by the training progress, a
         grid or uniform draws seeded by the task position (so a resumed run draws the same)."""
         st, (unit, scale), G = self.recipe.steering, self.steer, self.recipe.group_size
@@ -107,7 +117,7 @@ class BatchMaker:
         alphas = (intensity_grid(G, amax) if st.alphas == "grid"
                   else uniform_intensities(G, amax, stable_seed(self.seed, self.items_drawn, "alphas")))
         ro = generate_steered(self.engine, prompts, sp, unit=unit, scale=scale, layer=st.layer, alphas=alphas,
-                              generator=self.sampler, is_correction=st.is_correction, steer_prompt=st.steer_prompt)
+                              generator=gen, is_correction=st.is_correction, steer_prompt=st.steer_prompt)
         ro.extras["metrics"] = {**ro.extras.get("metrics", {}), "steer/alpha_max": amax,
                                 "steer/alpha_mean": sum(alphas) / len(alphas)}
         return ro

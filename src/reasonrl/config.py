@@ -25,6 +25,7 @@ from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling}
 OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam")  # None turns the part off; a mapping turns it on / changes it
+KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 
 
@@ -41,6 +42,31 @@ class Lora:
     def __post_init__(self):
         if isinstance(self.targets, list):  # YAML gives a list; a frozen part holds a tuple
             object.__setattr__(self, "targets", tuple(self.targets))
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What trades compute for GPU memory; none of it changes the maths."""
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
+
+
+@dataclass(frozen=True)
+class Dist:
+    """Data-parallel training over torch.distributed (launched by torchrun, or ``--nproc N``).
+    ``strategy``: ``ddp`` replicates the model and all-reduces gradients; ``fsdp`` shards it (FSDP2).
+    ``backend``: ``auto`` is NCCL on GPUs and gloo on the CPU."""
+    strategy: str = "ddp"
+    backend: str = "auto"
+
+
+@dataclass(frozen=True)
+class RolloutOpts:
+    """Where rollouts are generated. ``workers=0``: in the trainer's process; ``workers=N``: N Ray
+    actors, each with a copy of the policy (``address``: a running Ray cluster, None: a local one).
+    ``async_`` (key ``rollout.async``): generate batch k+1 while the trainer updates on batch k."""
+    workers: int = 0
+    address: str | None = None
+    async_: bool = False
 
 
 @dataclass
@@ -68,6 +94,9 @@ class TrainConfig:
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16
     lora: Lora = field(default_factory=Lora)  # lora.r=16 trains adapters only (models.lora)
+    memory: Memory = field(default_factory=Memory)
+    dist: Dist = field(default_factory=Dist)
+    rollout: RolloutOpts = field(default_factory=RolloutOpts)
 
 
 def _closest(key: str, valid: list[str]) -> str:
@@ -149,6 +178,7 @@ def check_section(cls: type, value: dict[str, Any], where: str) -> dict[str, Any
     fields = {f.name for f in dataclasses.fields(cls)}
     out = {}
     for sub, v in value.items():
+        sub = KEY_ALIASES.get(sub, sub)
         if sub not in fields:
             raise unknown_key(f"{where}.{sub}", valid_keys())
         part = nested_part(cls, sub)

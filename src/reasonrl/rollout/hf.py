@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache
 
 from .base import Rollouts, SamplingParams, concat_rollouts
+from ..seeds import stable_seed
 from .sampling import next_hidden_grad_norm, sample_next
 
 
@@ -52,14 +53,21 @@ class HFEngine:
         self._cache_arg = cache_kwarg(model)
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
-                 generator: torch.Generator | None = None) -> Rollouts:
-        """``generator`` (a trainer's own RNG) wins over ``sampling.seed``; with neither, torch's global RNG."""
+                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
+        """``seeds`` (one per prompt) key each row's randomness by its prompt and sample index
+        (:func:`row_uniforms`), so the rollouts do not depend on how prompts are split into calls,
+        chunks, ranks or workers; otherwise ``generator`` (a trainer's own RNG) wins over
+        ``sampling.seed``, and with neither, torch's global RNG."""
         prompts = list(prompts)
+        if seeds is not None and len(seeds) != len(prompts):
+            raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one seed per prompt)")
         gen = generator
         if gen is None and sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
-        parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen) for i in range(0, len(prompts), per_chunk)]
+        parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen,
+                             None if seeds is None else list(seeds[i:i + per_chunk]))
+                 for i in range(0, len(prompts), per_chunk)]
         return concat_rollouts(parts, self.tok.pad_token_id)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,12 +77,13 @@ class HFEngine:
         return enc["input_ids"], enc["attention_mask"]
 
     @torch.inference_mode()
-    def _chunk(self, prompts: list[str], n: int, sp: SamplingParams, gen) -> Rollouts:
+    def _chunk(self, prompts: list[str], n: int, sp: SamplingParams, gen, seeds: list[int] | None) -> Rollouts:
         ids, mask = self.encode_prompts(prompts)
         was_training = self.model.training
         self.model.eval()
+        u = None if seeds is None else row_uniforms(seeds, n, sp.max_new_tokens).to(self.device)  # (R, T)
         try:
-            st = self._decode(ids.to(self.device), mask.to(self.device), n, sp, gen)
+            st = self._decode(ids.to(self.device), mask.to(self.device), n, sp, gen, u)
         finally:
             self.model.train(was_training)
         steps = int(st.length.max()) if len(st.length) else 0
@@ -90,7 +99,7 @@ class HFEngine:
             hidden_grad_norm=comp_hidden * comp_mask if sp.hidden_grad_norm else None,
         )
 
-    def _decode(self, ids, mask, n: int, sp: SamplingParams, gen) -> _Decode:
+    def _decode(self, ids, mask, n: int, sp: SamplingParams, gen, u: torch.Tensor | None = None) -> _Decode:
         cache = DynamicCache()
         pos = position_ids_from_mask(mask)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
@@ -104,7 +113,8 @@ class HFEngine:
         # (rows, V) x (V, d) product there, instead of a second pass over the rollouts later
         unembed = self.model.get_output_embeddings().weight if sp.hidden_grad_norm else None  # (V, d)
         for t in range(sp.max_new_tokens):
-            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p)
+            draw = None if u is None else u[st.alive.to(u.device), t]  # (rows,) each row's own uniform
+            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p, uniform=draw)
             token = out.token.cpu().masked_fill(~active, self.tok.pad_token_id)
             rows = st.alive[active]
             st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], out.logprob.cpu()[active], t + 1
@@ -140,6 +150,14 @@ class HFEngine:
                 if any(s in tail for s in stop):
                     st.reason[r], done[i] = "stop", True
         return done
+
+
+def row_uniforms(seeds: Sequence[int], n: int, steps: int) -> torch.Tensor:  # -> (len(seeds) * n, steps)
+    """One uniform per token position for sample ``j`` of each prompt, from a stream seeded by the
+    prompt's seed and ``j`` alone (float64, so a draw is never rounded up to 1)."""
+    rows = [torch.rand(steps, generator=torch.Generator().manual_seed(stable_seed(s, j)), dtype=torch.float64)
+            for s in seeds for j in range(n)]
+    return torch.stack(rows) if rows else torch.zeros(0, steps, dtype=torch.float64)
 
 
 def _strip_stop(text: str, stop: tuple[str, ...]) -> str:

@@ -43,10 +43,25 @@ class Sampled(NamedTuple):
     sum_p2: torch.Tensor  # (R,) sum of its squared probabilities (CorR-PO's logit-gradient norm needs it)
 
 
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # (R, V), (R,) in [0, 1) -> (R,)
+    """The token whose cumulative-probability interval holds ``u`` (scaled to the row's mass).
+
+    One uniform per row, drawn from that row's own stream, decides its token, so a row's sample
+    does not depend on which other rows share the batch (data-parallel ranks and Ray workers
+    reproduce a single process's rollouts). The first token with cdf > u * mass is taken, so a
+    token of probability 0 is never chosen."""
+    cdf = probs.cumsum(-1)  # (R, V)
+    mass = cdf[:, -1:]  # (R, 1), 1 up to rounding
+    x = torch.minimum(u[:, None].to(cdf) * mass, mass.nextafter(torch.zeros_like(mass)))  # strictly below the mass
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
 def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None, *, min_p: float = 0.0) -> Sampled:
+                generator: torch.Generator | None = None, *, min_p: float = 0.0,
+                uniform: torch.Tensor | None = None) -> Sampled:
     """Sample one token per row from (R, V) logits (greedy at temperature 0, whose statistics are
-    those of temperature 1)."""
+    those of temperature 1). ``uniform`` (R,): each row's own draw in [0, 1) (:func:`inverse_cdf`);
+    without it, ``torch.multinomial`` with ``generator``."""
     logits = logits.float()
     if temperature == 0:
         token = logits.argmax(-1)  # (R,)
@@ -55,7 +70,8 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
         scaled = logits / temperature
         logp = scaled.log_softmax(-1)  # (R, V)
         probs = filter_top_k_top_p(scaled, top_k, top_p, min_p).softmax(-1)
-        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (R,)
+        token = (inverse_cdf(probs, uniform) if uniform is not None
+                 else torch.multinomial(probs, 1, generator=generator).squeeze(-1))  # (R,)
     probs_full = logp.exp()  # (R, V)
     entropy = -(probs_full * logp).sum(-1)  # (R,)
     return Sampled(token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, (probs_full * probs_full).sum(-1))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ..errors import UserError
+from ..seeds import stable_seed  # noqa: F401 - re-exported: tasks seed their streams with it
 from ..rewards.base import Reward, RewardResult
 
 T = TypeVar("T")
@@ -53,12 +54,6 @@ def in_test_split(key: str, test_fraction: float, salt: str = "reasonrl-split-v1
     """Deterministic split membership by a salted hash of the problem's key."""
     digest = hashlib.sha256(f"{salt}\x00{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 < test_fraction
-
-
-def stable_seed(*parts: object) -> int:
-    """A 31-bit seed from any parts, the same in every process (unlike ``hash`` on strings)."""
-    digest = hashlib.sha256("\x00".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
 def check_split(split: str) -> None:
