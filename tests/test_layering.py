@@ -17,6 +17,7 @@ LAYERS = {
     "models": 2, "tasks": 2, "rollout": 2, "parts": 2,
     "config": 3, "recipes": 3,
     "trainer": 4, "batch": 4, "beam": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
+    "dist": 4,
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "cli": 6,
 }
