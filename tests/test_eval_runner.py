@@ -18,7 +18,7 @@ class Scripted:
         it = self.items[i]
         return it.demo if ok is True else ("garbage" if ok is None else f"x\nA:{int(it.answer) + 1}")
 
-    def generate(self, prompts, n, sampling):
+    def generate(self, prompts, n, sampling, seeds=None):
         idx = [self.index[p] for p in prompts]
         if sampling.temperature == 0:
             texts = [self._text(i, self.greedy(i)) for i in idx]

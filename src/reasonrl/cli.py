@@ -76,9 +76,9 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def _progress() -> Progress:
+def _progress(disable: bool = False) -> Progress:
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[info]}"), console=console, transient=False)
+                    TextColumn("{task.fields[info]}"), console=console, transient=False, disable=disable)
 
 
 def _summary_table(title: str, summary: dict[str, Any]) -> Table:
@@ -236,8 +236,10 @@ def train_cmd(
     steps: Optional[int] = typer.Option(None, help="Training steps."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (starts torchrun)."),
 ) -> None:
     """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
+    from .dist.group import launched_by_torchrun
     from .validate import check_inputs
 
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
@@ -247,10 +249,17 @@ def train_cmd(
     from .trainer import ZERO_LOSS_HINT
 
     check_fresh(run_dir_for(cfg, the_recipe), resume)
+    if nproc > 1 and not launched_by_torchrun():
+        from .dist.launch import launch
+
+        given = {"--recipe": recipe, "--model": model, "--task": task, "--steps": steps, "--out": out}
+        child = ["train", *(args or []), *[f"{k}={v}" for k, v in given.items() if v is not None]]
+        raise SystemExit(launch(nproc, child + (["--resume"] if resume else [])))
+    rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 alone prints
     _quiet_transformers()
-    if the_recipe.optim.mu == 1 and the_recipe.kl.coef == 0:
+    if the_recipe.optim.mu == 1 and the_recipe.kl.coef == 0 and rank0:
         console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
-    with _progress() as bar:
+    with _progress(disable=not rank0) as bar:
         job = bar.add_task("starting", total=cfg.steps, info="")
 
         def on_step(m: dict) -> None:
@@ -261,7 +270,8 @@ def train_cmd(
 
         summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step,
                             on_phase=lambda s: bar.update(job, description=s), on_note=bar.console.print)
-    console.print(_before_after(summary))
+    if rank0:
+        console.print(_before_after(summary))
 
 
 def _before_after(summary: dict[str, Any]) -> Table:

@@ -23,7 +23,8 @@ import yaml
 from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
 from .errors import ExistingPathError, MissingPathError
-from .eval.runner import EvalConfig, evaluate_model
+from .dist.group import Single, init_group, on_main
+from .eval.runner import EvalConfig, evaluate
 from .models import load_model, resolve_device, resolve_dtype, save_model
 from .parts import Recipe
 from .plots import plot_curves
@@ -50,13 +51,20 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(model, tok, task, cfg: TrainConfig, budget: int) -> dict[str, Any] | None:
+def _final_eval(trainer: Trainer, cfg: TrainConfig) -> dict[str, Any] | None:
+    """The before/after evaluation, through the trainer's engine (split over ranks or workers)."""
     if cfg.final_eval_problems <= 0:
         return None
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, k=cfg.final_eval_k, seed=cfg.eval_seed,
-                        max_new_tokens=budget, max_rows=cfg.max_rows)
-    summary, _ = evaluate_model(model, tok, task, ev_cfg)
+                        max_new_tokens=trainer.budget, max_rows=cfg.max_rows)
+    summary, _ = evaluate(trainer.engine, trainer.task, ev_cfg)
     return summary
+
+
+def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
+    check_fresh(run_dir, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
 
 
 def log_event(run_dir: Path, event: str, **fields: Any) -> None:
@@ -84,51 +92,66 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
     such as where a resumed run continues."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
+    group, device = init_group(resolve_device(cfg.device), cfg.dist.backend)
+    try:
+        return _train(cfg, recipe, group, device, resume, on_step, on_phase, on_note)
+    finally:
+        group.close()
+
+
+def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume: bool, on_step, on_phase,
+           on_note) -> dict[str, Any]:
+    """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
+    state, so it is all there is to write)."""
+    main = group.is_main
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
-    run_dir = run_dir_for(cfg, recipe)
-    check_fresh(run_dir, resume)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(group.broadcast(str(run_dir_for(cfg, recipe))))  # one folder, named by rank 0's clock
     config = resolved_dict(cfg, recipe)
-    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
-    model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
+    on_main(group, lambda: _open_run_dir(run_dir, resume, config))
+    model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=device)
     task = get_task(cfg.task, **cfg.task_options)
-    trainer = Trainer(model, tok, task, recipe, cfg, run_dir)
+    trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     before_path = run_dir / "before.json"
-    if before_path.exists():
-        before = json.loads(before_path.read_text())
-    else:
+    before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
+    if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
         on_phase("evaluating the starting model")
-        before = _final_eval(model, tok, task, cfg, trainer.budget)
-        atomic_write_text(before_path, json.dumps(before, indent=2))
+        before = _final_eval(trainer, cfg)
+        if main:
+            atomic_write_text(before_path, json.dumps(before, indent=2))
     start = trainer.resume() if resume else None
     message = _start_message(trainer, run_dir, resume)
-    on_note(message)
-    log_event(run_dir, "start", message=message, first_step=trainer.step + 1, items_drawn=trainer.batches.items_drawn,
-              resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
+    if main:
+        on_note(message)
+        log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
+                  items_drawn=trainer.batches.items_drawn,
+                  resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
     drawn_at_start = trainer.batches.items_drawn
-    tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start)
+    tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start) if main else None
     t0 = time.perf_counter()
 
     def log(m: dict) -> None:
         tracker.log({k: v for k, v in m.items() if k != "step"}, m["step"])
         on_step(m)
 
-    trainer.log = log
+    trainer.log = log if main else (lambda m: None)
     on_phase("training")
     try:
         trainer.train()
     finally:
-        tracker.close()
+        if tracker is not None:
+            tracker.close()
     seconds = time.perf_counter() - t0
-    log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
-              items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
     on_phase("evaluating the trained model")
-    after = _final_eval(model, tok, task, cfg, trainer.budget)
-    save_model(model, tok, run_dir / "final")
+    after = _final_eval(trainer, cfg)
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
-               "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after}
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
+               "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world}
+    if main:
+        log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
+                  items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
+        save_model(model, tok, run_dir / "final")
+        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+        plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
+    group.barrier()  # the other ranks return once the run folder is complete
     summary["run_dir"] = str(run_dir)
     return summary

@@ -20,7 +20,9 @@ import torch
 
 from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
-from .eval.runner import EvalConfig, evaluate_model, task_max_new_tokens
+from .dist.group import Single
+from .dist.shard import ShardedEngine
+from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import Batch, BatchMaker, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.lora import Reference, apply_lora
@@ -54,7 +56,7 @@ def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Calla
 
 class Trainer:
     def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
-                 log: Callable[[dict], None] = lambda m: None):
+                 log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
@@ -66,6 +68,9 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
+        self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
+        if group.world > 1:
+            self.engine = ShardedEngine(self.engine, group)
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning
@@ -89,7 +94,11 @@ class Trainer:
                 "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches}
 
     def save(self) -> Path:
-        return save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
+        """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
+        path = None
+        if self.group.is_main:
+            path = save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
+        return self.group.broadcast(path)
 
     def resume(self) -> int | None:
         """Continue from the latest checkpoint, if any; returns its step."""
@@ -150,6 +159,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         total, parts = 0.0, []
         live = self._rows_with_gradient(b, rows)
+        live = live[self.group.owns(live // self.recipe.group_size)]  # this rank's groups (all of them in one process)
         # micro-batches of similar lengths pad less; the global normalisers keep the sum exact
         live = live[torch.argsort(b.ro.completion_mask[live].sum(-1), stable=True)]
         # a stochastic loss term's noise, drawn once for the whole batch: the micro-batch split cannot change it
@@ -159,7 +169,10 @@ class Trainer:
             loss.backward()
             total += float(loss.detach())
             parts.append((float(b.loss_mask[micro].sum()), m))
-        if len(live) == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
+        # ranks: gradients, loss and live-row counts summed; the micro-batches' metrics gathered
+        total, n_live = self.group.sum_grads(self.params, [total, float(len(live))])
+        parts = [part for rank_parts in self.group.gather(parts) for part in rank_parts]
+        if n_live == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
             for p in self.params:
                 p.grad = torch.zeros_like(p)
         grads = [p.grad for p in self.params if p.grad is not None]
@@ -169,7 +182,7 @@ class Trainer:
             parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
         out = merge_metrics(parts, additive=_additive)
         out["loss/total"] = total
-        out["update/rows_skipped_frac"] = 1.0 - len(live) / max(len(rows), 1)
+        out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
         if finite:
             out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.recipe.optim.max_grad_norm))
             self.opt.step()
@@ -284,16 +297,16 @@ class Trainer:
                 f"stopped. State saved to {path}. Lower optim.lr, check the rewards, or raise max_nonfinite.")
 
     def train(self) -> None:
-        if self.step == 0 and self.ref is not None and self.ref.has_weights:  # LoRA's reference is the base itself
+        if self.step == 0 and self.ref is not None and self.ref.has_weights and self.group.is_main:  # LoRA: the base itself
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
             atomic_write(self.run_dir / "checkpoints" / "reference.pt",
                          lambda tmp: torch.save(self.ref.frozen.state_dict(), tmp))
         while self.step < self.cfg.steps:
             m = self.train_step()
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
-                ev, _ = evaluate_model(self.model, self.tok, self.task,
-                                       EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.eval_seed,
-                                                  max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
+                ev, _ = evaluate(self.engine, self.task,  # the trainer's engine: split over ranks or workers
+                                 EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.eval_seed,
+                                            max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
                 m["eval/pass@1"] = ev["pass@1"]
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):

@@ -113,6 +113,8 @@ RULES: dict[str, Rule] = {
     "lora.r": Rule(lambda v, _: v >= 0, ">= 0 (0: full fine-tuning, no adapters)"),
     "lora.alpha": Rule(lambda v, _: v > 0, "> 0 (the adapter update is scaled by alpha / r)"),
     "lora.dropout": within(0, 1, open_hi=True),
+    "dist.strategy": Rule(lambda v, _: v == "ddp", "ddp (fsdp, FSDP2 sharding, is not built yet)"),
+    "dist.backend": one_of(("auto", "gloo", "nccl")),
     # recipe scalars
     "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
     # advantage

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..rollout import Generator, HFEngine, SamplingParams
+from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
 from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
 
@@ -42,10 +43,14 @@ def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mod
 
 
 def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, mode, progress) -> list[dict]:
+    """Records of ``n`` samples per item. Sampled rows are keyed by ``sampling.seed`` and the
+    problem's index, so the result does not depend on ``max_rows`` or on ranks sharing the work."""
     recs, step = [], max(1, getattr(engine, "max_rows", 512) // n)
+    keyed = sampling.temperature > 0 and sampling.seed is not None
     for s in range(0, len(items), step):
         chunk = items[s:s + step]
-        ro = engine.generate([it.prompt for it in chunk], n, sampling)
+        extra = {"seeds": [stable_seed(sampling.seed, "eval", s + i) for i in range(len(chunk))]} if keyed else {}
+        ro = engine.generate([it.prompt for it in chunk], n, sampling, **extra)
         part = _records(chunk, ro.texts, ro.finish_reasons, ro.lengths.tolist(), task, n, mode)
         for rec in part:
             rec["problem"] += s

@@ -101,4 +101,9 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
 
 
 class Generator(Protocol):
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams) -> Rollouts: ...
+    """What a rollout engine implements (docs/generator.md has the whole contract). ``seeds``: one
+    per prompt; row ``(i, j)``'s randomness must depend on ``seeds[i]`` and ``j`` alone, so that a
+    split of the prompts over calls, ranks or workers returns the same rollouts."""
+
+    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
+                 seeds: Sequence[int] | None = None) -> Rollouts: ...
