@@ -105,7 +105,8 @@ def test_the_gradient_sum_over_two_gloo_ranks(tmp_path):
 # ---------------------------------------------------------------- acceptance: 1 vs 2 processes
 SMALL = ["prompts_per_step=4", "group_size=4", "final_eval_problems=6", "final_eval_k=2", "eval_every=2",
          "eval_problems=6", "save_every=2", "task_options.max_digits=2"]
-RECIPES = {"grpo": [], "dapo": ["group_filter.max_rounds=2"], "mu_grpo": ["stages.count=2", "optim.mu=2"]}
+RECIPES = {"grpo": ["kl.coef=0.04"],  # a KL term: the reference log-probs of each rank's rows
+           "dapo": ["group_filter.max_rounds=2"], "mu_grpo": ["stages.count=2", "optim.mu=2"]}
 
 
 def _train(tmp_path, name: str, nproc: int, extra: list[str]) -> list[dict]:
@@ -139,3 +140,22 @@ def test_one_and_two_processes_log_the_same_metrics(tmp_path, tiny_dir, name):
     assert summaries[0]["after"] == summaries[1]["after"] and summaries[1]["world"] == 2
     events = [json.loads(line) for line in (tmp_path / f"{name}-2" / "events.jsonl").read_text().splitlines()]
     assert [e["event"] for e in events] == ["start", "trained"] and events[0]["world"] == 2  # rank 0 alone wrote
+
+
+@pytest.mark.slow
+def test_a_two_process_run_resumes_in_one_process(tmp_path, tiny_dir):
+    # no rank holds state of its own, so a checkpoint written by 2 ranks resumes with 1; a constant LR
+    # schedule makes "2 steps, then resumed to 4" the same schedule as "4 steps"
+    extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0"]
+    straight = _train(tmp_path, "grpo", 1, extra)
+    out = tmp_path / "grpo-2"
+    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *SMALL, *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(base + ["--steps=2", "--nproc=2"], capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = subprocess.run(base + ["--steps=4", "--resume"], capture_output=True, text=True, env=env, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    starts = [e for e in events if e["event"] == "start"]
+    assert [(e["world"], e["resumed_from"]) for e in starts] == [(2, None), (1, "step-000002")]
+    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])

@@ -56,6 +56,7 @@ class BatchMaker:
                  seed: int, ref_model=None, micro_batch_size: int = 64):
         self.task, self.recipe, self.engine, self.sampler, self.budget = task, recipe, engine, sampler, budget
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
+        self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)
         st = recipe.steering  # a frozen steering direction, computed once from the initial model (VSPO)
         self.steer = None if st is None else steering_vector(engine.model, engine.tok, st.positive, st.negative, st.layer)
@@ -190,10 +191,14 @@ class BatchMaker:
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and len(b.items):
+            # only the rows this rank trains on (the update reads no other; every row in one process)
+            rows = (self.owns(torch.arange(len(b.ro.texts)) // G)).nonzero().squeeze(-1)
+            b.ref_logp = torch.zeros(b.ro.completion_ids.shape)
             with torch.no_grad(), self.ref.scoring() as ref:  # a frozen copy, or the policy with adapters off
-                b.ref_logp, _ = score_completions(ref, b.ro.prompt_ids, b.ro.prompt_mask, b.ro.completion_ids,
-                                                  b.ro.completion_mask, temperature=self.recipe.sampling.temperature or 1.0,
-                                                  chunk_rows=self.micro, entropies=False)
+                mine, _ = score_completions(ref, b.ro.prompt_ids[rows], b.ro.prompt_mask[rows], b.ro.completion_ids[rows],
+                                            b.ro.completion_mask[rows], temperature=self.recipe.sampling.temperature or 1.0,
+                                            chunk_rows=self.micro, entropies=False)
+            b.ref_logp[rows] = mine.to(b.ref_logp)
         self.seconds["score"] += time.perf_counter() - t0
         return b
 

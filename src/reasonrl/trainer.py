@@ -81,6 +81,7 @@ class Trainer:
         self.ref = Reference(model) if recipe.kl.coef > 0 else None
         self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size)
+        self.batches.owns = group.owns  # reference log-probs of this rank's groups only
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
         # what this process did, apart from what a checkpoint carried over (resume reports prove it)
         self.resumed_from: Path | None = None
@@ -257,7 +258,7 @@ class Trainer:
         return {"batch": batch, "order": torch.stack(orders), "pos": 0, "steps": steps}
 
     def train_step(self) -> dict[str, float]:
-        t0 = time.perf_counter()
+        t0, comm0 = time.perf_counter(), self.group.seconds
         self.batches.seconds = {"generate": 0.0, "score": 0.0}
         batch, minibatches, stage_info = self.next_batch()
         t1 = time.perf_counter()
@@ -278,6 +279,7 @@ class Trainer:
         tokens = float(batch.ro.lengths.sum()) if rows is None else float(batch.ro.lengths[rows].sum())
         m = {"step": self.step, **metrics, **stage_info, **upd, "lr": self.sched.get_last_lr()[0],
              "time/generate": gen_s, "time/score": t1 - t0 - gen_s, "time/update": t2 - t1,
+             "time/comm": self.group.seconds - comm0,  # in collectives (gathers, the gradient sum): 0 in one process
              "tokens_per_s/generate": float(batch.metrics.get("tokens/generated", 0.0)) / max(gen_s, 1e-9) if gen_s else 0.0,
              "tokens_per_s/step": tokens / max(t2 - t0, 1e-9)}
         self._guard_nonfinite(upd.get("nonfinite", 0.0))

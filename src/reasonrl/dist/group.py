@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from typing import Any, Callable, Sequence
 
 import torch
@@ -28,6 +29,7 @@ class Single:
     """One process: every collective is the identity."""
 
     world, rank, is_main = 1, 0, True
+    seconds = 0.0  # time spent in collectives (the trainer logs it per step as time/comm)
 
     def owns(self, groups: torch.Tensor) -> torch.Tensor:  # (g,) group indices -> (g,) bool
         return torch.ones_like(groups, dtype=torch.bool)
@@ -62,8 +64,9 @@ class TorchGroup(Single):
         return groups % self.world == self.rank
 
     def gather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.world
+        t0, out = time.perf_counter(), [None] * self.world
         self.dist.all_gather_object(out, obj)
+        self.seconds += time.perf_counter() - t0
         return out
 
     def broadcast(self, obj: Any) -> Any:
@@ -74,7 +77,7 @@ class TorchGroup(Single):
     def sum_grads(self, params: Sequence[torch.Tensor], scalars: Sequence[float]) -> list[float]:
         """Sum every parameter's gradient and ``scalars`` over ranks, in place. A parameter no rank
         gave a gradient keeps ``grad=None`` (AdamW then skips it, as in one process)."""
-        dev = params[0].device if params else self.device
+        t0, dev = time.perf_counter(), params[0].device if params else self.device
         flags = torch.tensor([float(p.grad is not None) for p in params] + list(scalars), dtype=torch.float64, device=dev)
         self.dist.all_reduce(flags)
         has = flags[:len(params)] > 0
@@ -90,6 +93,7 @@ class TorchGroup(Single):
             for g in bucket:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g))
                 offset += g.numel()
+        self.seconds += time.perf_counter() - t0
         return flags[len(params):].tolist()
 
     def barrier(self) -> None:
