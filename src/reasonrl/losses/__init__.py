@@ -1,5 +1,5 @@
 """Losses: the clipped policy loss (ratio level x trust region x aggregation), the KL penalty to a
-reference policy, SAGE's shaped-anchor KL, the entropy bonus, and CorR-PO's entropy/gradient
+reference policy, SAGE's shaped-anchor KL, the entropy bonus, token divergences for distillation, and CorR-PO's entropy/gradient
 correlation (a reward regulariser). Every loss returns ``(loss, metrics)``.
 """
 from __future__ import annotations
@@ -29,10 +29,14 @@ from .corr import (
     spearman_per_row,
     token_stats,
 )
+from .divergence import DIVERGENCES, per_token_divergence, token_divergence
 from .kl import KL_ESTIMATORS, entropy_bonus, kl_loss, kl_penalty
 from .policy import RATIO_LEVELS, TRUST_REGIONS, policy_loss
 
 __all__ = [
+    "DIVERGENCES",
+    "per_token_divergence",
+    "token_divergence",
     "AGG_MODES",
     "aggregate",
     "masked_mean",
