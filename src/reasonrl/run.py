@@ -24,7 +24,8 @@ from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
 from .errors import ExistingPathError, MissingPathError
 from .eval.runner import EvalConfig, evaluate_model
-from .models import load_model, resolve_device, resolve_dtype, save_model
+from .models import load_model, resolve_device, save_model
+from .models.memory import weights_dtype
 from .parts import Recipe
 from .plots import plot_curves
 from .tasks import get_task
@@ -90,10 +91,11 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     run_dir.mkdir(parents=True, exist_ok=True)
     config = resolved_dict(cfg, recipe)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
-    model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=resolve_device(cfg.device))
+    model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=resolve_device(cfg.device))
     task = get_task(cfg.task, **cfg.task_options)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
+    cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
     before_path = run_dir / "before.json"
     if before_path.exists():
         before = json.loads(before_path.read_text())
@@ -105,6 +107,7 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     message = _start_message(trainer, run_dir, resume)
     on_note(message)
     log_event(run_dir, "start", message=message, first_step=trainer.step + 1, items_drawn=trainer.batches.items_drawn,
+              max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
               resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
     drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start)
