@@ -41,6 +41,7 @@ FRACTION = 0.6  # of the free memory left after training's own allocations: marg
 SAMPLER_BYTES_PER_VOCAB = 48  # ~12 float32 (rows, V) tensors live at once in rollout.sampling.sample_next
 PROMPT_SAMPLE = 64  # training prompts tokenised to estimate the prompt length
 PROMPT_MARGIN = 1.25  # the longest sampled prompt times this: later prompts may be longer
+AUTOCAST_ATTR = "reasonrl_autocast_dtype"  # the decoder's autocast dtype, set by install_autocast
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def prepare_for_training(model, dtype: str, master_fp32: bool, checkpointing: bo
     """The policy set up for the run's precision and activation checkpointing (in place; returned).
 
     ``dtype`` bfloat16 / float16 with ``master_fp32``: the weights (so their gradients and AdamW's
-    states) are float32 and every forward runs under ``torch.autocast(dtype)`` (:func:`install_autocast`):
+    states) are float32 and the decoder runs under ``torch.autocast(dtype)`` (:func:`install_autocast`):
     an update smaller than the half dtype's resolution at a weight's magnitude still lands (bf16 keeps
     8 significant bits: a step of lr 1e-6 on a weight of 0.02, whose bf16 spacing is 1.2e-4, is rounded
     away in pure bf16). Without ``master_fp32`` the weights stay as loaded (half: half the memory of
@@ -184,7 +185,6 @@ def compute_dtype(model) -> torch.dtype:
     return getattr(base_model(model).get_decoder(), AUTOCAST_ATTR, None) or next(model.parameters()).dtype
 
 
-AUTOCAST_ATTR = "reasonrl_autocast_dtype"
 _stack = threading.local()  # the autocast contexts entered by the hooks below, innermost last (per thread)
 
 
@@ -215,8 +215,9 @@ def _leave_autocast(module, args, output) -> None:
 
 
 def enable_checkpointing(model) -> None:
-    """Activation (gradient) checkpointing of every decoder layer, non-reentrant (so LoRA's frozen
-    inputs need no ``requires_grad`` trick, and autocast and the RNG are restored in the recompute).
+    """Activation (gradient) checkpointing of every decoder layer, non-reentrant: gradients reach
+    LoRA adapters behind frozen embeddings with no input requiring grad, and the recompute restores
+    the autocast and RNG state, so the gradients equal those without checkpointing (tested).
     transformers applies it only in training mode with gradients on: generation (eval mode,
     inference mode) keeps its KV cache."""
     hf = base_model(model)
