@@ -189,6 +189,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
 # key, a valid boundary value, the first invalid value past it
 BOUNDARIES = [
     ("steps", 0, -1), ("prompts_per_step", 1, 0), ("micro_batch_size", 1, 0), ("max_rows", 1, 0),
+    ("micro_batch_size", "auto", "automatic"), ("max_rows", "auto", "Auto"),
     ("seed", 0, -1), ("seed", 2**32 - 1, 2**32), ("eval_seed", 0, -1), ("eval_every", 0, -1),
     ("eval_problems", 1, 0), ("final_eval_problems", 0, -1), ("final_eval_k", 0, -1), ("save_every", 0, -1),
     ("keep_last", 0, -1), ("max_nonfinite", 1, 0), ("dtype", "bfloat16", "float64"),

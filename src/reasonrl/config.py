@@ -77,7 +77,7 @@ class TrainConfig:
     task_options: dict[str, Any] = field(default_factory=dict)
     steps: int = 180  # the defaults are the tuned no-argument run: ~4 min on 2 CPU cores (README)
     prompts_per_step: int = 8
-    micro_batch_size: int = 64  # rows per forward/backward; memory only, never the maths
+    micro_batch_size: int | str = "auto"  # rows per forward/backward (auto: from free GPU memory, models.memory); memory only, never the maths
     skip_zero_advantage_rows: bool = True  # exact when the loss is the policy term alone (trainer docs)
     seed: int = 0  # training: prompt order, sampling, minibatch order
     eval_seed: int = 0  # which held-out problems are evaluated: fixed, so runs of any seed share them
@@ -90,9 +90,10 @@ class TrainConfig:
     keep_last: int = 2
     tracking: list[str] = field(default_factory=lambda: ["jsonl"])
     max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
-    max_rows: int = 512  # rows decoded at once by the rollout engine
+    max_rows: int | str = "auto"  # rows decoded at once by the rollout engine (auto: from free GPU memory; 512 off CUDA)
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
-    dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16
+    dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16: the compute dtype
+    master_fp32: bool = True  # half dtype: fp32 weights + AdamW states, forward under autocast (false: weights in dtype, lossy updates)
     lora: Lora = field(default_factory=Lora)  # lora.r=16 trains adapters only (models.lora)
     memory: Memory = field(default_factory=Memory)
     dist: Dist = field(default_factory=Dist)
@@ -162,7 +163,7 @@ def coerce(cls: type, key: str, value: Any, where: str) -> Any:
             return float(text)
         except ValueError:
             raise UserError(f"config key {where!r} must be a number, got {value!r}") from None
-    if int in allowed:
+    if int in allowed and str not in allowed:  # int | str (micro_batch_size: a number or auto): text stays text
         raise UserError(f"config key {where!r} must be an integer, got {value!r}")
     return value
 

@@ -25,7 +25,8 @@ from .config import TrainConfig, resolved_dict
 from .errors import ExistingPathError, MissingPathError
 from .dist.group import Single, init_group, on_main
 from .eval.runner import EvalConfig, evaluate
-from .models import load_model, resolve_device, resolve_dtype, save_model
+from .models import load_model, resolve_device, save_model
+from .models.memory import weights_dtype
 from .parts import Recipe
 from .plots import plot_curves
 from .tasks import get_task
@@ -108,10 +109,11 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     run_dir = Path(group.broadcast(str(run_dir_for(cfg, recipe))))  # one folder, named by rank 0's clock
     config = resolved_dict(cfg, recipe)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
-    model, tok = load_model(cfg.model, dtype=resolve_dtype(cfg.dtype), device=device)
+    model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
     task = get_task(cfg.task, **cfg.task_options)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
+    cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
     before_path = run_dir / "before.json"
     before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
     if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
@@ -124,7 +126,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     if main:
         on_note(message)
         log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
-                  items_drawn=trainer.batches.items_drawn,
+                  items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
                   resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
     drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start) if main else None

@@ -26,6 +26,7 @@ from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import Batch, BatchMaker, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.lora import Reference, apply_lora
+from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
 from .rollout import HFEngine
@@ -58,6 +59,11 @@ class Trainer:
     def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
                  log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
+        # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
+        # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
+        model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
+        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference=recipe.kl.coef > 0,
+                           new_tokens=recipe.sampling.max_new_tokens or task_max_new_tokens(task))
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
         o = recipe.optim

@@ -92,12 +92,14 @@ def _group_text(values: Values) -> str:
 
 
 SEED = within(0, 2**32 - 1)  # numpy's seed range
+ROWS = Rule(lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+            "auto (from free GPU memory) or an integer >= 1")
 RULES: dict[str, Rule] = {
     # run
     "steps": Rule(lambda v, _: v >= 0, ">= 0 (0: evaluate only)"),
     "prompts_per_step": at_least(1),
-    "micro_batch_size": at_least(1),
-    "max_rows": at_least(1),
+    "micro_batch_size": ROWS,
+    "max_rows": ROWS,
     "seed": SEED,
     "eval_seed": SEED,
     "eval_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no held-out eval during training)"),
