@@ -120,6 +120,8 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
         trainer.train()
     finally:
         tracker.close()
+        if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0) are stopped
+            trainer.engine.close()
     seconds = time.perf_counter() - t0
     log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
               items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import math
 import types
 import typing
@@ -113,6 +114,7 @@ RULES: dict[str, Rule] = {
     "lora.r": Rule(lambda v, _: v >= 0, ">= 0 (0: full fine-tuning, no adapters)"),
     "lora.alpha": Rule(lambda v, _: v > 0, "> 0 (the adapter update is scaled by alpha / r)"),
     "lora.dropout": within(0, 1, open_hi=True),
+    "rollout.workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),
     # recipe scalars
     "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
     # advantage
@@ -245,7 +247,26 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             out.append(f"config key {key!r} must be a finite number, got {value!r}")
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
-    return out + range_problems(values, RULES, "config key")
+    return out + range_problems(values, RULES, "config key") + rollout_problems(values, recipe.name)
+
+
+def rollout_problems(values: Values, recipe: str) -> list[str]:
+    """Ray rollout workers (``rollout.workers > 0``) need Ray and plain sampling (per-prompt seeds
+    split over workers; beam branching and steering hooks run on the trainer's model); asynchronous
+    generation needs workers."""
+    workers = values.get("rollout.workers")
+    if not isinstance(workers, int) or workers <= 0:
+        return ["config key 'rollout.async' = true needs rollout.workers >= 1 (asynchronous generation runs on "
+                "Ray rollout workers): set rollout.workers or drop rollout.async"] if values.get("rollout.async_") else []
+    out = []
+    uses = [part for part, key in (("beam", "beam.k_max"), ("steering", "steering.layer")) if values.get(key) is not None]
+    if uses:
+        out.append(f"config key 'rollout.workers' = {workers} needs plain sampling; recipe {recipe!r} uses {uses[0]} "
+                   f"({uses[0]}'s rollouts run on the trainer's model): set rollout.workers=0")
+    if importlib.util.find_spec("ray") is None:
+        out.append(f"config key 'rollout.workers' = {workers} runs rollout workers on Ray, which is not installed: "
+                   "pip install ray (or pip install 'reasonrl[ray]'), or set rollout.workers=0")
+    return out
 
 
 def range_problems(values: Values, rules: dict[str, Rule], label: str) -> list[str]:
