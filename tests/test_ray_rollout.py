@@ -74,6 +74,8 @@ def test_worker_options_are_checked_before_anything_loads(monkeypatch):
         check_run(cfg, get_recipe("vspo"))
     with pytest.raises(UserError, match="rollout.async' = true needs rollout.workers >= 1"):
         check_run(TrainConfig(rollout=RolloutOpts(async_=True)), get_recipe("grpo"))
+    with pytest.raises(UserError, match="'rollout.async' must be true or false, got 1"):  # the key as typed
+        check_run(TrainConfig(rollout=RolloutOpts(async_=1)), get_recipe("grpo"))
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ray" else object())
     with pytest.raises(UserError, match=r"pip install ray"):
         check_run(cfg, get_recipe("grpo"))

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .advantages import ESTIMATORS, SCALES, VETO_TRIGGERS, get_estimator
-from .config import RECIPE_SCALARS, RECIPE_SECTIONS, TrainConfig
+from .config import KEY_ALIASES, RECIPE_SCALARS, RECIPE_SECTIONS, TrainConfig
 from .errors import UserError
 from .losses.aggregate import AGG_MODES
 from .losses.kl import KL_ESTIMATORS
@@ -241,7 +241,7 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     for key, (value, hint) in entries.items():
         kinds = _simple_types(hint) if hint is not None else None
         if kinds is not None and not _fits(value, kinds):
-            out.append(f"config key {key!r} must be {' or '.join(_KINDS[k] for k in kinds)}, got {value!r}")
+            out.append(f"config key {_shown(key)!r} must be {' or '.join(_KINDS[k] for k in kinds)}, got {value!r}")
             bad.add(key)
         elif isinstance(value, float) and not math.isfinite(value):
             out.append(f"config key {key!r} must be a finite number, got {value!r}")
@@ -250,14 +250,22 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     return out + range_problems(values, RULES, "config key") + rollout_problems(values, recipe.name)
 
 
+def _shown(key: str) -> str:
+    """The dotted key as the user writes it (``rollout.async``, not the field name ``async_``)."""
+    names = {field: alias for alias, field in KEY_ALIASES.items()}
+    return ".".join(names.get(part, part) for part in key.split("."))
+
+
 def rollout_problems(values: Values, recipe: str) -> list[str]:
     """Ray rollout workers (``rollout.workers > 0``) need Ray and plain sampling (per-prompt seeds
     split over workers; beam branching and steering hooks run on the trainer's model); asynchronous
     generation needs workers."""
     workers = values.get("rollout.workers")
     if not isinstance(workers, int) or workers <= 0:
+        if not values.get("rollout.async_"):
+            return []
         return ["config key 'rollout.async' = true needs rollout.workers >= 1 (asynchronous generation runs on "
-                "Ray rollout workers): set rollout.workers or drop rollout.async"] if values.get("rollout.async_") else []
+                "Ray rollout workers): set rollout.workers or drop rollout.async"]
     out = []
     uses = [part for part, key in (("beam", "beam.k_max"), ("steering", "steering.layer")) if values.get(key) is not None]
     if uses:
