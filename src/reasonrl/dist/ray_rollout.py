@@ -156,7 +156,11 @@ class RayEngine:
         self.pending: Pending | None = None  # an asynchronous request (prefetch)
         self._loads: list[tuple[int, Any]] = []  # weight loads sent, not yet confirmed
         self.push_weights(model, 0, full=True)
-        self._wait(self._loads, "start and load the initial weights")
+        try:
+            self._wait(self._loads, "start and load the initial weights")
+        except WorkerError:
+            self.close()  # no half-started workers left behind
+            raise
         self._loads = []
 
     def _check_capacity(self, workers: int) -> None:
