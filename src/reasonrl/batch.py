@@ -6,6 +6,7 @@ dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` 
 """
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from dataclasses import dataclass, field
@@ -94,10 +95,7 @@ class BatchMaker:
         sampling keys each prompt's randomness by its task position, and beam / steered rollouts
         get a generator seeded by ``first``: a resumed run, any split into ranks or workers, and a
         change of the minibatch order all leave a prompt's samples alone."""
-        s = self.recipe.sampling
-        needs = {k: v for fn, _ in self.recipe.extra_rewards for k, v in getattr(fn, "sampling_needs", {}).items()}
-        sp = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-                            max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
+        sp = self._sampling_params()
         prompts, st, beam = [it.prompt for it in items], self.recipe.steering, self.recipe.beam
         if st is not None and beam is not None:
             raise ValueError("a recipe cannot both steer (steering) and branch (beam) its rollouts")
@@ -107,8 +105,27 @@ class BatchMaker:
             return beam_rollout(self.engine, self.task, items, self.recipe.group_size, sp, beam, gen(), rng)
         if st is not None:
             return self._steered(prompts, sp, gen())
-        seeds = [stable_seed(self.seed, "sample", first + i) for i in range(len(items))]
-        return self.engine.generate(prompts, self.recipe.group_size, sp, seeds=seeds)
+        return self.engine.generate(prompts, self.recipe.group_size, sp, seeds=self._seeds(first, len(items)))
+
+    def _sampling_params(self) -> SamplingParams:
+        s = self.recipe.sampling
+        needs = {k: v for fn, _ in self.recipe.extra_rewards for k, v in getattr(fn, "sampling_needs", {}).items()}
+        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
+                              max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
+
+    def _seeds(self, first: int, n: int) -> list[int]:
+        return [stable_seed(self.seed, "sample", first + i) for i in range(n)]
+
+    def upcoming(self, n_prompts: int) -> tuple[list[str], int, SamplingParams, list[int]] | None:
+        """The ``generate`` request (prompts, group size, sampling, seeds) of the next ``rollout(n_prompts)``
+        with plain sampling, without drawing its items: an asynchronous engine starts it early
+        (``rollout.async``). None for beam and steered rollouts."""
+        if self.recipe.beam is not None or self.recipe.steering is not None:
+            return None
+        self.stream, ahead = itertools.tee(self.stream)  # a tee of a tee copies it: no nesting per step
+        items = list(itertools.islice(ahead, n_prompts))
+        return ([it.prompt for it in items], self.recipe.group_size, self._sampling_params(),
+                self._seeds(self.items_drawn, len(items)))
 
     def _steered(self, prompts: list[str], sp: SamplingParams, gen: torch.Generator) -> Rollouts:
         """VSPO rollouts at this step's intensities: alpha_max annealed by the training progress, a

@@ -22,7 +22,7 @@ import yaml
 
 from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
-from .errors import ExistingPathError, MissingPathError
+from .errors import ExistingPathError, MissingPathError, UserError
 from .dist.group import Single, init_group, on_main
 from .eval.runner import EvalConfig, evaluate
 from .models import load_model, resolve_device, save_model
@@ -94,6 +94,10 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     such as where a resumed run continues."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
     group, device = init_group(resolve_device(cfg.device), cfg.dist.backend)
+    if group.world > 1 and cfg.rollout.workers > 0:
+        group.close()
+        raise UserError(f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
+                        "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
         return _train(cfg, recipe, group, device, resume, on_step, on_phase, on_note)
     finally:
@@ -143,6 +147,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     finally:
         if tracker is not None:
             tracker.close()
+        if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0) are stopped
+            trainer.engine.close()
     seconds = time.perf_counter() - t0
     on_phase("evaluating the trained model")
     after = _final_eval(trainer, cfg)

@@ -29,7 +29,7 @@ from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
-from .rollout import HFEngine
+from .dist.ray_rollout import WorkerError, make_engine
 from .tasks import Task
 from .tasks.base import stable_seed
 
@@ -73,7 +73,7 @@ class Trainer:
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
-        self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
+        self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         if group.world > 1:
             self.engine = ShardedEngine(self.engine, group)
@@ -123,6 +123,7 @@ class Trainer:
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
         self.resumed_from = path
+        self._push_weights()
         return self.step
 
     # ---------------------------------------------------------------- update
@@ -233,6 +234,7 @@ class Trainer:
                     self.sched.step()
         out = merge_metrics([(1.0, r) for r in results])  # mean over optimiser steps
         out["nonfinite"] = float(sum(r["nonfinite"] for r in results))
+        self._push_weights()
         return out
 
     # ---------------------------------------------------------------- loop
@@ -268,6 +270,7 @@ class Trainer:
         self.batches.seconds = {"generate": 0.0, "score": 0.0}
         batch, minibatches, stage_info = self.next_batch()
         t1 = time.perf_counter()
+        stage_info = {**stage_info, **self._before_update(batch)}
         upd = self.update(batch, minibatches)
         t2 = time.perf_counter()
         self.step += 1
@@ -310,7 +313,11 @@ class Trainer:
             atomic_write(self.run_dir / "checkpoints" / "reference.pt",
                          lambda tmp: torch.save(self.ref.frozen.state_dict(), tmp))
         while self.step < self.cfg.steps:
-            m = self.train_step()
+            drawn = self.batches.items_drawn
+            try:
+                m = self.train_step()
+            except WorkerError as err:
+                raise self._stop_on_worker_error(err, drawn) from err
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
                 ev, _ = evaluate(self.engine, self.task,  # the trainer's engine: split over ranks or workers
                                  EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.eval_seed,
@@ -319,6 +326,43 @@ class Trainer:
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):
                 self.save()
+
+    # ---------------------------------------------------------------- rollout workers (dist.ray_rollout)
+    def _push_weights(self) -> None:
+        """Ray rollout workers get the new weights, versioned by the optimiser step count; the
+        in-process engine shares the model and has no ``push_weights``."""
+        push = getattr(self.engine, "push_weights", None)
+        if push is not None:
+            push(self.model, self.optimizer_steps)
+
+    def _before_update(self, batch: Batch) -> dict[str, float]:
+        """With ``rollout.async=1``, start the next batch's first round on the workers (with the
+        current weights) while this one trains; and the staleness of this batch's rollouts: policy
+        versions (optimiser steps) between their generation and this update."""
+        n = self._next_make_size() if self.cfg.rollout.async_ else None
+        request = self.batches.upcoming(n) if n else None
+        if request is not None:
+            self.engine.prefetch(*request)
+        version = batch.metrics.get("rollout/weight_version")
+        return {} if version is None else {"rollout/staleness": self.optimizer_steps - version}
+
+    def _next_make_size(self) -> int | None:
+        """Prompts of the batch the next step generates (None: the next step generates none)."""
+        nxt, stages = self.step + 1, self.recipe.stages
+        if nxt >= self.cfg.steps:
+            return None
+        if stages is None:
+            return self.cfg.prompts_per_step
+        if self.stage["pos"] < self.stage["steps"]:  # the next step trains on this stage's buffer
+            return None
+        return self.cfg.prompts_per_step * min(stages.steps_per_stage(self.cfg.steps), self.cfg.steps - nxt)
+
+    def _stop_on_worker_error(self, err: WorkerError, drawn: int) -> WorkerError:
+        """Save the state after the last finished step (the task position as it was) and say so."""
+        self.batches.seek(drawn)
+        path = self.save()
+        return WorkerError(f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
+                           "(or set rollout.workers=0) and continue the run with --resume.")
 
 
 def split_even(order: torch.Tensor, n: int) -> list[torch.Tensor]:

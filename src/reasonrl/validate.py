@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import math
 import types
 import typing
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .advantages import ESTIMATORS, SCALES, VETO_TRIGGERS, get_estimator
-from .config import RECIPE_SCALARS, RECIPE_SECTIONS, TrainConfig
+from .config import KEY_ALIASES, RECIPE_SCALARS, RECIPE_SECTIONS, TrainConfig
 from .errors import UserError
 from .losses.aggregate import AGG_MODES
 from .losses.kl import KL_ESTIMATORS
@@ -117,6 +118,7 @@ RULES: dict[str, Rule] = {
     "lora.dropout": within(0, 1, open_hi=True),
     "dist.strategy": Rule(lambda v, _: v == "ddp", "ddp (fsdp, FSDP2 sharding, is not built yet)"),
     "dist.backend": one_of(("auto", "gloo", "nccl")),
+    "rollout.workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),
     # recipe scalars
     "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
     # advantage
@@ -243,13 +245,40 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     for key, (value, hint) in entries.items():
         kinds = _simple_types(hint) if hint is not None else None
         if kinds is not None and not _fits(value, kinds):
-            out.append(f"config key {key!r} must be {' or '.join(_KINDS[k] for k in kinds)}, got {value!r}")
+            out.append(f"config key {_shown(key)!r} must be {' or '.join(_KINDS[k] for k in kinds)}, got {value!r}")
             bad.add(key)
         elif isinstance(value, float) and not math.isfinite(value):
             out.append(f"config key {key!r} must be a finite number, got {value!r}")
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
-    return out + range_problems(values, RULES, "config key")
+    return out + range_problems(values, RULES, "config key") + rollout_problems(values, recipe.name)
+
+
+def _shown(key: str) -> str:
+    """The dotted key as the user writes it (``rollout.async``, not the field name ``async_``)."""
+    names = {field: alias for alias, field in KEY_ALIASES.items()}
+    return ".".join(names.get(part, part) for part in key.split("."))
+
+
+def rollout_problems(values: Values, recipe: str) -> list[str]:
+    """Ray rollout workers (``rollout.workers > 0``) need Ray and plain sampling (per-prompt seeds
+    split over workers; beam branching and steering hooks run on the trainer's model); asynchronous
+    generation needs workers."""
+    workers = values.get("rollout.workers")
+    if not isinstance(workers, int) or workers <= 0:
+        if not values.get("rollout.async_"):
+            return []
+        return ["config key 'rollout.async' = true needs rollout.workers >= 1 (asynchronous generation runs on "
+                "Ray rollout workers): set rollout.workers or drop rollout.async"]
+    out = []
+    uses = [part for part, key in (("beam", "beam.k_max"), ("steering", "steering.layer")) if values.get(key) is not None]
+    if uses:
+        out.append(f"config key 'rollout.workers' = {workers} needs plain sampling; recipe {recipe!r} uses {uses[0]} "
+                   f"({uses[0]}'s rollouts run on the trainer's model): set rollout.workers=0")
+    if importlib.util.find_spec("ray") is None:
+        out.append(f"config key 'rollout.workers' = {workers} runs rollout workers on Ray, which is not installed: "
+                   "pip install ray (or pip install 'reasonrl[ray]'), or set rollout.workers=0")
+    return out
 
 
 def range_problems(values: Values, rules: dict[str, Rule], label: str) -> list[str]:
