@@ -67,6 +67,9 @@ class RolloutOpts:
     workers: int = 0
     address: str | None = None
     async_: bool = False
+    check_every: int = 8  # decode steps between host looks (stop strings in the text, dropping finished rows)
+    static_cache: bool = False  # transformers' StaticCache in the decode loop (fixed shapes; GPU)
+    compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
 
 
 @dataclass

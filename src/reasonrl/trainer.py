@@ -65,7 +65,7 @@ class Trainer:
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
-        self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows)
+        self.engine = HFEngine(model, tokenizer, max_rows=cfg.max_rows, check_every=cfg.rollout.check_every, static_cache=cfg.rollout.static_cache, compile=cfg.rollout.compile)
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning

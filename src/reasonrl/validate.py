@@ -113,6 +113,9 @@ RULES: dict[str, Rule] = {
     "lora.r": Rule(lambda v, _: v >= 0, ">= 0 (0: full fine-tuning, no adapters)"),
     "lora.alpha": Rule(lambda v, _: v > 0, "> 0 (the adapter update is scaled by alpha / r)"),
     "lora.dropout": within(0, 1, open_hi=True),
+    "rollout.check_every": at_least(1),
+    "rollout.compile": Rule(lambda v, c: not v or bool(c.get("rollout.static_cache")),
+                            "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)"),
     # recipe scalars
     "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
     # advantage
