@@ -32,17 +32,21 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 class HFEngine:
     """Generator over any ``AutoModelForCausalLM``; ``max_rows`` bounds the rows decoded at once."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5, check_every: int = 8,
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
+                 check_every: int | None = None,
                  static_cache: bool = False, compile: bool = False):
         if compile and not static_cache:
             raise ValueError("HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
                              "CUDA graphs need the fixed shapes of a static KV cache")
-        if check_every < 1:
-            raise ValueError(f"HFEngine(check_every={check_every}): must be >= 1 (steps between host looks)")
+        if check_every is not None and check_every < 1:
+            raise ValueError(f"HFEngine(check_every={check_every}): must be >= 1 (steps between host looks), "
+                             "or None (1 on a CPU, 8 on a GPU)")
         self.model, self.tok = model, tokenizer
         self.max_rows = max_rows
-        self.opts = DecodeOpts(check_every, compact_below, static_cache, compile)
         self.device = next(model.parameters()).device
+        if check_every is None:  # on a CPU a host look costs no copy, and dropping rows at once is faster
+            check_every = 1 if self.device.type == "cpu" else 8
+        self.opts = DecodeOpts(check_every, compact_below, static_cache, compile)
         self._cache_arg = cache_kwarg(model)
         self._compiled = None
 
