@@ -213,6 +213,7 @@ BOUNDARIES = [
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
+    ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
 ]
 
 

@@ -67,6 +67,9 @@ class RolloutOpts:
     workers: int = 0
     address: str | None = None
     async_: bool = False
+    check_every: int | None = None  # decode steps between host looks (stop strings, dropping finished rows); None: 1 on a CPU, 8 on a GPU
+    static_cache: bool = False  # transformers' StaticCache in the decode loop (fixed shapes; GPU)
+    compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
 
 
 @dataclass

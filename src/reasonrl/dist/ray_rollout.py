@@ -48,9 +48,10 @@ def make_engine(model, tok, cfg) -> Any:
     """The trainer's rollout engine: in-process (:class:`HFEngine`, it shares the trainer's model, so
     no weights are ever pushed) for ``rollout.workers=0``, else a :class:`RayEngine`."""
     ro = cfg.rollout
+    decode = {"check_every": ro.check_every, "static_cache": ro.static_cache, "compile": ro.compile}
     if ro.workers <= 0:
-        return HFEngine(model, tok, max_rows=cfg.max_rows)
-    return RayEngine(model, tok, workers=ro.workers, address=ro.address, max_rows=cfg.max_rows)
+        return HFEngine(model, tok, max_rows=cfg.max_rows, **decode)
+    return RayEngine(model, tok, workers=ro.workers, address=ro.address, max_rows=cfg.max_rows, decode=decode)
 
 
 @dataclass(frozen=True)
@@ -82,11 +83,11 @@ class ModelRecipe:
 class RolloutWorker:
     """One Ray actor: an :class:`HFEngine` over its own copy of the policy."""
 
-    def __init__(self, recipe: ModelRecipe, tok, max_rows: int, device: str):
+    def __init__(self, recipe: ModelRecipe, tok, max_rows: int, device: str, decode: dict[str, Any]):
         if device == "cpu":  # workers share the machine's cores: one thread each, no oversubscription
             torch.set_num_threads(1)
         self.model = recipe.build().to(device).eval().requires_grad_(False)
-        self.engine = HFEngine(self.model, tok, max_rows=max_rows)
+        self.engine = HFEngine(self.model, tok, max_rows=max_rows, **decode)  # the run's decode options
         self.version: int | None = None  # no weights yet: the first push is the full state
 
     def load(self, state: dict[str, torch.Tensor], version: int, full: bool) -> int:
@@ -137,10 +138,10 @@ def shares(n_items: int, n_workers: int) -> list[tuple[int, int]]:
 class RayEngine:
     """Rollouts from ``workers`` Ray actors. ``model`` stays the trainer's (scoring, evaluation and the
     trainer's RNGs use it and its ``device``); ``timeout_s`` bounds every wait on a worker (None: no
-    bound, generation may be long)."""
+    bound, generation may be long); ``decode``: the workers' HFEngine options (``rollout.check_every``, ...)."""
 
     def __init__(self, model, tok, *, workers: int, address: str | None = None, max_rows: int = 512,
-                 timeout_s: float | None = None):
+                 timeout_s: float | None = None, decode: dict[str, Any] | None = None):
         ray = import_ray()
         self.ray, self.model, self.tok, self.timeout_s = ray, model, tok, timeout_s
         self.device = next(model.parameters()).device
@@ -151,7 +152,7 @@ class RayEngine:
         gpu = self.device.type == "cuda"  # workers share the GPUs Ray sees, one fraction each
         actor = ray.remote(num_cpus=1, num_gpus=1 / workers if gpu else 0)(RolloutWorker)
         recipe = ModelRecipe.of(model)
-        self.actors = [actor.remote(recipe, tok, max_rows, "cuda" if gpu else "cpu") for _ in range(workers)]
+        self.actors = [actor.remote(recipe, tok, max_rows, "cuda" if gpu else "cpu", decode or {}) for _ in range(workers)]
         self.version = 0
         self.pending: Pending | None = None  # an asynchronous request (prefetch)
         self._loads: list[tuple[int, Any]] = []  # weight loads sent, not yet confirmed

@@ -1,8 +1,9 @@
 """Rollouts with a plain transformers model: KV cache, left padding, n samples per prompt.
 
 Each prompt is prefilled once and its cache repeated ``n`` times; rows that finish are dropped
-from the batch (and the cache) as they go, so a batch with a few long completions does not pay
-for the short ones.
+from the batch (and the cache) at the host's looks every ``check_every`` steps, so a batch with a
+few long completions does not pay for the short ones. The loop itself lives on the model's device
+(:mod:`.decode`); ``static_cache`` / ``compile`` give it fixed shapes and CUDA graphs.
 """
 from __future__ import annotations
 
@@ -10,11 +11,10 @@ import inspect
 from typing import Sequence
 
 import torch
-from transformers import DynamicCache
 
 from .base import Rollouts, SamplingParams, concat_rollouts
+from .decode import DecodeOpts, Decoded, decode
 from ..seeds import stable_seed
-from .sampling import next_hidden_grad_norm, sample_next
 
 
 def cache_kwarg(model) -> str:
@@ -29,28 +29,34 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-class _Decode:
-    """Mutable state of one chunk's decoding loop (rows shrink as they finish)."""
-
-    def __init__(self, rows: int, max_new: int, pad: int):
-        self.alive = torch.arange(rows)  # current row -> original row
-        self.ids = torch.full((rows, max_new), pad, dtype=torch.long)
-        self.logp = torch.zeros(rows, max_new)
-        self.ent = torch.zeros(rows, max_new)
-        self.sum_p2 = torch.zeros(rows, max_new)
-        self.hidden = torch.zeros(rows, max_new)  # CorR-PO's hidden-state gradient norm, when asked for
-        self.length = torch.zeros(rows, dtype=torch.long)
-        self.reason = ["length"] * rows
-
-
 class HFEngine:
     """Generator over any ``AutoModelForCausalLM``; ``max_rows`` bounds the rows decoded at once."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5):
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
+                 check_every: int | None = None,
+                 static_cache: bool = False, compile: bool = False):
+        if compile and not static_cache:
+            raise ValueError("HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
+                             "CUDA graphs need the fixed shapes of a static KV cache")
+        if check_every is not None and check_every < 1:
+            raise ValueError(f"HFEngine(check_every={check_every}): must be >= 1 (steps between host looks), "
+                             "or None (1 on a CPU, 8 on a GPU)")
         self.model, self.tok = model, tokenizer
-        self.max_rows, self.compact_below = max_rows, compact_below
+        self.max_rows = max_rows
         self.device = next(model.parameters()).device
+        if check_every is None:  # on a CPU a host look costs no copy, and dropping rows at once is faster
+            check_every = 1 if self.device.type == "cpu" else 8
+        self.opts = DecodeOpts(check_every, compact_below, static_cache, compile)
         self._cache_arg = cache_kwarg(model)
+        self._compiled = None
+
+    @property
+    def compact_below(self) -> float:
+        return self.opts.compact_below
+
+    @compact_below.setter
+    def compact_below(self, value: float) -> None:  # steering keeps finished rows for a call (0)
+        self.opts.compact_below = value
 
     def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
@@ -86,9 +92,8 @@ class HFEngine:
             st = self._decode(ids.to(self.device), mask.to(self.device), n, sp, gen, u)
         finally:
             self.model.train(was_training)
-        steps = int(st.length.max()) if len(st.length) else 0
-        comp_ids, comp_logp, comp_ent = st.ids[:, :steps], st.logp[:, :steps], st.ent[:, :steps]
-        comp_p2, comp_hidden = st.sum_p2[:, :steps], st.hidden[:, :steps]
+        steps = st.ids.shape[1]
+        comp_ids, comp_logp, comp_ent, comp_p2, comp_hidden = st.ids, st.logp, st.ent, st.sum_p2, st.hidden
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
         return Rollouts(
@@ -99,57 +104,24 @@ class HFEngine:
             hidden_grad_norm=comp_hidden * comp_mask if sp.hidden_grad_norm else None,
         )
 
-    def _decode(self, ids, mask, n: int, sp: SamplingParams, gen, u: torch.Tensor | None = None) -> _Decode:
-        cache = DynamicCache()
-        pos = position_ids_from_mask(mask)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                         **{self._cache_arg: cache})
-        cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1].repeat_interleave(n, 0)  # (R, V)
-        attn, last_pos = mask.repeat_interleave(n, 0), pos[:, -1].repeat_interleave(n, 0)
-        st = _Decode(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
-        active = torch.ones(len(logits), dtype=torch.bool)  # (rows,) current rows still generating
-        # the sampler has the whole distribution at hand: the hidden-state gradient norm costs one
-        # (rows, V) x (V, d) product there, instead of a second pass over the rollouts later
-        unembed = self.model.get_output_embeddings().weight if sp.hidden_grad_norm else None  # (V, d)
-        for t in range(sp.max_new_tokens):
-            draw = None if u is None else u[st.alive.to(u.device), t]  # (rows,) each row's own uniform
-            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p, uniform=draw)
-            token = out.token.cpu().masked_fill(~active, self.tok.pad_token_id)
-            rows = st.alive[active]
-            st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], out.logprob.cpu()[active], t + 1
-            st.ent[rows, t], st.sum_p2[rows, t] = out.entropy.cpu()[active], out.sum_p2.cpu()[active]
-            if unembed is not None:
-                st.hidden[rows, t] = next_hidden_grad_norm(logits, out.token, sp.temperature, unembed).cpu()[active]
-            active &= ~self._newly_done(st, token, active, t, sp.stop)
-            if not active.any():
-                break
-            if active.sum() < self.compact_below * len(active):  # drop finished rows from the batch
-                keep = active.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep.to(self.device))
-                st.alive, token, attn, last_pos, active = st.alive[keep], token[keep], attn[keep], last_pos[keep], active[keep]
-            if t == sp.max_new_tokens - 1:
-                break
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            last_pos = last_pos + 1
-            out = self.model(input_ids=token[:, None].to(self.device), attention_mask=attn,
-                             position_ids=last_pos[:, None], use_cache=True, **{self._cache_arg: cache})
-            logits = out.logits[:, -1]
-        return st
+    def _decode(self, ids, mask, n: int, sp: SamplingParams, gen, u: torch.Tensor | None = None) -> Decoded:
+        """Decode a left-padded (B, P) batch on the device, ``n`` rows per prompt (branching
+        continues prefixes through it); host results."""
+        return decode(self, ids, mask, position_ids_from_mask(mask), n, sp, gen, u, self.opts)
 
-    def _newly_done(self, st: _Decode, token, active, t: int, stop: tuple[str, ...]) -> torch.Tensor:
-        """(rows,) bool: active rows that end at step ``t`` (EOS sampled, or a stop string appeared)."""
-        done = active & (token == self.tok.eos_token_id)
-        for i in done.nonzero().squeeze(-1).tolist():
-            st.reason[int(st.alive[i])] = "eos"
-        if stop:
-            window = max(len(s) for s in stop) + 4  # a stop string spans at most that many tokens
-            for i in (active & ~done).nonzero().squeeze(-1).tolist():
-                r = int(st.alive[i])
-                tail = self.tok.decode(st.ids[r, max(0, t + 1 - window):t + 1], skip_special_tokens=True)
-                if any(s in tail for s in stop):
-                    st.reason[r], done[i] = "stop", True
-        return done
+    def _step_fn(self, opts: DecodeOpts):
+        """One decode forward: (rows, 1) tokens, mask, positions, cache -> (rows, V) logits. With
+        ``compile``, torch.compile(mode="reduce-overhead") of it, built once per engine (CUDA graphs
+        replay it; the logits are cloned because a replay overwrites its outputs)."""
+        def step(token, attn, pos, cache):
+            out = self.model(input_ids=token, attention_mask=attn, position_ids=pos, use_cache=True,
+                             **{self._cache_arg: cache})
+            return out.logits[:, -1].clone() if opts.compile else out.logits[:, -1]
+        if not opts.compile:
+            return step
+        if self._compiled is None:
+            self._compiled = torch.compile(step, mode="reduce-overhead")
+        return self._compiled
 
 
 def row_uniforms(seeds: Sequence[int], n: int, steps: int) -> torch.Tensor:  # -> (len(seeds) * n, steps)
