@@ -47,7 +47,7 @@ def main() -> None:
         res = [run(n, args.steps, Path(tmp) / f"n{n}", args.overrides) for n in (1, args.nproc)]
     one, many = res
     worst = max(abs(a[k] - b[k]) for a, b in zip(one["metrics"], many["metrics"]) for k in CHECKED if k in a)
-    print(f"| processes | wall s | s/step | generate | score | update | comm (all-reduce + gathers) |")
+    print("| processes | wall s | s/step | generate | score | update | comm (all-reduce + gathers) |")
     print("|---|---|---|---|---|---|---|")
     for r in res:
         print(f"| {r['nproc']} | {r['wall_s']:.1f} | {r['step_s']:.3f} | {r['time/generate']:.3f} | "

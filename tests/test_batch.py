@@ -52,7 +52,7 @@ class FakeEngine:
 
 def maker(recipe, task=None):
     task = task or get_task("arithmetic")
-    return BatchMaker(task, recipe, FakeEngine(task), torch.Generator(), budget=20, seed=0), task
+    return BatchMaker(task, recipe, FakeEngine(task), budget=20, seed=0), task
 
 
 def test_dynamic_sampling_refills_with_mixed_groups_only():

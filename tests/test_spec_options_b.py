@@ -194,7 +194,7 @@ def _refill_maker(script, **filt):
     recipe = dataclasses.replace(get_recipe("dapo"), group_size=4, extra_rewards=(),
                                  group_filter=GroupFilter(**filt))
     task = get_task("arithmetic")
-    return BatchMaker(task, recipe, ScriptedEngine(script), torch.Generator(), budget=20, seed=0), task
+    return BatchMaker(task, recipe, ScriptedEngine(script), budget=20, seed=0), task
 
 
 def test_refill_until_full_keeps_drawing_rounds():
@@ -280,7 +280,7 @@ def _steer_maker(model, tok, **steering):
         get_recipe("grpo").sampling, max_new_tokens=6), steering=Steering(
         layer=0, positive=("1+1=?\n",), negative=("999+999=?\n",), **steering))
     engine = HFEngine(model, tok)
-    return BatchMaker(get_task("arithmetic"), recipe, engine, torch.Generator().manual_seed(0), budget=6, seed=3)
+    return BatchMaker(get_task("arithmetic"), recipe, engine, budget=6, seed=3)
 
 
 def test_batch_maker_anneals_and_seeds_the_intensities_by_the_task_position(sharp_tiny):

@@ -53,9 +53,10 @@ def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> di
 
 
 class BatchMaker:
-    def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, sampler: torch.Generator, budget: int,
-                 seed: int, ref_model=None, micro_batch_size: int = 64):
-        self.task, self.recipe, self.engine, self.sampler, self.budget = task, recipe, engine, sampler, budget
+    def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, budget: int, seed: int, ref_model=None,
+                 micro_batch_size: int = 64):
+        # no RNG of its own: every rollout's randomness is keyed by the task position (``_generate``)
+        self.task, self.recipe, self.engine, self.budget = task, recipe, engine, budget
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
         self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)

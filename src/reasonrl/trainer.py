@@ -85,7 +85,7 @@ class Trainer:
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
         # the reference, only when a KL term will use it: a frozen copy, or with LoRA the adapters off
         self.ref = Reference(model) if recipe.kl.coef > 0 else None
-        self.batches = BatchMaker(task, recipe, self.engine, self.sampler, self.budget, cfg.seed, self.ref,
+        self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
