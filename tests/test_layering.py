@@ -14,9 +14,10 @@ LAYERS = {
     "seeds": 0,  # process-independent seeds
     "eval": 1,  # the package's __init__ only
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
-    "models": 2, "tasks": 2, "rollout": 2, "parts": 2, "distill": 2,
+    "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
+    "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3,
-    "trainer": 4, "batch": 4, "beam": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
+    "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4,
     "dist": 4,
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from helpers import text_rollouts
-from reasonrl.beam import beam_rollout, pick_branches
+from reasonrl.rollout.beam import beam_rollout, pick_branches
 from reasonrl.parts import BeamSampling, StepCredit
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import Item
@@ -92,7 +92,7 @@ def test_beam_rollout_keeps_the_budget_and_shares_prefixes(sharp_tiny):
     engine, sp = HFEngine(model, tok), SamplingParams(temperature=1.0, max_new_tokens=16)
     items = [Item(key=p, prompt=p, answer="") for p in ("12+34=?\n", "5+7=?\n")]
     g = torch.Generator().manual_seed(0)
-    ro = beam_rollout(engine, CutAtTwo(), items, 8, sp, BeamSampling(), g, random.Random(0))
+    ro = beam_rollout(engine, CutAtTwo(), items, 8, sp, BeamSampling().plan(8), g, random.Random(0))
     assert len(ro.texts) == 16 and ro.n == 8 and ro.extras["metrics"]["beam/completions_per_prompt"] == 8
     for i in range(2):
         first = list(range(i * 8, i * 8 + 4))

@@ -7,22 +7,20 @@ dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` 
 from __future__ import annotations
 
 import itertools
-import random
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
 
-from .beam import beam_rollout
+from .distill import ContextScores, encode_contexts, score_under_context
 from .models.scoring import score_completions
-from .models.steering import annealed_alpha_max, generate_steered, intensity_grid, steering_vector, uniform_intensities
 from .parts import Recipe
+from .parts.strategy import GenRequest, Groups
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
 from .rollout.branch import token_char_offsets
 from .tasks import Item, Task, TaskReward, is_correct, reward_columns
-from .tasks.base import stable_seed
 
 
 @dataclass
@@ -37,6 +35,26 @@ class Batch:
     loss_mask: torch.Tensor | None = None  # (R, T) tokens the loss sees (completion mask, minus filtered rows)
     ref_logp: torch.Tensor | None = None  # (R, T)
     metrics: dict[str, float] = field(default_factory=dict)
+    kinds: torch.Tensor | None = None  # (B,) 0: a first-round group, k: added by the recipe's k-th round
+    preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
+    weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
+
+    def group_kinds(self) -> torch.Tensor:  # (B,)
+        return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
+
+
+def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
+    """``b`` with a round's groups appended (group-major rows, as the first round's)."""
+    B, G, R = len(b.items), b.rewards.shape[1], len(b.ro.texts)
+    nan = lambda n: torch.full((n, G), float("nan"))  # noqa: E731
+    ones = lambda n: torch.ones(n)  # noqa: E731
+    return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
+                 rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
+                 metrics={**b.metrics, **g.metrics},
+                 kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
+                 preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
+                 weight=torch.cat([ones(R) if b.weight is None else b.weight,
+                                   ones(len(g.ro.texts)) if g.weight is None else g.weight]))
 
 
 def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
@@ -60,8 +78,9 @@ class BatchMaker:
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
         self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)
-        st = recipe.steering  # a frozen steering direction, computed once from the initial model (VSPO)
-        self.steer = None if st is None else steering_vector(engine.model, engine.tok, st.positive, st.negative, st.layer)
+        self.strategy = recipe.strategy  # plain, beam, steered, hinted, ...: one generate() for all
+        self.cache: dict = {}  # what a strategy computes once from the initial model (a steering vector)
+        self.state: dict = {}  # what rounds keep across steps (CIPO's replay ratio): checkpointed by the trainer
         self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
         self.items_drawn = 0
         self.short_batches = 0  # batches that came out short of groups after the filter's rounds (trainer state)
@@ -91,22 +110,17 @@ class BatchMaker:
         self.seconds["generate"] += time.perf_counter() - t0
         return items, ro
 
+    def _request(self, items: list[Item], first: int) -> GenRequest:
+        return GenRequest(items=items, first=first, engine=self.engine, task=self.task, group_size=self.recipe.group_size,
+                          sampling=self._sampling_params(), seed=self.seed, step=self.step, total_steps=self.total_steps,
+                          cache=self.cache)
+
     def _generate(self, items: list[Item], first: int) -> Rollouts:
-        """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...). Plain
-        sampling keys each prompt's randomness by its task position, and beam / steered rollouts
-        get a generator seeded by ``first``: a resumed run, any split into ranks or workers, and a
-        change of the minibatch order all leave a prompt's samples alone."""
-        sp = self._sampling_params()
-        prompts, st, beam = [it.prompt for it in items], self.recipe.steering, self.recipe.beam
-        if st is not None and beam is not None:
-            raise ValueError("a recipe cannot both steer (steering) and branch (beam) its rollouts")
-        gen = lambda: torch.Generator(self.engine.device).manual_seed(stable_seed(self.seed, "rollout", first))  # noqa: E731
-        if beam is not None:  # seeded by the task position, so a resumed run branches the same way
-            rng = random.Random(stable_seed(self.seed, first + len(items)))
-            return beam_rollout(self.engine, self.task, items, self.recipe.group_size, sp, beam, gen(), rng)
-        if st is not None:
-            return self._steered(prompts, sp, gen())
-        return self.engine.generate(prompts, self.recipe.group_size, sp, seeds=self._seeds(first, len(items)))
+        """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...) by the recipe's
+        rollout strategy (plain, beam, steered, hinted sub-groups, ...). Every strategy keys its
+        randomness by the task position: a resumed run, any split into ranks or workers and a change
+        of the minibatch order all leave a prompt's samples alone."""
+        return self.strategy.generate(self._request(items, first))
 
     def _sampling_params(self) -> SamplingParams:
         s = self.recipe.sampling
@@ -114,32 +128,30 @@ class BatchMaker:
         return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
                               max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
 
-    def _seeds(self, first: int, n: int) -> list[int]:
-        return [stable_seed(self.seed, "sample", first + i) for i in range(n)]
-
     def upcoming(self, n_prompts: int) -> tuple[list[str], int, SamplingParams, list[int]] | None:
         """The ``generate`` request (prompts, group size, sampling, seeds) of the next ``rollout(n_prompts)``
         with plain sampling, without drawing its items: an asynchronous engine starts it early
-        (``rollout.async``). None for beam and steered rollouts."""
-        if self.recipe.beam is not None or self.recipe.steering is not None:
+        (``rollout.async``). None for any other strategy."""
+        if not getattr(self.strategy, "prefetchable", False):
             return None
         self.stream, ahead = itertools.tee(self.stream)  # a tee of a tee copies it: no nesting per step
         items = list(itertools.islice(ahead, n_prompts))
-        return ([it.prompt for it in items], self.recipe.group_size, self._sampling_params(),
-                self._seeds(self.items_drawn, len(items)))
+        req = self._request(items, self.items_drawn)
+        return [it.prompt for it in items], self.recipe.group_size, req.sampling, req.seeds()
 
-    def _steered(self, prompts: list[str], sp: SamplingParams, gen: torch.Generator) -> Rollouts:
-        """VSPO rollouts at this step's intensities: alpha_max annealed by the training progress, a
-        grid or uniform draws seeded by the task position (so a resumed run draws the same)."""
-        st, (unit, scale), G = self.recipe.steering, self.steer, self.recipe.group_size
-        amax = annealed_alpha_max(st.alpha_max, st.anneal, self.step, self.total_steps)
-        alphas = (intensity_grid(G, amax) if st.alphas == "grid"
-                  else uniform_intensities(G, amax, stable_seed(self.seed, self.items_drawn, "alphas")))
-        ro = generate_steered(self.engine, prompts, sp, unit=unit, scale=scale, layer=st.layer, alphas=alphas,
-                              generator=gen, is_correction=st.is_correction, steer_prompt=st.steer_prompt)
-        ro.extras["metrics"] = {**ro.extras.get("metrics", {}), "steer/alpha_max": amax,
-                                "steer/alpha_mean": sum(alphas) / len(alphas)}
-        return ro
+    # ---------------------------------------------------------------- what second rounds use
+    def generate(self, items: list[Item], prompts: list[str], tag: str, first: int, n: int | None = None) -> Rollouts:
+        """``n`` (default G) plain samples for each of ``prompts`` (one per item, e.g. a correction
+        prompt), keyed by the item's task position ``first + i`` and ``tag`` (the round)."""
+        req = self._request(items, first)
+        return self.engine.generate(prompts, n or self.recipe.group_size, req.sampling, seeds=req.seeds(tag))
+
+    def score_under(self, contexts: list[str], ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
+        """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
+        ids, mask = encode_contexts(self.engine.tok, contexts)
+        return score_under_context(self.engine.model, ids, mask, ro.completion_ids[rows], ro.completion_mask[rows],
+                                   temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,
+                                   **reduce)
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
@@ -196,16 +208,23 @@ class BatchMaker:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
         G, t0 = self.recipe.group_size, time.perf_counter()
         adv = self.recipe.advantage(b.rewards) if len(b.items) else torch.zeros(0, G)  # (B, G) or (B, G, T)
+        if b.preset is not None:  # a round's own advantages (STRIDE's harmless one) replace the estimator's
+            pre = b.preset.view(*b.preset.shape, *([1] * (adv.dim() - 2))).expand_as(adv)
+            adv = torch.where(pre.isnan(), adv, pre)
         answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
+        contexts = (torch.zeros(b.rewards.shape, dtype=torch.long) if b.ro.context_ids is None
+                    else b.ro.context_ids.view(b.rewards.shape))  # (B, G) sub-group of each row
         ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
-               "task": self.task,
+               "task": self.task, "contexts": contexts, "kinds": b.group_kinds(), "score_under": self.score_under,
                "char_offsets": lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])])}
-        for shaper in self.recipe.shapers if len(b.items) else ():  # an empty batch has nothing to shape
+        for shaper in self.recipe.all_shapers if len(b.items) else ():  # an empty batch has nothing to shape
             out = shaper(adv, ctx)
             adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
             b.metrics.update(shaped_metrics)
         b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
-        b.loss_mask = b.ro.completion_mask.clone()
+        if b.weight is not None:  # a round's loss weight or importance weight, per row
+            b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))
+        b.loss_mask = (b.ro.completion_mask if b.ro.train_mask is None else b.ro.train_mask).clone()
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and len(b.items):
@@ -220,8 +239,20 @@ class BatchMaker:
         self.seconds["score"] += time.perf_counter() - t0
         return b
 
+    def extend(self, b: Batch) -> Batch:
+        """The recipe's second rounds (corrections, redirections), each given the batch so far."""
+        for kind, rnd in enumerate(self.recipe.rounds, start=1):
+            t0 = time.perf_counter()
+            groups = rnd.extend(self, b) if len(b.items) else None
+            self.seconds["generate"] += time.perf_counter() - t0
+            if groups is not None and len(groups.items):
+                b = join_groups(b, groups, kind, self.engine.tok.pad_token_id)
+            elif groups is not None:
+                b.metrics.update(groups.metrics)
+        return b
+
     def make(self, n_prompts: int) -> Batch:
-        return self.prepare(self.collect(n_prompts))
+        return self.prepare(self.extend(self.collect(n_prompts)))
 
 
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:

@@ -98,7 +98,8 @@ class Trainer:
     def state(self) -> dict[str, Any]:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
-                "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches}
+                "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches,
+                "rounds": self.batches.state}  # what second rounds carry across steps
 
     def save(self) -> Path:
         """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
@@ -119,6 +120,7 @@ class Trainer:
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
+        self.batches.state = st.get("rounds", {})
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
@@ -154,8 +156,9 @@ class Trainer:
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
             loss, metrics = loss + eb, {**metrics, **m}
-        for aux in r.aux_losses:
-            a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, **agg)
+        for aux in r.all_aux_losses:  # auxiliary terms; teacher terms score rows under other prompts with the model
+            a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, model=self.model, tok=self.tok,
+                       temperature=r.sampling.temperature or 1.0, **agg)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
 
@@ -207,7 +210,7 @@ class Trainer:
         skips every zero-variance group."""
         r = self.recipe
         rows = rows[b.loss_mask[rows].sum(-1) > 0]  # rows the loss never sees (filtered) need no pass
-        if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.aux_losses:
+        if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.all_aux_losses:
             return rows
         adv = b.advantages[rows]
         nonzero = adv != 0 if adv.dim() == 1 else (adv != 0).any(-1)

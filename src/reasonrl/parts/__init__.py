@@ -17,9 +17,11 @@ import torch
 from ..rewards.options import reward_options
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GroupFilter", "Optim", "PolicyLoss", "Recipe",
-           "Sampling", "Stages", "Steering", "StepCredit", "Veto", "entropy_term", "kl_term"]
+__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
+           "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
+           "StepCredit", "Veto", "entropy_term", "kl_term"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,32 @@ class Recipe:
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
+
+    # A part takes part in the loop through the methods it has, never through its name:
+    # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
+    # ``extend(maker, batch)`` adds a second round of groups, ``shape_advantages(adv, ctx)`` runs after
+    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss.
+    def __post_init__(self):
+        one_strategy(self._parts())  # two parts that both generate: an error when the recipe is made
+
+    def _parts(self) -> list[Any]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "paper", "inferred")]
+
+    @property
+    def strategy(self) -> RolloutStrategy:
+        return one_strategy(self._parts())
+
+    @property
+    def rounds(self) -> tuple[Round, ...]:
+        return rounds_of(self._parts())
+
+    @property
+    def all_shapers(self) -> tuple[Callable[..., Any], ...]:
+        return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
+
+    @property
+    def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
+        return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
 
     def describe(self) -> dict[str, Any]:
         out = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}

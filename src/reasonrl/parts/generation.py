@@ -2,9 +2,16 @@
 VSPO's steering, CodeThinker's beam, the sampling settings and the optimiser."""
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 import torch
+
+from ..models.steering import annealed_alpha_max, generate_steered, intensity_grid, steering_vector, uniform_intensities
+from ..rollout import Rollouts
+from ..rollout.beam import beam_rollout
+from ..seeds import stable_seed
+from .strategy import GenRequest
 
 @dataclass(frozen=True)
 class GroupFilter:
@@ -86,6 +93,24 @@ class Steering:
             raise ValueError(f"Steering needs alphas grid|uniform and anneal none|linear|cosine, "
                              f"got alphas={self.alphas!r}, anneal={self.anneal!r}")
 
+    def generate(self, req: GenRequest) -> Rollouts:
+        """Rollouts at this step's intensities: alpha_max annealed by the training progress, a grid
+        or uniform draws seeded by the task position (so a resumed run draws the same). The vector
+        is computed once, from the initial model, and kept in the request's cache."""
+        if "steering" not in req.cache:  # a frozen direction (VSPO)
+            req.cache["steering"] = steering_vector(req.engine.model, req.engine.tok, self.positive, self.negative,
+                                                    self.layer)
+        (unit, scale), G = req.cache["steering"], req.group_size
+        amax = annealed_alpha_max(self.alpha_max, self.anneal, req.step, req.total_steps)
+        alphas = (intensity_grid(G, amax) if self.alphas == "grid"
+                  else uniform_intensities(G, amax, stable_seed(req.seed, req.first + len(req.items), "alphas")))
+        ro = generate_steered(req.engine, [it.prompt for it in req.items], req.sampling, unit=unit, scale=scale,
+                              layer=self.layer, alphas=alphas, generator=req.generator(),
+                              is_correction=self.is_correction, steer_prompt=self.steer_prompt)
+        ro.extras["metrics"] = {**ro.extras.get("metrics", {}), "steer/alpha_max": amax,
+                                "steer/alpha_mean": sum(alphas) / len(alphas)}
+        return ro
+
 
 @dataclass(frozen=True)
 class BeamSampling:
@@ -105,6 +130,12 @@ class BeamSampling:
         """(B0 independent samples, k prefixes to branch from) for a budget of ``group_size``."""
         b0 = min(group_size, max(1, round(group_size * self.first_frac)))
         return b0, min(self.k_max, group_size - b0)
+
+    def generate(self, req: GenRequest) -> Rollouts:
+        # seeded by the task position, so a resumed run branches the same way
+        rng = random.Random(stable_seed(req.seed, req.first + len(req.items)))
+        return beam_rollout(req.engine, req.task, req.items, req.group_size, req.sampling, self.plan(req.group_size),
+                            req.generator(), rng)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,12 @@ class Rollouts:
     sum_p2: torch.Tensor | None = None  # (R, T) sum of squared sampling probabilities per token, 0 on padding
     extras: dict = field(default_factory=dict)
     hidden_grad_norm: torch.Tensor | None = None  # (R, T) ||W_U^T (e_y - p)|| when sampled with hidden_grad_norm
+    # sub-groups: the context each row was generated under inside its group (NudgeRL: 0 = the bare
+    # prompt, j = hint j); None: every row under its item's own prompt (context 0)
+    context_ids: torch.Tensor | None = None  # (R,) long
+    # the completion tokens the loss may see (STRIDE trains a redirected row on its regenerated suffix
+    # only); None: the whole completion (completion_mask)
+    train_mask: torch.Tensor | None = None  # (R, T)
 
     @property
     def lengths(self) -> torch.Tensor:  # (R,)
@@ -69,7 +75,9 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     finish_reasons=pick(ro.finish_reasons), n=ro.n,
                     entropies=None if ro.entropies is None else ro.entropies[idx],
                     sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx],
-                    hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx])
+                    hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx],
+                    context_ids=None if ro.context_ids is None else ro.context_ids[idx],
+                    train_mask=None if ro.train_mask is None else ro.train_mask[idx])
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -87,6 +95,11 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         found = [getattr(p, name) for p in parts]
         return None if any(x is None for x in found) else torch.cat([pad(x, T, False) for x in found])
 
+    # per-row fields that have a meaning when absent (context 0, the whole completion) are filled in
+    contexts = [p.context_ids if p.context_ids is not None else torch.zeros(len(p.texts), dtype=torch.long)
+                for p in parts]
+    train = [pad(p.train_mask if p.train_mask is not None else p.completion_mask, T, False) for p in parts]
+
     return Rollouts(
         prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
         prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
@@ -97,6 +110,8 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         finish_reasons=sum((p.finish_reasons for p in parts), []), n=parts[0].n,
         entropies=cat_optional("entropies"), sum_p2=cat_optional("sum_p2"),
         hidden_grad_norm=cat_optional("hidden_grad_norm"),
+        context_ids=None if all(p.context_ids is None for p in parts) else torch.cat(contexts),
+        train_mask=None if all(p.train_mask is None for p in parts) else torch.cat(train),
     )
 
 

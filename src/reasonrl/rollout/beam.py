@@ -14,10 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .parts import BeamSampling
-from .rollout import Rollouts, SamplingParams, concat_rollouts, select_rows
-from .rollout.branch import branch, char_to_token, token_char_offsets
-from .tasks import Item
+from .base import Rollouts, SamplingParams, concat_rollouts, select_rows
+from .branch import branch, char_to_token, token_char_offsets
 
 
 def pick_branches(scores: Sequence[float], n_branches: int, k: int) -> list[int]:
@@ -33,13 +31,14 @@ def _cut_tokens(engine, ro: Rollouts, r: int, cut_char: int) -> int:
     return min(char_to_token(token_char_offsets(engine.tok, ro.completion_ids[r, :n]), cut_char), n - 1)
 
 
-def beam_rollout(engine, task, items: list[Item], group_size: int, sp: SamplingParams, beam: BeamSampling,
+def beam_rollout(engine, task, items: Sequence[Any], group_size: int, sp: SamplingParams, plan: tuple[int, int],
                  generator: torch.Generator | None, rng: random.Random) -> Rollouts:
-    """G completions per item by dynamic beam sampling; ``extras["metrics"]`` describes the branching."""
+    """G completions per item (task items: ``.prompt``, ``.meta``) by dynamic beam sampling, ``plan`` =
+    (B0 independent samples, k prefixes to branch from); ``extras["metrics"]`` describes the branching."""
     if not hasattr(task, "branch_point"):
         raise ValueError(f"beam sampling needs a task that locates branch points (task.branch_point); task "
                          f"{task.name!r} has none (try --task code)")
-    b0, k = beam.plan(group_size)
+    b0, k = plan
     first = engine.generate([it.prompt for it in items], b0, sp, generator=generator)
     n_br, rows, cuts = group_size - b0, [], []
     for i, item in enumerate(items):

@@ -1,0 +1,109 @@
+"""How a step's rollouts are made: the rollout-strategy and second-round protocols (recipe parts).
+
+The batch maker does not know plain sampling from beam branching, steering or hinted sub-groups:
+it asks the recipe for its one :class:`RolloutStrategy` and calls ``generate``. After the first
+round is rewarded, each :class:`Round` of the recipe (CIPO's corrections, STRIDE's redirections)
+may add groups built from it. A new sampler or round is a new class with one method; the batch
+maker and the trainer stay as they are (shared/DESIGN.md, "Where new parts go").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import torch
+
+from ..rollout import Rollouts, SamplingParams
+from ..seeds import stable_seed
+
+
+@dataclass
+class GenRequest:
+    """What a strategy gets: the items (drawn at task positions ``first``, ``first + 1``, ...), the
+    engine, the task, ``group_size`` rows to make per item, the sampling settings, the run's seed,
+    the training progress (for schedules) and a cache that lives as long as the batch maker (for
+    things computed once from the initial model, e.g. a steering vector)."""
+
+    items: Sequence[Any]
+    first: int
+    engine: Any
+    task: Any
+    group_size: int
+    sampling: SamplingParams
+    seed: int
+    step: int = 0
+    total_steps: int = 1
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    def seeds(self, *tag: Any) -> list[int]:
+        """One seed per item, keyed by its task position (and ``tag``): a resumed run, any split over
+        ranks or workers and any batch composition leave an item's samples alone."""
+        return [stable_seed(self.seed, "sample", self.first + i, *tag) for i in range(len(self.items))]
+
+    def generator(self) -> torch.Generator:
+        """A generator seeded by the first item's task position (for strategies that branch or steer)."""
+        return torch.Generator(self.engine.device).manual_seed(stable_seed(self.seed, "rollout", self.first))
+
+
+@runtime_checkable
+class RolloutStrategy(Protocol):
+    """``generate(req) -> Rollouts`` with ``len(req.items) * req.group_size`` rows, group-major (row
+    ``i * G + j`` answers item ``i``); ``context_ids`` set when rows of a group saw different prompts."""
+
+    def generate(self, req: GenRequest) -> Rollouts: ...
+
+
+@dataclass(frozen=True)
+class PlainSampling:
+    """G independent samples per prompt, each prompt's randomness keyed by its task position. The
+    only strategy whose request an asynchronous engine can start ahead of time (``prefetchable``)."""
+
+    prefetchable = True
+
+    def generate(self, req: GenRequest) -> Rollouts:
+        return req.engine.generate([it.prompt for it in req.items], req.group_size, req.sampling, seeds=req.seeds())
+
+
+@dataclass
+class Groups:
+    """Groups a second round adds to the batch: ``len(items)`` groups of G rows each (row-major as
+    the first round's). ``preset``: advantages fixed by the round (NaN: the recipe's estimator);
+    ``weight``: a per-row factor on the advantage (a loss weight, an importance weight);
+    ``count_in_stats``: whether the step's reward/accuracy statistics include them."""
+
+    items: list[Any]
+    ro: Rollouts
+    rewards: torch.Tensor  # (B', G)
+    correct: torch.Tensor  # (B', G)
+    preset: torch.Tensor | None = None  # (B', G) NaN where the estimator decides
+    weight: torch.Tensor | None = None  # (B' * G,)
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Round(Protocol):
+    """``extend(maker, batch) -> Groups | None``: more groups made from the first round's ``batch``
+    (its items, rollouts, rewards, correctness). ``maker`` offers ``generate(items, prompts, tag)``,
+    ``reward(items, ro)``, ``branch(...)``, ``task``, ``engine``, ``state`` (checkpointed) and the
+    training progress."""
+
+    def extend(self, maker: Any, batch: Any) -> Groups | None: ...
+
+
+PLAIN = PlainSampling()
+
+
+def one_strategy(parts: Sequence[Any]) -> RolloutStrategy:
+    """The recipe's rollout strategy: the one part that generates, or plain sampling."""
+    found = [p for p in parts if isinstance(p, RolloutStrategy)]
+    if len(found) > 1:
+        names = ", ".join(type(p).__name__ for p in found)
+        raise ValueError(f"a recipe can use one rollout strategy, got {names}: turn all but one off")
+    return found[0] if found else PLAIN
+
+
+def rounds_of(parts: Sequence[Any]) -> tuple[Round, ...]:
+    return tuple(p for p in parts if isinstance(p, Round))
+
+
+ScoreFn = Callable[..., Any]  # (contexts: list[str], rows, **reduce) -> ContextScores: the policy under other prompts
