@@ -125,7 +125,8 @@ def prefix_at_step(text: str, k: int, separator: re.Pattern) -> tuple[str, int]:
     """(text before step k, its offset); k = number of steps + 1 keeps the whole text."""
     spans = step_spans(text, separator)
     if not 1 <= k <= len(spans) + 1:
-        raise ValueError(f"step {k} is out of range: the completion has {len(spans)} step(s) (valid 1..{len(spans) + 1})")
+        raise ValueError(f"step {k} is out of range: the completion has {len(spans)} step(s) "
+                         f"(valid 1..{len(spans) + 1})")
     offset = spans[k - 1][0] if k <= len(spans) else len(text)
     return text[:offset], offset
 
@@ -311,7 +312,8 @@ class GuidedTask:
         given = {"hints": hints, "solutions": solutions, "critiques": critiques}
         self.files = {kind: (str(p), load_guidance(p, kind)) for kind, p in given.items() if p is not None}
         if not self.files:
-            raise UserError(f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= (a JSONL path)")
+            raise UserError(f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= "
+                            "(a JSONL path)")
 
     def __getattr__(self, name: str) -> Any:
         if name == "task":  # not yet set (copy/pickle): no recursion
@@ -332,7 +334,8 @@ class GuidedTask:
         for k in (item.key, item.prompt):
             if k in table:
                 return table[k]
-        raise UserError(f"{kind} file {path} has no row for problem key {item.key!r}; add one with \"key\": {item.key!r}")
+        raise UserError(f"{kind} file {path} has no row for problem key {item.key!r}; "
+                        f"add one with \"key\": {item.key!r}")
 
     def hints(self, item: Item) -> list[str]:
         return list(self._row("hints", item)) if "hints" in self.files else hints(self.task, item)
@@ -346,7 +349,8 @@ class GuidedTask:
         by_completion = self._row("critiques", item)
         if completion not in by_completion:
             raise UserError(f"critiques file {self.files['critiques'][0]} has no critique of completion "
-                            f"{completion[:80]!r} for problem key {item.key!r} ({len(by_completion)} completion(s) given)")
+                            f"{completion[:80]!r} for problem key {item.key!r} "
+                            f"({len(by_completion)} completion(s) given)")
         return by_completion[completion]
 
     def critique_prompt(self, item: Item, completion: str) -> str:
