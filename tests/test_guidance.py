@@ -267,3 +267,19 @@ def test_guided_arithmetic_keeps_its_own_methods_for_kinds_without_a_file(tmp_pa
     assert g.steps(guided, it.demo) == ["7+5+0=12", "4+8+1=13", "3+0+1=4", "A:432"]
     with pytest.raises(UserError, match="needs at least one of hints=, solutions=, critiques="):
         GuidedTask(arith)
+
+
+def test_guidance_files_from_the_run_config_wrap_the_task(tmp_path):
+    from reasonrl.config import split_config
+    from reasonrl.run import task_for
+    from reasonrl.tasks import get_task
+    item = next(get_task("arithmetic").iter_items("train", 0))
+    path = tmp_path / "hints.jsonl"
+    path.write_text(json.dumps({"key": item.key, "hints": ["carry twice"]}) + "\n")
+    cfg, _ = split_config({"guidance": {"hints": str(path)}})
+    task = task_for(cfg)
+    assert isinstance(task, GuidedTask) and g.hints(task, item) == ["carry twice"]
+    assert not isinstance(task_for(split_config({})[0]), GuidedTask)  # no file: the task as it is
+    cfg, _ = split_config({"guidance": {"solutions": str(tmp_path / "missing.jsonl")}})
+    with pytest.raises(UserError, match="missing.jsonl"):
+        task_for(cfg)

@@ -45,6 +45,16 @@ class Lora:
 
 
 @dataclass(frozen=True)
+class Guidance:
+    """What self-teacher methods show the policy, from JSONL files for tasks that cannot write it
+    themselves (``reasonrl.tasks.guidance``): strategy hints (NudgeRL), reference solutions (EGRSD),
+    critiques (STRIDE). One row per problem, matched by its key (file tasks: its prompt)."""
+    hints: str | None = None  # rows {"key": ..., "hints": [str, ...]}
+    solutions: str | None = None  # rows {"key": ..., "solution": str}
+    critiques: str | None = None  # rows {"key": ..., "completion": str, "critique": str}
+
+
+@dataclass(frozen=True)
 class Memory:
     """What trades compute for GPU memory; none of it changes the maths."""
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
@@ -98,6 +108,7 @@ class TrainConfig:
     dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16: the compute dtype
     master_fp32: bool = True  # half dtype: fp32 weights + AdamW states, forward under autocast (false: weights in dtype, lossy updates)
     lora: Lora = field(default_factory=Lora)  # lora.r=16 trains adapters only (models.lora)
+    guidance: Guidance = field(default_factory=Guidance)  # guidance.hints=FILE.jsonl: hints / solutions / critiques
     memory: Memory = field(default_factory=Memory)
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)

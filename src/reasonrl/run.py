@@ -29,7 +29,7 @@ from .models import load_model, resolve_device, save_model
 from .models.memory import weights_dtype
 from .parts import Recipe
 from .plots import plot_curves
-from .tasks import get_task
+from .tasks import GuidedTask, get_task
 from .tracking import make_tracker, read_metrics
 from .validate import check_run
 from .trainer import Trainer
@@ -86,6 +86,14 @@ def _start_message(trainer: Trainer, run_dir: Path, resume: bool) -> str:
     return "no checkpoint in the run folder yet: starting at step 1" if resume else "starting at step 1"
 
 
+def task_for(cfg: TrainConfig):
+    """The run's task, with ``guidance.*`` files attached (self-teacher context a task cannot write)."""
+    task, g = get_task(cfg.task, **cfg.task_options), cfg.guidance
+    if g.hints or g.solutions or g.critiques:
+        task = GuidedTask(task, hints=g.hints, solutions=g.solutions, critiques=g.critiques)
+    return task
+
+
 def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_step: Callable[[dict], None] = lambda m: None,
               on_phase: Callable[[str], None] = lambda s: None,
@@ -114,7 +122,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     config = resolved_dict(cfg, recipe)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
-    task = get_task(cfg.task, **cfg.task_options)
+    task = task_for(cfg)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
