@@ -41,9 +41,10 @@ def _as_flags(values: Sequence[Any], name: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise ValueError(f"{name} must be a flat sequence of per-item 0/1 flags, got shape {arr.shape}")
-    bad = [i for i, v in enumerate(arr.tolist()) if v not in (0, 1)]  # True == 1, False == 0
+    values = arr.tolist()
+    bad = [i for i, v in enumerate(values) if v not in (0, 1)]  # True == 1, False == 0
     if bad:
-        raise ValueError(f"{name} must hold 0/1 correctness flags; item {bad[0]} is {arr[bad[0]]!r}")
+        raise ValueError(f"{name} must hold 0/1 correctness flags; item {bad[0]} is {values[bad[0]]!r}")
     return arr.astype(bool)
 
 
