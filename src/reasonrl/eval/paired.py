@@ -16,8 +16,8 @@ Reproduces the Physics-R1 paper's numbers (spec envs-selfplay-eval.md section 7)
 b = 13, c = 3 -> one-sided sign p = 697/65536 = 0.0106, exact McNemar 1394/65536 = 0.0213,
 bootstrap (B = 10,000, seed 0) [0.0508, 0.2881] as a fraction, i.e. [5.08, 28.81] points.
 
-Pure functions; numpy only (no torch, no model). Seed reporting (mean ± sample std, ddof=1) is
-:func:`reasonrl.eval.metrics.mean_std`, re-exported here.
+Pure functions; numpy only (no torch, no model). Seed reporting (mean ± sample std, ddof=1) stays
+:func:`reasonrl.eval.metrics.mean_std` (not imported here: the two are siblings of one layer).
 """
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import UserError
-from .metrics import mean_std
 
 __all__ = ["discordant", "sign_test", "mcnemar_exact", "paired_bootstrap_ci", "BootstrapCI", "paired_tests",
-           "paired_by_key", "pair_by_key", "load_item_results", "mean_std"]
+           "paired_by_key", "pair_by_key", "load_item_results"]
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 
