@@ -102,6 +102,8 @@ def eval_cmd(
     seed: int = typer.Option(0),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
     samples: Optional[Path] = typer.Option(None, help="Write every sample as JSONL here."),
+    against: Optional[Path] = typer.Option(None, help="Another model's --samples JSONL (same task, --n, --seed): "
+                                           "paired tests (McNemar, sign test, bootstrap CI) on the greedy results."),
 ) -> None:
     """Greedy pass@1 and sampled pass@k, avg@k, maj@k of a model on a task's held-out split."""
     import torch
@@ -113,7 +115,10 @@ def eval_cmd(
                   OPTION_RULES["eval"])
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
+    from .eval.paired import load_item_results, paired_by_key
     from .eval.runner import EvalConfig, evaluate_model, write_samples
+
+    other = load_item_results(against) if against else None  # a bad file fails before the model loads
     from .models import load_model
 
     _quiet_transformers()
@@ -124,6 +129,10 @@ def eval_cmd(
         job = bar.add_task("evaluating", total=n * (1 + k), info="")
         summary, records = evaluate_model(mdl, tok, the_task, cfg, progress=lambda m: bar.advance(job, m))
     console.print(_summary_table(f"{model or 'base'} on {the_task.name}", summary))
+    if other is not None:
+        mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
+        summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
+        console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(summary, indent=2))
@@ -348,16 +357,35 @@ def compare_cmd(
 
 def _compare_table(report: dict[str, Any], out: Path) -> Table:
     table = Table(title=f"{report['task']}, {report['steps']} steps, {report['seeds']} seeds -> {out}/compare.json, compare.png")
-    for col in ("recipe", "final pass@1", "best", "AUC", "train s", "tokens", "p vs first", "runs"):
+    cols = ("recipe", "final pass@1", "best", "AUC", "train s", "tokens", "Welch p", "paired Δ [95% CI]",
+            "McNemar p (b/c)", "runs")
+    for col in cols:
         table.add_column(col, justify="left" if col == "recipe" else "right")
     for row in report["table"]:
         if "final_mean" not in row:
-            table.add_row(row["recipe"], "-", "-", "-", "-", "-", "-", f"0 ok / {row['runs_failed']} failed")
+            table.add_row(row["recipe"], *["-"] * 8, f"0 ok / {row['runs_failed']} failed")
             continue
-        p = row["p_vs_first"]
+        p, pt = row["p_vs_first"], row.get("paired_vs_first")
+        diff = "" if pt is None else f"{pt['diff']:+.3f} [{pt['ci_low']:+.3f}, {pt['ci_high']:+.3f}]"
+        mcnemar = "" if pt is None else f"{pt['mcnemar_p']:.3g} ({pt['b']}/{pt['c']})"
         table.add_row(row["recipe"], f"{row['final_mean']:.3f} ± {row['final_std']:.3f}", f"{row['best']:.3f}",
                       f"{row['auc']:.3f}", f"{row['seconds']:.0f}", f"{row['tokens']:.0f}",
-                      "" if p is None else f"{p:.3g}", f"{row['runs_ok']} ok / {row['runs_failed']} failed")
+                      "" if p is None else f"{p:.3g}", diff, mcnemar, f"{row['runs_ok']} ok / {row['runs_failed']} failed")
+    return table
+
+
+def _paired_table(title: str, res: dict[str, Any]) -> Table:
+    """``reasonrl eval --against``: this model (x) against the other (y) on the same problems."""
+    table = Table(title=title)
+    table.add_column("paired test")
+    table.add_column("value", justify="right")
+    table.add_row("problems", str(res["n_items"]))
+    table.add_row("pass@1 this / other", f"{res['acc_x']:.4f} / {res['acc_y']:.4f}")
+    table.add_row("b (only this right) / c (only other right)", f"{res['b']} / {res['c']}")
+    table.add_row("sign test p (this better, one-sided)", f"{res['sign_p_greater']:.4g}")
+    table.add_row("exact McNemar p (two-sided)", f"{res['mcnemar_p']:.4g}")
+    table.add_row(f"Δ pass@1, bootstrap 95% CI (B={res['bootstrap_B']})",
+                  f"{res['diff']:+.4f} [{res['ci_low']:+.4f}, {res['ci_high']:+.4f}]")
     return table
 
 

@@ -6,6 +6,15 @@ final held-out greedy pass@1 (mean ± std over seeds, ddof=1), the best seed, th
 held-out accuracy curve (mean accuracy over training, from step 0), wall-clock training time,
 tokens generated, and Welch's t-test p-value of each recipe's final pass@1 against the first's.
 
+Beside Welch over seed means, each recipe is compared with the first on the same held-out items
+(``after_items.jsonl`` of every run folder: the final greedy correctness per problem key):
+exact McNemar (discordant counts b = items this recipe got right and the first got wrong, c = the
+reverse), the one-sided sign test, and a paired bootstrap 95% CI of the accuracy difference
+(10,000 resamples, seed 0; fractions, like pass@1). Pooling over seeds: item i of seed s of this
+recipe is paired with item i of seed s of the first, only for seeds where both runs succeeded, and
+the (seed, item) pairs of all those seeds form one sample, treated as independent pairs (the
+bootstrap resamples pairs, not problems; a problem thus counts once per seed).
+
 A recipe entry may carry overrides after colons, ``vspo:steering=null`` or
 ``dapo:loss.clip_high=0.35:group_size=16``: a variant compared as its own row (an ablation).
 """
@@ -23,6 +32,7 @@ from typing import Any, Callable
 
 from .errors import UserError
 from .eval.metrics import mean_std, welch_t_test
+from .eval.paired import load_item_results, pair_by_key, paired_tests
 from .tracking import read_metrics
 
 
@@ -38,6 +48,7 @@ class RunResult:
     seconds: float = float("nan")
     tokens: float = float("nan")
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
+    items: dict[str, bool] = field(default_factory=dict)  # problem key -> final greedy correct (after_items.jsonl)
 
 
 def parse_variant(entry: str) -> tuple[str, list[str]]:
@@ -77,9 +88,31 @@ def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
         if "eval/pass@1" in r:
             curve.append((r["step"], elapsed, r["eval/pass@1"]))
     final = after.get("pass@1", curve[-1][2] if curve else float("nan"))
+    items_path = run_dir / "after_items.jsonl"  # absent when final_eval_problems=0: no paired tests then
+    items = load_item_results(items_path) if items_path.exists() else {}
     return RunResult(recipe, seed, run_dir, ok=True, final=final, auc=area_under(curve),
                      seconds=summary["train_seconds"], tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
-                     curve=curve)
+                     curve=curve, items=items)
+
+
+def paired_vs_first(results: list[RunResult], recipe: str, first: str, B: int = 10_000,
+                    seed: int = 0) -> tuple[dict[str, Any] | None, str]:
+    """Paired tests of ``recipe`` (x) against ``first`` (y) on items pooled over the seeds both ran
+    successfully (see the module docstring); ``(None, why)`` when there is nothing to pair."""
+    runs = {(r.recipe, r.seed): r for r in results if r.ok and r.items}
+    seeds = sorted(s for (name, s) in runs if name == recipe and (first, s) in runs)
+    if not seeds:
+        return None, "no seed where both runs succeeded with per-item results (after_items.jsonl)"
+    x: list[bool] = []
+    y: list[bool] = []
+    for s in seeds:
+        try:
+            xs, ys = pair_by_key(runs[(recipe, s)].items, runs[(first, s)].items)
+        except UserError as err:
+            return None, f"seed {s}: {err}"
+        x.extend(xs)
+        y.extend(ys)
+    return {**paired_tests(x, y, B=B, seed=seed), "seeds": seeds}, ""
 
 
 def area_under(curve: list[tuple[int, float, float]]) -> float:
@@ -105,6 +138,8 @@ def table_rows(results: list[RunResult], recipes: list[str]) -> list[dict[str, A
         base = finals[recipes[0]]
         row["p_vs_first"] = (welch_t_test(finals[r], base)[1]
                              if r != recipes[0] and len(finals[r]) >= 2 and len(base) >= 2 else None)
+        paired, why = paired_vs_first(results, r, recipes[0]) if r != recipes[0] else (None, "")
+        row.update(paired_vs_first=paired, **({"paired_skipped": why} if why else {}))
         rows.append(row)
     return rows
 
@@ -131,7 +166,8 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
             results.append(res)
     rows = table_rows(results, recipes)
     report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
-              "runs": [{**{k: v for k, v in vars(r).items() if k != "run_dir"}, "run_dir": str(r.run_dir)} for r in results]}
+              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items")}, "run_dir": str(r.run_dir)}
+                       for r in results]}
     (out / "compare.json").write_text(json.dumps(_json_safe(report), indent=2, default=str, allow_nan=False))
     plot_compare(results, recipes, out / "compare.png")
     return report

@@ -1,7 +1,9 @@
 """A whole training run: run folder, before/after evaluation, training, final model, report.
 
 The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.json``,
-``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them), ``curves.png``,
+``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them),
+``after_items.jsonl`` (the final evaluation's greedy result per held-out problem: key, score,
+correct; what ``reasonrl compare`` pairs across recipes), ``curves.png``,
 ``final/`` (an HF model directory; with LoRA the adapter, and ``final/merged/`` the merged model),
 ``checkpoints/`` and ``events.jsonl`` (one line per process start and end of training: where a
 resumed process continued, how many steps it trained). Every small file is written atomically, so
@@ -24,7 +26,7 @@ from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
 from .errors import ExistingPathError, MissingPathError, UserError
 from .dist.group import Single, init_group, on_main
-from .eval.runner import EvalConfig, evaluate
+from .eval.runner import EvalConfig, evaluate, item_lines
 from .models import load_model, resolve_device, save_model
 from .models.memory import weights_dtype
 from .parts import Recipe
@@ -52,14 +54,23 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(trainer: Trainer, cfg: TrainConfig) -> dict[str, Any] | None:
-    """The before/after evaluation, through the trainer's engine (split over ranks or workers)."""
+def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | None, list[dict]]:
+    """The before/after evaluation, through the trainer's engine (split over ranks or workers):
+    its summary and its per-sample records."""
     if cfg.final_eval_problems <= 0:
-        return None
+        return None, []
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, k=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=trainer.budget, max_rows=cfg.max_rows)
-    summary, _ = evaluate(trainer.engine, trainer.task, ev_cfg)
-    return summary
+    return evaluate(trainer.engine, trainer.task, ev_cfg)
+
+
+def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_records: list[dict]) -> None:
+    """The end of a run folder: the model, the per-item results of the final eval, summary, curves."""
+    save_model(model, tok, run_dir / "final")
+    if after_records:  # none when final_eval_problems=0
+        atomic_write_text(run_dir / "after_items.jsonl", item_lines(after_records))
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
 
 
 def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
@@ -130,7 +141,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
     if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
         on_phase("evaluating the starting model")
-        before = _final_eval(trainer, cfg)
+        before = _final_eval(trainer, cfg)[0]
         if main:
             atomic_write_text(before_path, json.dumps(before, indent=2))
     start = trainer.resume() if resume else None
@@ -159,15 +170,13 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
             trainer.engine.close()
     seconds = time.perf_counter() - t0
     on_phase("evaluating the trained model")
-    after = _final_eval(trainer, cfg)
+    after, after_records = _final_eval(trainer, cfg)
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
                "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world}
     if main:
         log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
                   items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
-        save_model(model, tok, run_dir / "final")
-        atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-        plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
+        _write_final(run_dir, model, tok, summary, after_records)
     group.barrier()  # the other ranks return once the run folder is complete
     summary["run_dir"] = str(run_dir)
     return summary

@@ -36,7 +36,7 @@ def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mod
     for r, text in enumerate(texts):
         item = items[r // n]
         score = task.verify(text, item.answer, item.meta)
-        out.append({"problem": r // n, "mode": mode, "prompt": item.prompt, "answer": item.answer,
+        out.append({"problem": r // n, "key": item.key, "mode": mode, "prompt": item.prompt, "answer": item.answer,
                     "completion": text, "extracted": task.extract_answer(text), "score": score,
                     "correct": is_correct(score), "length": int(lengths[r]), "finish": reasons[r]})
     return out
@@ -99,6 +99,13 @@ def _shape_stats(greedy: list[dict], sampled: list[dict]) -> dict[str, float]:
     if sampled:
         out["sampled_mean_length"] = sum(r["length"] for r in sampled) / len(sampled)
     return out
+
+
+def item_lines(records: list[dict]) -> str:
+    """The greedy records, one small JSON line each (problem key and correctness): what the paired
+    tests need (``reasonrl compare``, ``reasonrl eval --against``), without the completions."""
+    keep = ("problem", "key", "mode", "score", "correct")
+    return "".join(json.dumps({k: r[k] for k in keep}) + "\n" for r in records if r["mode"] == "greedy")
 
 
 def write_samples(records: list[dict], path: str | Path) -> None:
