@@ -206,6 +206,7 @@ def test_egrsd_refuses_token_level_input():
 
 def _run(name, tiny_dir, tmp_path, **over):
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, task="arithmetic", steps=3,
+                      task_options={"max_digits": 1},  # one-digit sums: the tiny model mixes right and wrong
                       prompts_per_step=4, eval_every=0, final_eval_problems=0, save_every=0, micro_batch_size=3)
     train_run(cfg, dataclasses.replace(get_recipe(name), group_size=4, **over))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -215,19 +216,17 @@ def _run(name, tiny_dir, tmp_path, **over):
     return rows
 
 
-@pytest.mark.slow
 def test_ssopd_trains_end_to_end(tiny_dir, tmp_path):
     rows = _run("ssopd", tiny_dir, tmp_path)
     assert all({"distill/pairs", "distill/ssopd_term", "distill/frontier_weight"} <= set(r) for r in rows)
     acted = [r for r in rows if r["distill/pairs"] > 0]
-    assert acted, [r["accuracy"] for r in rows]  # the sharp tiny model mixes right and wrong answers
+    assert acted, [r["accuracy"] for r in rows]
     for r in acted:
         assert r["distill/ssopd_term"] > 0 and r["distill/divergence_term"] > 0 and r["distill/tokens_term"] >= 1
         assert 0 < r["distill/frontier_weight"] <= 1
     assert not any(k.startswith("egrsd/") for r in rows for k in r)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name,lookahead", [("egrsd", 0), ("cl_egrsd", 8)])
 def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
     assert get_recipe(name).egrsd.lookahead == lookahead
@@ -239,3 +238,23 @@ def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
         assert r["egrsd/tokens"] >= 1
     assert any(r["egrsd/lookahead_frac"] > 0 for r in acted) == (lookahead > 0)
     assert not any(k.startswith("distill/") for r in rows for k in r)
+
+
+def test_config_keys_turn_the_parts_on_change_them_and_are_validated():
+    from reasonrl.config import apply_overrides, split_config
+    from reasonrl.errors import UserError
+    from reasonrl.validate import check_run
+
+    # dotted keys (YAML gives strings for 1e-1) reach the fields; an optional part can be switched off or on
+    r = apply_overrides(get_recipe("ssopd"), split_config({"ssopd": {"coef": "1e-1", "max_prefix_tokens": "16"}})[1])
+    assert (r.ssopd.coef, r.ssopd.max_prefix_tokens, r.ssopd.divergence) == (0.1, 16, "forward_kl")
+    assert apply_overrides(get_recipe("ssopd"), split_config({"ssopd": None})[1]).ssopd is None
+    on = apply_overrides(get_recipe("grpo"), split_config({"egrsd": {"lookahead": 8}})[1])
+    assert on.egrsd == EGRSD(lookahead=8) and len(on.all_shapers) == 1
+    # the cap's floor follows the magnitude form: 'ratio' clips to [1/cap, cap], so cap >= 1
+    bad = dataclasses.replace(get_recipe("egrsd"), egrsd=EGRSD(magnitude="ratio"))
+    object.__setattr__(bad.egrsd, "cap", 0.5)
+    with pytest.raises(UserError, match=r"'egrsd.cap' = 0.5 .* >= 1"):
+        check_run(TrainConfig(), bad)
+    object.__setattr__(bad.egrsd, "cap", 1.0)
+    check_run(TrainConfig(), bad)
