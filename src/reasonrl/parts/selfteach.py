@@ -23,7 +23,8 @@ from torch import Tensor
 
 from ..distill import encode_contexts, score_under_context
 from ..losses.divergence import DIVERGENCES, token_divergence
-from ..losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight, ssopd_pairs
+from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
+                                ssopd_pairs)
 from ..tasks.guidance import reference_solution
 
 __all__ = ["EGRSD", "SSOPD", "template_problem"]
@@ -37,7 +38,8 @@ def template_problem(template: str) -> str | None:
     try:
         template.format(prompt="", solution="")
     except (KeyError, IndexError, ValueError) as err:
-        return f"is not a valid format string with only {{prompt}} and {{solution}} ({err!r}); write literal braces as {{{{ }}}}"
+        return (f"is not a valid format string with only {{prompt}} and {{solution}} ({err!r}); "
+                "write literal braces as {{ }}")
     return None
 
 
@@ -97,7 +99,8 @@ class SSOPD:
         if self.max_prefix_tokens is not None:
             T = min(T, self.max_prefix_tokens)
         comp, cmask = ro.completion_ids[w_rows, :T], ro.completion_mask[w_rows, :T]  # (N, T)
-        texts = [self.template.format(prompt=ro.prompts[int(w)], solution=ro.texts[int(c)]) for c, w in zip(c_rows, w_rows)]
+        texts = [self.template.format(prompt=ro.prompts[int(w)], solution=ro.texts[int(c)])
+                 for c, w in zip(c_rows, w_rows)]
         ctx_ids, ctx_mask = encode_contexts(tok, texts)  # (N, P') left-padded
         teacher = score_under_context(model, ctx_ids, ctx_mask, comp, cmask, temperature=temperature, grad=False,
                                       full=True, chunk_rows=len(texts)).logits  # (N, T, V) no grad
@@ -112,7 +115,8 @@ class SSOPD:
         n_x = max(len(p["groups"]), 1)  # N_x: first-round prompts in the whole batch
         n_pairs = len(p["w_rows"])
         here = torch.isin(p["w_rows"], rows.to(p["w_rows"].device))  # (n_pairs,) w* rows in this micro-batch
-        metrics = {"distill/pairs": float(n_pairs), "distill/frontier_weight": float(p["weight"].mean()) if len(p["weight"]) else 0.0}
+        metrics = {"distill/pairs": float(n_pairs),
+                   "distill/frontier_weight": float(p["weight"].mean()) if len(p["weight"]) else 0.0}
         loss = torch.zeros((), device=logp.device)
         div_sum, tokens = 0.0, 0.0
         if bool(here.any()):

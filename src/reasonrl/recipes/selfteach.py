@@ -13,7 +13,8 @@ from ..parts import PolicyLoss
 from ..parts.selfteach import EGRSD, SSOPD
 from .grpo import GRPO
 
-_SAME_AS_GRPO = "group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo, for equal-terms comparisons"
+_SAME_AS_GRPO = ("group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo, "
+                 "for equal-terms comparisons")
 
 SSOPD_RECIPE = dataclasses.replace(
     GRPO,
