@@ -93,7 +93,7 @@ def test_ssopd_term_matches_the_hand_formula(tiny):
     assert float(loss.detach()) == pytest.approx(0.5 / 3 * 8 / 9 * sum(kls), rel=1e-4)
     assert all(k > 1e-4 for k in kls)  # the two contexts differ, so the term is not trivially 0
     assert m["distill/pairs"] == 2.0 and m["distill/frontier_weight"] == pytest.approx((8 / 9 + 8 / 9 + 0) / 3)
-    assert m["distill/ssopd_term"] == pytest.approx(float(loss))
+    assert m["distill/ssopd_term"] == pytest.approx(float(loss.detach()))
     assert m["distill/divergence_term"] == pytest.approx(sum(kls) / 2, rel=1e-4)
     assert m["distill/tokens_term"] == len(COMPLETIONS[2]) + len(COMPLETIONS[5])
 
