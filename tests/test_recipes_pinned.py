@@ -42,6 +42,8 @@ GRPO_ROW = {
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
+    "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
+    "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
 }
 
 
@@ -109,6 +111,16 @@ TABLE = {
     # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
     # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
+    # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
+    # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
+    "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None)),
+    # EGRSD (arXiv 2605.13255; spec section 2, forms [inferred]): A_i x min(|q - s|, 5) x gate (g_min 0.1,
+    # tau 1), PPO-clip 0.2 with token-mean over the batch (1 / sum |y_i|), no additive GRPO share;
+    # CL-EGRSD: lookahead window 8
+    "egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                 egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
+    "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                    egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
 }
 
 
@@ -144,6 +156,10 @@ def _actual(recipe, expected):
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
+        "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
+                                               r.ssopd.max_prefix_tokens),
+        "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
+                                               r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
     }
 
 

@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
+from reasonrl.parts import EGRSD, SSOPD, BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -165,7 +165,9 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     are set in place on fresh copies) so that check_run alone decides."""
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
-                "steering": Steering(positive=("a",), negative=("b",))}
+                "steering": Steering(positive=("a",), negative=("b",)), "ssopd": SSOPD(), "egrsd": EGRSD()}
+    # one rollout strategy per recipe (parts/strategy.py): beam sampling only for its own keys
+    optional.pop("steering" if key.startswith("beam.") else "beam")
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -214,6 +216,13 @@ BOUNDARIES = [
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
+    ("ssopd.coef", 0.0, -0.1), ("ssopd.template", "{prompt}{solution}", "{prompt} only"),
+    ("ssopd.template", "{solution}{prompt}", "{prompt}{solution}{x}"), ("ssopd.divergence", "jsd", "kl"),
+    ("ssopd.beta", 1.0, 1.01), ("ssopd.top_k", 1, 0), ("ssopd.clip", 1e-9, 0.0), ("ssopd.frontier", "mixed", "4p"),
+    ("ssopd.max_prefix_tokens", 1, 0),
+    ("egrsd.template", "{solution}{prompt}", "{solution}"), ("egrsd.direction", "sign", "reward"),
+    ("egrsd.magnitude", "ratio", "log"), ("egrsd.cap", 1e-9, 0.0), ("egrsd.g_min", 1.0, 0.0),
+    ("egrsd.g_min", 1e-9, 1.01), ("egrsd.tau", 1e-9, 0.0), ("egrsd.lookahead", 0, -1), ("egrsd.alpha", 0.0, -0.1),
 ]
 
 

@@ -28,7 +28,10 @@ from .errors import UserError
 from .losses.aggregate import AGG_MODES
 from .losses.kl import KL_ESTIMATORS
 from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
+from .losses.divergence import DIVERGENCES
+from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .parts import Recipe
+from .parts.selfteach import template_problem
 from .rewards.options import rewards_dict
 from .tasks import get_task
 
@@ -95,6 +98,8 @@ def _group_text(values: Values) -> str:
 SEED = within(0, 2**32 - 1)  # numpy's seed range
 ROWS = Rule(lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
             "auto (from free GPU memory) or an integer >= 1")
+TEMPLATE = Rule(lambda v, _: template_problem(v) is None,
+                "a format string with {prompt} and {solution} and no other field")
 RULES: dict[str, Rule] = {
     # run
     "steps": Rule(lambda v, _: v >= 0, ">= 0 (0: evaluate only)"),
@@ -177,6 +182,25 @@ RULES: dict[str, Rule] = {
     "steering.anneal": one_of(("none", "linear", "cosine")),
     "beam.first_frac": within(0, 1, open_lo=True),
     "beam.k_max": at_least(1),
+    # self-teachers (parts/selfteach.py)
+    "ssopd.coef": at_least(0),
+    "ssopd.template": TEMPLATE,
+    "ssopd.divergence": one_of(DIVERGENCES),
+    "ssopd.beta": within(0, 1),
+    "ssopd.top_k": Rule(lambda v, _: v >= 1, ">= 1, or null for the full vocabulary"),
+    "ssopd.clip": Rule(lambda v, _: v > 0, "> 0, or null for no clip"),
+    "ssopd.frontier": one_of(FRONTIER_FORMS),
+    "ssopd.max_prefix_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null to distil every token"),
+    "egrsd.template": TEMPLATE,
+    "egrsd.direction": one_of(DIRECTIONS),
+    "egrsd.magnitude": one_of(MAGNITUDE_FORMS),
+    "egrsd.cap": Rule(lambda v, c: v >= 1 if c.get("egrsd.magnitude") == "ratio" else v > 0,
+                      lambda c: ">= 1 (magnitude 'ratio' clips to [1/cap, cap])" if c.get("egrsd.magnitude") == "ratio"
+                      else "> 0"),
+    "egrsd.g_min": within(0, 1, open_lo=True),
+    "egrsd.tau": above(0),
+    "egrsd.lookahead": Rule(lambda v, _: v >= 0, ">= 0 (0: plain EGRSD, K >= 1: CL-EGRSD's window)"),
+    "egrsd.alpha": at_least(0),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

@@ -17,9 +17,10 @@ import torch
 from ..rewards.options import reward_options
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
+__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
            "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
@@ -47,6 +48,8 @@ class Recipe:
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
+    ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
+    egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -84,6 +87,8 @@ class Recipe:
                    stages=None if self.stages is None else dataclasses.asdict(self.stages),
                    steering=None if self.steering is None else dataclasses.asdict(self.steering),
                    beam=None if self.beam is None else dataclasses.asdict(self.beam),
+                   ssopd=None if self.ssopd is None else dataclasses.asdict(self.ssopd),
+                   egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -1,0 +1,184 @@
+"""Self-teacher parts: the policy, shown privileged context, teaches itself (same weights, no grad).
+
+* :class:`SSOPD` (Self-Supervised On-Policy Distillation, arXiv 2605.17497) is a ``loss_term``: in
+  each mixed first-round group the shortest correct completion becomes the teacher's context, and
+  the teacher's next-token distributions are distilled into the student along the longest wrong
+  completion, weighted by the group's frontier weight.
+* :class:`EGRSD` (Entropy-Guided Reinforced Self-Distillation, arXiv 2605.13255; ``lookahead > 0``
+  is CL-EGRSD) is a ``shape_advantages``: token advantages ``A_i * m_t * g_t`` from a teacher pass
+  under the reference solution.
+
+The maths is in :mod:`reasonrl.losses.selfteach` and :mod:`reasonrl.losses.divergence`; these parts
+only choose rows, build the teacher's prompt and run the forward passes. Only the selection rule
+(SSOPD), the three-factor structure, floor and lookahead (EGRSD) come from the abstracts; every
+other choice is a field with the spec's default (shared/specs/distill-and-data.md sections 1-2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..distill import encode_contexts, score_under_context
+from ..losses.divergence import DIVERGENCES, token_divergence
+from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
+                                ssopd_pairs)
+from ..tasks.guidance import reference_solution
+
+__all__ = ["EGRSD", "SSOPD", "template_problem"]
+
+
+def template_problem(template: str) -> str | None:
+    """Why a teacher-context template is unusable (None: it is fine). It must name ``{prompt}`` (the
+    teacher must see the problem) and ``{solution}`` (the privileged text), and nothing else."""
+    if "{prompt}" not in template or "{solution}" not in template:
+        return "must contain {prompt} and {solution}"
+    try:
+        template.format(prompt="", solution="")
+    except (KeyError, IndexError, ValueError) as err:
+        return (f"is not a valid format string with only {{prompt}} and {{solution}} ({err!r}); "
+                "write literal braces as {{ }}")
+    return None
+
+
+def _check_template(owner: str, template: str) -> None:
+    why = template_problem(template)
+    if why:
+        raise ValueError(f"{owner}.template {template!r} {why}")
+
+
+@dataclass(frozen=True)
+class SSOPD:
+    """SSOPD's distillation term ``lambda (1/N_x) sum_x w(x) (1/|y_w*|) sum_t D_t`` (arXiv 2605.17497).
+
+    ``N_x`` = first-round prompts in the batch; the term is computed for the w* rows of each
+    micro-batch and normalised by the batch-global ``N_x``, so micro-batches add up to the batch's
+    value. Teacher: the policy (current weights, no grad) under ``template``; student: the policy on
+    the plain prompt with grad, full logits at w*'s tokens (the tokens its loss mask shows)."""
+
+    coef: float = 1.0  # lambda [inferred: unknown in the paper]
+    # [inferred] the OPSD convention "x + 'A correct solution: ' c* ' Now solve it yourself:'"; the
+    # prompt is repeated after it so w*'s tokens follow the problem as they do under the plain prompt
+    template: str = "{prompt}A correct solution: {solution} Now solve it yourself:\n{prompt}"
+    divergence: str = "forward_kl"  # [inferred] forward_kl | reverse_kl | jsd
+    beta: float = 0.5  # the JSD mixture weight (divergence="jsd" only)
+    top_k: int | None = None  # [inferred option] both distributions on the teacher's top-k; None: full vocabulary
+    clip: float | None = None  # [inferred option] D_t <- min(D_t, clip); None: no clip
+    frontier: str = "4p(1-p)"  # [inferred form] or "mixed" = 1[0 < p < 1]
+    max_prefix_tokens: int | None = None  # [inferred option] distil only w*'s first K tokens; None: all
+
+    def __post_init__(self):
+        _check_template("ssopd", self.template)
+        if self.divergence not in DIVERGENCES or self.frontier not in FRONTIER_FORMS:
+            raise ValueError(f"ssopd: divergence must be one of {DIVERGENCES} and frontier one of {FRONTIER_FORMS}, "
+                             f"got {self.divergence!r}, {self.frontier!r}")
+
+    def pairs(self, batch: Any) -> dict[str, Tensor]:
+        """The batch's SSOPD pairs: first-round groups ``groups`` (B0,), their frontier weights ``w``
+        (B0,), and for the mixed ones the rows of c* and w* (``c_rows``, ``w_rows``) and ``w`` there."""
+        G = batch.rewards.shape[1]
+        first = (batch.group_kinds() == 0).nonzero().squeeze(-1)  # (B0,) first-round groups only
+        correct = batch.correct[first]  # (B0, G)
+        lengths = batch.ro.lengths.view(-1, G)[first]  # (B0, G) completion tokens
+        c_star, w_star = ssopd_pairs(correct, lengths)  # (B0,), (B0,); -1 where not mixed
+        weight = frontier_weight(correct, self.frontier)  # (B0,)
+        mixed = w_star >= 0  # (B0,)
+        return {"groups": first, "weight": weight, "c_rows": first[mixed] * G + c_star[mixed],
+                "w_rows": first[mixed] * G + w_star[mixed], "pair_weight": weight[mixed]}
+
+    def teacher_student(self, batch: Any, c_rows: Tensor, w_rows: Tensor, model, tok,
+                        temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+        """Logits at w*'s completion positions: teacher (N, T, V) without grad (context: the template
+        with c*'s text), student (N, T, V) with grad (the plain prompt's own tokens), and the (N, T)
+        mask of the distilled tokens (the loss mask, capped at ``max_prefix_tokens``)."""
+        ro = batch.ro
+        mask = batch.loss_mask[w_rows]  # (N, T_all) tokens the loss sees
+        T = int(ro.completion_mask[w_rows].sum(-1).max())
+        if self.max_prefix_tokens is not None:
+            T = min(T, self.max_prefix_tokens)
+        comp, cmask = ro.completion_ids[w_rows, :T], ro.completion_mask[w_rows, :T]  # (N, T)
+        texts = [self.template.format(prompt=ro.prompts[int(w)], solution=ro.texts[int(c)])
+                 for c, w in zip(c_rows, w_rows)]
+        ctx_ids, ctx_mask = encode_contexts(tok, texts)  # (N, P') left-padded
+        teacher = score_under_context(model, ctx_ids, ctx_mask, comp, cmask, temperature=temperature, grad=False,
+                                      full=True, chunk_rows=len(texts)).logits  # (N, T, V) no grad
+        student = score_under_context(model, ro.prompt_ids[w_rows], ro.prompt_mask[w_rows], comp, cmask,
+                                      temperature=temperature, grad=True, full=True,
+                                      chunk_rows=len(texts)).logits  # (N, T, V) with grad
+        return teacher, student, mask[:, :T].to(student.device, student.dtype)
+
+    def loss_term(self, *, logp: Tensor, batch: Any, rows: Tensor, model, tok, temperature: float,
+                  **_: Any) -> tuple[Tensor, dict[str, float]]:
+        p = self.pairs(batch)
+        n_x = max(len(p["groups"]), 1)  # N_x: first-round prompts in the whole batch
+        n_pairs = len(p["w_rows"])
+        here = torch.isin(p["w_rows"], rows.to(p["w_rows"].device))  # (n_pairs,) w* rows in this micro-batch
+        metrics = {"distill/pairs": float(n_pairs),
+                   "distill/frontier_weight": float(p["weight"].mean()) if len(p["weight"]) else 0.0}
+        loss = torch.zeros((), device=logp.device)
+        div_sum, tokens = 0.0, 0.0
+        if bool(here.any()):
+            teacher, student, mask = self.teacher_student(batch, p["c_rows"][here], p["w_rows"][here], model, tok,
+                                                          temperature)
+            for i, w in enumerate(p["pair_weight"][here].tolist()):  # one token-mean per pair: 1/|y_w*| is per pair
+                d, m = token_divergence(student[i:i + 1], teacher[i:i + 1], mask[i:i + 1], kind=self.divergence,
+                                        beta=self.beta, temperature=temperature, top_k=self.top_k, clip=self.clip)
+                loss = loss + (self.coef * w / n_x) * d.to(loss.device)
+                div_sum, tokens = div_sum + m["distill/divergence"], tokens + m["distill/tokens"]
+        metrics.update({"distill/ssopd_term": float(loss.detach()), "distill/tokens_term": tokens,
+                        # mean over the batch's pairs of each pair's token-mean divergence (micro-batches add up)
+                        "distill/divergence_term": div_sum / max(n_pairs, 1)})
+        return loss, metrics
+
+
+@dataclass(frozen=True)
+class EGRSD:
+    """EGRSD / CL-EGRSD token advantages ``a_{i,t} = A_i m_t g_t`` (+ ``alpha A_i``), arXiv 2605.13255.
+
+    Teacher: the policy (same weights, no grad) under ``template`` with the task's reference solution
+    (:func:`reasonrl.tasks.guidance.reference_solution`), giving q_t and the entropy H_t. Student: s_t =
+    the behaviour log-probs of the rollout (detached, as the spec's ``sg s_t``: the weights are
+    constants of the PPO-clip loss). Rows whose sequence advantage is 0 get weight 0 whatever the
+    teacher says (unless none do), so the teacher scores only the others."""
+
+    # [inferred] the privileged context: the reference solution, then the problem again
+    template: str = "{prompt}Reference solution: {solution} Now solve it yourself:\n{prompt}"
+    direction: str = "advantage"  # [inferred] A_i, or "sign" = sign(A_i)
+    magnitude: str = "abs"  # [inferred] min(|q - s|, cap), or "ratio" = clip(exp(q - s), 1/cap, cap)
+    cap: float = 5.0  # [inferred] M
+    g_min: float = 0.1  # [inferred value; the floor itself is the paper's]
+    tau: float = 1.0  # [inferred] gate temperature (nats)
+    lookahead: int = 0  # CL-EGRSD window K (spec default 8); 0: plain EGRSD
+    alpha: float = 0.0  # [inferred option] weight of an additive plain-GRPO advantage
+
+    def __post_init__(self):
+        _check_template("egrsd", self.template)
+        if self.direction not in DIRECTIONS or self.magnitude not in MAGNITUDE_FORMS:
+            raise ValueError(f"egrsd: direction must be one of {DIRECTIONS} and magnitude one of {MAGNITUDE_FORMS}, "
+                             f"got {self.direction!r}, {self.magnitude!r}")
+
+    def shape_advantages(self, adv: Tensor, ctx: dict[str, Any]) -> tuple[Tensor, dict[str, float]]:
+        if adv.dim() != 2:
+            raise ValueError(f"egrsd needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part already "
+                             "made token-level advantages; use one token-level shaper per recipe")
+        ro, items, task = ctx["rollouts"], ctx["items"], ctx["task"]
+        B, G = adv.shape
+        flat = adv.reshape(-1)  # (R,)
+        rows = (flat != 0).nonzero().squeeze(-1)  # (n,) rows a token weight can move
+        cmask = ro.completion_mask  # (R, T)
+        out = torch.zeros(cmask.shape, dtype=flat.dtype)  # (R, T)
+        metrics = {"egrsd/rows": float(len(rows))}
+        if len(rows):
+            texts = [self.template.format(prompt=items[int(r) // G].prompt,
+                                          solution=reference_solution(task, items[int(r) // G])) for r in rows]
+            sc = ctx["score_under"](texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
+            weights, m = egrsd_token_weights(
+                flat[rows], sc.logprobs.cpu(), ro.logprobs[rows].detach(), sc.entropy.cpu(), cmask[rows],
+                direction=self.direction, magnitude=self.magnitude, cap=self.cap, g_min=self.g_min, tau=self.tau,
+                lookahead=self.lookahead)  # (n, T)
+            out[rows] = weights.to(out.dtype)
+            metrics.update(m)
+        out = out + self.alpha * flat[:, None] * cmask.to(out.dtype)  # (R, T) optional plain GRPO share
+        return out.view(B, G, -1), metrics
