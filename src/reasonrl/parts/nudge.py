@@ -149,5 +149,5 @@ def distill_loss(bare_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
     per_seq = (adv * bare_logp * mask).sum(-1) / n_tok.clamp(min=1)  # (r,)
     loss = -per_seq.sum() / max(n_seqs, 1)
     live = n_tok > 0
-    mean_logp = float(((bare_logp * mask).sum(-1)[live] / n_tok[live]).mean()) if live.any() else 0.0
+    mean_logp = float(((bare_logp.detach() * mask).sum(-1)[live] / n_tok[live]).mean()) if live.any() else 0.0
     return loss, {"nudge/bare_logp": mean_logp}
