@@ -181,12 +181,12 @@ def test_distill_term_scores_under_the_bare_prompt_and_micro_batches_add_up(shar
     ids, mask = encode_contexts(tok, [b.items[r // 8].prompt for r in range(R)])
     bare = score_under_context(model, ids, mask, b.ro.completion_ids, b.ro.completion_mask).logprobs
     per_seq = (b.advantages[:, None] * bare * b.loss_mask).sum(-1) / b.loss_mask.sum(-1)
-    assert float(whole) == pytest.approx(float(-0.1 * per_seq.sum() / R), rel=1e-4, abs=1e-6)
-    assert m["nudge/distill_term"] == pytest.approx(float(whole))
+    assert float(whole.detach()) == pytest.approx(float(-0.1 * per_seq.sum() / R), rel=1e-4, abs=1e-6)
+    assert m["nudge/distill_term"] == pytest.approx(float(whole.detach()))
     # a shuffled split into micro-batches (each trimmed to its own length) sums to the whole, values and grads
     parts = torch.randperm(R, generator=torch.Generator().manual_seed(0)).split(5)
     split = sum(_term(part, b, model, tok, rows, n_seqs=R)[0] for rows in parts)
-    assert float(split) == pytest.approx(float(whole), rel=1e-4, abs=1e-6)
+    assert float(split.detach()) == pytest.approx(float(whole.detach()), rel=1e-4, abs=1e-6)
     p = next(model.parameters())
     g_whole = torch.autograd.grad(whole, p)[0]
     g_split = torch.autograd.grad(split, p)[0]
@@ -202,7 +202,7 @@ def test_distill_term_skips_later_round_groups(sharp_tiny):
     b.loss_mask = b.loss_mask.clone()
     b.loss_mask[8:] = 0  # the same as group 2 contributing nothing
     b.kinds = None
-    assert float(only_first) == pytest.approx(float(_term(part, b, model, tok, rows, n_seqs=16)[0]), abs=1e-6)
+    assert float(only_first.detach()) == pytest.approx(float(_term(part, b, model, tok, rows, n_seqs=16)[0].detach()), abs=1e-6)
 
 
 # ---------------------------------------------------------------- end to end
