@@ -39,6 +39,7 @@ GRPO_ROW = {
     "veto": None,  # (trigger, include_trigger)
     "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
     "beam": None,  # (first_frac, k_max)
+    "hints": None,  # NudgeRL's (n_hints, per_hint, p_drop, sampler, adv_lambda, distill_coef)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
@@ -110,6 +111,9 @@ TABLE = {
                                                                   "process": "precision"}),)),
     # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
     # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
+    # NudgeRL (arXiv 2605.15726, authors' config): 2 hints (the first two) x 4 rollouts = G 8, dropout 0.5,
+    # adv_lbd 1.1, distill_coeff 0.1; PPO clip 0.2 / 0.2, no KL, per-sequence token mean (loss_type "grpo")
+    "nudgerl": row(hints=(2, 4, 0.5, "sequential", 1.1, 0.1)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
@@ -153,6 +157,8 @@ def _actual(recipe, expected):
         "veto": None if loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
         "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
         "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
+        "hints": None if r.hints is None else (r.hints.n_hints, r.hints.per_hint, r.hints.p_drop, r.hints.sampler,
+                                               r.hints.adv_lambda, r.hints.distill_coef),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),

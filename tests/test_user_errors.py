@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import EGRSD, SSOPD, BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
+from reasonrl.parts import EGRSD, SSOPD, BeamSampling, GroupFilter, HintSampling, Sampling, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -165,9 +165,10 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     are set in place on fresh copies) so that check_run alone decides."""
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
-                "steering": Steering(positive=("a",), negative=("b",)), "ssopd": SSOPD(), "egrsd": EGRSD()}
-    # one rollout strategy per recipe (parts/strategy.py): beam sampling only for its own keys
-    optional.pop("steering" if key.startswith("beam.") else "beam")
+                "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
+                "ssopd": SSOPD(), "egrsd": EGRSD()}
+    strategies = ("beam", "steering", "hints")  # a recipe has one rollout strategy: only the one the key names
+    optional = {k: v for k, v in optional.items() if k not in strategies or k == key.split(".")[0]}
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -213,6 +214,10 @@ BOUNDARIES = [
     ("group_filter.max_rounds", 1, 0), ("group_filter.max_rounds_cap", 1, 0), ("stages.count", 1, 0),
     ("steering.alphas", "uniform", "random"), ("steering.anneal", "cosine", "exp"), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
+    ("hints.n_hints", 2, 0),  # 2: hints.per_hint 4 x 2 = group_size 8
+    ("hints.per_hint", 4, 0), ("hints.per_hint", 4, 5), ("hints.p_drop", 1.0, 1.01),
+    ("hints.p_drop", 0.0, -0.01), ("hints.sampler", "random", "shuffled"), ("hints.adv_lambda", 0.0, -0.1),
+    ("hints.distill_coef", 0.0, -0.1), ("hints.template", "{hint}\n{prompt}", "{hint} only"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true

@@ -201,6 +201,18 @@ RULES: dict[str, Rule] = {
     "egrsd.tau": above(0),
     "egrsd.lookahead": Rule(lambda v, _: v >= 0, ">= 0 (0: plain EGRSD, K >= 1: CL-EGRSD's window)"),
     "egrsd.alpha": at_least(0),
+    "hints.n_hints": at_least(1),
+    # NudgeRL spends a group on M hints x K rollouts: G = M * K exactly (parts/nudge.py)
+    "hints.per_hint": Rule(lambda v, c: v >= 1 and (c.get("hints.n_hints", 1) < 1  # that one is reported on its own
+                                                     or v * c.get("hints.n_hints", 1) == c.get("group_size")),
+                           lambda c: f">= 1 with hints.n_hints * hints.per_hint = group_size "
+                                     f"({c.get('hints.n_hints')} * per_hint = {c.get('group_size')})"),
+    "hints.p_drop": within(0, 1),
+    "hints.sampler": one_of(("sequential", "random")),
+    "hints.adv_lambda": at_least(0),
+    "hints.distill_coef": at_least(0),
+    "hints.template": Rule(lambda v, _: "{hint}" in v and "{prompt}" in v,
+                           "a text containing {hint} and {prompt} (the hinted prompt should end as the bare one)"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

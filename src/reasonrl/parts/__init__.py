@@ -16,11 +16,13 @@ import torch
 
 from ..rewards.options import reward_options
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
+from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
+__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups",
+           "HintSampling", "Optim",
            "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
@@ -47,6 +49,7 @@ class Recipe:
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
+    hints: HintSampling | None = None  # NudgeRL: hinted sub-groups, their advantages, distillation to the bare prompt
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
@@ -89,6 +92,7 @@ class Recipe:
                    beam=None if self.beam is None else dataclasses.asdict(self.beam),
                    ssopd=None if self.ssopd is None else dataclasses.asdict(self.ssopd),
                    egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
+                   hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

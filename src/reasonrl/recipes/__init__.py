@@ -10,6 +10,7 @@ import difflib
 from ..errors import UserError
 from ..parts import Recipe
 from .grpo import DR_GRPO, GRPO
+from .nudge import NUDGERL
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
 from .selfteach import SELFTEACH_RECIPES
 from .tasks import TASK_RECIPES
@@ -22,7 +23,8 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, *TASK_RECIPES, *SELFTEACH_RECIPES):
+for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, *TASK_RECIPES,
+           *SELFTEACH_RECIPES):
     register(_r)
 
 
