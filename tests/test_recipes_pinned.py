@@ -39,6 +39,7 @@ GRPO_ROW = {
     "veto": None,  # (trigger, include_trigger)
     "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
     "beam": None,  # (first_frac, k_max)
+    "correction": None,  # (p_max, q0, kappa, weight, rho, rho_min, acc_floor, factor)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
@@ -108,6 +109,11 @@ TABLE = {
                                                                   "process": "precision"}),)),
     # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
     # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
+    # CIPO (arXiv 2605.14539; thresholds [inferred], spec section 6): accuracy in (0, 0.75] picked, all-wrong
+    # prompts with probability 0.5, -0.5 for a wrong correction repeating the failed answer, lambda_c 1, replay
+    # ratio 0.5 halved (down to 1/8) while correction accuracy < 0.1; GRPO with token mean over the joint batch
+    "cipo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                correction=(0.75, 0.5, 0.5, 1.0, 0.5, 0.125, 0.1, 2.0)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
 }
 
@@ -124,7 +130,7 @@ def _actual(recipe, expected):
     extras = tuple((type(fn).__name__, w, _options(fn, opts))
                    for (fn, w), (_, _, opts) in zip(r.extra_rewards, expected["extra_rewards"]))
     extras += tuple((type(fn).__name__, w, {}) for fn, w in r.extra_rewards[len(expected["extra_rewards"]):])
-    st = r.steering
+    st, c = r.steering, r.correction
     return {
         "advantage": (r.advantage.estimator, r.advantage.scale),
         "loss": (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region, loss.agg, loss.norm_len),
@@ -141,6 +147,8 @@ def _actual(recipe, expected):
         "veto": None if loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
         "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
         "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
+        "correction": None if r.correction is None else (c.p_max, c.q0, c.kappa, c.weight, c.rho, c.rho_min, c.acc_floor,
+                                                         c.factor),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),

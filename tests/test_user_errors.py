@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
+from reasonrl.parts import BeamSampling, Correction, GroupFilter, Sampling, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -165,7 +165,8 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     are set in place on fresh copies) so that check_run alone decides."""
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
-                "steering": Steering(positive=("a",), negative=("b",))}
+                "steering": Steering(positive=("a",), negative=("b",)), "correction": Correction()}
+    optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}  # beam + steering: two strategies
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -211,6 +212,12 @@ BOUNDARIES = [
     ("group_filter.max_rounds", 1, 0), ("group_filter.max_rounds_cap", 1, 0), ("stages.count", 1, 0),
     ("steering.alphas", "uniform", "random"), ("steering.anneal", "cosine", "exp"), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
+    ("correction.p_max", 1.0, 1.01), ("correction.p_max", 1e-9, 0.0), ("correction.q0", 0.0, -0.01),
+    ("correction.q0", 1.0, 1.01), ("correction.kappa", 0.0, -0.1), ("correction.weight", 1e-9, 0.0),
+    ("correction.rho", 1.0, 1.01),  # (its lower bound is the rho_min rule's: rho_min 0.125 <= rho)
+    ("correction.rho_min", 0.0, -0.01), ("correction.rho_min", 0.5, 0.51),  # up to the default rho 0.5
+    ("correction.acc_floor", 1.0, 1.01), ("correction.factor", 1.0, 0.99),
+    ("correction.template", "{attempt}{prompt}", "{attempt}=?\n"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true

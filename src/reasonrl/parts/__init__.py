@@ -15,11 +15,12 @@ from typing import Any, Callable
 import torch
 
 from ..rewards.options import reward_options
+from .correction import Correction
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
+__all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest", "GroupFilter", "Groups", "Optim",
            "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
@@ -46,6 +47,7 @@ class Recipe:
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
+    correction: Correction | None = None  # CIPO: a second round of corrections of failed attempts
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     # A part takes part in the loop through the methods it has, never through its name:
@@ -84,6 +86,7 @@ class Recipe:
                    stages=None if self.stages is None else dataclasses.asdict(self.stages),
                    steering=None if self.steering is None else dataclasses.asdict(self.steering),
                    beam=None if self.beam is None else dataclasses.asdict(self.beam),
+                   correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])
