@@ -40,6 +40,7 @@ GRPO_ROW = {
     "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
     "beam": None,  # (first_frac, k_max)
     "hints": None,  # NudgeRL's (n_hints, per_hint, p_drop, sampler, adv_lambda, distill_coef)
+    "correction": None,  # (p_max, q0, kappa, weight, rho, rho_min, acc_floor, factor)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
@@ -114,6 +115,11 @@ TABLE = {
     # NudgeRL (arXiv 2605.15726, authors' config): 2 hints (the first two) x 4 rollouts = G 8, dropout 0.5,
     # adv_lbd 1.1, distill_coeff 0.1; PPO clip 0.2 / 0.2, no KL, per-sequence token mean (loss_type "grpo")
     "nudgerl": row(hints=(2, 4, 0.5, "sequential", 1.1, 0.1)),
+    # CIPO (arXiv 2605.14539; thresholds [inferred], spec section 6): accuracy in (0, 0.75] picked, all-wrong
+    # prompts with probability 0.5, -0.5 for a wrong correction repeating the failed answer, lambda_c 1, replay
+    # ratio 0.5 halved (down to 1/8) while correction accuracy < 0.1; GRPO with token mean over the joint batch
+    "cipo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                correction=(0.75, 0.5, 0.5, 1.0, 0.5, 0.125, 0.1, 2.0)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
@@ -140,7 +146,7 @@ def _actual(recipe, expected):
     extras = tuple((type(fn).__name__, w, _options(fn, opts))
                    for (fn, w), (_, _, opts) in zip(r.extra_rewards, expected["extra_rewards"]))
     extras += tuple((type(fn).__name__, w, {}) for fn, w in r.extra_rewards[len(expected["extra_rewards"]):])
-    st = r.steering
+    st, c = r.steering, r.correction
     return {
         "advantage": (r.advantage.estimator, r.advantage.scale),
         "loss": (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region, loss.agg, loss.norm_len),
@@ -159,6 +165,8 @@ def _actual(recipe, expected):
         "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
         "hints": None if r.hints is None else (r.hints.n_hints, r.hints.per_hint, r.hints.p_drop, r.hints.sampler,
                                                r.hints.adv_lambda, r.hints.distill_coef),
+        "correction": None if r.correction is None else (c.p_max, c.q0, c.kappa, c.weight, c.rho, c.rho_min, c.acc_floor,
+                                                         c.factor),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),

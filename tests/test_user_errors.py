@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import EGRSD, SSOPD, BeamSampling, GroupFilter, HintSampling, Sampling, Stages, Steering, Veto
+from reasonrl.parts import EGRSD, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Sampling, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -166,9 +166,10 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
-                "ssopd": SSOPD(), "egrsd": EGRSD()}
-    strategies = ("beam", "steering", "hints")  # a recipe has one rollout strategy: only the one the key names
-    optional = {k: v for k, v in optional.items() if k not in strategies or k == key.split(".")[0]}
+                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction()}
+    # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
+    # own rules (hints: n_hints x per_hint = group_size) would judge other keys' values
+    optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -218,6 +219,12 @@ BOUNDARIES = [
     ("hints.per_hint", 4, 0), ("hints.per_hint", 4, 5), ("hints.p_drop", 1.0, 1.01),
     ("hints.p_drop", 0.0, -0.01), ("hints.sampler", "random", "shuffled"), ("hints.adv_lambda", 0.0, -0.1),
     ("hints.distill_coef", 0.0, -0.1), ("hints.template", "{hint}\n{prompt}", "{hint} only"),
+    ("correction.p_max", 1.0, 1.01), ("correction.p_max", 1e-9, 0.0), ("correction.q0", 0.0, -0.01),
+    ("correction.q0", 1.0, 1.01), ("correction.kappa", 0.0, -0.1), ("correction.weight", 1e-9, 0.0),
+    ("correction.rho", 1.0, 1.01),  # (its lower bound is the rho_min rule's: rho_min 0.125 <= rho)
+    ("correction.rho_min", 0.0, -0.01), ("correction.rho_min", 0.5, 0.51),  # up to the default rho 0.5
+    ("correction.acc_floor", 1.0, 1.01), ("correction.factor", 1.0, 0.99),
+    ("correction.template", "{attempt}{prompt}", "{attempt}=?\n"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true

@@ -213,6 +213,17 @@ RULES: dict[str, Rule] = {
     "hints.distill_coef": at_least(0),
     "hints.template": Rule(lambda v, _: "{hint}" in v and "{prompt}" in v,
                            "a text containing {hint} and {prompt} (the hinted prompt should end as the bare one)"),
+    "correction.p_max": within(0, 1, open_lo=True),
+    "correction.q0": within(0, 1),
+    "correction.kappa": at_least(0),
+    "correction.weight": above(0),
+    "correction.rho": within(0, 1, open_lo=True),
+    "correction.rho_min": Rule(lambda v, c: 0 <= v <= c.get("correction.rho", 1),
+                               lambda c: f"in [0, correction.rho = {c.get('correction.rho')}]"),
+    "correction.acc_floor": within(0, 1),
+    "correction.factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed replay ratio)"),
+    "correction.template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
+                                "text with the slots {prompt} and {attempt} (end it with {prompt})"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

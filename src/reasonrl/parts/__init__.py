@@ -15,14 +15,15 @@ from typing import Any, Callable
 import torch
 
 from ..rewards.options import reward_options
+from .correction import Correction
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups",
-           "HintSampling", "Optim",
+__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
+           "GroupFilter", "Groups", "HintSampling", "Optim",
            "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
@@ -50,6 +51,7 @@ class Recipe:
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
     hints: HintSampling | None = None  # NudgeRL: hinted sub-groups, their advantages, distillation to the bare prompt
+    correction: Correction | None = None  # CIPO: a second round of corrections of failed attempts
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
@@ -93,6 +95,7 @@ class Recipe:
                    ssopd=None if self.ssopd is None else dataclasses.asdict(self.ssopd),
                    egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
+                   correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -9,6 +9,7 @@ import difflib
 
 from ..errors import UserError
 from ..parts import Recipe
+from .cipo import CIPO
 from .grpo import DR_GRPO, GRPO
 from .nudge import NUDGERL
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
@@ -23,8 +24,8 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, *TASK_RECIPES,
-           *SELFTEACH_RECIPES):
+for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO,
+           *TASK_RECIPES, *SELFTEACH_RECIPES):
     register(_r)
 
 
