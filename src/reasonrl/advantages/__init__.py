@@ -1,5 +1,6 @@
 """Advantage estimators: pure functions from (B, G) group rewards to (B, G) advantages, and
-shapers that rescale or mask advantages afterwards (EDAS, negative-advantage veto).
+shapers that rescale or mask advantages afterwards (EDAS, negative-advantage veto), and the
+sub-group / second-round maths of NudgeRL, CIPO and STRIDE.
 
 Pick an estimator by name with :func:`get_estimator` (names in :data:`ESTIMATORS`).
 """
@@ -16,6 +17,23 @@ from .estimators import (
     rloo,
 )
 from .shapers import NONE_POLICIES, VETO_TRIGGERS, edas, negative_veto_mask
+from .subgroups import (
+    VERDICTS,
+    cipo_pick_failure,
+    cipo_reward,
+    cipo_rewards,
+    cipo_select,
+    harmless_advantage,
+    kept_prefix,
+    nudge_advantages,
+    nudge_contexts,
+    nudge_dropout_counts,
+    parse_first_error,
+    parse_verdict,
+    split_steps,
+    suffix_mask,
+    verifier_reward,
+)
 
 __all__ = [
     "grpo",
@@ -30,4 +48,19 @@ __all__ = [
     "negative_veto_mask",
     "NONE_POLICIES",
     "VETO_TRIGGERS",
+    "nudge_advantages",
+    "nudge_dropout_counts",
+    "nudge_contexts",
+    "cipo_select",
+    "cipo_pick_failure",
+    "cipo_reward",
+    "cipo_rewards",
+    "split_steps",
+    "kept_prefix",
+    "suffix_mask",
+    "parse_first_error",
+    "parse_verdict",
+    "VERDICTS",
+    "harmless_advantage",
+    "verifier_reward",
 ]

@@ -1,6 +1,6 @@
 """Losses: the clipped policy loss (ratio level x trust region x aggregation), the KL penalty to a
 reference policy, SAGE's shaped-anchor KL, the entropy bonus, token divergences for distillation, and CorR-PO's entropy/gradient
-correlation (a reward regulariser). Every loss returns ``(loss, metrics)``.
+correlation (a reward regulariser), and the self-teacher token weights of SSOPD / EGRSD. Every loss returns ``(loss, metrics)``.
 """
 from __future__ import annotations
 
@@ -32,6 +32,17 @@ from .corr import (
 from .divergence import DIVERGENCES, per_token_divergence, token_divergence
 from .kl import KL_ESTIMATORS, entropy_bonus, kl_loss, kl_penalty
 from .policy import RATIO_LEVELS, TRUST_REGIONS, policy_loss
+from .selfteach import (
+    DIRECTIONS,
+    FRONTIER_FORMS,
+    MAGNITUDE_FORMS,
+    egrsd_gate,
+    egrsd_magnitude,
+    egrsd_token_weights,
+    frontier_weight,
+    lookahead_entropy,
+    ssopd_pairs,
+)
 
 __all__ = [
     "DIVERGENCES",
@@ -67,4 +78,13 @@ __all__ = [
     "spearman_per_row",
     "inversion_score",
     "corr_po_bonus",
+    "FRONTIER_FORMS",
+    "MAGNITUDE_FORMS",
+    "DIRECTIONS",
+    "ssopd_pairs",
+    "frontier_weight",
+    "egrsd_gate",
+    "lookahead_entropy",
+    "egrsd_magnitude",
+    "egrsd_token_weights",
 ]
