@@ -8,6 +8,7 @@ from ..errors import UserError
 from .arithmetic import ArithmeticTask
 from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
 from .files import FileTask
+from .guidance import Critique, GuidedTask, load_guidance
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
 from .code import CodeTask
 from .diagnosis import DiagnosisTask
@@ -62,5 +63,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

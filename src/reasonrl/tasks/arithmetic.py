@@ -9,6 +9,13 @@ least significant digit, writing the carry (or borrow) it brings in, e.g. for 34
 Subtraction writes the borrowed ten into the minuend digit (``12-5-0=7``, borrow 1 next); a
 negative difference swaps the operands behind a ``~`` marker. More than two terms are worked
 left to right, one line per binary operation, each intermediate line ending in ``>result``.
+
+Guidance (:mod:`.guidance`): a *step* is one comma-separated column step, numbered from 1 across
+all lines in text order; a line's ``~`` and ``>result`` belong to its first and last column step,
+and the answer line is the last step (347+85 has 4 steps). The critique compares the completion's
+steps, spaces removed, with the canonical working of the problem (so the spaced style is right
+too, and the answer step is right when its value is): the first that differs is the first error,
+a missing step is wrong, and anything after the answer line is wrong.
 """
 from __future__ import annotations
 
@@ -17,9 +24,15 @@ import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from ..errors import UserError
 from .base import Item, check_split, in_test_split, make_config
+from .guidance import Critique, make_critique, prefix_at_step, split_steps
 
 ANSWER_RE = re.compile(r"A:\s*(-?\d+)")
+PROBLEM_RE = re.compile(r"\d+(?:[+-]\d+)+")
+STEP_SEP = re.compile(r"[,\n]")  # a step: one column step, or the answer line
+# a column step: optional ~ (negative line), x op y op carry-or-borrow = result, optional >running total
+COLUMN_RE = re.compile(r"(~?)(\d+)([+-])(\d+)[+-](\d+)=(-?\d+)(>-?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,86 @@ def extract_answer(completion: str) -> str | None:
     return str(int(found[-1])) if found else None
 
 
+def parse_problem(key: str) -> tuple[list[int], list[str]]:
+    """``"12+9-30"`` -> ([12, 9, 30], ["+", "-"])."""
+    if not PROBLEM_RE.fullmatch(key):
+        raise UserError(f"arithmetic: {key!r} is not a problem key like '347+85' (digits joined by + or -)")
+    return [int(t) for t in re.findall(r"\d+", key)], re.findall(r"[+-]", key)
+
+
+def _swap_note(a: int, op: str, b: int) -> str | None:
+    """What a negative line works out instead (mirrors :func:`binary_step`), or None."""
+    if op == "-" and a < 0:
+        return f"{a}-{b} is negative: write ~ and add {-a}+{b}"
+    if op == "-" and a < b:
+        return f"{a}-{b} is negative: write ~ and subtract {b}-{a}"
+    if op == "+" and a < 0 and b < -a:
+        return f"{a}+{b} is negative: write ~ and subtract {-a}-{b}"
+    return None
+
+
+def column_hints(terms: list[int], ops: list[str]) -> list[str]:
+    """Strategy hints computed from the problem (NudgeRL's contexts, arXiv 2605.15726): per line, the
+    columns that carry (or borrow), the number of columns, column 1's step, the ~ of a negative
+    line; then the answer's digit count. Columns count from the ones column (column 1)."""
+    many, out, acc = len(ops) > 1, [], terms[0]
+    if many:
+        out.append(f"work left to right, one line per operation: {len(ops)} lines")
+    for j, (op, t) in enumerate(zip(ops, terms[1:]), 1):
+        where = f"line {j}: " if many else ""
+        text, value = binary_step(acc, op, t)
+        cols = [COLUMN_RE.fullmatch(c) for c in text.split(",")]
+        borrow = cols[0].group(3) == "-"  # a borrowing column writes its minuend digit plus ten
+        marked = [i for i, m in enumerate(cols, 1) if int(m.group(2 if borrow else 6)) >= 10]
+        verb = "borrows" if borrow else "carries"
+        out.append(where + (", ".join(f"column {i} {verb} 1" for i in marked) or f"no column {verb}"))
+        out.append(f"{where}{len(cols)} column{'s' * (len(cols) > 1)}, from the ones digit leftwards")
+        out.append(f"{where}column 1 is {text.split(',')[0].lstrip('~')}")
+        note = _swap_note(acc, op, t)
+        if note:
+            out.append(where + note)
+        acc = value
+    size = len(str(abs(acc)))
+    out.append(f"the answer {'is negative and ' if acc < 0 else ''}has {size} digit{'s' * (size > 1)}")
+    return out
+
+
+def _lhs(m: re.Match) -> str:
+    return m.group(0).split("=")[0]  # a column step's operands, ~ included
+
+
+def _step_error(got: str, want: str, is_answer: bool) -> str | None:
+    """Why step ``got`` is not the canonical ``want`` (one line), or None when it is right."""
+    g = re.sub(r"\s+", "", got)
+    if g == want:
+        return None
+    if is_answer:
+        m = re.fullmatch(r"A:(-?\d+)", g)
+        return None if m and int(m.group(1)) == int(want[2:]) else f"the answer line is {want}, not {got[:40]}"
+    gm, wm = COLUMN_RE.fullmatch(g), COLUMN_RE.fullmatch(want)
+    if gm and _lhs(gm) == _lhs(wm) and gm.group(6) != wm.group(6):
+        return f"{_lhs(wm)} is {wm.group(6)}, not {gm.group(6)}"
+    if gm and _lhs(gm) == _lhs(wm):
+        return f"the running total is {(wm.group(7) or '>none')[1:]}, not {(gm.group(7) or '>none')[1:]}"
+    return f"it should be {want}, not {got[:40]}"
+
+
+def critique_steps(key: str, completion: str) -> Critique:
+    """The first wrong step of ``completion`` against the canonical working of problem ``key``."""
+    want = split_steps(solve(*parse_problem(key))[0], STEP_SEP)
+    got = split_steps(completion, STEP_SEP)
+    for k, w in enumerate(want, 1):
+        if k > len(got):
+            return make_critique(k, f"step {k}: missing; it should be {w}")
+        why = _step_error(got[k - 1], w, is_answer=k == len(want))
+        if why:
+            return make_critique(k, f"step {k}: {why}")
+    if len(got) > len(want):
+        k = len(want) + 1
+        return make_critique(k, f"step {k}: nothing should follow the answer line, got {got[k - 1][:40]}")
+    return make_critique(None, f"all {len(want)} steps are right")
+
+
 class ArithmeticTask:
     """Addition/subtraction of ``terms`` numbers of ``min_digits``..``max_digits`` digits."""
 
@@ -168,3 +261,25 @@ class ArithmeticTask:
         if self.config.spaced_rate == 0:
             return {}
         return {"spaced_rate": sum(bool(re.search(SPACED_RE, c)) for c in completions) / max(len(completions), 1)}
+
+    # guidance (tasks/guidance.py): hints, reference solution, stepwise critique; steps: see the module doc
+    def hints(self, item: Item) -> list[str]:
+        return column_hints(*parse_problem(item.key))
+
+    def reference_solution(self, item: Item) -> str:
+        if item.demo is None:
+            raise UserError(f"arithmetic item {item.key!r} has no demonstration (build items with make_item)")
+        return item.demo
+
+    def steps(self, completion: str) -> list[str]:
+        return split_steps(completion, STEP_SEP)
+
+    def prefix_before_step(self, completion: str, k: int) -> tuple[str, int]:
+        return prefix_at_step(completion, k, STEP_SEP)
+
+    def critique(self, item: Item, completion: str) -> Critique:
+        return critique_steps(item.key, completion)
+
+    def critique_prompt(self, item: Item, completion: str) -> str:
+        return (f"check {item.prompt.strip()}\n{completion}\n"
+                "first wrong step (steps split at , and line breaks; the answer line is last):\n")
