@@ -39,6 +39,7 @@ GRPO_ROW = {
     "veto": None,  # (trigger, include_trigger)
     "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
     "beam": None,  # (first_frac, k_max)
+    "redirect": None,  # STRIDE: (critic, n_r, n_v, harmless, ratio, clip, lambda_r, eta, max_redirects)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
@@ -108,6 +109,10 @@ TABLE = {
                                                                   "process": "precision"}),)),
     # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
     # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
+    # STRIDE (arXiv 2605.18851, spec section 7, all [inferred]): the task's critique on the tiny reasoner, n_r = 4
+    # continuations, harmless advantage, ratio clipped at c = 5, lambda_r = 1, eta = 0.5, n_v = 4, one
+    # redirection per prompt per step (None)
+    "stride": row(redirect=("task", 4, 4, True, True, 5.0, 1.0, 0.5, None)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
 }
 
@@ -141,6 +146,8 @@ def _actual(recipe, expected):
         "veto": None if loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
         "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
         "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
+        "redirect": None if r.redirect is None else tuple(getattr(r.redirect, k) for k in (
+            "critic", "n_r", "n_v", "harmless", "ratio", "clip", "lambda_r", "eta", "max_redirects")),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),

@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import BeamSampling, GroupFilter, Sampling, Stages, Steering, Veto
+from reasonrl.parts import BeamSampling, GroupFilter, Redirect, Sampling, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -166,6 +166,10 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",))}
+    # one rollout strategy per recipe (parts/strategy.py): steering replaces beam for steering keys
+    optional.pop("beam" if key.startswith("steering.") else "steering")
+    if key.startswith("redirect."):  # its n_r / n_v rules read group_size: on only for its own keys
+        optional["redirect"] = Redirect()
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -211,6 +215,9 @@ BOUNDARIES = [
     ("group_filter.max_rounds", 1, 0), ("group_filter.max_rounds_cap", 1, 0), ("stages.count", 1, 0),
     ("steering.alphas", "uniform", "random"), ("steering.anneal", "cosine", "exp"), ("steering.layer", 0, -1), ("steering.alpha_max", 0.0, -0.5),
     ("beam.first_frac", 1.0, 1.01), ("beam.first_frac", 0.01, 0.0), ("beam.k_max", 1, 0),
+    ("redirect.critic", "model", "verifier"), ("redirect.n_r", 1, 0), ("redirect.n_r", 8, 3), ("redirect.n_v", 1, 0),
+    ("redirect.n_v", 4, 6), ("redirect.clip", 1e-9, 0.0), ("redirect.lambda_r", 0.0, -0.1), ("redirect.eta", 0.0, -0.1),
+    ("redirect.max_redirects", 1, 0), ("redirect.template", "c: {critique}\n", "c: {crit}\n"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true

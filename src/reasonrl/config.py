@@ -20,11 +20,12 @@ import yaml
 
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, Recipe, Sampling, Stages, Steering
+from .parts import KL, Advantage, BeamSampling, GroupFilter, Optim, PolicyLoss, Recipe, Redirect, Sampling, Stages, Steering
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
-                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling}
-OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam")  # None turns the part off; a mapping turns it on / changes it
+                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
+                   "redirect": Redirect}
+OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "redirect")  # None turns the part off; a mapping turns it on / changes it
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

@@ -17,10 +17,11 @@ import torch
 from ..rewards.options import reward_options
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .redirect import Redirect
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["EDAS", "KL", "Advantage", "BeamSampling", "CorrBonus", "GenRequest", "GroupFilter", "Groups", "Optim",
-           "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
+           "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
 
@@ -46,6 +47,7 @@ class Recipe:
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
     steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
+    redirect: Redirect | None = None  # STRIDE: redirect failed rollouts from the first wrong step (a round)
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
 
     # A part takes part in the loop through the methods it has, never through its name:
@@ -84,6 +86,7 @@ class Recipe:
                    stages=None if self.stages is None else dataclasses.asdict(self.stages),
                    steering=None if self.steering is None else dataclasses.asdict(self.steering),
                    beam=None if self.beam is None else dataclasses.asdict(self.beam),
+                   redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -11,6 +11,7 @@ from ..errors import UserError
 from ..parts import Recipe
 from .grpo import DR_GRPO, GRPO
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
+from .stride import STRIDE
 from .tasks import TASK_RECIPES
 
 RECIPES: dict[str, Recipe] = {}
@@ -21,7 +22,7 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, *TASK_RECIPES):
+for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, STRIDE, *TASK_RECIPES):
     register(_r)
 
 
