@@ -35,10 +35,10 @@ CRITICS = ("task", "model")
 
 def pack_round_robin(counts: Sequence[int], chunk: int, cap: int) -> tuple[list[int], int]:
     """How many units of each prompt to take, ``chunk`` at a time, prompts in turn, at most ``cap``
-    units in all: (taken per prompt, units dropped because they cannot fill a chunk). Units the cap
-    leaves out are not "dropped" (they were never asked for)."""
+    units in all (rounded down to whole chunks, at least one chunk): (taken per prompt, units dropped
+    because they cannot fill a chunk). Units the cap leaves out are not "dropped" (never asked for)."""
     taken, full = [0] * len(counts), [c - c % chunk for c in counts]
-    budget, moved = cap - cap % chunk, True
+    budget, moved = max(cap - cap % chunk, chunk), True  # a cap below one chunk still allows one group
     while moved and budget >= chunk:
         moved = False
         for i in range(len(counts)):
