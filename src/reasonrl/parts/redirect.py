@@ -224,6 +224,7 @@ class Redirect:
         per = G // n_v  # critiqued trajectories per group, all of one prompt
         preset = maker.recipe.advantage(r.view(-1, n_v)).reshape(-1, G)  # (B', G)
         metrics["stride/verifier_reward_mean"] = float(r.mean())
+        metrics["stride/verifier_groups"] = float(len(r) // G)
         metrics["stride/verdict_agreement"] = float(agree.mean())
         return Groups(v["items"][::per], ro_v, r.view(-1, G), agree.view(-1, G), preset=preset)
 
