@@ -12,7 +12,7 @@ reasoner was never taught to write critiques, so as a verifier it produces no pa
 """
 import dataclasses
 
-from ..parts import Recipe, Redirect
+from ..parts import Redirect
 from .grpo import GRPO
 
 STRIDE = dataclasses.replace(
