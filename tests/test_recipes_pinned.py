@@ -41,6 +41,7 @@ GRPO_ROW = {
     "beam": None,  # (first_frac, k_max)
     "hints": None,  # NudgeRL's (n_hints, per_hint, p_drop, sampler, adv_lambda, distill_coef)
     "correction": None,  # (p_max, q0, kappa, weight, rho, rho_min, acc_floor, factor)
+    "redirect": None,  # STRIDE: (critic, n_r, n_v, harmless, ratio, clip, lambda_r, eta, max_redirects)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
@@ -120,6 +121,10 @@ TABLE = {
     # ratio 0.5 halved (down to 1/8) while correction accuracy < 0.1; GRPO with token mean over the joint batch
     "cipo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                 correction=(0.75, 0.5, 0.5, 1.0, 0.5, 0.125, 0.1, 2.0)),
+    # STRIDE (arXiv 2605.18851, spec section 7, all [inferred]): the task's critique on the tiny reasoner, n_r = 4
+    # continuations, harmless advantage, ratio clipped at c = 5, lambda_r = 1, eta = 0.5, n_v = 4, one
+    # redirection per prompt per step (None)
+    "stride": row(redirect=("task", 4, 4, True, True, 5.0, 1.0, 0.5, None)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
@@ -167,6 +172,8 @@ def _actual(recipe, expected):
                                                r.hints.adv_lambda, r.hints.distill_coef),
         "correction": None if r.correction is None else (c.p_max, c.q0, c.kappa, c.weight, c.rho, c.rho_min, c.acc_floor,
                                                          c.factor),
+        "redirect": None if r.redirect is None else tuple(getattr(r.redirect, k) for k in (
+            "critic", "n_r", "n_v", "harmless", "ratio", "clip", "lambda_r", "eta", "max_redirects")),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),

@@ -19,7 +19,8 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import EGRSD, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Sampling, Stages, Steering, Veto
+from reasonrl.parts import (EGRSD, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
+                           Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
@@ -166,9 +167,9 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
-                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction()}
+                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
-    # own rules (hints: n_hints x per_hint = group_size) would judge other keys' values
+    # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
@@ -225,6 +226,9 @@ BOUNDARIES = [
     ("correction.rho_min", 0.0, -0.01), ("correction.rho_min", 0.5, 0.51),  # up to the default rho 0.5
     ("correction.acc_floor", 1.0, 1.01), ("correction.factor", 1.0, 0.99),
     ("correction.template", "{attempt}{prompt}", "{attempt}=?\n"),
+    ("redirect.critic", "model", "verifier"), ("redirect.n_r", 1, 0), ("redirect.n_r", 8, 3), ("redirect.n_v", 1, 0),
+    ("redirect.n_v", 4, 6), ("redirect.clip", 1e-9, 0.0), ("redirect.lambda_r", 0.0, -0.1), ("redirect.eta", 0.0, -0.1),
+    ("redirect.max_redirects", 1, 0), ("redirect.template", "c: {critique}\n", "c: {crit}\n"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true

@@ -224,6 +224,17 @@ RULES: dict[str, Rule] = {
     "correction.factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed replay ratio)"),
     "correction.template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
                                 "text with the slots {prompt} and {attempt} (end it with {prompt})"),
+    # STRIDE redirection: a group packs group_size // n_r redirections (group_size // n_v critiques)
+    "redirect.critic": one_of(("task", "model")),
+    "redirect.n_r": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+                         lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
+    "redirect.n_v": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+                         lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
+    "redirect.clip": above(0),
+    "redirect.lambda_r": at_least(0),
+    "redirect.eta": at_least(0),
+    "redirect.max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
+    "redirect.template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way
@@ -321,7 +332,8 @@ def rollout_problems(values: Values, recipe: str) -> list[str]:
         return ["config key 'rollout.async' = true needs rollout.workers >= 1 (asynchronous generation runs on "
                 "Ray rollout workers): set rollout.workers or drop rollout.async"]
     out = []
-    uses = [part for part, key in (("beam", "beam.k_max"), ("steering", "steering.layer")) if values.get(key) is not None]
+    uses = [part for part, key in (("beam", "beam.k_max"), ("steering", "steering.layer"),
+                                          ("redirect", "redirect.n_r")) if values.get(key) is not None]
     if uses:
         out.append(f"config key 'rollout.workers' = {workers} needs plain sampling; recipe {recipe!r} uses {uses[0]} "
                    f"({uses[0]}'s rollouts run on the trainer's model): set rollout.workers=0")

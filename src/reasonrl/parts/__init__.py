@@ -19,12 +19,13 @@ from .correction import Correction
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
-           "GroupFilter", "Groups", "HintSampling", "Optim",
-           "PlainSampling", "PolicyLoss", "Recipe", "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
+           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
+           "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
 
@@ -52,6 +53,7 @@ class Recipe:
     beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
     hints: HintSampling | None = None  # NudgeRL: hinted sub-groups, their advantages, distillation to the bare prompt
     correction: Correction | None = None  # CIPO: a second round of corrections of failed attempts
+    redirect: Redirect | None = None  # STRIDE: redirect failed rollouts from the first wrong step (a round)
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
@@ -96,6 +98,7 @@ class Recipe:
                    egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
+                   redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -14,6 +14,7 @@ from .grpo import DR_GRPO, GRPO
 from .nudge import NUDGERL
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
 from .selfteach import SELFTEACH_RECIPES
+from .stride import STRIDE
 from .tasks import TASK_RECIPES
 
 RECIPES: dict[str, Recipe] = {}
@@ -24,7 +25,7 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO,
+for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            *TASK_RECIPES, *SELFTEACH_RECIPES):
     register(_r)
 

@@ -5,6 +5,12 @@ consistent prefix of earlier ones. A branch is the prompt plus the first ``cut``
 tokens of a source row, decoded onwards by the same engine: the prefix tokens keep the source
 row's behaviour log-probs and statistics (same policy, same temperature), the new tokens get
 their own, so the whole row is an ordinary sample of the behaviour policy for the loss.
+
+STRIDE's redirection (arXiv 2605.18851) decodes the continuation under an extra context (a critique)
+placed between the prompt and the kept prefix (``contexts``): the row that comes back still holds
+its original prompt, so the loss trains it without the critique, and its ``train_mask`` covers the
+new suffix tokens only (their behaviour log-probs are those under the critique; the prefix keeps the
+source's).
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ from .base import Rollouts, SamplingParams, concat_rollouts
 
 
 def _one_row(ro: Rollouts, r: int, cut: int, new_ids, new_logp, new_ent, new_p2, n_new: int, reason: str,
-             tok, stop: tuple[str, ...], new_hidden=None) -> Rollouts:
+             tok, stop: tuple[str, ...], new_hidden=None, suffix_only: bool = False) -> Rollouts:
     """Row ``r``'s prompt, its first ``cut`` completion tokens and ``n_new`` new ones, as a 1-row Rollouts."""
     def join(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor | None:
         return None if old is None else torch.cat([old[r, :cut], new[:n_new]])[None]  # (1, cut + n_new)
@@ -30,13 +36,22 @@ def _one_row(ro: Rollouts, r: int, cut: int, new_ids, new_logp, new_ent, new_p2,
                     completion_mask=torch.ones_like(ids), logprobs=join(ro.logprobs, new_logp),
                     finish_reasons=[reason], n=1, entropies=join(ro.entropies, new_ent),
                     sum_p2=join(ro.sum_p2, new_p2),
-                    hidden_grad_norm=None if new_hidden is None else join(ro.hidden_grad_norm, new_hidden))
+                    hidden_grad_norm=None if new_hidden is None else join(ro.hidden_grad_norm, new_hidden),
+                    train_mask=_suffix_mask(cut, n_new) if suffix_only else None)
+
+
+def _suffix_mask(cut: int, n_new: int) -> torch.Tensor:  # -> (1, cut + n_new): the regenerated tokens only
+    return torch.cat([torch.zeros(cut, dtype=torch.long), torch.ones(n_new, dtype=torch.long)])[None]
 
 
 @torch.inference_mode()
 def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampling: SamplingParams,
-           generator: torch.Generator | None = None) -> Rollouts:
+           generator: torch.Generator | None = None, contexts: Sequence[str] | None = None) -> Rollouts:
     """One new completion per (row, cut): ``ro``'s row continued after its first ``cut`` tokens.
+
+    ``contexts`` (one text per row, e.g. STRIDE's critique): decoded as prompt + context + prefix,
+    returned as prompt + prefix + new tokens with ``train_mask`` on the new tokens only. Without it
+    the rows are whole samples (no ``train_mask``), as beam sampling wants.
 
     ``sampling.max_new_tokens`` is the budget of the *whole* completion (prefix included), so a
     branch is never longer than an ordinary sample. Rows come back in the order given.
@@ -48,8 +63,13 @@ def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampl
         if not 0 <= c < int(ro.lengths[r]) or c >= sampling.max_new_tokens:
             raise ValueError(f"cut {c} of row {r} must lie inside its completion (length {int(ro.lengths[r])}) "
                              f"and below the budget {sampling.max_new_tokens}")
+    if contexts is not None and len(contexts) != len(rows):
+        raise ValueError(f"branch: {len(contexts)} contexts for {len(rows)} rows (one context text per row)")
     pad = engine.tok.pad_token_id
-    seqs = [torch.cat([ro.prompt_ids[r][ro.prompt_mask[r].bool()], ro.completion_ids[r, :c]]) for r, c in zip(rows, cuts)]
+    extra = [torch.zeros(0, dtype=torch.long)] * len(rows) if contexts is None else [
+        torch.tensor(engine.tok(c, add_special_tokens=False)["input_ids"], dtype=torch.long) for c in contexts]
+    seqs = [torch.cat([ro.prompt_ids[r][ro.prompt_mask[r].bool()], x.to(ro.prompt_ids), ro.completion_ids[r, :c]])
+            for r, c, x in zip(rows, cuts, extra)]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # (N, L) left-padded prompt + prefix
     mask = torch.zeros_like(ids)
@@ -69,7 +89,8 @@ def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampl
         n_new = min(int(st.length[i]), room)
         reason = st.reason[i] if int(st.length[i]) <= room else "length"
         out.append(_one_row(ro, r, c, st.ids[i], st.logp[i], st.ent[i], st.sum_p2[i], n_new, reason, engine.tok,
-                            sampling.stop, st.hidden[i] if sampling.hidden_grad_norm else None))
+                            sampling.stop, st.hidden[i] if sampling.hidden_grad_norm else None,
+                            suffix_only=contexts is not None))
     return concat_rollouts(out, pad) if len(out) > 1 else out[0]
 
 

@@ -1,0 +1,237 @@
+"""STRIDE's redirection round (arXiv 2605.18851; the maths is [inferred], spec section 7 of
+shared/specs/distill-and-data.md): failed first-round rollouts are critiqued (the first wrong step
+``k_hat`` named), the steps before ``k_hat`` are kept and ``n_r`` continuations are regenerated from
+there under prompt + critique, then trained *without* the critique on their suffix tokens only.
+
+A redirected suffix gets the harmless advantage ``max(r(y') - b, 0)`` (``b`` = its prompt's
+first-round mean reward), so a wrong critique can only fail to help. With ``ratio=True`` the suffix
+carries the detached sequence weight ``clamp(pi(suffix | x, s_<k) / pi(suffix | x, crit, s_<k), 0, c)``
+and its behaviour log-probs become the no-critique re-score, so the PPO ratio starts at 1.
+
+The critic is the task's exact critique (``critic="task"``) or the same model in a verifier role
+(``critic="model"``): ``n_v`` critiques per failed trajectory, rewarded ``1[verdict agrees] +
+eta * 1[its redirect succeeded]`` and trained with group-relative advantages over each trajectory's
+``n_v`` critiques.
+
+Groups hold G rows of one prompt: ``G // n_r`` redirections (or ``G // n_v`` critiqued trajectories)
+each; a prompt's redirections that do not fill a group are dropped (counted in ``stride/dropped``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..advantages.subgroups import harmless_advantage, parse_first_error, parse_verdict, verifier_reward
+from ..rollout import concat_rollouts, select_rows
+from ..rollout.branch import branch, char_to_token, token_char_offsets
+from ..seeds import stable_seed
+from ..tasks import guidance
+from .strategy import Groups
+
+CRITICS = ("task", "model")
+
+
+def pack_round_robin(counts: Sequence[int], chunk: int, cap: int) -> tuple[list[int], int]:
+    """How many units of each prompt to take, ``chunk`` at a time, prompts in turn, at most ``cap``
+    units in all (rounded down to whole chunks, at least one chunk): (taken per prompt, units dropped
+    because they cannot fill a chunk). Units the cap leaves out are not "dropped" (never asked for)."""
+    taken, full = [0] * len(counts), [c - c % chunk for c in counts]
+    budget, moved = max(cap - cap % chunk, chunk), True  # a cap below one chunk still allows one group
+    while moved and budget >= chunk:
+        moved = False
+        for i in range(len(counts)):
+            if taken[i] < full[i] and budget >= chunk:
+                taken[i], budget, moved = taken[i] + chunk, budget - chunk, True
+    return taken, sum(c % chunk for c in counts)
+
+
+def suffix_is_weight(logp_plain: torch.Tensor, logp_behaviour: torch.Tensor, mask: torch.Tensor,
+                     clip: float) -> torch.Tensor:
+    """(N, T), (N, T), (N, T) -> (N,): ``clamp(exp(sum_t mask (logp_plain - logp_behaviour)), 0, clip)``,
+    the suffix's sequence importance ratio pi(.|x, prefix) / pi(.|x, critique, prefix), detached."""
+    log_ratio = ((logp_plain.float() - logp_behaviour.float()) * mask.float()).sum(-1)  # (N,)
+    return log_ratio.clamp(max=80.0).exp().clamp(0.0, clip).detach()  # exp(80) ~ 5e34: no inf before the clip
+
+
+@dataclass
+class _Unit:
+    """One redirection: first-round group ``group``, source row ``row``, the critique and its cut."""
+
+    group: int
+    row: int
+    critique: str
+    cut: int  # completion tokens kept
+    vrow: int = -1  # the verifier row that wrote the critique (critic="model")
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """STRIDE redirection round (a :class:`~reasonrl.parts.strategy.Round`). Every field but ``critic``
+    is an [inferred] choice with the spec's default where it has one."""
+
+    critic: str = "task"  # task: the task's exact critique; model: the policy as verifier
+    n_r: int = 4  # continuations per redirected trajectory (spec: 4)
+    n_v: int = 4  # critiques per failed trajectory (critic=model; not fixed by the spec)
+    harmless: bool = True  # clip negative redirect advantages to 0 (spec default)
+    ratio: bool = True  # importance ratio no-critique / critique on the suffix (spec: on, clip c)
+    clip: float = 5.0  # c
+    lambda_r: float = 1.0  # weight of the redirected-suffix term (spec: 1)
+    eta: float = 0.5  # verifier reward for a useful localisation (spec: 0.5)
+    max_redirects: int | None = None  # redirections per step; None: the number of first-round prompts
+    template: str = "{critique}\n"  # how the critique sits between the prompt and the kept prefix
+
+    def __post_init__(self):
+        if self.critic not in CRITICS:
+            raise ValueError(f"Redirect.critic must be one of {CRITICS}, got {self.critic!r}")
+        if self.n_r < 1 or self.n_v < 1 or self.clip <= 0 or self.lambda_r < 0 or self.eta < 0:
+            raise ValueError(f"Redirect needs n_r >= 1, n_v >= 1, clip > 0, lambda_r >= 0, eta >= 0; got {self}")
+        if self.max_redirects is not None and self.max_redirects < 1:
+            raise ValueError(f"Redirect.max_redirects must be >= 1 or None, got {self.max_redirects}")
+        if "{critique}" not in self.template:
+            raise ValueError(f"Redirect.template must contain '{{critique}}', got {self.template!r}")
+
+    def _check(self, G: int) -> None:
+        for name, n in (("redirect.n_r", self.n_r), ("redirect.n_v", self.n_v)):
+            if G % n:
+                raise ValueError(f"{name}={n} must divide group_size={G}: a group packs G // {name.split('.')[1]} "
+                                 f"of them; set {name} to a divisor of {G}")
+
+    def extend(self, maker: Any, batch: Any) -> Groups | None:
+        G = maker.recipe.group_size
+        self._check(G)
+        firsts = (batch.group_kinds() == 0).nonzero().squeeze(-1).tolist()
+        cap = self.max_redirects or len(firsts)
+        failed = {i: [i * G + j for j in range(G) if not batch.correct[i, j]] for i in firsts}
+        metrics = {"stride/unparsed": 0.0, "stride/dropped": 0.0}
+        if self.critic == "task":
+            units, vgroups = self._task_units(maker, batch, failed, metrics), None
+        else:
+            units, vgroups = self._model_units(maker, batch, failed, cap, metrics)
+        units = self._pack(units, G // self.n_r, cap if self.critic == "task" else len(units), metrics)
+        redirected = self._redirect(maker, batch, units, metrics) if units else None
+        verifier = None if vgroups is None else self._verifier_groups(maker, units, redirected, vgroups, metrics)
+        parts = [p for p in (redirected, verifier) if p is not None]
+        for key in ("stride/redirects", "stride/success_rate", "stride/zero_pass_prompts_helped"):
+            metrics.setdefault(key, 0.0)
+        if not parts:
+            empty = torch.zeros(0, G)
+            return Groups([], select_rows(batch.ro, []), empty, empty, metrics=metrics)
+        return _join(parts, maker.engine.tok.pad_token_id, metrics)
+
+    # ------------------------------------------------------------------ critiques
+    def _cut(self, maker: Any, batch: Any, row: int, k_hat: int) -> int | None:
+        """Completion tokens kept before step ``k_hat`` of ``row`` (the task's step splitting), or None
+        when the step does not exist."""
+        text, n = batch.ro.texts[row], int(batch.ro.lengths[row])
+        try:
+            _, chars = guidance.prefix_before_step(maker.task, text, k_hat)
+        except ValueError:  # a step the completion does not have: the critique is unusable
+            return None
+        spans = token_char_offsets(maker.engine.tok, batch.ro.completion_ids[row, :n])
+        return min(char_to_token(spans, chars), n - 1)  # a whole-text prefix still regenerates the last token
+
+    def _task_units(self, maker: Any, batch: Any, failed: dict[int, list[int]], metrics: dict) -> list[_Unit]:
+        units = []
+        for i, rows in failed.items():
+            for r in rows:
+                crit = guidance.critique(maker.task, batch.items[i], batch.ro.texts[r])
+                cut = None if crit.first_error is None else self._cut(maker, batch, r, crit.first_error)
+                if cut is None:
+                    metrics["stride/unparsed"] += 1
+                    continue
+                units.append(_Unit(i, r, crit.text, cut))
+        return units
+
+    def _model_units(self, maker: Any, batch: Any, failed: dict[int, list[int]], cap: int,
+                     metrics: dict) -> tuple[list[_Unit], dict]:
+        """The policy critiques failed trajectories (``G // n_v`` per prompt at a time, about
+        ``cap / n_v`` in all, so redirections stay near ``cap``); every parseable critique is a unit."""
+        G = maker.recipe.group_size
+        kv = G // self.n_v
+        counts, _ = pack_round_robin([len(r) for r in failed.values()], kv, max(kv, cap // self.n_v))
+        chosen = [(i, r) for (i, rows), c in zip(failed.items(), counts) for r in rows[:c]]
+        if not chosen:
+            return [], {"items": [], "ro": None}
+        items = [batch.items[i] for i, _ in chosen]
+        prompts = [guidance.critique_prompt(maker.task, batch.items[i], batch.ro.texts[r]) for i, r in chosen]
+        ro_v = maker.generate(items, prompts, "stride-verify", maker.items_drawn, n=self.n_v)
+        units = []
+        for t, (i, r) in enumerate(chosen):
+            for j in range(self.n_v):
+                v = t * self.n_v + j
+                k_hat = parse_first_error(ro_v.texts[v])
+                cut = None if k_hat is None else self._cut(maker, batch, r, k_hat)
+                if cut is None:
+                    metrics["stride/unparsed"] += 1
+                    continue
+                units.append(_Unit(i, r, ro_v.texts[v].strip(), cut, vrow=v))
+        return units, {"items": items, "ro": ro_v}
+
+    def _pack(self, units: list[_Unit], chunk: int, cap: int, metrics: dict) -> list[_Unit]:
+        """Units regrouped prompt by prompt into whole groups (``chunk`` units each), at most ``cap``."""
+        by_group: dict[int, list[_Unit]] = {}
+        for u in units:
+            by_group.setdefault(u.group, []).append(u)
+        taken, dropped = pack_round_robin([len(us) for us in by_group.values()], chunk, cap)
+        metrics["stride/dropped"] += dropped
+        return [u for us, c in zip(by_group.values(), taken) for u in us[:c]]
+
+    # ------------------------------------------------------------------ redirection
+    def _redirect(self, maker: Any, batch: Any, units: list[_Unit], metrics: dict) -> Groups:
+        """``n_r`` continuations per unit from its kept prefix under prompt + critique, rewarded,
+        with harmless advantages and (optionally) importance weights."""
+        G, n_r = maker.recipe.group_size, self.n_r
+        rows = [u.row for u in units for _ in range(n_r)]
+        cuts = [u.cut for u in units for _ in range(n_r)]
+        contexts = [self.template.format(critique=u.critique) for u in units for _ in range(n_r)]
+        gen = torch.Generator(maker.engine.device).manual_seed(stable_seed(maker.seed, "stride", maker.items_drawn))
+        ro = branch(maker.engine, batch.ro, rows, cuts, maker._sampling_params(), gen, contexts=contexts)
+        per = G // n_r  # units per group
+        items = [batch.items[units[g * per].group] for g in range(len(units) // per)]
+        rewards, correct, _ = maker.reward(items, ro)  # (B', G): every group holds one prompt's units
+        flat = rewards.view(-1)  # (N,) unit-major, n_r rows per unit
+        preset = torch.cat([harmless_advantage(flat[k * n_r:(k + 1) * n_r], float(batch.rewards[u.group].mean()),
+                                               self.harmless) for k, u in enumerate(units)]).view(-1, G)  # (B', G)
+        suffix = ro.train_mask.bool()  # (N, T)
+        plain = maker.score_under(list(ro.prompts), ro, torch.arange(len(rows))).logprobs.to(ro.logprobs)  # (N, T)
+        w = suffix_is_weight(plain, ro.logprobs, suffix, self.clip) if self.ratio else torch.ones(len(rows))
+        ro.logprobs = torch.where(suffix, plain, ro.logprobs)  # the loss's old policy: no critique, ratio 1 at first
+        ok = correct.view(-1)
+        helped = {u.group for k, u in enumerate(units) if ok[k * n_r:(k + 1) * n_r].any()}
+        zero = {u.group for u in units if not batch.correct[u.group].any()}
+        metrics.update({"stride/redirects": float(len(units)), "stride/success_rate": float(ok.float().mean()),
+                        "stride/zero_pass_prompts_helped": float(len(helped & zero)),
+                        "stride/is_weight_mean": float(w.mean()), "stride/advantage_mean": float(preset.mean())})
+        return Groups(items, ro, rewards, correct, preset=preset, weight=self.lambda_r * w)
+
+    # ------------------------------------------------------------------ verifier
+    def _verifier_groups(self, maker: Any, units: list[_Unit], redirected: Groups | None, v: dict,
+                         metrics: dict) -> Groups | None:
+        """The critiques as groups: reward = agreement with the outcome verifier (every critiqued
+        trajectory failed) + eta x its redirection succeeded; advantages group-relative over each
+        trajectory's ``n_v`` critiques (the recipe's estimator on (trajectories, n_v))."""
+        ro_v = v["ro"]
+        if ro_v is None:
+            return None
+        G, n_v = maker.recipe.group_size, self.n_v
+        success = {u.vrow: bool(redirected.correct.view(-1)[k * self.n_r:(k + 1) * self.n_r].any())
+                   for k, u in enumerate(units)} if redirected is not None else {}
+        verdicts = [parse_verdict(t) for t in ro_v.texts]
+        r = torch.tensor([verifier_reward(vd, False, success.get(k, False), self.eta) for k, vd in enumerate(verdicts)])
+        agree = torch.tensor([float(vd == "incorrect") for vd in verdicts])
+        per = G // n_v  # critiqued trajectories per group, all of one prompt
+        preset = maker.recipe.advantage(r.view(-1, n_v)).reshape(-1, G)  # (B', G)
+        metrics["stride/verifier_reward_mean"] = float(r.mean())
+        metrics["stride/verifier_groups"] = float(len(r) // G)
+        metrics["stride/verdict_agreement"] = float(agree.mean())
+        return Groups(v["items"][::per], ro_v, r.view(-1, G), agree.view(-1, G), preset=preset)
+
+
+def _join(parts: list[Groups], pad_id: int, metrics: dict) -> Groups:
+    R = [len(p.ro.texts) for p in parts]
+    weight = torch.cat([p.weight if p.weight is not None else torch.ones(n) for p, n in zip(parts, R)])
+    return Groups(sum((p.items for p in parts), []), concat_rollouts([p.ro for p in parts], pad_id),
+                  torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]),
+                  preset=torch.cat([p.preset for p in parts]), weight=weight, metrics=metrics)
