@@ -173,6 +173,9 @@ def pretrain_cmd(
     until_pass: Optional[float] = typer.Option(None, help="Stop once held-out greedy pass@1 reaches this."),
     half: bool = typer.Option(False, help="Save weights in float16 (halves the files; loads back as float32)."),
     out: Path = typer.Option(Path("runs/pretrain"), help="Output HF model directory."),
+    contexts: Optional[str] = typer.Option(None, help="Self-teacher contexts to mix in: solution,hint,correction,redirect "
+                                           "(or all); the model learns to read them (reasonrl.warmstart)."),
+    context_rate: float = typer.Option(0.5, help="Fraction of training items that carry a context (with --contexts)."),
 ) -> None:
     """Supervised warm start on a task's demonstrations; writes an ordinary HF model directory."""
     import torch
@@ -187,6 +190,9 @@ def pretrain_cmd(
                   OPTION_RULES["pretrain"])
     _quiet_transformers()
     the_task = get_task(task, **parse_options(task_opt))
+    if contexts:  # the self-teacher contexts mixed into the demonstrations
+        from .warmstart import context_mix
+        the_task = context_mix(the_task, contexts, context_rate, seed)
     mdl, tok = load_model(model or f"tiny:{size}")
     cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
                     eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass)
