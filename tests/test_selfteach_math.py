@@ -6,6 +6,9 @@ import math
 import pytest
 import torch
 
+from reasonrl.rollout.branch import _suffix_mask
+from reasonrl.tasks import guidance
+
 from reasonrl.advantages import (
     cipo_pick_failure,
     cipo_reward,
@@ -13,14 +16,11 @@ from reasonrl.advantages import (
     cipo_select,
     grpo,
     harmless_advantage,
-    kept_prefix,
     nudge_advantages,
     nudge_contexts,
     nudge_dropout_counts,
     parse_first_error,
     parse_verdict,
-    split_steps,
-    suffix_mask,
     verifier_reward,
 )
 from reasonrl.losses import (
@@ -301,27 +301,24 @@ def test_cipo_pick_failure():
 # ---------------------------------------------------------------- STRIDE (arXiv 2605.18851)
 
 def test_stride_spec_prefix_and_suffix_mask():
-    # "A\n\nB\n\nC", k = 2: keep "A"; the suffix starts after "A\n\n", i.e. at character 3
-    text = "A\n\nB\n\nC"
-    assert split_steps(text) == ["A", "B", "C"]
-    prefix, n = kept_prefix(text, 2)
-    assert prefix == "A\n\n" and prefix.removesuffix("\n\n") == "A" and n == 3 and text[n:] == "B\n\nC"
-    # tokens A(0,1) \n\n(1,3) B(3,4) \n\n(4,6) C(6,7): only the last three are suffix tokens
-    offsets = [(0, 1), (1, 3), (3, 4), (4, 6), (6, 7)]
-    assert suffix_mask(offsets, n).tolist() == [False, False, True, True, True]
-    # a token straddling the boundary stays in the prefix
-    assert suffix_mask([(0, 1), (1, 4), (4, 7)], n).tolist() == [False, False, True]
+    # "A\n\nB\n\nC", k = 2: keep "A"; the suffix starts after "A\n\n", i.e. at character 3. A task
+    # without its own step rule (object()) gets STRIDE's generic blank-line one.
+    text, task = "A\n\nB\n\nC", object()
+    assert guidance.steps(task, text) == ["A", "B", "C"]
+    prefix, n = guidance.prefix_before_step(task, text, 2)
+    assert prefix == "A\n\n" and n == 3 and text[n:] == "B\n\nC"
+    # the regenerated row: 3 kept tokens, then 4 new ones; the loss sees the new ones only
+    assert _suffix_mask(3, 4).tolist() == [[0, 0, 0, 1, 1, 1, 1]]
 
 
 def test_stride_prefix_edges():
-    text = "A\n\nB\n\nC"
-    assert kept_prefix(text, 1) == ("", 0)
-    assert kept_prefix(text, 3) == ("A\n\nB\n\n", 6)  # 1 + 2 + 1 + 2 characters
-    assert kept_prefix("x;y", 2, sep=";") == ("x;", 2)
-    for bad in (0, 4):
-        with pytest.raises(ValueError, match="outside 1..3"):
-            kept_prefix(text, bad)
-    assert "\n\n".join(split_steps("A\n\n\n\nB")) == "A\n\n\n\nB"  # empty steps kept: round trip
+    text, task = "A\n\nB\n\nC", object()
+    assert guidance.prefix_before_step(task, text, 1) == ("", 0)
+    assert guidance.prefix_before_step(task, text, 3) == ("A\n\nB\n\n", 6)  # 1 + 2 + 1 + 2 characters
+    assert guidance.prefix_before_step(task, text, 4) == (text, 7)  # past the last step: the whole text
+    for bad in (0, 5):
+        with pytest.raises(ValueError, match="out of range"):
+            guidance.prefix_before_step(task, text, bad)
 
 
 def test_parse_first_error_and_verdict():

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from reasonrl.advantages.subgroups import harmless_advantage, kept_prefix, verifier_reward
+from reasonrl.advantages.subgroups import harmless_advantage, verifier_reward
 from reasonrl.batch import Batch, BatchMaker
 from reasonrl.config import TrainConfig
 from reasonrl.distill import score_under_context
@@ -31,7 +31,6 @@ def test_spec_kept_prefix_and_suffix_mask(sharp_tiny):
     _, tok = sharp_tiny
     text = "A\n\nB\n\nC"
     # k_hat = 2 keeps step "A" and its separator: 3 characters
-    assert kept_prefix(text, 2) == ("A\n\n", 3)
     assert guidance.prefix_before_step(object(), text, 2) == ("A\n\n", 3)  # the generic blank-line rule
     ids = tok(text, add_special_tokens=False)["input_ids"]
     cut = char_to_token(token_char_offsets(tok, ids), 3)

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 __all__ = ["nudge_advantages", "nudge_dropout_counts", "nudge_contexts", "cipo_select", "cipo_pick_failure",
-           "cipo_reward", "cipo_rewards", "split_steps", "kept_prefix", "suffix_mask", "parse_first_error",
+           "cipo_reward", "cipo_rewards", "parse_first_error",
            "parse_verdict", "VERDICTS", "harmless_advantage", "verifier_reward"]
 
 VERDICTS = ("correct", "incorrect")
@@ -135,42 +135,6 @@ def cipo_rewards(correct: Sequence[bool], answers: Sequence[str | None], failed_
         raise ValueError(f"cipo_rewards: {len(correct)} correctness flags but {len(answers)} answers")
     return torch.tensor([cipo_reward(bool(c), a, failed_answer, kappa) for c, a in zip(correct, answers)],
                         dtype=torch.get_default_dtype())
-
-
-def split_steps(text: str, sep: str = "\n\n") -> list[str]:
-    """STRIDE steps: the response split on ``sep`` (blank lines by default; arXiv 2605.18851, [inferred]).
-
-    Plain ``str.split``: empty steps are kept so that ``sep.join(split_steps(t)) == t`` and character
-    offsets stay exact.
-    """
-    if not sep:
-        raise ValueError("split_steps needs a non-empty separator")
-    return text.split(sep)
-
-
-def kept_prefix(text: str, k_hat: int, sep: str = "\n\n") -> tuple[str, int]:
-    """The text STRIDE keeps before the first wrong step ``k_hat`` (1-based): ``(prefix, prefix_chars)``.
-
-    ``prefix`` = steps ``1..k_hat-1`` joined with ``sep`` plus a trailing ``sep`` (so the regenerated
-    suffix starts a new step); ``""`` for ``k_hat = 1``. ``prefix_chars = len(prefix)`` is where the
-    original step ``k_hat`` starts in ``text``. "A\\n\\nB\\n\\nC" with k_hat = 2 -> ("A\\n\\n", 3).
-    A k_hat beyond the last step raises: the critique is unusable, treat it as unparseable upstream.
-    """
-    steps = split_steps(text, sep)
-    if not isinstance(k_hat, int) or not 1 <= k_hat <= len(steps):
-        raise ValueError(f"first-error step {k_hat!r} is outside 1..{len(steps)} (the response has "
-                         f"{len(steps)} steps); skip this critique's redirection")
-    prefix = "".join(s + sep for s in steps[: k_hat - 1])
-    return prefix, len(prefix)
-
-
-def suffix_mask(token_offsets: Sequence[tuple[int, int]], prefix_chars: int) -> Tensor:
-    """(T,) bool: tokens of the regenerated suffix, i.e. those starting at or after ``prefix_chars``.
-
-    ``token_offsets`` are the tokenizer's (start, end) character offsets. A token straddling the
-    boundary (start < prefix_chars < end) belongs to the kept prefix and is not trained (our choice).
-    """
-    return torch.tensor([int(start) >= prefix_chars for start, _ in token_offsets], dtype=torch.bool)
 
 
 _FIRST_ERROR = re.compile(r"<first_error>(.*?)</first_error>", re.DOTALL)

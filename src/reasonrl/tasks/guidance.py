@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+from ..advantages.subgroups import parse_first_error, parse_verdict
 from ..errors import MissingPathError, UserError
 from .base import Item, take_items
 
 VERDICTS = ("correct", "incorrect")
 BLANK_LINE = re.compile(r"\n[ \t]*\n")  # STRIDE's generic step separator (spec section 7 (b))
-FIRST_ERROR_RE = re.compile(r"<first_error>\s*(\d+|none)\s*</first_error>")
-VERDICT_RE = re.compile(r"<verdict>\s*(correct|incorrect)\s*</verdict>")
 
 
 @dataclass(frozen=True)
@@ -69,15 +68,14 @@ def make_critique(first_error: int | None, explanation: str) -> Critique:
 
 
 def parse_critique(text: str) -> Critique | None:
-    """The judgement a verifier wrote (the last of each tag), or None when the verdict tag is missing
-    or the tags contradict each other (a "correct" verdict with a wrong step named)."""
-    verdicts, errors = VERDICT_RE.findall(text), FIRST_ERROR_RE.findall(text)
-    if not verdicts:
+    """The judgement a verifier wrote, read as STRIDE's verifier reward reads it (the first of each
+    tag: :func:`reasonrl.advantages.parse_first_error`, :func:`~reasonrl.advantages.parse_verdict`),
+    or None when the verdict tag is missing or the tags contradict each other (a "correct" verdict
+    with a wrong step named)."""
+    verdict, k = parse_verdict(text), parse_first_error(text)
+    if verdict is None or (verdict == "correct" and k is not None):
         return None
-    k = int(errors[-1]) if errors and errors[-1] != "none" else None
-    if (verdicts[-1] == "correct" and k is not None) or k == 0:
-        return None
-    return Critique(text, k, verdicts[-1])
+    return Critique(text, k, verdict)
 
 
 class GuidanceTask(Protocol):
