@@ -283,3 +283,10 @@ def test_guidance_files_from_the_run_config_wrap_the_task(tmp_path):
     cfg, _ = split_config({"guidance": {"solutions": str(tmp_path / "missing.jsonl")}})
     with pytest.raises(UserError, match="missing.jsonl"):
         task_for(cfg)
+
+
+def test_a_binary_guidance_file_is_named(tmp_path):
+    path = tmp_path / "hints.jsonl"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(UserError, match=r"hints\.jsonl: not a UTF-8 text file"):
+        load_guidance(path, "hints")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import MissingPathError, UserError
 from ..rewards import get_reward
@@ -37,23 +37,29 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
+    return [row for _, row in jsonl_rows(path)]
+
+
+def jsonl_rows(path: Path, where: Callable[[int], str] | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(1-based line number, object) of each non-blank line of a JSONL file; a line that is not a
+    JSON object, or a file that is not UTF-8 text, is a UserError naming ``where(line)``
+    (default ``path:line``)."""
+    where = where or (lambda n: f"{path}:{n}")
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); "
-                        "a .jsonl task file holds one JSON object per line") from err
+                        "a .jsonl file holds one JSON object per line") from err
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{lineno}: not valid JSON ({err.msg}): {line[:120]!r}") from err
+            raise UserError(f"{where(lineno)}: not valid JSON ({err.msg}): {line[:120]!r}") from err
         if not isinstance(row, dict):
-            raise UserError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+            raise UserError(f"{where(lineno)}: expected a JSON object, got {type(row).__name__}")
+        yield lineno, row
 
 
 class FileTask:

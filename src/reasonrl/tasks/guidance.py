@@ -26,7 +26,6 @@ and critiques to any task with :class:`GuidedTask` (:func:`load_guidance` reads 
 """
 from __future__ import annotations
 
-import json
 import random
 import re
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from typing import Any, Iterator, Protocol
 from ..advantages.subgroups import parse_first_error, parse_verdict
 from ..errors import MissingPathError, UserError
 from .base import Item, take_items
+from .files import jsonl_rows
 
 VERDICTS = ("correct", "incorrect")
 BLANK_LINE = re.compile(r"\n[ \t]*\n")  # STRIDE's generic step separator (spec section 7 (b))
@@ -225,16 +225,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(1-based row number = line number, object) of each non-blank line."""
     if not path.is_file():
         raise MissingPathError(f"guidance file {path} does not exist")
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path} row {n}: not valid JSON ({err.msg}): {line[:120]!r}") from err
-        if not isinstance(row, dict):
-            raise UserError(f"{path} row {n}: expected a JSON object, got {type(row).__name__}")
-        yield n, row
+    return jsonl_rows(path, where=lambda n: f"{path} row {n}")
 
 
 def _text(row: dict[str, Any], field: str, where: str, empty_ok: bool = False) -> str:
