@@ -20,7 +20,7 @@ LAYERS = {
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
     "dist": 4,
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
-    "compare": 5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
+    "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
 }
 
 

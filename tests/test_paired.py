@@ -203,7 +203,7 @@ def test_compare_pairs_only_seeds_both_ran_and_reports_why_it_cannot(tmp_path):
 def test_compare_table_shows_the_paired_columns(tmp_path):
     from rich.console import Console
 
-    from reasonrl.cli import _compare_table
+    from reasonrl.commands.evaluate import _compare_table
 
     a0 = collect("a", 0, _run_folder(tmp_path / "a0", {"p1": True, "p2": False, "p3": False}))
     b0 = collect("b", 0, _run_folder(tmp_path / "b0", {"p1": True, "p2": True, "p3": True}))

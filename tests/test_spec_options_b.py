@@ -243,7 +243,7 @@ def test_short_batches_are_counted_and_the_count_survives_a_resume(tmp_path):
 
 
 def test_config_accepts_a_null_max_rounds():
-    from reasonrl.cli import parse_value
+    from reasonrl.commands.common import parse_value
 
     _, over = split_config(dotted_to_nested({"group_filter.max_rounds": parse_value("null")}))
     gf = apply_overrides(get_recipe("dapo"), over).group_filter
