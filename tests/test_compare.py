@@ -76,3 +76,77 @@ def test_zero_variance_p_value_is_null_in_compare_json():
     rows = table_rows([_res("a", 0, 0.3), _res("a", 1, 0.3), _res("b", 0, 0.3), _res("b", 1, 0.3)], ["a", "b"])
     assert math.isnan(rows[1]["p_vs_first"])
     assert _json_safe(rows)[1]["p_vs_first"] is None and _json_safe({"x": [float("inf"), 1.0]}) == {"x": [None, 1.0]}
+
+
+def test_config_diff_names_every_differing_dotted_key():
+    have = {"seed": 0, "loss": {"clip_high": 0.28, "clip_low": 0.2}, "tracking": ["jsonl"]}
+    want = {"seed": 0, "loss": {"clip_high": 0.3, "clip_low": 0.2}, "tracking": ["jsonl"], "new": 1}
+    from reasonrl.compare import config_diff
+    assert config_diff(have, want) == ["loss.clip_high: 0.28 in the folder, 0.3 now", "new: None in the folder, 1 now"]
+    assert config_diff(have, have) == []
+
+
+def _fake_finished(run_dir: Path, config: dict, final: float) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    (run_dir / "summary.json").write_text(json.dumps({"train_seconds": 1.0, "after": {"pass@1": final}}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "time/update": 1.0}) + "\n")
+
+
+def test_resume_collects_finished_folders_continues_killed_ones_and_refuses_other_configs(tmp_path, monkeypatch):
+    import subprocess
+    from reasonrl.errors import UserError
+
+    calls = []
+
+    def fake_run(cmd, **kw):  # a trained run: record the command, write the folder it would leave
+        calls.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps({"train_seconds": 2.0, "after": {"pass@1": 0.5}}))
+        (out / "metrics.jsonl").write_text("")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    expected = lambda recipe, seed, run_dir: {"recipe": recipe, "seed": seed, "out": str(run_dir)}  # noqa: E731
+    _fake_finished(tmp_path / "grpo-seed0", expected("grpo", 0, tmp_path / "grpo-seed0"), final=0.123)
+    killed = tmp_path / "grpo-seed1"  # config written, then killed before summary.json
+    killed.mkdir()
+    (killed / "config.yaml").write_text(yaml.safe_dump(expected("grpo", 1, killed)))
+    report = compare(["grpo"], 3, 2, tmp_path, expected=expected)
+    # seed 0 reused as is (a retrain would have written 0.5), seed 1 continued, seed 2 trained fresh
+    assert [r["final"] for r in report["runs"]] == [0.123, 0.5, 0.5]
+    assert len(calls) == 2 and "--resume" in calls[0] and "--resume" not in calls[1]
+    assert calls[0][calls[0].index("--out") + 1] == str(killed)
+    # a folder from another configuration is refused, naming the key
+    other = tmp_path / "other"
+    _fake_finished(other / "grpo-seed0", {**expected("grpo", 0, other / "grpo-seed0"), "seed": 7}, final=0.1)
+    with pytest.raises(UserError, match="seed: 7 in the folder, 0 now"):
+        compare(["grpo"], 1, 2, other, expected=expected)
+    # without resume nothing is reused: the finished folder is trained again (train refuses checkpoints itself)
+    calls.clear()
+    compare(["grpo"], 1, 2, tmp_path)
+    assert len(calls) == 1 and "--resume" not in calls[0]
+
+
+@pytest.mark.slow
+def test_compare_resume_through_the_cli_reuses_a_real_run(tiny_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+
+    args = ["compare", "--recipes", "grpo", "--steps", "2", "--out", str(tmp_path), f"model={tiny_dir}",
+            "prompts_per_step=2", "group_size=2", "eval_every=0", "final_eval_problems=4", "final_eval_k=0",
+            "save_every=0"]
+    first = CliRunner().invoke(app, [*args, "--seeds", "1"])
+    assert first.exit_code == 0, first.output
+    summary = tmp_path / "grpo-seed0" / "summary.json"
+    marked = {**json.loads(summary.read_text()), "after": {"pass@1": 0.123}}  # a retrain would overwrite it
+    summary.write_text(json.dumps(marked))
+    second = CliRunner().invoke(app, [*args, "--seeds", "2", "--resume"])
+    assert second.exit_code == 0, second.output
+    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
+    assert runs[0]["final"] == 0.123 and runs[1]["ok"] and (tmp_path / "grpo-seed1" / "summary.json").exists()
+    # another override than the folder's run: refused before anything trains
+    third = CliRunner().invoke(app, [*args, "--seeds", "1", "--resume", "optim.lr=0.5"])
+    assert third.exit_code != 0 and "optim.lr" in str(third.exception)

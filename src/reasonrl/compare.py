@@ -15,6 +15,12 @@ recipe is paired with item i of seed s of the first, only for seeds where both r
 the (seed, item) pairs of all those seeds form one sample, treated as independent pairs (the
 bootstrap resamples pairs, not problems; a problem thus counts once per seed).
 
+With ``resume`` (``reasonrl compare --resume``), a run folder that already holds a finished run
+(``summary.json``) is collected instead of retrained, after checking that its ``config.yaml`` is the
+configuration this compare would give it (a difference is a UserError naming the keys); a folder
+with a config but no summary (a killed run) continues from its latest checkpoint (``train --resume``).
+So a compare can be extended to more seeds, or continued after a crash, without redoing what is done.
+
 A recipe entry may carry overrides after colons, ``vspo:steering=null`` or
 ``dapo:loss.clip_high=0.35:group_size=16``: a variant compared as its own row (an ablation).
 """
@@ -29,6 +35,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 from .errors import UserError
 from .eval.metrics import mean_std, welch_t_test
@@ -64,17 +72,43 @@ def run_dir_name(entry: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", entry.replace(":", "__"))
 
 
-def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, extra: list[str]) -> RunResult:
+def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, extra: list[str],
+            expected: Callable[[str, int, Path], dict] | None = None) -> RunResult:
+    """Train one (recipe, seed) in its own process; with ``expected`` (resume), reuse or continue its folder."""
     run_dir = out / f"{run_dir_name(recipe)}-seed{seed}"
     name, own = parse_variant(recipe)
+    cont = []
+    if expected is not None and (run_dir / "config.yaml").exists():
+        check_same_config(run_dir, expected(recipe, seed, run_dir))
+        if (run_dir / "summary.json").exists():
+            return collect(recipe, seed, run_dir)
+        cont = ["--resume"]
     cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", name, "--steps", str(steps),
-           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra, *own]
+           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra, *own, *cont]
     env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}  # a plain traceback: its last line names the error
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
         return RunResult(recipe, seed, run_dir, ok=False, error=lines[-1].strip() if lines else f"exit {proc.returncode}")
     return collect(recipe, seed, run_dir)
+
+
+def config_diff(have: Any, want: Any, prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config mappings (``a.b: 1 != 2``)."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        return [d for k in sorted(set(have) | set(want), key=str)
+                for d in config_diff(have.get(k), want.get(k), f"{prefix}{k}.")]
+    return [] if have == want else [f"{prefix.rstrip('.')}: {have!r} in the folder, {want!r} now"]
+
+
+def check_same_config(run_dir: Path, want: dict) -> None:
+    """A folder reused by ``--resume`` must hold the run this compare asks for."""
+    have = yaml.safe_load((run_dir / "config.yaml").read_text())
+    want = yaml.safe_load(yaml.safe_dump(want, sort_keys=False))  # tuples as lists, as config.yaml holds them
+    diff = config_diff(have, want)
+    if diff:
+        raise UserError(f"--resume: {run_dir} holds a run with another configuration ({'; '.join(diff[:5])}"
+                        f"{'; ...' if len(diff) > 5 else ''}); give another --out, or drop --resume")
 
 
 def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
@@ -156,12 +190,15 @@ def _json_safe(value: Any) -> Any:
 
 
 def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | None = None,
-            extra: list[str] | None = None, on_run: Callable[[RunResult], None] = lambda r: None) -> dict[str, Any]:
+            extra: list[str] | None = None, on_run: Callable[[RunResult], None] = lambda r: None,
+            expected: Callable[[str, int, Path], dict] | None = None) -> dict[str, Any]:
+    """Every (recipe, seed); ``expected(recipe, seed, run_dir)`` (the config.yaml a run would write)
+    turns on resume: finished folders are checked against it and collected, killed ones continued."""
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for recipe in recipes:
         for seed in range(seeds):
-            res = run_one(recipe, seed, out, steps, task, list(extra or []))
+            res = run_one(recipe, seed, out, steps, task, list(extra or []), expected)
             on_run(res)
             results.append(res)
     rows = table_rows(results, recipes)

@@ -69,6 +69,8 @@ def compare_cmd(
     steps: int = typer.Option(60, help="Training steps of every run."),
     task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
     out: Path = typer.Option(Path("runs/compare"), help="Folder for the runs, compare.json and compare.png."),
+    resume: bool = typer.Option(False, "--resume", help="Reuse finished runs already in --out (their config.yaml must "
+                                "match) and continue killed ones: add seeds or recipes to a compare, or finish it."),
     args: Optional[List[str]] = typer.Argument(None, help="key=value overrides given to every run."),
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
@@ -78,11 +80,12 @@ def compare_cmd(
     names = [r.strip() for r in recipes.split(",") if r.strip()]
     if not names or seeds < 1:
         raise UserError(f"compare needs at least one recipe and --seeds >= 1, got --recipes {recipes!r} --seeds {seeds}")
-    inputs = {}
+    inputs, runs = {}, {}
     for entry in names:  # fail before any run on an unknown name, a malformed override or a bad value
         name, own = parse_variant(entry)
-        cfg, _ = checked_run([*(args or []), *own], name, None, task, steps, None, False)
+        cfg, the_recipe = checked_run([*(args or []), *own], name, None, task, steps, None, False)
         inputs[repr((cfg.model, cfg.task, cfg.task_options))] = cfg
+        runs[entry] = (cfg, the_recipe)
     for cfg in inputs.values():  # each distinct task/model once
         check_inputs(cfg)
     with progress() as bar:
@@ -93,8 +96,22 @@ def compare_cmd(
             bar.advance(job)
             bar.update(job, info=info)
 
-        report = compare(names, seeds, steps, out, task=task, extra=list(args or []), on_run=on_run)
+        report = compare(names, seeds, steps, out, task=task, extra=list(args or []), on_run=on_run,
+                         expected=_expected_config(runs) if resume else None)
     console.print(_compare_table(report, out))
+
+
+def _expected_config(runs: dict[str, Any]):
+    """(entry, seed, run folder) -> the config.yaml that ``train`` would write for that run."""
+    from dataclasses import replace
+
+    from ..config import resolved_dict
+
+    def expected(entry: str, seed: int, run_dir: Path) -> dict:
+        cfg, recipe = runs[entry]
+        return {**resolved_dict(replace(cfg, seed=seed), recipe), "out": str(run_dir)}
+
+    return expected
 
 
 def _compare_table(report: dict[str, Any], out: Path) -> Table:
