@@ -252,3 +252,19 @@ def test_real_minilm_embeds_paraphrases_closer_than_unrelated():
 
 def test_labels_are_the_spec_labels():
     assert LABELS == ("near-duplicate", "paraphrase", "same-topic-only")
+
+
+def test_hf_dir_and_task_sources_are_cleaned_in_their_format(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_list(TRAIN).save_to_disk(str(tmp_path / "hf"))
+    _write_jsonl(tmp_path / "eval.jsonl", EVAL)
+    res = ContaminationAuditor(["jaccard"]).audit(str(tmp_path / "hf"), str(tmp_path / "eval.jsonl"), tmp_path / "o1")
+    assert res.linked_train == {"t0", "t2"}
+    assert datasets.load_from_disk(str(tmp_path / "o1" / "train_clean"))["id"] == ["t1", "t3", "t4"]
+    train = load_items("arithmetic:train", n=30)
+    # the eval set holds train item 3's prompt verbatim (a short text: one shingle, J = 1) and an unrelated one
+    res = ContaminationAuditor(["jaccard"]).audit(train, [("x", train.texts[3]), ("y", "1000+1000=?")], tmp_path / "o2")
+    assert res.linked_train == {train.ids[3]}
+    rows = [json.loads(line) for line in (tmp_path / "o2" / "train_clean.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == train.ids[:3] + train.ids[4:]
+    assert set(rows[0]) == {"id", "prompt", "answer"}

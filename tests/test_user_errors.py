@@ -66,6 +66,10 @@ CASES = [
     ("eval option range", ["eval", "--n", "0"], ["'--n' = 0", ">= 1"]),
     ("compare unknown recipe", ["compare", "--recipes", "grpo,dapoo", "--seeds", "1"], ["'dapoo'", "did you mean 'dapo'"]),
     ("compare bad variant value", ["compare", "--recipes", "grpo:kl.coef=-1", "--seeds", "1"], ["'kl.coef' = -1.0"]),
+    ("audit malformed eval row", ["audit", "--train", "{d}/nocol.jsonl", "--eval", "{d}/bad.jsonl", "--stages", "jaccard"],
+     ["bad.jsonl:2", "not valid JSON"]),
+    ("audit unknown stage", ["audit", "--train", "{d}/nocol.jsonl", "--eval", "{d}/nocol.jsonl", "--stages", "ngram"],
+     ["'ngram'", "jaccard, embed, judge"]),
 ]
 
 
