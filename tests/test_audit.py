@@ -268,3 +268,15 @@ def test_hf_dir_and_task_sources_are_cleaned_in_their_format(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "o2" / "train_clean.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == train.ids[:3] + train.ids[4:]
     assert set(rows[0]) == {"id", "prompt", "answer"}
+
+
+def test_local_causal_lm_judge_that_answers_off_label_stops_the_audit():
+    # the shipped tiny base model knows arithmetic only: its answer is not one of the three labels
+    from pathlib import Path
+
+    import reasonrl
+
+    base = Path(reasonrl.__file__).parent / "models" / "base"
+    aud = ContaminationAuditor([JaccardStage(), JudgeStage(base)])
+    with pytest.raises(UserError, match=r"judge verdict for train id 't0' / eval id 'e0' is .*expected exactly one of"):
+        aud.run([(r["id"], r["prompt"]) for r in TRAIN], [(r["id"], r["prompt"]) for r in EVAL])
