@@ -72,6 +72,8 @@ class JudgeStage:
     name = "judge"
 
     def labels(self, train: AuditItems, evals: AuditItems, pairs: list[dict]) -> list[str]:
+        if not pairs:  # nothing flagged: no model to load
+            return []
         fn = make_judge(self.judge)
         return [parse_verdict(fn(train.texts[p["i"]], evals.texts[p["j"]]),
                               f"train id {p['train_id']!r} / eval id {p['eval_id']!r}") for p in pairs]

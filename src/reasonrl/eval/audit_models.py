@@ -122,9 +122,12 @@ class HFJudge:
         enc = self.tok(prompt, return_tensors="pt")
         with torch.no_grad():
             out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=self.tok.pad_token_id or self.tok.eos_token_id)  # (1, T + new)
+                                      pad_token_id=self._pad_id())  # (1, T + new)
         text = self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
         return text.strip().splitlines()[0] if text.strip() else ""
+
+    def _pad_id(self) -> int | None:
+        return self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
 
 
 def make_judge(judge: Union[str, Path, JudgeFn]) -> JudgeFn:
