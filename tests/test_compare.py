@@ -150,3 +150,27 @@ def test_compare_resume_through_the_cli_reuses_a_real_run(tiny_dir, tmp_path):
     # another override than the folder's run: refused before anything trains
     third = CliRunner().invoke(app, [*args, "--seeds", "1", "--resume", "optim.lr=0.5"])
     assert third.exit_code != 0 and "optim.lr" in str(third.exception)
+
+
+def test_compare_items_jsonl_keeps_each_runs_per_item_results_and_final_summary(tmp_path, monkeypatch):
+    import subprocess
+
+    def fake_run(cmd, **kw):  # seed s gets problem "b" right only when s == 1, "a" always
+        out = Path(cmd[cmd.index("--out") + 1])
+        seed = int(out.name[-1])  # the folder is grpo-seed<s>
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps({"train_seconds": 1.0,
+                                                      "after": {"pass@1": 0.5 + 0.5 * seed, "mean_length": 7.0}}))
+        (out / "metrics.jsonl").write_text("")
+        (out / "after_items.jsonl").write_text(json.dumps({"key": "a", "correct": True}) + "\n"
+                                               + json.dumps({"key": "b", "correct": seed == 1}) + "\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    compare(["grpo"], 2, 2, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "compare_items.jsonl").read_text().splitlines()]
+    assert [(r["recipe"], r["seed"], r["ok"]) for r in rows] == [("grpo", 0, True), ("grpo", 1, True)]
+    assert rows[0]["items"] == {"a": True, "b": False} and rows[1]["items"] == {"a": True, "b": True}
+    assert rows[1]["after"] == {"pass@1": 1.0, "mean_length": 7.0}
+    # compare.json stays small: the items and summaries live only in compare_items.jsonl
+    assert "items" not in json.loads((tmp_path / "compare.json").read_text())["runs"][0]

@@ -38,6 +38,7 @@ from typing import Any, Callable
 
 import yaml
 
+from .checkpoint import atomic_write_text
 from .errors import UserError
 from .eval.metrics import mean_std, welch_t_test
 from .eval.paired import load_item_results, pair_by_key, paired_tests
@@ -57,6 +58,7 @@ class RunResult:
     tokens: float = float("nan")
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
     items: dict[str, bool] = field(default_factory=dict)  # problem key -> final greedy correct (after_items.jsonl)
+    after: dict[str, Any] = field(default_factory=dict)  # the run's final evaluation summary (summary.json "after")
 
 
 def parse_variant(entry: str) -> tuple[str, list[str]]:
@@ -126,7 +128,7 @@ def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
     items = load_item_results(items_path) if items_path.exists() else {}
     return RunResult(recipe, seed, run_dir, ok=True, final=final, auc=area_under(curve),
                      seconds=summary["train_seconds"], tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
-                     curve=curve, items=items)
+                     curve=curve, items=items, after=after)
 
 
 def paired_vs_first(results: list[RunResult], recipe: str, first: str, B: int = 10_000,
@@ -203,11 +205,20 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
             results.append(res)
     rows = table_rows(results, recipes)
     report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
-              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items")}, "run_dir": str(r.run_dir)}
+              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items", "after")}, "run_dir": str(r.run_dir)}
                        for r in results]}
     (out / "compare.json").write_text(json.dumps(_json_safe(report), indent=2, default=str, allow_nan=False))
+    atomic_write_text(out / "compare_items.jsonl", items_lines(results))
     plot_compare(results, recipes, out / "compare.png")
     return report
+
+
+def items_lines(results: list[RunResult]) -> str:
+    """``compare_items.jsonl``: per run, its final evaluation summary and per-item greedy correctness.
+    Readings by problem stratum (e.g. ``benchmarks/selfteach_strata.py``) then need only this file,
+    not the run folders (which hold checkpoints and are not kept in the repository)."""
+    return "".join(json.dumps(_json_safe({"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "after": r.after,
+                                          "items": r.items}), allow_nan=False) + "\n" for r in results)
 
 
 def plot_compare(results: list[RunResult], recipes: list[str], out_png: Path) -> None:
