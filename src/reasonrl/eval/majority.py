@@ -12,7 +12,7 @@ normalized strings)", ties broken "most frequent, then first seen". Here:
   correct by the task's verifier (the rule of :func:`reasonrl.eval.metrics.maj_at_k`, which this
   reproduces exactly with the default string equality).
 * :class:`MathEquivalence` -- ``math_verify`` equivalence, so ``0.5``, ``1/2`` and ``\\frac{1}{2}``
-  are one answer. An answer math-verify cannot parse is equal only to the same string.
+  are one answer. An answer that is not math is equal only to the same string.
 
 Pure functions over strings; no torch (math_verify and sympy load on first use).
 """
@@ -80,21 +80,20 @@ class MathEquivalence:
 
     Answers are parsed as :class:`reasonrl.rewards.MathVerify` parses a gold answer (a bare
     ``1/2`` is read as math), with its timeout rules (``timeout_seconds``, whole seconds, only in
-    the main thread). An answer that does not parse compares equal to the identical string only.
+    the main thread). Text that is not math (``@@``) is kept by math_verify as a string and so
+matches the same string only; an answer it rejects outright matches the identical string only.
     """
 
     def __init__(self, timeout_seconds: float | None = 5):
         self.reward = MathVerify(timeout_seconds=timeout_seconds)
         self._parsed: dict[str, list[Any] | None] = {}
-        self.unparsed: set[str] = set()  # answers math-verify could not read (compared as strings)
 
     def parse(self, answer: str) -> list[Any] | None:
         if answer not in self._parsed:
             try:
                 self._parsed[answer] = self.reward.parse_gold(answer, self.reward.timeout_here())
-            except ValueError:  # parse_gold's "could not parse": this answer is then only itself
+            except ValueError:  # parse_gold's "could not parse" (e.g. blank): this answer is then only itself
                 self._parsed[answer] = None
-                self.unparsed.add(answer)
         return self._parsed[answer]
 
     def __call__(self, a: str, b: str) -> bool:
