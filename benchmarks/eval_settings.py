@@ -2,7 +2,7 @@
 problem, maj@k by string equality and by math-verify equivalence (same samples), and how much the
 n = 16 estimate of pass@4 steadies it against four n = 4 estimates from disjoint blocks of samples.
 
-    PYTHONPATH=src python benchmarks/eval_settings.py [--problems 200] [--out benchmarks/results/eval_settings.json]
+    PYTHONPATH=src python benchmarks/eval_settings.py [--problems 100] [--out benchmarks/results/eval_settings.json]
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ N, KS = 16, (1, 4, 16)
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--problems", type=int, default=200)
+    ap.add_argument("--problems", type=int, default=100)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/eval_settings.json"))
     args = ap.parse_args()
     torch.manual_seed(0)
