@@ -106,7 +106,7 @@ def summarize(name: str, step_s: list[float], gen_s: list[float], lengths: list[
 
 
 def heldout(model, tok, problems: int) -> float:
-    ev, _ = evaluate_model(model, tok, get_task("arithmetic"), EvalConfig(n_problems=problems, k=0, max_new_tokens=MAX_NEW))
+    ev, _ = evaluate_model(model, tok, get_task("arithmetic"), EvalConfig(n_problems=problems, samples_per_problem=0, max_new_tokens=MAX_NEW))
     return ev["pass@1"]
 
 

@@ -28,7 +28,7 @@ SKIP = {"n_problems", "truncation_rate"}
 
 def reevaluate(model_dir: str, task, problems: int) -> dict[str, float]:
     model, tok = load_model(model_dir)
-    summary, _ = evaluate(HFEngine(model, tok), task, EvalConfig(n_problems=problems, k=0))
+    summary, _ = evaluate(HFEngine(model, tok), task, EvalConfig(n_problems=problems, samples_per_problem=0))
     return summary
 
 

@@ -33,7 +33,7 @@ def test_short_pretrain_then_eval_on_reasoning_gym(tmp_path):
            "--until-pass", 0.99, "--half", "--out", out)
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     report = tmp_path / "e.json"
-    invoke("eval", "--task", "rg:chain_sum", "--task-opt", "max_terms=3", "--model", out, "--n", 6, "--k", 2,
+    invoke("eval", "--task", "rg:chain_sum", "--task-opt", "max_terms=3", "--model", out, "--problems", 6, "--samples-per-problem", 2,
            "--json", report, "--samples", tmp_path / "s.jsonl")
     summary = json.loads(report.read_text())
     assert set(summary) >= {"pass@1", "pass@2", "avg@2", "maj@2", "n_problems"} and summary["n_problems"] == 6
@@ -42,7 +42,7 @@ def test_short_pretrain_then_eval_on_reasoning_gym(tmp_path):
 
 
 def test_bad_task_option_is_named():
-    result = runner.invoke(app, ["eval", "--n", "2", "--k", "0", "--task-opt", "digits=2"])
+    result = runner.invoke(app, ["eval", "--problems", "2", "--samples-per-problem", "0", "--task-opt", "digits=2"])
     assert result.exit_code != 0 and "digits" in str(result.exception) and "max_digits" in str(result.exception)
 
 

@@ -36,7 +36,7 @@ def test_eval_metrics_from_scripted_outputs_by_hand():
     #   maj@2: p0 tie -> first seen (right) = 1; p1 0; p2 1; p3 the only parsed answer is wrong = 0 -> 0.5
     table = {0: [True, False], 1: [False, False], 2: [True, True], 3: [None, False]}
     gen = Scripted(items, greedy=lambda i: i < 2, sampled=lambda i, j: table[i][j])
-    summary, records = evaluate(gen, task, EvalConfig(n_problems=4, k=2, seed=0))
+    summary, records = evaluate(gen, task, EvalConfig(n_problems=4, samples_per_problem=2, seed=0))
     assert summary["pass@1"] == 0.5 and summary["n_problems"] == 4
     assert summary["pass@2"] == 0.5 and summary["avg@2"] == 0.375 and summary["maj@2"] == 0.5
     assert summary["format_rate"] == 1.0  # greedy outputs all carry an A: line
@@ -47,6 +47,6 @@ def test_eval_greedy_only_and_format_rate():
     task = get_task("arithmetic")
     items = take_items(task, "test", 5, seed=0)
     gen = Scripted(items, greedy=lambda i: True if i == 0 else None, sampled=lambda i, j: True)
-    summary, _ = evaluate(gen, task, EvalConfig(n_problems=5, k=0))
+    summary, _ = evaluate(gen, task, EvalConfig(n_problems=5, samples_per_problem=0))
     # one right, four without an answer line: pass@1 = 0.2, format_rate = 0.2
     assert summary["pass@1"] == 0.2 and summary["format_rate"] == 0.2 and "pass@8" not in summary

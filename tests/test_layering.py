@@ -15,6 +15,7 @@ LAYERS = {
     "eval": 1,  # the package's __init__ only
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
+    "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3,

@@ -229,15 +229,15 @@ def test_run_folder_keeps_per_item_results_and_eval_against_reads_them(tiny_dir,
     assert len(items) == 4 and sum(items.values()) / 4 == summary["after"]["pass@1"]
     runner = CliRunner()
     samples = tmp_path / "s.jsonl"
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--n", "4", "--k", "0", "--samples", str(samples),
+    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "4", "--samples-per-problem", "0", "--samples", str(samples),
                               "--json", str(tmp_path / "e.json"), "--against", str(tmp_path / "run" / "after_items.jsonl")])
     assert res.exit_code == 0, res.output
     against = json.loads((tmp_path / "e.json").read_text())["against"]
     assert against["n_items"] == 4 and against["acc_y"] == summary["after"]["pass@1"]  # the same 4 problems
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--n", "4", "--k", "0", "--json", str(tmp_path / "f.json"),
+    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "4", "--samples-per-problem", "0", "--json", str(tmp_path / "f.json"),
                               "--against", str(samples)])
     assert res.exit_code == 0, res.output
     same = json.loads((tmp_path / "f.json").read_text())["against"]  # one model against itself
     assert (same["b"], same["c"], same["mcnemar_p"]) == (0, 0, 1.0)
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--n", "3", "--k", "0", "--against", str(samples)])
+    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "3", "--samples-per-problem", "0", "--against", str(samples)])
     assert res.exit_code != 0 and "1 missing from this evaluation" in str(res.exception)

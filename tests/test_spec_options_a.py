@@ -378,5 +378,5 @@ def test_engine_batch_maker_and_eval_pass_min_p_through(sharp_tiny, tiny_dir, tm
             seen.append(sp)
             return eng.generate(prompts, n, sp, seeds=seeds)
 
-    evaluate(Recording(), get_task("arithmetic"), EvalConfig(n_problems=2, k=2, min_p=0.1))
+    evaluate(Recording(), get_task("arithmetic"), EvalConfig(n_problems=2, samples_per_problem=2, min_p=0.1))
     assert seen[-1].min_p == 0.1 and seen[-2].temperature == 0  # greedy pass first, then the sampled one

@@ -63,7 +63,7 @@ CASES = [
     ("yaml missing", ["train", "{d}/absent.yaml"], ["absent.yaml", "does not exist"]),
     (REAL, "bad task option key", ["eval", "--task-opt", "digits=2"], ["'digits'", "max_digits"]),
     ("task option not key=value", ["eval", "--task-opt", "digits"], ["expected key=value", "'digits'"]),
-    ("eval option range", ["eval", "--n", "0"], ["'--n' = 0", ">= 1"]),
+    ("eval option range", ["eval", "--problems", "0"], ["'--problems' = 0", ">= 1"]),
     ("compare unknown recipe", ["compare", "--recipes", "grpo,dapoo", "--seeds", "1"], ["'dapoo'", "did you mean 'dapo'"]),
     ("compare bad variant value", ["compare", "--recipes", "grpo:kl.coef=-1", "--seeds", "1"], ["'kl.coef' = -1.0"]),
     ("audit malformed eval row", ["audit", "--train", "{d}/nocol.jsonl", "--eval", "{d}/bad.jsonl", "--stages", "jaccard"],

@@ -59,7 +59,7 @@ def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | No
     its summary and its per-sample records."""
     if cfg.final_eval_problems <= 0:
         return None, []
-    ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, k=cfg.final_eval_k, seed=cfg.eval_seed,
+    ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=trainer.budget, max_rows=cfg.max_rows)
     return evaluate(trainer.engine, trainer.task, ev_cfg)
 

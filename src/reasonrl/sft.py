@@ -75,7 +75,7 @@ def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None
                    "seconds": elapsed}
         out_of_time = cfg.seconds is not None and elapsed >= cfg.seconds
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps or out_of_time):
-            last_eval, _ = evaluate_model(model, tokenizer, task, EvalConfig(n_problems=cfg.eval_problems, k=0, seed=cfg.seed))
+            last_eval, _ = evaluate_model(model, tokenizer, task, EvalConfig(n_problems=cfg.eval_problems, samples_per_problem=0, seed=cfg.seed))
             metrics["eval/pass@1"] = last_eval["pass@1"]
         log(metrics)
         if out_of_time or (cfg.until_pass is not None and last_eval.get("pass@1", -1.0) >= cfg.until_pass):

@@ -323,7 +323,7 @@ class Trainer:
                 raise self._stop_on_worker_error(err, drawn) from err
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
                 ev, _ = evaluate(self.engine, self.task,  # the trainer's engine: split over ranks or workers
-                                 EvalConfig(n_problems=self.cfg.eval_problems, k=0, seed=self.cfg.eval_seed,
+                                 EvalConfig(n_problems=self.cfg.eval_problems, samples_per_problem=0, seed=self.cfg.eval_seed,
                                             max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
                 m["eval/pass@1"] = ev["pass@1"]
             self.log(m)

@@ -239,8 +239,9 @@ RULES: dict[str, Rule] = {
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way
 OPTION_RULES: dict[str, dict[str, Rule]] = {
-    "eval": {"--n": at_least(1), "--k": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
-             "--temperature": at_least(0), "--max-new-tokens": at_least(1), "--seed": SEED},
+    "eval": {"--problems": at_least(1), "--samples-per-problem": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
+             "--temperature": at_least(0), "--top-p": within(0, 1, open_lo=True), "--max-new-tokens": at_least(1),
+             "--seed": SEED, "--sample-seed": SEED},
     "pretrain": {"--steps": at_least(1), "--seconds": above(0), "--batch-size": at_least(1), "--lr": above(0),
                  "--eval-every": Rule(lambda v, _: v >= 0, ">= 0 (0: only at the end)"), "--eval-problems": at_least(1),
                  "--until-pass": within(0, 1), "--seed": SEED},
@@ -368,7 +369,7 @@ def check_run(cfg: TrainConfig, recipe: Recipe) -> None:
 
 
 def check_options(values: Values, rules: dict[str, Rule]) -> None:
-    """The same checks for command-line options outside the run config (``{"--n": 0}``)."""
+    """The same checks for command-line options outside the run config (``{"--problems": 0}``)."""
     nonfinite = {k for k, v in values.items() if isinstance(v, float) and not math.isfinite(v)}
     found = [f"option {k!r} must be a finite number, got {values[k]!r}" for k in sorted(nonfinite)]
     found += range_problems({k: v for k, v in values.items() if k not in nonfinite}, rules, "option")

@@ -17,49 +17,107 @@ def eval_cmd(
     model: Optional[str] = typer.Option(None, help="HF model directory or hub id (default: the shipped base)."),
     task: Optional[str] = typer.Option(None, help="arithmetic | rg:<name> | a .jsonl/.parquet file or dataset dir."),
     task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
-    n: int = typer.Option(500, help="Held-out problems."),
-    k: int = typer.Option(8, help="Sampled completions per problem for pass@k / avg@k / maj@k (0: greedy only)."),
-    temperature: float = typer.Option(1.0, help="Sampling temperature of the k samples."),
+    problems: int = typer.Option(500, help="Held-out problems."),
+    samples_per_problem: int = typer.Option(8, help="n: sampled completions per problem for pass@k / avg@n / maj@k "
+                                            "(0: greedy pass@1 only)."),
+    k: Optional[str] = typer.Option(None, help="Comma list of the k of pass@k and maj@k, each <= n (default: n)."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature of the n samples."),
+    top_p: float = typer.Option(1.0, help="Top-p (nucleus) of the n samples."),
+    sample_seed: Optional[int] = typer.Option(None, help="Seed of the n samples (default: --seed); each problem's "
+                                              "samples are keyed by it and the problem, not by batching."),
+    maj_equiv: bool = typer.Option(False, "--maj-equiv", help="maj@k groups answers by math-verify equivalence "
+                                   "(0.5 = 1/2) instead of string equality."),
     max_new_tokens: Optional[int] = typer.Option(None, help="Generation budget (default: the task's)."),
-    seed: int = typer.Option(0),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here."),
+    seed: int = typer.Option(0, help="Which held-out problems (and the samples' seed unless --sample-seed)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the summary as JSON here, and one row per "
+                                             "problem to NAME.items.jsonl beside it."),
     samples: Optional[Path] = typer.Option(None, help="Write every sample as JSONL here."),
-    against: Optional[Path] = typer.Option(None, help="Another model's --samples JSONL (same task, --n, --seed): "
-                                           "paired tests (McNemar, sign test, bootstrap CI) on the greedy results."),
+    against: Optional[Path] = typer.Option(None, help="Another model's --samples or .items.jsonl file (same task, "
+                                           "--problems, --seed): paired tests (McNemar, sign test, bootstrap CI) on "
+                                           "the greedy results."),
+    old_n: Optional[int] = typer.Option(None, "--n", hidden=True, help="Renamed --problems."),
 ) -> None:
-    """Greedy pass@1 and sampled pass@k, avg@k, maj@k of a model on a task's held-out split."""
+    """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
 
+    from ..eval.runner import EvalConfig, evaluate_items
     from ..tasks import get_task
-    from ..validate import OPTION_RULES, check_options
 
-    check_options({"--n": n, "--k": k, "--temperature": temperature, "--max-new-tokens": max_new_tokens, "--seed": seed},
-                  OPTION_RULES["eval"])
+    if old_n is not None:
+        raise UserError(f"--n {old_n}: the option is now --problems (held-out problems); sampled completions per "
+                        "problem are --samples-per-problem and --k lists the k of pass@k (docs/eval.md)")
+    _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed)
+    cfg = EvalConfig(n_problems=problems, samples_per_problem=samples_per_problem, ks=parse_ks(k, samples_per_problem),
+                     temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
+                     sample_seed=sample_seed, maj_equiv=maj_equiv)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
     from ..eval.paired import load_item_results, paired_by_key
-    from ..eval.runner import EvalConfig, evaluate_model, write_samples
+    from ..models import load_model
+    from ..rollout import HFEngine
 
     other = load_item_results(against) if against else None  # a bad file fails before the model loads
-    from ..models import load_model
-
     quiet_transformers()
     torch.manual_seed(seed)
     mdl, tok = load_model(model)
-    cfg = EvalConfig(n_problems=n, k=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
     with progress() as bar:
-        job = bar.add_task("evaluating", total=n * (1 + k), info="")
-        summary, records = evaluate_model(mdl, tok, the_task, cfg, progress=lambda m: bar.advance(job, m))
+        job = bar.add_task("evaluating", total=problems * (1 + samples_per_problem), info="")
+        summary, records, rows = evaluate_items(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
+                                                progress=lambda m: bar.advance(job, m))
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
         mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
         summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
         console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
+    settings = {"task": the_task.name, "model": model, "problems": problems, "ks": list(cfg.k_values), **{
+        f: getattr(cfg, f) for f in ("samples_per_problem", "temperature", "top_p", "seed", "maj_equiv")},
+        "sample_seed": seed if sample_seed is None else sample_seed}
+    _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
+
+
+def _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed) -> None:
+    from ..validate import OPTION_RULES, check_options
+
+    check_options({"--problems": problems, "--samples-per-problem": samples_per_problem, "--temperature": temperature,
+                   "--top-p": top_p, "--max-new-tokens": max_new_tokens, "--seed": seed,
+                   "--sample-seed": sample_seed}, OPTION_RULES["eval"])
+
+
+def _write_eval_outputs(json_path: Optional[Path], samples: Optional[Path], summary: dict[str, Any],
+                        rows: list[dict], records: list[dict]) -> None:
+    """``--json NAME.json``: the summary and, always beside it, ``NAME.items.jsonl`` (one row per
+    problem); ``--samples``: every sample."""
+    from ..eval.runner import items_path, write_jsonl
+
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(summary, indent=2))
+        write_jsonl(rows, items_path(json_path))
     if samples:
-        write_samples(records, samples)
+        write_jsonl(records, samples)
+
+
+def parse_ks(text: Optional[str], n: int) -> tuple[int, ...]:
+    """``--k 1,4,16`` -> (1, 4, 16), each checked against n = ``--samples-per-problem``.
+
+    Raises:
+        UserError: naming the entry that is not an integer >= 1 or exceeds n.
+    """
+    if text is None:
+        return ()
+    out = []
+    for part in text.split(","):
+        try:
+            value = int(part.strip())
+        except ValueError as err:
+            raise UserError(f"--k {text!r}: {part.strip()!r} is not an integer; give a comma list such as 1,4,16") from err
+        if value < 1:
+            raise UserError(f"--k {text!r}: k={value} must be >= 1")
+        if value > n:
+            raise UserError(f"--k {text!r}: k={value} > --samples-per-problem {n}; pass@k needs n >= k samples "
+                            f"per problem: raise --samples-per-problem to {value} or drop k={value}")
+        out.append(value)
+    return tuple(sorted(set(out)))
 
 
 def compare_cmd(

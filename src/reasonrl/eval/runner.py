@@ -1,4 +1,5 @@
-"""Evaluate a model on a task's held-out split: greedy pass@1 plus sampled pass@k, avg@k, maj@k.
+"""Evaluate a model on a task's held-out split: greedy pass@1 plus, from n sampled completions per
+problem, unbiased pass@k for several k <= n, avg@n and maj@k (spec envs-selfplay-eval.md section 9).
 
 Both passes go through the same Generator as training, so what eval measures is what RL sees.
 """
@@ -7,24 +8,51 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
+import numpy as np
+
+from ..checkpoint import atomic_write_text
+from ..errors import UserError
 from ..rollout import Generator, HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
-from .metrics import avg_at_k, maj_at_k, mean_pass_at_k
+from .majority import Equivalence, MathEquivalence, exact_equal, majority_vote_grouped
+from .metrics import pass_at_k
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    n_problems: int = 500
-    k: int = 8  # sampled completions per problem; 0 = greedy only
-    temperature: float = 1.0
+    n_problems: int = 500  # held-out problems (`reasonrl eval --problems`)
+    samples_per_problem: int = 8  # n sampled completions per problem; 0 = greedy only
+    ks: tuple[int, ...] = ()  # the k of pass@k and maj@k, each in [1, n]; () = (n,)
+    temperature: float = 1.0  # of the sampled completions (greedy pass@1 is always temperature 0)
     top_p: float = 1.0
     min_p: float = 0.0  # 0 = off
     max_new_tokens: int | None = None  # None: the task's own budget
-    seed: int = 0
+    seed: int = 0  # which held-out problems (fixed, so runs and models share them)
+    sample_seed: int | None = None  # seed of the sampled completions; None = seed
+    maj_equiv: bool = False  # maj@k groups answers by math-verify equivalence instead of string equality
     max_rows: int = 512
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.ks if not 1 <= k <= self.samples_per_problem]
+        if bad:
+            raise UserError(f"EvalConfig.ks: k={bad[0]} needs 1 <= k <= samples_per_problem = "
+                            f"{self.samples_per_problem} (pass@k is estimated from n >= k samples per problem)")
+
+    @property
+    def k_values(self) -> tuple[int, ...]:
+        """The k reported, ascending; none when greedy only."""
+        if self.samples_per_problem <= 0:
+            return ()
+        return tuple(sorted(set(self.ks))) or (self.samples_per_problem,)
+
+
+def pass_key(k: int) -> str:
+    """Summary key of sampled pass@k; sampled pass@1 (= avg@n) is ``pass@1_sampled``, since
+    ``pass@1`` has always been the greedy pass@1 that training curves and ``compare`` read."""
+    return "pass@1_sampled" if k == 1 else f"pass@{k}"
 
 
 def task_max_new_tokens(task: Task) -> int:
@@ -69,25 +97,66 @@ def evaluate_model(model, tokenizer, task: Task, cfg: EvalConfig = EvalConfig(),
 def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
              progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Summary dict (keys as ``reasonrl eval --json`` writes) and one record per sample."""
+    summary, records, _ = evaluate_items(engine, task, cfg, progress)
+    return summary, records
+
+
+def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
+                   progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict], list[dict]]:
+    """:func:`evaluate`, plus one row per problem (:func:`item_rows`, what ``NAME.items.jsonl`` holds).
+
+    Summary: greedy ``pass@1``; with n = ``samples_per_problem`` > 0 also ``avg@n`` and, per k,
+    unbiased pass@k (:func:`pass_key`) and ``maj@k``: each the unweighted mean of the rows' values.
+    """
     items = take_items(task, "test", cfg.n_problems, seed=cfg.seed)
     budget = cfg.max_new_tokens or task_max_new_tokens(task)
     greedy = _generate(engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress)
     summary: dict[str, Any] = {"pass@1": sum(r["correct"] for r in greedy) / len(items), "n_problems": len(items)}
-    sampled: list[dict] = []
-    if cfg.k > 0:
+    n, sampled = cfg.samples_per_problem, []
+    if n > 0:
         sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=budget,
-                            seed=cfg.seed)
-        sampled = _generate(engine, items, cfg.k, sp, task, "sampled", progress)
-        correct = [[r["correct"] for r in sampled[i * cfg.k:(i + 1) * cfg.k]] for i in range(len(items))]
-        answers = [[r["extracted"] for r in sampled[i * cfg.k:(i + 1) * cfg.k]] for i in range(len(items))]
-        summary.update({f"pass@{cfg.k}": mean_pass_at_k(correct, cfg.k), f"avg@{cfg.k}": avg_at_k(correct),
-                        f"maj@{cfg.k}": maj_at_k(answers, correct)})
+                            seed=cfg.seed if cfg.sample_seed is None else cfg.sample_seed)
+        sampled = _generate(engine, items, n, sp, task, "sampled", progress)
+    rows = item_rows(greedy, sampled, n, cfg.k_values, MathEquivalence() if cfg.maj_equiv else exact_equal)
+    if n > 0:
+        summary["samples_per_problem"] = n
+        summary.update({key: float(np.mean([r[key] for r in rows]))
+                        for key in (*map(pass_key, cfg.k_values), f"avg@{n}", *(f"maj@{k}" for k in cfg.k_values))})
     summary.update(_shape_stats(greedy, sampled))
     diagnostics = getattr(task, "diagnostics", None)  # optional: task-specific rates (e.g. TEMPO's leakage)
     if diagnostics is not None:
         summary.update(diagnostics([r["completion"] for r in greedy], [it.meta for it in items],
                                    [r["score"] for r in greedy]))
-    return summary, greedy + sampled
+    return summary, greedy + sampled, rows
+
+
+def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ...],
+              equivalent: Equivalence = exact_equal) -> list[dict]:
+    """One row per problem from its greedy record and its ``n`` sampled records (problem-major).
+
+    Row: problem, key, prompt, answer, greedy ``correct`` and ``extracted`` (so the file serves
+    ``eval --against`` as a ``--samples`` file does), ``n``, ``c`` (correct samples), ``avg@n`` =
+    c/n, and per k the unbiased pass@k from all n samples (Chen et al. 2021; spec section 9),
+    ``maj@k`` (0/1) and ``maj_answer@k``: the majority vote over the problem's *first* k samples
+    (samples are i.i.d., so the first k are a random k-subset: an unbiased, higher-variance
+    estimate of maj@k; :mod:`reasonrl.eval.majority` has the grouping and tie rules).
+    """
+    if len(sampled) != n * len(greedy):
+        raise ValueError(f"item_rows: {len(sampled)} sampled records for {len(greedy)} problems x n = {n}")
+    rows = []
+    for p, g in enumerate(greedy):
+        row = {k: g[k] for k in ("problem", "key", "prompt", "answer", "correct", "extracted")}
+        if n > 0:
+            mine = sampled[p * n:(p + 1) * n]
+            c = sum(bool(r["correct"]) for r in mine)
+            row.update({"n": n, "c": c, f"avg@{n}": c / n})
+            row.update({pass_key(k): pass_at_k(n, c, k) for k in ks})
+            for k in ks:
+                answer, ok = majority_vote_grouped([r["extracted"] for r in mine[:k]],
+                                                   [r["correct"] for r in mine[:k]], equivalent)
+                row.update({f"maj@{k}": int(ok), f"maj_answer@{k}": answer})
+        rows.append(row)
+    return rows
 
 
 def _shape_stats(greedy: list[dict], sampled: list[dict]) -> dict[str, float]:
@@ -108,9 +177,14 @@ def item_lines(records: list[dict]) -> str:
     return "".join(json.dumps({k: r[k] for k in keep}) + "\n" for r in records if r["mode"] == "greedy")
 
 
-def write_samples(records: list[dict], path: str | Path) -> None:
+def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:
+    """Rows as JSON lines, written atomically (a killed process leaves the old file or none)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for rec in records:
-            f.write(json.dumps(rec) + "\n")
+    return atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in rows))
+
+
+def items_path(json_path: str | Path) -> Path:
+    """``NAME.items.jsonl`` beside a summary ``NAME.json`` (any suffix of the summary is replaced)."""
+    path = Path(json_path)
+    return path.with_name(path.stem + ".items.jsonl")

@@ -67,7 +67,8 @@ class MathVerify(ReferenceReward):
         else:
             self.timeout_seconds = max(1, math.ceil(timeout_seconds))
 
-    def _timeout(self) -> int | None:
+    def timeout_here(self) -> int | None:
+        """The timeout (whole seconds) that math_verify can honour in the calling thread (module docstring)."""
         if threading.current_thread() is threading.main_thread():
             return self.timeout_seconds
         return None
@@ -89,7 +90,7 @@ class MathVerify(ReferenceReward):
         from math_verify import parse, verify
 
         _, answer_cfg = _configs()
-        timeout = self._timeout()
+        timeout = self.timeout_here()
         gold_parsed = self.parse_gold(reference, timeout)
         answer = parse(completion, extraction_config=answer_cfg, parsing_timeout=timeout)
         if not answer:
@@ -97,4 +98,4 @@ class MathVerify(ReferenceReward):
         return float(bool(verify(gold_parsed, answer, timeout_seconds=timeout)))
 
     def extra_metrics(self) -> dict[str, float]:
-        return {f"reward/{self.name}/timeout_dropped": float(self.timeout_seconds is not None and self._timeout() is None)}
+        return {f"reward/{self.name}/timeout_dropped": float(self.timeout_seconds is not None and self.timeout_here() is None)}
