@@ -120,6 +120,7 @@ def test_compare_page_table_paired_tests_config_diff(tmp_path, monkeypatch):
         assert f'<section id="{anchor}">' in page, anchor
     # grpo finals 0.6, 0.7: mean 0.65, std sqrt(2 * 0.05^2 / 1) = 0.0707; AUC (0.55 + 0.6) / 2 = 0.575
     assert cell("grpo", left=True) + cell("0.65 ± 0.0707") + cell("0.7") + cell("0.575") in page
+    assert cell("-") + cell("reference") in page  # grpo: no Welch p against itself, the paired reference
     # dr_grpo (x) against grpo (y), pooled over seeds 0 and 1: b = 0, c = 3 + 4 = 7 (items 3-5, 3-6).
     # McNemar 2 * P(X <= 0 | n=7) = 2/128 = 0.0156; sign p (x better) P(X >= 0) = 1;
     # Δ = 6/20 - 13/20 = -0.350; Welch on [0.3, 0.3] vs [0.6, 0.7]: t = -0.35 / sqrt(0.005/2) = -7,

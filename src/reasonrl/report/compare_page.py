@@ -15,11 +15,11 @@ from .sections import audit_section, config_yaml, samples_parts
 PER_RUN_KEYS = ("out", "seed")  # differ between any two runs by construction: not a recipe difference
 
 
-def _paired_cells(row: dict[str, Any]) -> list[str]:
-    """Δ [95% CI], McNemar p (b/c), one-sided sign p, pairs: blank for the reference recipe."""
+def _paired_cells(row: dict[str, Any], first: str) -> list[str]:
+    """Δ [95% CI], McNemar p (b/c), one-sided sign p, pairs; the reference recipe says so."""
     pt = row.get("paired_vs_first")
     if pt is None:
-        return ["", row.get("paired_skipped", ""), "", ""]
+        return ["reference", "", "", ""] if row["recipe"] == first else ["", row.get("paired_skipped", ""), "", ""]
     return [f"{pt['diff']:+.3f} [{pt['ci_low']:+.3f}, {pt['ci_high']:+.3f}]",
             f"{fmt(pt['mcnemar_p'], 3)} ({pt['b']}/{pt['c']})", fmt(pt["sign_p_greater"], 3),
             f"{pt['n_items']} (seeds {', '.join(str(s) for s in pt.get('seeds', []))})"]
@@ -36,7 +36,7 @@ def compare_table(report: dict[str, Any]) -> Raw:
             continue
         rows.append([row["recipe"], f"{fmt(row['final_mean'], 3)} ± {fmt(row['final_std'], 3)}", fmt(row["best"], 3),
                      fmt(row["auc"], 3), fmt(row["seconds"], 3), fmt(row["tokens"]), fmt(row.get("p_vs_first"), 3),
-                     *_paired_cells(row), runs])
+                     *_paired_cells(row, report["recipes"][0]), runs])
     return table(heads, rows)
 
 

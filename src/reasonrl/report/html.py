@@ -25,7 +25,7 @@ h3{font-size:1.05em;margin:16px 0 6px}
 nav a{margin-right:14px;font-size:.92em}
 table{border-collapse:collapse;margin:6px 0 10px;font-size:.9em}
 th,td{border:1px solid #d5dbe1;padding:4px 8px;text-align:right;vertical-align:top}
-th{background:#eef3f8}td.l,th.l{text-align:left}
+th{background:#eef3f8}td{white-space:nowrap}td.l,th.l{text-align:left;white-space:normal}
 tr:nth-child(even) td{background:#f8fafc}
 img{max-width:100%;border:1px solid #e2e8f0}
 pre{background:#f6f8fa;border:1px solid #e2e8f0;padding:8px;overflow-x:auto;font-size:.85em;
