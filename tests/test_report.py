@@ -197,3 +197,24 @@ def test_report_command_writes_and_prints_the_path(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["report", str(tmp_path / "nowhere")])
     assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_report_of_a_real_tiny_run(tiny_dir, tmp_path):
+    """train_run writes samples.jsonl beside after_items.jsonl, and the page shows those completions."""
+    from reasonrl.config import TrainConfig
+    from reasonrl.recipes import get_recipe
+    from reasonrl.run import train_run
+
+    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=4, eval_every=2,
+                      eval_problems=4, final_eval_problems=6, final_eval_k=0, save_every=2)
+    train_run(cfg, get_recipe("grpo"))
+    run = tmp_path / "run"
+    items = [json.loads(line) for line in (run / "after_items.jsonl").read_text().splitlines()]
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    # 6 problems, fewer than 10 of each kind: every one is a sample, correct ones first, same verdicts
+    right = [i["key"] for i in items if i["correct"]]
+    assert [s["key"] for s in samples] == right + [i["key"] for i in items if not i["correct"]]
+    page = build_report(run)
+    assert f"the first {len(right)} correct and the first {6 - len(right)} wrong" in page
+    assert all(esc(s["completion"]) in page for s in samples)
