@@ -32,6 +32,7 @@ pre{background:#f6f8fa;border:1px solid #e2e8f0;padding:8px;overflow-x:auto;font
  white-space:pre-wrap;word-break:break-word;margin:4px 0}
 .note{color:#5a6570;font-size:.9em}.ok{color:#22743a;font-weight:600}.bad{color:#b42318;font-weight:600}
 .sample{border:1px solid #d5dbe1;border-radius:4px;padding:6px 10px;margin:8px 0}
+.pc{display:grid;grid-template-columns:1fr 2fr;gap:10px}
 .meta{font-size:.85em;color:#5a6570}
 details>summary{cursor:pointer;font-weight:600;margin:6px 0}
 """

@@ -20,7 +20,8 @@ def sample_block(rec: dict[str, Any]) -> Raw:
             f"{esc(rec.get('extracted'))} · score {esc(fmt(rec.get('score')))} · {esc(rec.get('length', '-'))} tokens"
             f" ({esc(rec.get('finish', '-'))})")
     return Raw(f'<div class="sample">{verdict} <span class="meta">{meta}</span>'
-               f"{pre(rec.get('prompt', ''))}{pre(rec.get('completion', ''))}</div>")
+               f'<div class="pc"><div><span class="meta">prompt</span>{pre(rec.get("prompt", ""))}</div>'
+               f'<div><span class="meta">completion</span>{pre(rec.get("completion", ""))}</div></div></div>')
 
 
 def samples_parts(samples: list[dict[str, Any]] | None, where: str) -> list[str]:
