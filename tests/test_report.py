@@ -194,6 +194,8 @@ def test_report_command_writes_and_prints_the_path(tmp_path, capsys):
     assert (run / "report.html").is_file() and str(run / "report.html") in capsys.readouterr().out
     out = write_report(run, tmp_path / "pages" / "r.html")
     assert out.read_text() == (run / "report.html").read_text()  # the same page wherever it goes
+    with pytest.raises(UserError, match="is a folder; give the HTML file"):
+        write_report(run, tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(["report", str(tmp_path / "nowhere")])
     assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..checkpoint import atomic_write_text
+from ..errors import ExistingPathError
 from .compare_page import compare_page
 from .folders import folder_kind, load_compare, load_run
 from .run_page import run_page
@@ -26,8 +27,10 @@ def build_report(folder: str | Path) -> str:
 
 def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     """Write the page to ``out`` (default ``folder/report.html``) atomically; returns its path."""
-    text = build_report(folder)
     path = Path(out) if out is not None else Path(folder) / "report.html"
+    if path.is_dir():
+        raise ExistingPathError(f"--out {path} is a folder; give the HTML file to write, e.g. {path / 'report.html'}")
+    text = build_report(folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, text)
     return path
