@@ -23,6 +23,7 @@ LAYERS = {
     "dist": 4,
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
+    "report": 5.2,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
 
 

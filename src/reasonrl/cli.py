@@ -24,6 +24,7 @@ from .commands.common import quiet_transformers as _quiet_transformers
 from .commands.common import summary_table as _summary_table
 from .commands.evaluate import compare_cmd, eval_cmd
 from .commands.audit import audit_cmd
+from .commands.report import report_cmd
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
@@ -207,6 +208,7 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 app.command("eval")(eval_cmd)
 app.command("compare")(compare_cmd)
 app.command("audit")(audit_cmd)
+app.command("report")(report_cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

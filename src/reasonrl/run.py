@@ -3,7 +3,8 @@
 The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.json``,
 ``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them),
 ``after_items.jsonl`` (the final evaluation's greedy result per held-out problem: key, score,
-correct; what ``reasonrl compare`` pairs across recipes), ``curves.png``,
+correct; what ``reasonrl compare`` pairs across recipes), ``samples.jsonl`` (up to 10 correct and 10
+wrong greedy completions of that evaluation, for ``reasonrl report``), ``curves.png``,
 ``final/`` (an HF model directory; with LoRA the adapter, and ``final/merged/`` the merged model),
 ``checkpoints/`` and ``events.jsonl`` (one line per process start and end of training: where a
 resumed process continued, how many steps it trained). Every small file is written atomically, so
@@ -69,8 +70,20 @@ def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_recor
     save_model(model, tok, run_dir / "final")
     if after_records:  # none when final_eval_problems=0
         atomic_write_text(run_dir / "after_items.jsonl", item_lines(after_records))
+        atomic_write_text(run_dir / "samples.jsonl", sample_lines(after_records))
     atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     plot_curves(read_metrics(run_dir / "metrics.jsonl"), run_dir / "curves.png")
+
+
+SAMPLE_KEYS = ("key", "prompt", "answer", "completion", "extracted", "score", "correct", "length", "finish")
+
+
+def sample_lines(records: list[dict], per_kind: int = 10) -> str:
+    """The first ``per_kind`` correct and the first ``per_kind`` wrong greedy records (problem order),
+    one JSON line each: what ``reasonrl report`` shows of the model's own words."""
+    greedy = [r for r in records if r["mode"] == "greedy"]
+    picked = [r for r in greedy if r["correct"]][:per_kind] + [r for r in greedy if not r["correct"]][:per_kind]
+    return "".join(json.dumps({k: r[k] for k in SAMPLE_KEYS}) + "\n" for r in picked)
 
 
 def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
