@@ -84,6 +84,8 @@ def test_config_diff_names_every_differing_dotted_key():
     from reasonrl.compare import config_diff
     assert config_diff(have, want) == ["loss.clip_high: 0.28 in the folder, 0.3 now", "new: None in the folder, 1 now"]
     assert config_diff(have, have) == []
+    from reasonrl.compare import differing
+    assert differing(have, want) == [("loss.clip_high", 0.28, 0.3), ("new", None, 1)]
 
 
 def _fake_finished(run_dir: Path, config: dict, final: float) -> None:

@@ -62,7 +62,7 @@ def test_sample_lines_first_ten_of_each_kind():
     assert set(rows[0]) == {"key", "prompt", "answer", "completion", "extracted", "score", "correct", "length", "finish"}
 
 
-def test_differing_keys_from_config_diff_without_per_run_keys():
+def test_differing_keys_without_per_run_keys():
     a = {"lr": 1, "loss": {"clip": 0.2, "agg": "x"}, "out": "a", "seed": 0}
     b = {"lr": 1, "loss": {"clip": 0.28, "agg": "x"}, "out": "b", "seed": 1}
     c = {"lr": 2, "loss": {"clip": 0.2, "agg": "x"}, "out": "c", "seed": 0}

@@ -95,12 +95,17 @@ def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, ext
     return collect(recipe, seed, run_dir)
 
 
-def config_diff(have: Any, want: Any, prefix: str = "") -> list[str]:
-    """Dotted keys whose values differ between two config mappings (``a.b: 1 != 2``)."""
+def differing(have: Any, want: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """``(dotted key, have, want)`` for every leaf whose value differs between two config mappings."""
     if isinstance(have, dict) and isinstance(want, dict):
         return [d for k in sorted(set(have) | set(want), key=str)
-                for d in config_diff(have.get(k), want.get(k), f"{prefix}{k}.")]
-    return [] if have == want else [f"{prefix.rstrip('.')}: {have!r} in the folder, {want!r} now"]
+                for d in differing(have.get(k), want.get(k), f"{prefix}{k}.")]
+    return [] if have == want else [(prefix.rstrip("."), have, want)]
+
+
+def config_diff(have: Any, want: Any) -> list[str]:
+    """:func:`differing` as sentences for an error message (``a.b: 1 in the folder, 2 now``)."""
+    return [f"{key}: {h!r} in the folder, {w!r} now" for key, h, w in differing(have, want)]
 
 
 def check_same_config(run_dir: Path, want: dict) -> None:

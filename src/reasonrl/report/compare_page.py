@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..compare import RunResult, config_diff, plot_compare
+from ..compare import RunResult, differing, plot_compare
 from .folders import CompareFolder, find_audit, load_audit, run_folder_of
 from .html import Raw, details, fmt, note, page, png, section, table, tag
 from .sections import audit_section, config_yaml, samples_parts
@@ -93,13 +93,11 @@ def _show(value: Any) -> str:
 
 def differing_keys(configs: dict[str, dict[str, Any]]) -> list[str]:
     """Dotted config keys whose value is not the same for every recipe, found by
-    :func:`reasonrl.compare.config_diff` (each recipe against the first), per-run keys left out."""
+    :func:`reasonrl.compare.differing` (each recipe against the first), per-run keys left out."""
     names = list(configs)
     keys: list[str] = []
     for name in names[1:]:
-        # config_diff's lines read "key: <value> in the folder, <value> now": the key is before ": ".
-        for line in config_diff(configs[names[0]], configs[name]):
-            key = line.split(": ", 1)[0]
+        for key, _, _ in differing(configs[names[0]], configs[name]):
             if key not in keys and key.split(".")[0] not in PER_RUN_KEYS:
                 keys.append(key)
     return sorted(keys)
