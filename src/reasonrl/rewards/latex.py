@@ -5,7 +5,7 @@ The Physics-R1 reward compares numbers "after converting LaTeX to plain text (``
 
 * :func:`latex_to_text` -- ``\\frac{a}{b}`` / ``\\dfrac`` / ``\\tfrac`` -> ``(a)/(b)``, ``\\times`` and
   ``\\cdot`` -> ``*``, ``^{n}`` -> ``**(n)``, ``\\sqrt{x}`` -> ``sqrt(x)``, ``\\pi`` -> ``pi``;
-  ``\\left`` / ``\\right``, math delimiters and spacing commands dropped; ``\\text{..}`` /
+  ``\\left`` / ``\\right``, math delimiters, ``\\boxed{..}`` wrappers and spacing commands dropped; ``\\text{..}`` /
   ``\\mathrm{..}`` kept as their content, or dropped with ``units=False`` (they hold units).
 * :func:`split_unit` -- a leading number expression and the unit text after it
   (``"3 \\times 10^{8} m/s"`` -> ``("3 * 10**(8)", "m/s")``).
@@ -17,7 +17,8 @@ The Physics-R1 reward compares numbers "after converting LaTeX to plain text (``
 
 [inferred] choices (the spec lists the conversion by example only): a comma between digits is
 a thousands separator only in groups of exactly three (``1,5`` is not a number); ``%`` is a unit
-(``50\\%`` reads 50); a leading ``x =`` (one symbol and an equals sign) is dropped.
+(``50\\%`` reads 50); a leading ``x =`` (one symbol and an equals sign) is dropped; leading zeros are
+read away (``007`` is 7); implicit products (``2\\sqrt{2}``, ``2(3)``) are not numbers.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ _TEXT_CMDS = ("\\text", "\\mathrm", "\\textrm", "\\mathbf", "\\operatorname", "\
 _SYMBOLS = {"\\times": "*", "\\cdot": "*", "\\ast": "*", "\\div": "/", "\\pi": "pi", "\\%": "%",
             "\\degree": "deg", "^\\circ": "deg", "\\circ": "deg", "\u2212": "-", "\u00d7": "*", "\u00b7": "*"}
 _GROUPED = re.compile(r"(?<![\d.])(\d{1,3})((?:,\d{3})+)(?![\d,])")
+_LEADING_ZEROS = re.compile(r"(?<![\d.])0+(?=\d)")  # "007" is 7 (Python's parser refuses leading zeros)
 _ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*")
 # a number expression: numbers (with exponents), pi, sqrt(, operators, parentheses and spaces
 _EXPR_TOKEN = re.compile(r"\s*(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|pi(?![A-Za-z])|sqrt\(|\*\*|[-+*/()])")
@@ -85,7 +87,7 @@ def _replace_command(text: str, cmd: str, n_args: int, build) -> str:
 
 def latex_to_text(latex: str, units: bool = True) -> str:
     """Plain text of a LaTeX answer (module docstring); ``units=False`` drops ``\\text{..}``-like groups."""
-    text = _DELIMS.sub(" ", str(latex))
+    text = _replace_command(_DELIMS.sub(" ", str(latex)), "\\boxed", 1, lambda a: f" {a} ")
     for cmd in _TEXT_CMDS:
         text = _replace_command(text, cmd, 1, (lambda a: f" {a} ") if units else (lambda a: " "))
     for cmd in ("\\dfrac", "\\tfrac", "\\frac"):
@@ -151,7 +153,7 @@ def parse_quantity(answer: str) -> float | None:
     a number, and neither is a bare unit.
     """
     text = _ASSIGN.sub("", latex_to_text(answer, units=False))
-    expr, unit = split_unit(_remove_thousands(text).replace("^", "**"))
+    expr, unit = split_unit(_LEADING_ZEROS.sub("", _remove_thousands(text)).replace("^", "**"))
     if not expr or (unit and not re.match(r"[A-Za-z%\u00b5\u03bc\u03a9]", unit)):
         return None
     try:
