@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # physics_r1 against gspo on the built-in multipart task (issue 15, item 4), tiny reasoner, CPU only.
 #
-#   bash benchmarks/physics_compare.sh [STEPS] [OUT]     (defaults: 20 steps, runs/compare_physics)
+#   bash benchmarks/physics_compare.sh [STEPS] [OUT]     (defaults: 10 steps, runs/compare_physics)
 #
 # 1. A warm-started base: the shipped arithmetic reasoner, supervised on the multipart task's
 #    demonstrations until held-out greedy pass@1 reaches 0.45 (the learning zone; at most 300 steps).
@@ -13,7 +13,7 @@
 # compare.json and compare.png are copied to benchmarks/results/compare_physics/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEPS=${1:-20}
+STEPS=${1:-10}
 OUT=${2:-runs/compare_physics}
 BASE=${BASE:-runs/bases/multipart}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
