@@ -67,3 +67,16 @@ def test_physics_r1_trains_three_steps_on_the_multipart_task(multipart_dir, tmp_
         assert r["dynamic/groups_kept"] + r["dynamic/groups_dropped"] == r["dynamic/prompts_generated"]
         assert r["dynamic/prompts_generated"] == 2 * r["dynamic/rounds"] or r["dynamic/groups_kept"] == 2
     assert math.isfinite(summary["after"]["pass@1"])
+
+
+def test_the_dense_reward_is_a_config_option_of_the_recipe():
+    from reasonrl.rewards.options import apply_reward_overrides, rewards_dict
+
+    extra = apply_reward_overrides(get_recipe("physics_r1").extra_rewards,
+                                   {"physics_match": {"dense": True, "dense_answer": "fraction"}})
+    (match, _), _ = extra
+    # one of two parts right: r_ans 0.5 (fraction) + 0.10 box + 0.20 form = 0.8
+    assert match([" "], [r"\boxed{7; 13}"], answer=["7; 12"]) == pytest.approx([0.8])
+    assert rewards_dict(extra)["physics_match"]["dense"] is True  # recorded in config.yaml
+    with pytest.raises(ValueError, match="not an option"):
+        apply_reward_overrides(extra, {"physics_match": {"dense_mode": 1}})
