@@ -10,7 +10,7 @@
 #    paired bootstrap on the items pooled over seeds, each recipe against the first (physics_r1).
 # gspo differs from physics_r1 by what Physics-R1 adds: dynamic sampling and overlong shaping (on
 # this task the verifier gspo trains on is physics_match itself).
-# compare.json and compare.png are copied to benchmarks/results/compare_physics/.
+# compare.json and compare.png are copied to $DEST (default benchmarks/results/compare_physics/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-10}
@@ -24,7 +24,7 @@ start=$(date +%s)
 python -m reasonrl.cli compare --recipes physics_r1,gspo --task multipart --seeds 3 --steps "$STEPS" --out "$OUT" \
   model="$BASE" eval_every=0 final_eval_problems=200 final_eval_k=0 save_every=0 --resume
 end=$(date +%s)
-dest=benchmarks/results/compare_physics
+dest=${DEST:-benchmarks/results/compare_physics}
 mkdir -p "$dest"
 cp "$OUT"/compare.json "$OUT"/compare.png "$dest"/
 python3 - "$dest" "$((end - start))" <<'PY'
