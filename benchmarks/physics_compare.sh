@@ -16,13 +16,14 @@ cd "$(dirname "$0")/.."
 STEPS=${1:-10}
 OUT=${2:-runs/compare_physics}
 BASE=${BASE:-runs/bases/multipart}
+EVAL_EVERY=${EVAL_EVERY:-0}  # held-out curve points during training (100 problems each); 0: before and after only
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH}
 [ -d "$BASE" ] || python -m reasonrl.cli pretrain --task multipart --model src/reasonrl/models/base --steps 300 \
   --eval-every 10 --eval-problems 100 --until-pass 0.45 --out "$BASE"
 start=$(date +%s)
 python -m reasonrl.cli compare --recipes physics_r1,gspo --task multipart --seeds 3 --steps "$STEPS" --out "$OUT" \
-  model="$BASE" eval_every=0 final_eval_problems=200 final_eval_k=0 save_every=0 --resume
+  model="$BASE" eval_every=$EVAL_EVERY eval_problems=100 final_eval_problems=200 final_eval_k=0 save_every=0 --resume
 end=$(date +%s)
 dest=${DEST:-benchmarks/results/compare_physics}
 mkdir -p "$dest"
