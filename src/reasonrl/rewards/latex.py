@@ -39,7 +39,8 @@ _GROUPED = re.compile(r"(?<![\d.])(\d{1,3})((?:,\d{3})+)(?![\d,])")
 _LEADING_ZEROS = re.compile(r"(?<![\d.])0+(?=\d)")  # "007" is 7 (Python's parser refuses leading zeros)
 _ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*")
 # a number expression: numbers (with exponents), pi, sqrt(, operators, parentheses and spaces
-_EXPR_TOKEN = re.compile(r"\s*(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|pi(?![A-Za-z])|sqrt\(|\*\*|[-+*/()])")
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_EXPR_TOKEN = re.compile(rf"\s*(?:{_NUMBER}|pi(?![A-Za-z])|sqrt\(|\*\*|[-+*/()])")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Pow: operator.pow}
 

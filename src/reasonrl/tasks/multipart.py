@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..rewards.physics import PhysicsMatch, gold_parts, predicted_parts
+from ..rewards.physics import PhysicsMatch, predicted_parts
 from ..rewards.latex import parse_quantity
 from .arithmetic import binary_step
 from .base import Item, check_split, in_test_split, make_config
