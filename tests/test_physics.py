@@ -217,3 +217,19 @@ def test_multipart_options_are_checked():
     with pytest.raises(UserError, match="unknown option"):
         get_task("multipart", digits=3)
     assert get_task("multipart", parts=3).make_item([(1, "+", 2)] * 3).answer == "3; 3; 3"
+
+
+def test_a_file_task_can_verify_with_physics_match(tmp_path):
+    # physics_r1's dynamic sampling reads the task's verifier: a file task takes physics_match by name
+    import json
+
+    rows = [{"prompt": "two parts", "answer": r"(a) 3 m/s (b) \frac{1}{2}"}, {"prompt": "mcq", "answer": "(B)"}]
+    path = tmp_path / "phys.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = get_task(str(path), reward="physics_match", extract="boxed", test_fraction=0.01)
+    got = {it.prompt: it for it in task.split_items("train")}
+    two, mcq = got["two parts"], got["mcq"]
+    # 3.02 is within 1e-6 + 0.01 * 3 = 0.030001 of 3; 0.5 = 1/2
+    assert task.verify(r"\boxed{(a) 3.02\,\mathrm{m/s} (b) 0.5}", two.answer, two.meta) == 1.0
+    assert task.verify(r"\boxed{(a) 3.04 m/s (b) 0.5}", two.answer, two.meta) == 0.0
+    assert task.verify(r"\boxed{B}", mcq.answer, mcq.meta) == 1.0
