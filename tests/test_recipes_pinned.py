@@ -126,6 +126,16 @@ TABLE = {
     # redirection per prompt per step (None)
     "stride": row(redirect=("task", 4, 4, True, True, 5.0, 1.0, 0.5, None)),
     "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
+    # Physics-R1 (spec envs-selfplay-eval 7(b): verl grpo + loss_mode gspo + reward_manager dapo): GSPO's sequence
+    # ratio clipped 3e-4 / 4e-4, dynamic sampling on accuracy (3 rounds), the binary physics_match reward (rtol 1e-2,
+    # atol 1e-6, DENSE_REWARD=0) replacing the verifier, overlong shaping over the last 20% unscaled (verl's DAPO
+    # reward manager, penalty_factor 1.0), minibatches 2 as gspo
+    "physics_r1": row(loss=("sequence", 3e-4, 4e-4, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 2),
+                      group_filter=("accuracy", 3), task_reward_weight=0.0,
+                      extra_rewards=(("PhysicsMatch", 1.0, {"rtol": 1e-2, "atol": 1e-6, "symbolic": False,
+                                                            "dense": False}),
+                                     ("OverlongPenalty", 1.0, {"cache_frac": 0.2, "max_len": None,
+                                                               "cache_len": None}))),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
     "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None)),
@@ -226,7 +236,8 @@ def test_extra_rewards_keep_their_config_names():
     # rewards.<name>.<option> config keys and the reward/<name>/* metrics are built from these names
     names = {n: [reward_name(fn) for fn, _ in r.extra_rewards] for n, r in RECIPES.items() if r.extra_rewards}
     assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
-                     "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"]}
+                     "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"],
+                     "physics_r1": ["physics_match", "overlong"]}
 
 
 def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():

@@ -460,7 +460,7 @@ def test_get_reward_builds_each(name, kwargs, cls):
     reward = get_reward(name, **kwargs)
     assert type(reward) is cls and isinstance(reward, Reward)
     assert set(REWARDS) == {"exact_match", "numeric", "math_verify", "format_regex", "sections", "overlong", "length",
-                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency"}
+                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency", "physics_match"}
 
 
 def test_get_reward_errors():

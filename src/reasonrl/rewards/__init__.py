@@ -25,6 +25,7 @@ from .format import FormatRegex, RequiredSections
 from .length import LengthPenalty, OverlongPenalty, completion_lengths
 from .match import ExactMatch, NumericMatch, column_values
 from .mathverify import MathVerify
+from .physics import PhysicsMatch
 from .consistency import ConsistencyReward
 from .sets import SetReward
 from .steps import SidExact, SidLevels
@@ -40,6 +41,7 @@ __all__ = [
     "ExactMatch",
     "NumericMatch",
     "MathVerify",
+    "PhysicsMatch",
     "FormatRegex",
     "RequiredSections",
     "OverlongPenalty",
@@ -70,6 +72,7 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "exact_match": ExactMatch,
     "numeric": NumericMatch,
     "math_verify": MathVerify,
+    "physics_match": PhysicsMatch,
     "format_regex": FormatRegex,
     "sections": RequiredSections,
     "overlong": OverlongPenalty,
