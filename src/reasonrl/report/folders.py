@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from ..errors import MissingPathError, UserError
+from ..tasks.files import jsonl_rows
 from ..tracking import read_metrics
 
 AUDIT_KEYS = ("stages", "counts", "seconds")  # what the audit summary cannot do without
@@ -29,19 +30,8 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of a JSONL file, a bad line named by its number."""
-    rows = []
-    for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{no}: not a JSON record ({err.msg})") from err
-        if not isinstance(row, dict):
-            raise UserError(f"{path}:{no}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+    """The JSON objects of a JSONL file, a bad line named by its number (the task loader's reader)."""
+    return [row for _, row in jsonl_rows(path)]
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
