@@ -12,7 +12,8 @@ and gives, per recipe and stratum, the final greedy accuracy pooled over seeds a
 against the first recipe on the same (seed, problem) pairs (McNemar, paired bootstrap CI; as
 ``reasonrl compare`` pools them), plus each recipe's mean greedy completion length after training.
 
-Inputs are ``compare_items.jsonl`` (written by ``reasonrl compare``) and the base samples file.
+Inputs are ``compare_items.jsonl`` (written by ``reasonrl compare``) and the base samples file
+(or the ``NAME.items.jsonl`` that ``reasonrl eval --json NAME.json`` writes beside it).
 
     python benchmarks/selfteach_strata.py --compare runs/compare_selfteach \
         --base-samples runs/readings/base_k16.jsonl --out benchmarks/results/compare_selfteach/strata.json
@@ -30,17 +31,21 @@ STRATA = ("zero-pass", "mixed", "all-pass")
 
 
 def base_strata(samples_path: Path) -> dict[str, str]:
-    """``{problem key: stratum}`` from the base model's sampled records (mode "sampled")."""
-    tally: dict[str, list[bool]] = defaultdict(list)
+    """``{problem key: stratum}`` from the base model's sampled records (``--samples``, mode "sampled")
+    or its per-problem rows (``NAME.items.jsonl``: ``n`` samples, ``c`` correct)."""
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # key -> [correct, samples]
     for line_no, line in enumerate(samples_path.read_text().splitlines(), 1):
         rec = json.loads(line)
-        if rec.get("mode") == "sampled":
-            if "key" not in rec or "correct" not in rec:
-                raise SystemExit(f"{samples_path}:{line_no}: a sampled record without 'key' and 'correct'")
-            tally[rec["key"]].append(bool(rec["correct"]))
-    if not tally:
+        if "key" not in rec:
+            raise SystemExit(f"{samples_path}:{line_no}: a record without 'key'")
+        if "c" in rec and "n" in rec:
+            counts[rec["key"]] = [rec["c"], rec["n"]]
+        elif rec.get("mode") == "sampled":
+            counts[rec["key"]][0] += bool(rec["correct"])
+            counts[rec["key"]][1] += 1
+    if not counts:
         raise SystemExit(f"{samples_path}: no sampled records; run `reasonrl eval` with several samples per problem")
-    return {k: "zero-pass" if not any(v) else "all-pass" if all(v) else "mixed" for k, v in tally.items()}
+    return {k: "zero-pass" if c == 0 else "all-pass" if c == n else "mixed" for k, (c, n) in counts.items()}
 
 
 def load_runs(compare_dir: Path) -> list[dict]:
