@@ -81,7 +81,7 @@ def normalize_text(s: object, lowercase: bool = False) -> str:
     return text.lower() if lowercase else text
 
 
-def _matching_brace(text: str, open_at: int) -> int | None:
+def matching_brace(text: str, open_at: int) -> int | None:
     """Index of the ``}`` that closes the ``{`` at ``open_at``, or ``None`` if unbalanced."""
     depth = 0
     for i in range(open_at, len(text)):
@@ -104,7 +104,7 @@ def _unwrap(text: str) -> str:
                 text = text[len(left): len(text) - len(right)]
                 break
         else:
-            if text.startswith("\\boxed{") and _matching_brace(text, 6) == len(text) - 1:
+            if text.startswith("\\boxed{") and matching_brace(text, 6) == len(text) - 1:
                 text = text[7:-1]
                 continue
             return text
@@ -147,7 +147,7 @@ def extract_boxed(text: str) -> str | None:
     """Content of the last balanced ``\\boxed{...}`` in ``text``, stripped; ``None`` if none."""
     start = text.rfind("\\boxed{")
     while start != -1:
-        close = _matching_brace(text, start + 6)
+        close = matching_brace(text, start + 6)
         if close is not None:
             return text[start + 7: close].strip()
         # An unbalanced last box (truncated generation): fall back to an earlier complete one.

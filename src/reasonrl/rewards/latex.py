@@ -27,6 +27,8 @@ import math
 import operator
 import re
 
+from .answers import matching_brace  # one brace counter for every \boxed / \frac reader
+
 __all__ = ["latex_to_text", "split_unit", "parse_quantity", "numbers_close", "matching_brace"]
 
 _MAX_EXPONENT = 400  # 10**400 overflows a float anyway; refuse before Python builds a huge int
@@ -43,16 +45,6 @@ _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 _EXPR_TOKEN = re.compile(rf"\s*(?:{_NUMBER}|pi(?![A-Za-z])|sqrt\(|\*\*|[-+*/()])")
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Pow: operator.pow}
-
-
-def matching_brace(text: str, open_at: int) -> int | None:
-    """Index of the ``}`` closing the ``{`` at ``open_at`` (brace counting), or ``None`` if unbalanced."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        depth += (text[i] == "{") - (text[i] == "}")
-        if depth == 0:
-            return i
-    return None
 
 
 def _group(text: str, at: int) -> tuple[str, int] | None:
