@@ -3,14 +3,16 @@
 maj@k votes over k extracted answers "after grouping answers by equivalence (math-verify or
 normalized strings)", ties broken "most frequent, then first seen". Here:
 
+The grouping and the vote are pure and live in :mod:`reasonrl.eval.metrics` (re-exported here):
+
 * :func:`group_answers` -- each answer joins the first earlier group whose *representative* (its
   first member) it is equivalent to, else opens a new group. ``None`` answers (nothing extracted)
   never vote. Comparing with the representative only keeps the grouping deterministic and in
   order of first appearance even where an equivalence is not transitive.
 * :func:`majority_vote_grouped` -- the biggest group wins; among equally big groups, the one whose
   first member came first. The vote is correct when any member of the winning group was judged
-  correct by the task's verifier (the rule of :func:`reasonrl.eval.metrics.maj_at_k`, which this
-  reproduces exactly with the default string equality).
+  correct by the task's verifier (:func:`reasonrl.eval.metrics.maj_at_k` votes through it with
+  the default string equality).
 * :class:`MathEquivalence` -- ``math_verify`` equivalence, so ``0.5``, ``1/2`` and ``\\frac{1}{2}``
   are one answer. An answer that is not math is equal only to the same string.
 
@@ -18,61 +20,12 @@ Pure functions over strings; no torch (math_verify and sympy load on first use).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..rewards.mathverify import MathVerify
+from .metrics import Equivalence, exact_equal, group_answers, majority_vote_grouped  # the grouping and vote: pure, in metrics
 
 __all__ = ["Equivalence", "MathEquivalence", "exact_equal", "group_answers", "majority_vote_grouped"]
-
-Equivalence = Callable[[str, str], bool]
-
-
-def exact_equal(a: str, b: str) -> bool:
-    """The default equivalence: the task's normalised answers compared as strings."""
-    return a == b
-
-
-def group_answers(answers: Sequence[str | None], equivalent: Equivalence = exact_equal) -> list[int | None]:
-    """Per answer, the index of its group's first member (``None`` for a ``None`` answer).
-
-    ``equivalent(representative, answer)`` is asked once per (earlier group, answer) pair at most.
-    """
-    reps: list[int] = []  # index of each group's representative, in order of first appearance
-    labels: list[int | None] = []
-    for i, ans in enumerate(answers):
-        if ans is None:
-            labels.append(None)
-            continue
-        home = next((r for r in reps if equivalent(answers[r], ans)), None)
-        if home is None:
-            reps.append(i)
-            home = i
-        labels.append(home)
-    return labels
-
-
-def majority_vote_grouped(answers: Sequence[str | None], correct: Sequence[bool],
-                          equivalent: Equivalence = exact_equal) -> tuple[str | None, bool]:
-    """``(winning answer, vote correct)`` of one problem's samples.
-
-    The winning answer is the first-seen form of the biggest group (ties: the group seen first);
-    ``(None, False)`` when no sample has an answer.
-
-    Raises:
-        ValueError: if ``answers`` and ``correct`` differ in length.
-    """
-    if len(answers) != len(correct):
-        raise ValueError(f"majority vote: {len(answers)} answers but {len(correct)} correctness flags")
-    labels = group_answers(answers, equivalent)
-    sizes: dict[int, int] = {}
-    for lab in labels:
-        if lab is not None:
-            sizes[lab] = sizes.get(lab, 0) + 1  # dicts keep insertion order = first appearance
-    if not sizes:
-        return None, False
-    best = max(sizes.values())
-    winner = next(lab for lab, size in sizes.items() if size == best)  # first seen among the tied
-    return answers[winner], any(bool(ok) for lab, ok in zip(labels, correct) if lab == winner)
 
 
 class MathEquivalence:

@@ -15,8 +15,7 @@ Pure functions; numpy only (scipy is imported lazily by :func:`welch_t_test`).
 from __future__ import annotations
 
 import math
-from collections import Counter
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,6 +24,9 @@ __all__ = [
     "mean_pass_at_k",
     "avg_at_k",
     "majority_vote",
+    "majority_vote_grouped",
+    "group_answers",
+    "exact_equal",
     "maj_at_k",
     "mean_std",
     "welch_t_test",
@@ -100,20 +102,71 @@ def avg_at_k(correct: Sequence[Sequence[bool]]) -> float:
     return float(np.mean([np.mean(np.asarray(s, dtype=bool)) for s in correct]))
 
 
-def majority_vote(answers: Sequence[str | None]) -> int | None:
+Equivalence = Callable[[str, str], bool]
+
+
+def exact_equal(a: str, b: str) -> bool:
+    """The default equivalence: the task's normalised answers compared as strings."""
+    return a == b
+
+
+def group_answers(answers: Sequence[str | None], equivalent: Equivalence = exact_equal) -> list[int | None]:
+    """Per answer, the index of its group's first member (``None`` for a ``None`` answer).
+
+    ``equivalent(representative, answer)`` is asked once per (earlier group, answer) pair at most.
+    """
+    reps: list[int] = []  # index of each group's representative, in order of first appearance
+    labels: list[int | None] = []
+    for i, ans in enumerate(answers):
+        if ans is None:
+            labels.append(None)
+            continue
+        home = next((r for r in reps if equivalent(answers[r], ans)), None)
+        if home is None:
+            reps.append(i)
+            home = i
+        labels.append(home)
+    return labels
+
+
+def majority_vote_grouped(answers: Sequence[str | None], correct: Sequence[bool],
+                          equivalent: Equivalence = exact_equal) -> tuple[str | None, bool]:
+    """``(winning answer, vote correct)`` of one problem's samples.
+
+    The winning answer is the first-seen form of the biggest group (ties: the group seen first);
+    ``(None, False)`` when no sample has an answer.
+
+    Raises:
+        ValueError: if ``answers`` and ``correct`` differ in length.
+    """
+    if len(answers) != len(correct):
+        raise ValueError(f"majority vote: {len(answers)} answers but {len(correct)} correctness flags")
+    labels = group_answers(answers, equivalent)
+    winner = _winner(labels)
+    if winner is None:
+        return None, False
+    return answers[winner], any(bool(ok) for lab, ok in zip(labels, correct) if lab == winner)
+
+
+def majority_vote(answers: Sequence[str | None], equivalent: Equivalence = exact_equal) -> int | None:
     """Index of the first sample carrying the majority answer, or ``None`` if all are ``None``.
 
     ``None`` answers (unparseable) never vote. Ties between equally frequent answers go to the one
     seen first in ``answers``, so the result is deterministic.
     """
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
+    return _winner(group_answers(answers, equivalent))
+
+
+def _winner(labels: Sequence[int | None]) -> int | None:
+    """The biggest group's label (its first member's index); ties: the group seen first."""
+    sizes: dict[int, int] = {}
+    for lab in labels:
+        if lab is not None:
+            sizes[lab] = sizes.get(lab, 0) + 1  # dicts keep insertion order = first appearance
+    if not sizes:
         return None
-    best = max(counts.values())
-    for idx, ans in enumerate(answers):
-        if ans is not None and counts[ans] == best:
-            return idx
-    raise AssertionError("unreachable: a most frequent answer must occur in answers")
+    best = max(sizes.values())
+    return next(lab for lab, size in sizes.items() if size == best)
 
 
 def maj_at_k(
@@ -144,12 +197,7 @@ def maj_at_k(
             raise ValueError(
                 f"maj_at_k: problem {p} has {len(ans)} answers but {len(ok)} correctness flags"
             )
-        winner_idx = majority_vote(ans)
-        if winner_idx is None:
-            hits.append(False)
-            continue
-        winner = ans[winner_idx]
-        hits.append(any(bool(f) for a, f in zip(ans, ok) if a == winner))
+        hits.append(majority_vote_grouped(ans, ok)[1])
     return float(np.mean(hits))
 
 
