@@ -17,10 +17,12 @@ LAYERS = {
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
     "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
+    "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3,
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
     "dist": 4,
+    "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
     "report": 5.2,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
