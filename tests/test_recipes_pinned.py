@@ -47,6 +47,8 @@ GRPO_ROW = {
     "aux_losses": (),  # type names
     "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
+    "selector": None,  # LZE's (selection_ratio, min_selection_ratio, ema_decay, alpha, d_min, jitter, warmup epochs,
+    # prune, prune_streak, replay_frac)
 }
 
 
@@ -144,6 +146,10 @@ TABLE = {
     # CL-EGRSD: lookahead window 8
     "egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                  egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
+    # LZE (arXiv 2605.17003; spec section 10): the example scripts' ratio 0.4 and no warm-up, no std division;
+    # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
+    # solved epochs, replay 10%)
+    "lze": row(advantage=("grpo", "none"), selector=(0.4, 0.3, 0.9, 0.3, 0.05, 0.05, 0, True, 2, 0.1)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
 }
@@ -189,6 +195,9 @@ def _actual(recipe, expected):
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
         "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
                                                r.ssopd.max_prefix_tokens),
+        "selector": None if r.selector is None else tuple(getattr(r.selector, k) for k in (
+            "selection_ratio", "min_selection_ratio", "ema_decay", "alpha", "d_min", "jitter", "warmup_transition_epochs",
+            "prune", "prune_streak", "replay_frac")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
     }
