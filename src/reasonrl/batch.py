@@ -13,6 +13,8 @@ from typing import Callable, Iterator
 
 import torch
 
+from .data.pool import epoch_of, pool_stream, take_pool
+from .data.selector import SelectContext, group_tokens, prompt_hash
 from .distill import ContextScores, encode_contexts, score_under_context
 from .models.scoring import score_completions
 from .parts import Recipe
@@ -20,6 +22,7 @@ from .parts.strategy import GenRequest, Groups
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
 from .rollout.branch import token_char_offsets
+from .errors import UserError
 from .tasks import Item, Task, TaskReward, is_correct, reward_columns
 
 
@@ -38,6 +41,7 @@ class Batch:
     kinds: torch.Tensor | None = None  # (B,) 0: a first-round group, k: added by the recipe's k-th round
     preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
     weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
+    scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
 
     def group_kinds(self) -> torch.Tensor:  # (B,)
         return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
@@ -54,7 +58,8 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
                  kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
                  preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
                  weight=torch.cat([ones(R) if b.weight is None else b.weight,
-                                   ones(len(g.ro.texts)) if g.weight is None else g.weight]))
+                                   ones(len(g.ro.texts)) if g.weight is None else g.weight]),
+                 scores=b.scores)  # the selector's scores of the first groups; a round's groups have none
 
 
 def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
@@ -72,7 +77,7 @@ def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> di
 
 class BatchMaker:
     def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, budget: int, seed: int, ref_model=None,
-                 micro_batch_size: int = 64):
+                 micro_batch_size: int = 64, pool: int = 0):
         # no RNG of its own: every rollout's randomness is keyed by the task position (``_generate``)
         self.task, self.recipe, self.engine, self.budget = task, recipe, engine, budget
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
@@ -85,11 +90,17 @@ class BatchMaker:
         self.items_drawn = 0
         self.short_batches = 0  # batches that came out short of groups after the filter's rounds (trainer state)
         self.step, self.total_steps = 0, 1  # training progress, for schedules over training (set_progress)
-        self.stream: Iterator[Item] = task.iter_items("train", seed)
+        # data.pool=N: the first N distinct train items, cycled in seeded epochs (data.pool)
+        self.pool = take_pool(task.iter_items("train", seed), pool, f"task {task.name!r}") if pool else None
+        self.selector = _build_selector(recipe, seed, self.pool, task.name)  # None: every prompt, every group
+        self.stream: Iterator[Item] = self._new_stream()
+
+    def _new_stream(self) -> Iterator[Item]:
+        return self.task.iter_items("train", self.seed) if self.pool is None else pool_stream(self.pool, self.seed)
 
     def seek(self, items_drawn: int) -> None:
         """Restore the task position by replaying the seeded stream (used on resume)."""
-        self.stream = self.task.iter_items("train", self.seed)
+        self.stream = self._new_stream()
         for _ in range(items_drawn):
             next(self.stream)
         self.items_drawn = items_drawn
@@ -100,8 +111,21 @@ class BatchMaker:
         self.step, self.total_steps = step, total_steps
 
     def draw(self, n: int) -> list[Item]:
+        if self.selector is not None:
+            return self._draw_admitted(n)
         self.items_drawn += n
         return [next(self.stream) for _ in range(n)]
+
+    def _draw_admitted(self, n: int) -> list[Item]:
+        """``n`` items the selector admits (it skips e.g. pruned prompts), drawing at most two
+        epochs beyond ``n``; an item's epoch is its stream position // the pool size."""
+        out, limit = [], self.items_drawn + n + 2 * len(self.pool or ())
+        while len(out) < n and self.items_drawn < limit:
+            item, pos = next(self.stream), self.items_drawn
+            self.items_drawn += 1
+            if self.selector.admit(item, epoch_of(pos, len(self.pool or ()))):
+                out.append(item)
+        return out
 
     def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
         first, t0 = self.items_drawn, time.perf_counter()  # the task position of the first item
@@ -132,8 +156,8 @@ class BatchMaker:
         """The ``generate`` request (prompts, group size, sampling, seeds) of the next ``rollout(n_prompts)``
         with plain sampling, without drawing its items: an asynchronous engine starts it early
         (``rollout.async``). None for any other strategy."""
-        if not getattr(self.strategy, "prefetchable", False):
-            return None
+        if not getattr(self.strategy, "prefetchable", False) or self.selector is not None:
+            return None  # a selector's admissions depend on the rewards still to come
         self.stream, ahead = itertools.tee(self.stream)  # a tee of a tee copies it: no nesting per step
         items = list(itertools.islice(ahead, n_prompts))
         req = self._request(items, self.items_drawn)
@@ -175,12 +199,13 @@ class BatchMaker:
         and generate more, for up to its ``round_limit`` rounds (``max_rounds=None``: until full, or
         an error at the cap). Step statistics describe everything generated."""
         f, G = self.recipe.group_filter, self.recipe.group_size
-        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor]] = []
+        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         stats: list[tuple[float, dict[str, float]]] = []
         n_kept, generated, rounds = 0, 0, 0
         while rounds < (f.round_limit if f else 1) and n_kept < n_prompts:
             items, ro = self.rollout(n_prompts)
             rewards, correct, metrics = self.reward(items, ro)
+            scores = self.selector.observe(items, correct) if self.selector else torch.full((len(items),), float("nan"))
             rounds, generated = rounds + 1, generated + len(items)
             stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics,
                                                  **ro.extras.get("metrics", {})}))
@@ -188,7 +213,8 @@ class BatchMaker:
             groups = keep.nonzero().squeeze(-1).tolist()[: n_prompts - n_kept]
             if groups:
                 rows = [g * G + j for g in groups for j in range(G)]
-                kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups]))
+                kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups],
+                             scores[groups]))
                 n_kept += len(groups)
         out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
@@ -202,7 +228,8 @@ class BatchMaker:
             return Batch([], select_rows(ro, []), torch.zeros(0, G), torch.zeros(0, G), metrics=out)
         ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
         return Batch(sum((k[0] for k in kept), []), ro, torch.cat([k[2] for k in kept]),
-                     torch.cat([k[3] for k in kept]), metrics=out)
+                     torch.cat([k[3] for k in kept]), metrics=out,
+                     scores=torch.cat([k[4] for k in kept]) if self.selector else None)
 
     def prepare(self, b: Batch) -> Batch:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
@@ -252,7 +279,47 @@ class BatchMaker:
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        return self.prepare(self.extend(self.collect(n_prompts)))
+        return self.select(self.prepare(self.extend(self.collect(n_prompts))))
+
+    def select(self, b: Batch) -> Batch:
+        """The selector's post-advantage hook: only the whole groups it keeps stay in the batch."""
+        if self.selector is None:
+            return b
+        G, B = self.recipe.group_size, len(b.items)
+        scores = torch.full((B,), float("nan")) if b.scores is None else b.scores
+        scores = torch.cat([scores, torch.full((B - len(scores),), float("nan"))])  # groups a round added
+        ctx = SelectContext(items=b.items, correct=b.correct, advantages=b.advantages.reshape(B, G, *b.advantages.shape[1:]),
+                            scores=scores, kinds=b.group_kinds(), tokens=group_tokens(b.ro.prompt_mask,
+                                                                                    b.ro.completion_mask, G),
+                            n_params=sum(p.numel() for p in self.engine.model.parameters()),
+                            minibatches=self.recipe.optim.minibatches)
+        keep, metrics = self.selector.select(ctx)
+        b.metrics.update(metrics)
+        return keep_groups(b, keep.nonzero().squeeze(-1).tolist(), G)
+
+    def known_prompts(self) -> dict[str, str] | None:
+        """key -> prompt digest of every item the run can draw (its pool), for a resumed selector's check."""
+        return None if self.pool is None else {it.key: prompt_hash(it.prompt) for it in self.pool}
+
+
+def _build_selector(recipe: Recipe, seed: int, pool: list[Item] | None, task: str):
+    if recipe.selector is None:
+        return None
+    if recipe.selector.needs_pool and pool is None:
+        raise UserError(f"recipe {recipe.name!r}: its selector keeps per-prompt state across epochs, so it needs "
+                        f"prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
+    return recipe.selector.build(seed)
+
+
+def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
+    """``b`` with only ``groups`` (whole groups, in order): every per-group and per-row field sliced."""
+    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)
+    g = torch.tensor(groups, dtype=torch.long)
+    pick = lambda x, idx: None if x is None else x[idx]  # noqa: E731
+    return Batch(items=[b.items[i] for i in groups], ro=select_rows(b.ro, rows.tolist()), rewards=b.rewards[g],
+                 correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
+                 ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
+                 weight=pick(b.weight, rows), scores=pick(b.scores, g))
 
 
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:

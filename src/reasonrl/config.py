@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .data.lze import LZE
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import (EGRSD, KL, SSOPD, Advantage, BeamSampling, Correction, GroupFilter, HintSampling, Optim, PolicyLoss,
@@ -25,9 +26,11 @@ from .parts import (EGRSD, KL, SSOPD, Advantage, BeamSampling, Correction, Group
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
-                   "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect}
+                   "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect,
+                   "selector": LZE}  # the one selector so far: a second one validates against its own class
 # None turns the part off; a mapping turns it on / changes it
-OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect")
+OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect",
+                     "selector")
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 
@@ -85,6 +88,14 @@ class RolloutOpts:
     compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
 
 
+@dataclass(frozen=True)
+class DataOpts:
+    """Which training items the run draws (``reasonrl.data.pool``). ``pool=N``: the first N distinct
+    train items of the task, cycled in a fresh seeded order each epoch (what a selector needs: prompts
+    that recur); 0: the task's own stream (endless fresh problems for the built-in tasks)."""
+    pool: int = 0
+
+
 @dataclass
 class TrainConfig:
     recipe: str = "grpo"
@@ -115,6 +126,7 @@ class TrainConfig:
     memory: Memory = field(default_factory=Memory)
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
+    data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
 
 
 def _closest(key: str, valid: list[str]) -> str:

@@ -163,7 +163,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
         on_note(message)
         log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
                   items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
-                  resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name)
+                  resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
+                  **trainer.resume_info)
     drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start) if main else None
     t0 = time.perf_counter()

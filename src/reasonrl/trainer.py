@@ -30,6 +30,7 @@ from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions
 from .parts import Recipe, entropy_term, kl_term
 from .dist.ray_rollout import WorkerError, make_engine
+from .errors import UserError
 from .tasks import Task
 from .tasks.base import stable_seed
 
@@ -86,11 +87,12 @@ class Trainer:
         # the reference, only when a KL term will use it: a frozen copy, or with LoRA the adapters off
         self.ref = Reference(model) if recipe.kl.coef > 0 else None
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
-                                  cfg.micro_batch_size)
+                                  cfg.micro_batch_size, pool=cfg.data.pool)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
         # what this process did, apart from what a checkpoint carried over (resume reports prove it)
         self.resumed_from: Path | None = None
+        self.resume_info: dict[str, Any] = {}  # what the checkpoint restored beyond the step (events.jsonl)
         self.steps_this_process = 0
         self.stage: dict[str, Any] | None = None  # Mu-GRPO stage buffer: batch, group order, position
 
@@ -99,7 +101,8 @@ class Trainer:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
                 "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches,
-                "rounds": self.batches.state}  # what second rounds carry across steps
+                "rounds": self.batches.state,  # what second rounds carry across steps
+                "selector": None if self.batches.selector is None else self.batches.selector.state_dict()}
 
     def save(self) -> Path:
         """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
@@ -121,12 +124,23 @@ class Trainer:
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
         self.batches.state = st.get("rounds", {})
+        self._resume_selector(st.get("selector"))
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
         self.resumed_from = path
         self._push_weights()
         return self.step
+
+    def _resume_selector(self, state: dict[str, Any] | None) -> None:
+        """The selector's per-prompt state and RNGs, checked against this run's pool."""
+        sel = self.batches.selector
+        if (state is None) != (sel is None):
+            raise UserError(f"the checkpoint {'has no' if sel else 'has a'} selector state but recipe "
+                            f"{self.recipe.name!r} {'has' if sel else 'has no'} selector: resume with the run's recipe")
+        if sel is not None:
+            sel.load_state_dict(state, self.batches.known_prompts())
+            self.resume_info = {"selector_prompts": len(state.get("prompts", ()))}
 
     # ---------------------------------------------------------------- update
     @property

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from ..rewards.options import reward_options
+from ..data.selector import Selector
 from .correction import Correction
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
@@ -57,6 +58,7 @@ class Recipe:
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
+    selector: Selector | None = None  # which prompts get rollouts and which groups reach the update (data.selector)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -99,6 +101,7 @@ class Recipe:
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
+                   selector=None if self.selector is None else repr(self.selector),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

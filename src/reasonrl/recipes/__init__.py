@@ -11,6 +11,7 @@ from ..errors import UserError
 from ..parts import Recipe
 from .cipo import CIPO
 from .grpo import DR_GRPO, GRPO
+from .lze import LZE
 from .nudge import NUDGERL
 from .physics import PHYSICS_R1
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
@@ -27,7 +28,7 @@ def register(recipe: Recipe) -> Recipe:
 
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES):
+           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE):
     register(_r)
 
 
