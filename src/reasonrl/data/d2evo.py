@@ -21,6 +21,7 @@ import torch
 
 from ..eval.audit_sim import jaccard
 from ..eval.metrics import majority_vote
+from .selector import check_known_keys, prompt_hash
 
 # the spec's defaults (section 11 (b)): band, target difficulty, novelty weight, validity floor
 P_LO, P_HI, P_STAR, ETA, FLOOR, INVALID = 0.2, 0.8, 0.5, 0.5, 0.3, -1.0
@@ -125,3 +126,51 @@ def solver_pool(anchors: Iterable[Any], generated: Iterable[Any]) -> list[Any]:
             seen.add(it.key)
             out.append(it)
     return out
+
+
+class D2EvoState:
+    """D2Evo's run state, a :class:`~reasonrl.data.selector.SelectorState`: the iteration, the real
+    pool's pass rates and anchors (keys of real problems), the generated problems in this iteration's
+    Solver pool and those accepted for the next one (key -> {"text", "label", "p_hat"}), and the
+    Questioner's and the generated pool's cursors. The part (``parts.d2evo``) fills it; this class
+    decides admissions (anchors only, once there are any) and keeps every group (GRPO as usual)."""
+
+    def __init__(self):
+        self.iteration, self.pass_rates, self.anchors = -1, {}, []
+        self.generated: dict[str, dict[str, Any]] = {}
+        self.accepted: dict[str, dict[str, Any]] = {}
+        self.hashes: dict[str, str] = {}  # real key -> prompt digest, to refuse another dataset's state
+        self.q_cursor, self.g_cursor = 0, 0
+        self.pending: dict[str, float] = {}  # metrics of the last refresh, logged by the next round
+
+    def rebuild(self, iteration: int, real: Sequence[Any], p: torch.Tensor, lo: float, hi: float) -> None:
+        """A new iteration: pass rates (N,) of the ``real`` items, anchors in the band, and the
+        generated problems accepted during the last iteration as this one's (older ones leave)."""
+        anchors = [real[i].key for i in anchor_indices(p, lo, hi)]
+        self.iteration, self.anchors = iteration, anchors
+        self.pass_rates = {it.key: float(v) for it, v in zip(real, p)}
+        self.hashes = {it.key: prompt_hash(it.prompt) for it in real}
+        self.generated = {k: v for k, v in self.accepted.items() if k not in set(anchors)}
+        self.accepted, self.q_cursor, self.g_cursor = {}, 0, 0
+
+    def admit(self, item: Any, epoch: int) -> bool:
+        """Only anchors get Solver rollouts; before any anchor exists (no estimation yet, or none in the
+        band) every pool item does, so the Solver always has prompts."""
+        return not self.anchors or item.key in self.anchors
+
+    def observe(self, items: Sequence[Any], correct: torch.Tensor) -> torch.Tensor:
+        return pass_rates(correct)  # (B, G) -> (B,): the groups' pass rates, for the logs only
+
+    def select(self, ctx: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """Every group goes to the update (the Solver and the Questioner train with plain GRPO)."""
+        return torch.ones(len(ctx.items), dtype=torch.bool), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("iteration", "pass_rates", "anchors", "generated", "accepted",
+                                              "hashes", "q_cursor", "g_cursor", "pending")}
+
+    def load_state_dict(self, state: dict[str, Any], known: dict[str, str] | None) -> None:
+        """Restore; a state whose real problems this run's pool does not hold is refused by name."""
+        check_known_keys(sorted(state["hashes"]), known, state["hashes"])
+        for k, v in state.items():
+            setattr(self, k, v)
