@@ -31,7 +31,8 @@ def judge_questions(engine, task, anchors, texts, G, n, mode, sampling):
     parsed = [i for i, q in enumerate(qs) if q is not None]
     if not parsed:
         return {"parsed_frac": 0.0}
-    ro = engine.generate([qs[i].prompt for i in parsed], n, sampling, seeds=[stable_seed(1, "solve", i) for i in parsed])
+    seeds = [stable_seed(1, "solve", i) for i in parsed]
+    ro = engine.generate([qs[i].prompt for i in parsed], n, sampling, seeds=seeds)
     verdicts, gold = [], []
     for j, i in enumerate(parsed):
         outs = ro.texts[j * n:(j + 1) * n]

@@ -6,8 +6,8 @@ with numbers worked out in the comments.
 import pytest
 import torch
 
-from reasonrl.data.d2evo import (accepted, anchor_indices, char_ngrams, in_band, judge, majority_label, ngram_similarity,
-                                 pass_rates, pseudo_valid, questioner_rewards, solver_pool)
+from reasonrl.data.d2evo import (accepted, anchor_indices, char_ngrams, in_band, judge, majority_label,
+                                 ngram_similarity, pass_rates, pseudo_valid, questioner_rewards, solver_pool)
 from reasonrl.tasks import ArithmeticTask
 from reasonrl.tasks.arithmetic import ArithmeticConfig, generated_problem
 

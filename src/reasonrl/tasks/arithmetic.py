@@ -280,7 +280,8 @@ class ArithmeticTask:
         if found is None:
             return None
         item = self.make_item(*found)
-        return dataclasses.replace(item, meta={**item.meta, "held_out": in_test_split(item.key, self.config.test_fraction)})
+        held_out = in_test_split(item.key, self.config.test_fraction)
+        return dataclasses.replace(item, meta={**item.meta, "held_out": held_out})
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         got = extract_answer(completion)
