@@ -49,6 +49,8 @@ GRPO_ROW = {
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
     "selector": None,  # LZE's (selection_ratio, min_selection_ratio, ema_decay, alpha, d_min, jitter, warmup epochs,
     # prune, prune_streak, replay_frac)
+    "d2evo": None,  # (iteration_steps, estimate_samples, solver_samples, p_lo, p_hi, p_star, eta, invalid, floor,
+    #                  use_gold, ngram, anchors_per_step, parse)
 }
 
 
@@ -150,6 +152,10 @@ TABLE = {
     # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
     # solved epochs, replay 10%)
     "lze": row(advantage=("grpo", "none"), selector=(0.4, 0.3, 0.9, 0.3, 0.05, 0.05, 0, True, 2, 0.1)),
+    # D2Evo (arXiv 2605.17037; spec section 11, all [inferred]): n = 8 samples to estimate and to judge, band
+    # [0.2, 0.8], p* 0.5, eta 0.5, invalid -1, majority floor 0.3 (no gold), character 3-grams; G_Q = G = 4,
+    # 4 anchors per step, 10 steps per iteration, a question is the longest leading expression (ours)
+    "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix")),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
 }
@@ -200,6 +206,9 @@ def _actual(recipe, expected):
             "prune", "prune_streak", "replay_frac")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
+        "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (
+            "iteration_steps", "estimate_samples", "solver_samples", "p_lo", "p_hi", "p_star", "eta", "invalid", "floor",
+            "use_gold", "ngram", "anchors_per_step", "parse")),
     }
 
 

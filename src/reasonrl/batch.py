@@ -59,7 +59,8 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
                  preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
                  weight=torch.cat([ones(R) if b.weight is None else b.weight,
                                    ones(len(g.ro.texts)) if g.weight is None else g.weight]),
-                 scores=b.scores)  # the selector's scores of the first groups; a round's groups have none
+                 # the selector's scores of the first groups; a round's groups have none (NaN)
+                 scores=None if b.scores is None else torch.cat([b.scores, torch.full((len(g.items),), float("nan"))]))
 
 
 def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
@@ -279,6 +280,8 @@ class BatchMaker:
         return b
 
     def make(self, n_prompts: int) -> Batch:
+        for hook in self.recipe.step_hooks:  # parts that prepare the step's data first (D2Evo's estimation pass)
+            hook(self)
         return self.select(self.prepare(self.extend(self.collect(n_prompts))))
 
     def select(self, b: Batch) -> Batch:
@@ -302,12 +305,13 @@ class BatchMaker:
 
 
 def _build_selector(recipe: Recipe, seed: int, pool: list[Item] | None, task: str):
-    if recipe.selector is None:
+    selector = recipe.data_selector  # the selector field, or a part that also selects (D2Evo)
+    if selector is None:
         return None
-    if recipe.selector.needs_pool and pool is None:
+    if selector.needs_pool and pool is None:
         raise UserError(f"recipe {recipe.name!r}: its selector keeps per-prompt state across epochs, so it needs "
                         f"prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
-    return recipe.selector.build(seed)
+    return selector.build(seed)
 
 
 def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:

@@ -21,16 +21,16 @@ import yaml
 from .data.lze import LZE
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import (EGRSD, KL, SSOPD, Advantage, BeamSampling, Correction, GroupFilter, HintSampling, Optim, PolicyLoss,
+from .parts import (EGRSD, KL, SSOPD, Advantage, BeamSampling, Correction, D2Evo, GroupFilter, HintSampling, Optim, PolicyLoss,
                     Recipe, Redirect, Sampling, Stages, Steering)
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
                    "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect,
-                   "selector": LZE}  # the one selector so far: a second one validates against its own class
+                   "selector": LZE, "d2evo": D2Evo}  # the one selector so far: a second one validates against its own class
 # None turns the part off; a mapping turns it on / changes it
 OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect",
-                     "selector")
+                     "selector", "d2evo")
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

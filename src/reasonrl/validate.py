@@ -236,6 +236,15 @@ RULES: dict[str, Rule] = {
     "redirect.eta": at_least(0),
     "redirect.max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
     "redirect.template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
+    # D2Evo (parts/d2evo.py)
+    **{f"d2evo.{k}": at_least(1) for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step",
+                                           "ngram")},
+    "d2evo.p_lo": within(0, 1),
+    "d2evo.p_hi": Rule(lambda v, c: c.get("d2evo.p_lo", 0) <= v <= 1,
+                       lambda c: f"in [d2evo.p_lo = {c.get('d2evo.p_lo')}, 1]"),
+    "d2evo.p_star": within(0, 1), "d2evo.eta": at_least(0), "d2evo.floor": within(0, 1), "d2evo.weight": at_least(0),
+    "d2evo.parse": one_of(("prefix", "line")),
+    "d2evo.template": Rule(lambda v, _: "{prompt}" in v, "text containing {prompt} (the anchor's prompt)"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

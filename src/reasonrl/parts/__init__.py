@@ -17,6 +17,7 @@ import torch
 from ..rewards.options import reward_options
 from ..data.selector import Selector
 from .correction import Correction
+from .d2evo import D2Evo
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
@@ -24,7 +25,7 @@ from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
+__all__ = ["D2Evo", "EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
@@ -59,6 +60,7 @@ class Recipe:
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
     selector: Selector | None = None  # which prompts get rollouts and which groups reach the update (data.selector)
+    d2evo: D2Evo | None = None  # D2Evo: anchors as the selector, the Questioner as a round (arXiv 2605.17037)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -66,6 +68,7 @@ class Recipe:
     # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss.
     def __post_init__(self):
         one_strategy(self._parts())  # two parts that both generate: an error when the recipe is made
+        _ = self.data_selector  # two selectors: likewise
 
     def _parts(self) -> list[Any]:
         return [getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "paper", "inferred")]
@@ -81,6 +84,20 @@ class Recipe:
     @property
     def all_shapers(self) -> tuple[Callable[..., Any], ...]:
         return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
+
+    @property
+    def data_selector(self) -> Selector | None:
+        """The one part that builds selector state: the ``selector`` field, or a part that is also a
+        selector (D2Evo); two of them are an error."""
+        found = [p for p in self._parts() if isinstance(p, Selector)]
+        if len(found) > 1:
+            raise ValueError(f"a recipe can use one selector, got {', '.join(type(p).__name__ for p in found)}")
+        return found[0] if found else None
+
+    @property
+    def step_hooks(self) -> tuple[Callable[..., Any], ...]:
+        """``before_step(maker)`` of the parts that prepare a step's data (D2Evo's pass-rate estimation)."""
+        return tuple(p.before_step for p in self._parts() if hasattr(p, "before_step"))
 
     @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
@@ -102,6 +119,7 @@ class Recipe:
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
                    selector=None if self.selector is None else repr(self.selector),
+                   d2evo=None if self.d2evo is None else dataclasses.asdict(self.d2evo),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

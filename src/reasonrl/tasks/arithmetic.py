@@ -19,6 +19,7 @@ a missing step is wrong, and anything after the answer line is wrong.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from dataclasses import dataclass
@@ -136,6 +137,29 @@ def parse_problem(key: str) -> tuple[list[int], list[str]]:
     return [int(t) for t in re.findall(r"\d+", key)], re.findall(r"[+-]", key)
 
 
+def generated_problem(text: str, config: ArithmeticConfig, parse: str = "prefix") -> tuple[list[int], list[str]] | None:
+    """A generated problem's terms and operators when ``text`` is well-formed in the task's format, else
+    None (D2Evo's built-in verifiability, spec distill-and-data.md section 11). Well-formed: exactly
+    ``config.terms`` operands of ``min_digits``..``max_digits`` digits without leading zeros, joined by
+    operators of ``config.ops``. ``parse="line"``: the first line, less a trailing ``=?`` or ``=``, must
+    be such an expression; ``"prefix"``: the longest such expression the text starts with (the rest
+    ignored; a small model writes its problem and runs on into a chain of thought)."""
+    head = text.lstrip()
+    if parse == "line":
+        head = re.sub(r"=\??$", "", head.split("\n")[0].strip())
+    elif parse != "prefix":
+        raise ValueError(f"unknown parse mode {parse!r}; valid: prefix, line")
+    m = re.match(r"\d+(?:[+-]\d+){%d}" % (config.terms - 1), head)
+    if m is None or (parse == "line" and m.end() != len(head)):
+        return None
+    nums, ops = re.findall(r"\d+", m.group(0)), re.findall(r"[+-]", m.group(0))
+    if any(o not in config.ops for o in ops) or any(n != str(int(n)) for n in nums):
+        return None  # an operator the task does not use, or a leading zero
+    if not all(config.min_digits <= len(n) <= config.max_digits for n in nums):
+        return None
+    return [int(n) for n in nums], ops
+
+
 def _swap_note(a: int, op: str, b: int) -> str | None:
     """What a negative line works out instead (mirrors :func:`binary_step`), or None."""
     if op == "-" and a < 0:
@@ -247,6 +271,17 @@ class ArithmeticTask:
             item = self.make_item(terms, ops)
             if in_test_split(item.key, c.test_fraction) == want_test:
                 yield item
+
+    def generated_item(self, text: str, parse: str = "prefix") -> Item | None:
+        """The item of a problem a model wrote (D2Evo's Questioner), with its TRUE answer computed from
+        the expression, or None when ``text`` is not well-formed (:func:`generated_problem`). A problem
+        of the held-out split is marked ``meta["held_out"]``: it may be judged, never trained on."""
+        found = generated_problem(text, self.config, parse)
+        if found is None:
+            return None
+        item = self.make_item(*found)
+        held_out = in_test_split(item.key, self.config.test_fraction)
+        return dataclasses.replace(item, meta={**item.meta, "held_out": held_out})
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         got = extract_answer(completion)
