@@ -21,12 +21,14 @@ from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
+from .teacher import KDRL, RKLOPD, TGPO, Teacher
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
+__all__ += ["KDRL", "RKLOPD", "TGPO", "Teacher"]
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,16 @@ class Recipe:
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
+    teacher: Teacher | None = None  # an external frozen teacher, scored on the rollouts (TGPO family)
+    tgpo: TGPO | None = None  # TGPO reg / adv (arXiv 2605.13230)
+    rkl_opd: RKLOPD | None = None  # reverse-KL on-policy distillation token advantages
+    kdrl: KDRL | None = None  # KDRL's KL term to the teacher
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
     # ``extend(maker, batch)`` adds a second round of groups, ``shape_advantages(adv, ctx)`` runs after
-    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss.
+    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss,
+    # ``score_batch(batch, ctx)`` annotates the batch before the shapers run (teacher passes).
     def __post_init__(self):
         one_strategy(self._parts())  # two parts that both generate: an error when the recipe is made
 
@@ -79,6 +86,10 @@ class Recipe:
     @property
     def all_shapers(self) -> tuple[Callable[..., Any], ...]:
         return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
+
+    @property
+    def scorers(self) -> tuple[Callable[..., Any], ...]:
+        return tuple(p.score_batch for p in self._parts() if hasattr(p, "score_batch"))
 
     @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
@@ -99,6 +110,8 @@ class Recipe:
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
+                   **{k: None if getattr(self, k) is None else dataclasses.asdict(getattr(self, k))
+                      for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])
