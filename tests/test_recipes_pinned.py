@@ -47,6 +47,8 @@ GRPO_ROW = {
     "aux_losses": (),  # type names
     "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
+    "teacher": None,  # (teacher model, offload, tgpo (variant, coef, decay, min_coef), rkl_opd (coef, grpo_weight),
+    #                    kdrl (coef, estimator))
 }
 
 
@@ -146,6 +148,17 @@ TABLE = {
                  egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+    # TGPO (arXiv 2605.13230, released code helldog-star/TGPO): PPO-clip 0.2 with token-mean, entropy 0.001,
+    # no KL; reg: lambda_0 0.002, delta 1e-5; adv: 0.02, 1e-4 (None = the variant's default, resolved in
+    # TGPO.coef_at); RKL-OPD: log pi_T - log pi_old alone; KDRL: beta 0.002 on the k2 estimate
+    "tgpo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                teacher=("builtin:teacher", False, ("reg", None, None, 0.0), None, None)),
+    "tgpo_adv": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                    teacher=("builtin:teacher", False, ("adv", None, None, 0.0), None, None)),
+    "rkl_opd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                   teacher=("builtin:teacher", False, None, (1.0, 0.0), None)),
+    "kdrl": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                teacher=("builtin:teacher", False, None, None, (0.002, "k2"))),
 }
 
 
@@ -189,6 +202,11 @@ def _actual(recipe, expected):
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
         "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
                                                r.ssopd.max_prefix_tokens),
+        "teacher": None if r.teacher is None else (
+            r.teacher.model, r.teacher.offload,
+            None if r.tgpo is None else (r.tgpo.variant, r.tgpo.coef, r.tgpo.decay, r.tgpo.min_coef),
+            None if r.rkl_opd is None else (r.rkl_opd.coef, r.rkl_opd.grpo_weight),
+            None if r.kdrl is None else (r.kdrl.coef, r.kdrl.estimator)),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
     }

@@ -27,6 +27,15 @@ def tiny():
     return build_tiny("tiny", seed=0)
 
 
+@pytest.fixture(scope="module")
+def fresh_dir(tmp_path_factory):
+    """A fresh tiny model as an HF directory (a teacher with the char vocabulary, quick to make)."""
+    from reasonrl.models import save_model
+
+    model, tok = build_tiny("tiny", seed=1)
+    return save_model(model, tok, tmp_path_factory.mktemp("fresh_teacher"))
+
+
 def _ro(tok):
     return make_rollouts(tok, ["12+3=?\n", "7+45=?\n", "1+1=?\n"], ["15\nA:15", "A:52", "2+3=5\nA:5"])
 
@@ -94,10 +103,10 @@ def test_check_vocab_names_both_and_the_first_differing_token():
         check_vocab(FakeTok({"a": 0, "b": 1, "c": 2}), FakeTok({"a": 0, "b": 1}), "/t", "/s")
 
 
-def test_teacher_is_frozen_cached_and_offloaded(tiny_dir):
+def test_teacher_is_frozen_cached_and_offloaded(fresh_dir):
     clear_teachers()
-    t = get_teacher(str(tiny_dir), device="cpu", offload=True)
-    assert get_teacher(str(tiny_dir), device="cpu", offload=True) is t  # loaded once, then cached
+    t = get_teacher(str(fresh_dir), device="cpu", offload=True)
+    assert get_teacher(str(fresh_dir), device="cpu", offload=True) is t  # loaded once, then cached
     assert not any(p.requires_grad for p in t.model.parameters()) and not t.model.training
     moves = []
     orig = t.model.to
@@ -188,10 +197,10 @@ def test_kdrl_term_reads_the_batch_rows():
                          agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1)
 
 
-def test_config_keys_and_validation(tiny_dir):
-    r = apply_overrides(get_recipe("tgpo"), split_config({"teacher": {"model": str(tiny_dir), "offload": "true"},
+def test_config_keys_and_validation(fresh_dir):
+    r = apply_overrides(get_recipe("tgpo"), split_config({"teacher": {"model": str(fresh_dir), "offload": True},
                                                           "tgpo": {"coef": "1e-2", "variant": "adv"}})[1])
-    assert r.teacher == Teacher(model=str(tiny_dir), offload=True) and r.tgpo == TGPO(variant="adv", coef=0.01)
+    assert r.teacher == Teacher(model=str(fresh_dir), offload=True) and r.tgpo == TGPO(variant="adv", coef=0.01)
     check_run(TrainConfig(), r)
     with pytest.raises(UserError, match="teacher.model"):  # a method part without the teacher part
         check_run(TrainConfig(), dataclasses.replace(r, teacher=None))
