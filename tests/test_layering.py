@@ -17,6 +17,8 @@ LAYERS = {
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
     "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
+    "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context
+    "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files
     "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3,

@@ -51,6 +51,8 @@ GRPO_ROW = {
     # prune, prune_streak, replay_frac)
     "d2evo": None,  # (iteration_steps, estimate_samples, solver_samples, p_lo, p_hi, p_star, eta, invalid, floor,
     #                  use_gold, ngram, anchors_per_step, parse)
+    "teacher": None,  # (teacher model, offload, tgpo (variant, coef, decay, min_coef), rkl_opd (coef, grpo_weight),
+    #                    kdrl (coef, estimator))
 }
 
 
@@ -158,6 +160,17 @@ TABLE = {
     "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix")),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+    # TGPO (arXiv 2605.13230, released code helldog-star/TGPO): PPO-clip 0.2 with token-mean, entropy 0.001,
+    # no KL; reg: lambda_0 0.002, delta 1e-5; adv: 0.02, 1e-4 (None = the variant's default, resolved in
+    # TGPO.coef_at); RKL-OPD: log pi_T - log pi_old alone; KDRL: beta 0.002 on the k2 estimate
+    "tgpo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                teacher=("builtin:teacher", False, ("reg", None, None, 0.0), None, None)),
+    "tgpo_adv": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                    teacher=("builtin:teacher", False, ("adv", None, None, 0.0), None, None)),
+    "rkl_opd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                   teacher=("builtin:teacher", False, None, (1.0, 0.0), None)),
+    "kdrl": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
+                teacher=("builtin:teacher", False, None, None, (0.002, "k2"))),
 }
 
 
@@ -204,6 +217,11 @@ def _actual(recipe, expected):
         "selector": None if r.selector is None else tuple(getattr(r.selector, k) for k in (
             "selection_ratio", "min_selection_ratio", "ema_decay", "alpha", "d_min", "jitter", "warmup_transition_epochs",
             "prune", "prune_streak", "replay_frac")),
+        "teacher": None if r.teacher is None else (
+            r.teacher.model, r.teacher.offload,
+            None if r.tgpo is None else (r.tgpo.variant, r.tgpo.coef, r.tgpo.decay, r.tgpo.min_coef),
+            None if r.rkl_opd is None else (r.rkl_opd.coef, r.rkl_opd.grpo_weight),
+            None if r.kdrl is None else (r.kdrl.coef, r.kdrl.estimator)),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
         "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (

@@ -22,6 +22,7 @@ from reasonrl.errors import MissingPathError, UserError
 from reasonrl.parts import (EGRSD, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
                            Steering, Veto)
 from reasonrl.recipes import get_recipe
+from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,6 +176,9 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
+    if key.startswith(("teacher.", "tgpo.", "rkl_opd.", "kdrl.")):  # a teacher method needs the teacher part
+        optional.update(teacher=Teacher(model="tiny:tiny"), **{k: v for k, v in TEACHER_PARTS.items()
+                                                               if key.startswith(k + ".")})
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
     head, *rest = key.split(".")
     if not rest:
@@ -194,6 +198,8 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
         return dataclasses.replace(cfg, **{head: part}), recipe
     return cfg, dataclasses.replace(recipe, **{head: part})
 
+
+TEACHER_PARTS = {"tgpo": TGPO(), "rkl_opd": RKLOPD(), "kdrl": KDRL()}
 
 # key, a valid boundary value, the first invalid value past it
 BOUNDARIES = [
@@ -244,6 +250,10 @@ BOUNDARIES = [
     ("egrsd.template", "{solution}{prompt}", "{solution}"), ("egrsd.direction", "sign", "reward"),
     ("egrsd.magnitude", "ratio", "log"), ("egrsd.cap", 1e-9, 0.0), ("egrsd.g_min", 1.0, 0.0),
     ("egrsd.g_min", 1e-9, 1.01), ("egrsd.tau", 1e-9, 0.0), ("egrsd.lookahead", 0, -1), ("egrsd.alpha", 0.0, -0.1),
+    ("teacher.model", "tiny:tiny", "/no/such/teacher"), ("teacher.dtype", "float16", "float64"),
+    ("teacher.chunk_rows", 1, 0), ("tgpo.variant", "adv", "both"), ("tgpo.coef", 0.0, -1e-9),
+    ("tgpo.decay", 0.0, -1e-9), ("tgpo.min_coef", 0.0, -1e-9), ("rkl_opd.coef", 0.0, -0.1), ("kdrl.coef", 0.0, -0.1),
+    ("kdrl.estimator", "k3", "k4"),
 ]
 
 

@@ -42,6 +42,8 @@ class Batch:
     preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
     weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
     scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
+    teacher: dict[str, torch.Tensor] = field(default_factory=dict)  # (R, T) teacher scores a part attached
+    extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
 
     def group_kinds(self) -> torch.Tensor:  # (B,)
         return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
@@ -245,6 +247,10 @@ class BatchMaker:
         ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
                "task": self.task, "contexts": contexts, "kinds": b.group_kinds(), "score_under": self.score_under,
                "char_offsets": lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])])}
+        ctx.update(teacher=b.teacher, step=self.step, policy=self.engine.model, tok=self.engine.tok, micro=self.micro,
+                   temperature=self.recipe.sampling.temperature or 1.0)  # what teacher passes (score_batch) read
+        for score in self.recipe.scorers if len(b.items) else ():  # they fill b.teacher before the shapers read it
+            b.metrics.update(score(b, ctx))
         for shaper in self.recipe.all_shapers if len(b.items) else ():  # an empty batch has nothing to shape
             out = shaper(adv, ctx)
             adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})

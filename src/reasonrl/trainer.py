@@ -153,9 +153,11 @@ class Trainer:
         # trim this micro-batch's padding: prompts are left-padded, completions right-padded
         p_len, c_len = int(ro.prompt_mask[rows].sum(-1).max()), int(ro.completion_mask[rows].sum(-1).max())
         P = ro.prompt_ids.shape[1]
-        logp, ent = score_completions(self.model, ro.prompt_ids[rows, P - p_len:], ro.prompt_mask[rows, P - p_len:],
-                                      ro.completion_ids[rows, :c_len], ro.completion_mask[rows, :c_len],
-                                      temperature=r.sampling.temperature or 1.0, chunk_rows=len(rows))
+        extra = None if b.extra_labels is None else b.extra_labels[rows, :c_len]  # a part's second label set (TGPO)
+        logp, ent, *extra_logp = score_completions(self.model, ro.prompt_ids[rows, P - p_len:], ro.prompt_mask[rows, P - p_len:],
+                                                   ro.completion_ids[rows, :c_len], ro.completion_mask[rows, :c_len],
+                                                   temperature=r.sampling.temperature or 1.0, chunk_rows=len(rows),
+                                                   extra_labels=extra)
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
@@ -172,7 +174,8 @@ class Trainer:
             loss, metrics = loss + eb, {**metrics, **m}
         for aux in r.all_aux_losses:  # auxiliary terms; teacher terms score rows under other prompts with the model
             a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, model=self.model, tok=self.tok,
-                       temperature=r.sampling.temperature or 1.0, **agg)
+                       temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
+                       train_step=self.step + 1, **agg)  # train_step: 1-based, the step being trained
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
 

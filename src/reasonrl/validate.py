@@ -32,6 +32,8 @@ from .losses.divergence import DIVERGENCES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .parts import Recipe
 from .parts.selfteach import template_problem
+from .parts.teacher import TGPO_VARIANTS
+from .distill.teacher import teacher_problem
 from .rewards.options import rewards_dict
 from .tasks import get_task
 
@@ -202,6 +204,18 @@ RULES: dict[str, Rule] = {
     "egrsd.tau": above(0),
     "egrsd.lookahead": Rule(lambda v, _: v >= 0, ">= 0 (0: plain EGRSD, K >= 1: CL-EGRSD's window)"),
     "egrsd.alpha": at_least(0),
+    "teacher.model": Rule(lambda v, _: teacher_problem(v) is None,
+                          lambda c: f"a local HF model directory, tiny:<size> or builtin:teacher ({teacher_problem(c['teacher.model'])})"),
+    "teacher.dtype": one_of(("float32", "bfloat16", "float16")),
+    "teacher.chunk_rows": at_least(1),
+    "tgpo.variant": Rule(lambda v, c: v in TGPO_VARIANTS and c.get("teacher.model") is not None,
+                         f"one of {', '.join(TGPO_VARIANTS)}, with the teacher part on (teacher.model=PATH)"),
+    "tgpo.coef": at_least(0), "tgpo.decay": at_least(0), "tgpo.min_coef": at_least(0),
+    "rkl_opd.coef": Rule(lambda v, c: v >= 0 and c.get("teacher.model") is not None,
+                         ">= 0, with the teacher part on (teacher.model=PATH)"),
+    "kdrl.coef": Rule(lambda v, c: v >= 0 and c.get("teacher.model") is not None,
+                      ">= 0, with the teacher part on (teacher.model=PATH)"),
+    "kdrl.estimator": one_of(KL_ESTIMATORS),
     "hints.n_hints": at_least(1),
     # NudgeRL spends a group on M hints x K rollouts: G = M * K exactly (parts/nudge.py)
     "hints.per_hint": Rule(lambda v, c: v >= 1 and (c.get("hints.n_hints", 1) < 1  # that one is reported on its own

@@ -19,23 +19,30 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0):
-    """(R, T, V) logits, (R, T) targets -> (R, T) log p(target), (R, T) entropy of the distribution."""
+def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                         extra: torch.Tensor | None = None):
+    """(R, T, V) logits, (R, T) targets -> (R, T) log p(target), (R, T) entropy of the distribution;
+    with ``extra`` (R, T) ids also (R, T) log p(extra) from the same log-softmax (TGPO's teacher ids)."""
     logp_all = (logits.float() / (temperature or 1.0)).log_softmax(-1)  # (R, T, V)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # (R, T)
     entropy = -(logp_all.exp() * logp_all).sum(-1)  # (R, T)
-    return logp, entropy
+    if extra is None:
+        return logp, entropy
+    return logp, entropy, logp_all.gather(-1, extra[..., None]).squeeze(-1)  # (R, T) second label set
 
 
 def chunked_logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                                 max_elements: int | None = None):
+                                 max_elements: int | None = None, extra: torch.Tensor | None = None):
     """:func:`logprobs_and_entropy` over time slices of at most ``max_elements`` logits (default
     :data:`LOGIT_CHUNK_ELEMENTS`; one time step at least). With gradients each slice is
     checkpointed: its float32 log-softmax, exp and product are recomputed in the backward instead
     of kept, so the memory they need is one slice's, while the values and the gradient are those of
-    the unsliced computation. A block that fits in one slice is computed as it is."""
+    the unsliced computation. A block that fits in one slice is computed as it is. ``extra``: a
+    second (R, T) label set, whose log-probs come third (:func:`logprobs_and_entropy`)."""
     R, T, V = logits.shape
     step = max(1, (max_elements or LOGIT_CHUNK_ELEMENTS) // max(1, R * V))  # time steps per slice
+    if extra is not None:
+        return _chunked_with_extra(logits, targets, extra, temperature, step)
     if step >= T:
         return logprobs_and_entropy(logits, targets, temperature)
     no_grad = not (torch.is_grad_enabled() and logits.requires_grad)  # nothing to keep for a backward
@@ -45,11 +52,28 @@ def chunked_logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, te
     return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)  # (R, T) twice
 
 
+def _chunked_with_extra(logits, targets, extra, temperature: float, step: int):
+    """:func:`chunked_logprobs_and_entropy` with a second label set: three (R, T) tensors."""
+    if step >= logits.shape[1]:
+        return logprobs_and_entropy(logits, targets, temperature, extra)
+    no_grad = not (torch.is_grad_enabled() and logits.requires_grad)
+    parts = [logprobs_and_entropy(lg, tg, temperature, ex) if no_grad
+             else checkpoint(logprobs_and_entropy, lg, tg, temperature, ex, use_reentrant=False)
+             for lg, tg, ex in zip(logits.split(step, 1), targets.split(step, 1), extra.split(step, 1))]
+    return tuple(torch.cat([p[i] for p in parts], 1) for i in range(3))  # (R, T) each
+
+
 def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                       completion_mask: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int = 64,
-                      entropies: bool = True):
+                      entropies: bool = True, extra_labels: torch.Tensor | None = None):
     """(R, P) left-padded prompts + (R, T) right-padded completions -> (R, T) log-probs and (R, T)
-    entropies (None if not asked), zero on padding. Gradients flow if grad mode is on."""
+    entropies (None if not asked), zero on padding. Gradients flow if grad mode is on.
+
+    ``extra_labels`` (R, T) ids: a third output, the (R, T) log-probs of those ids at the same
+    positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token)."""
+    if extra_labels is not None:
+        return _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion_mask, extra_labels,
+                                 temperature, chunk_rows, entropies)
     T = completion_ids.shape[1]
     device = next(model.parameters()).device
     out_lp, out_ent = [], []
@@ -64,3 +88,25 @@ def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
         out_ent.append(ent * cm if entropies else None)
     lp = torch.cat(out_lp)
     return lp, (torch.cat(out_ent) if entropies else None)
+
+
+def _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion_mask, extra_labels,
+                      temperature: float, chunk_rows: int, entropies: bool):
+    """:func:`score_completions` with a second label set: (R, T) log-probs, entropies (or None), extra log-probs."""
+    T = completion_ids.shape[1]
+    if extra_labels.shape != completion_ids.shape:
+        raise ValueError(f"extra_labels must have the completions' shape {tuple(completion_ids.shape)}, "
+                         f"got {tuple(extra_labels.shape)}")
+    device = next(model.parameters()).device
+    out: list[tuple[torch.Tensor, ...]] = []
+    for s in range(0, len(prompt_ids), chunk_rows):
+        ids = torch.cat([prompt_ids[s:s + chunk_rows], completion_ids[s:s + chunk_rows]], 1).to(device)
+        mask = torch.cat([prompt_mask[s:s + chunk_rows], completion_mask[s:s + chunk_rows]], 1).to(device)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
+                       logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V)
+        extra = extra_labels[s:s + chunk_rows].to(device)  # (r, T)
+        lp, ent, xlp = chunked_logprobs_and_entropy(logits, ids[:, -T:], temperature, extra=extra)
+        cm = mask[:, -T:].to(lp.dtype)  # (r, T)
+        out.append((lp * cm, ent * cm, xlp * cm))
+    lp, ent, xlp = (torch.cat([o[i] for o in out]) for i in range(3))
+    return lp, (ent if entropies else None), xlp

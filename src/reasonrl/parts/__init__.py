@@ -23,12 +23,14 @@ from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
+from .teacher import KDRL, RKLOPD, TGPO, Teacher
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["D2Evo", "EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
+__all__ += ["KDRL", "RKLOPD", "TGPO", "Teacher"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +63,16 @@ class Recipe:
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
     selector: Selector | None = None  # which prompts get rollouts and which groups reach the update (data.selector)
     d2evo: D2Evo | None = None  # D2Evo: anchors as the selector, the Questioner as a round (arXiv 2605.17037)
+    teacher: Teacher | None = None  # an external frozen teacher, scored on the rollouts (TGPO family)
+    tgpo: TGPO | None = None  # TGPO reg / adv (arXiv 2605.13230)
+    rkl_opd: RKLOPD | None = None  # reverse-KL on-policy distillation token advantages
+    kdrl: KDRL | None = None  # KDRL's KL term to the teacher
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
     # ``extend(maker, batch)`` adds a second round of groups, ``shape_advantages(adv, ctx)`` runs after
-    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss.
+    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss,
+    # ``score_batch(batch, ctx)`` annotates the batch before the shapers run (teacher passes).
     def __post_init__(self):
         one_strategy(self._parts())  # two parts that both generate: an error when the recipe is made
         _ = self.data_selector  # two selectors: likewise
@@ -100,6 +107,10 @@ class Recipe:
         return tuple(p.before_step for p in self._parts() if hasattr(p, "before_step"))
 
     @property
+    def scorers(self) -> tuple[Callable[..., Any], ...]:
+        return tuple(p.score_batch for p in self._parts() if hasattr(p, "score_batch"))
+
+    @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
         return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
 
@@ -120,6 +131,8 @@ class Recipe:
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
                    selector=None if self.selector is None else repr(self.selector),
                    d2evo=None if self.d2evo is None else dataclasses.asdict(self.d2evo),
+                   **{k: None if getattr(self, k) is None else dataclasses.asdict(getattr(self, k))
+                      for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

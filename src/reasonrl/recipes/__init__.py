@@ -19,6 +19,7 @@ from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORC
 from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
 from .tasks import TASK_RECIPES
+from .teacher import TEACHER_RECIPES
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -29,7 +30,7 @@ def register(recipe: Recipe) -> Recipe:
 
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO):
+           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES):
     register(_r)
 
 
