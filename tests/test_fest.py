@@ -134,24 +134,34 @@ def test_dpo_term_agrees_with_trl_sigmoid_dpo(tmp_path):
         theirs = float(trainer.compute_loss(trainer.model, batch))
     logs = {k: v[-1] for k, v in trainer._metrics["train"].items()}
 
-    # ours on the same tokens: the prompt left-padded, the completion right-padded, as the rollouts
-    def split(i):
-        ids, att, comp = batch["input_ids"][i], batch["attention_mask"][i].bool(), batch["completion_mask"][i].bool()
-        return ids[att & ~comp].tolist(), ids[comp].tolist()
-    parts = [split(i) for i in range(8)]
-    P, T = max(len(p) for p, _ in parts), max(len(c) for _, c in parts)
-    pid = torch.tensor([[tok.pad_token_id] * (P - len(p)) + p for p, _ in parts])
-    pm = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p, _ in parts])
-    cid = torch.tensor([c + [tok.pad_token_id] * (T - len(c)) for _, c in parts])
-    cm = torch.tensor([[1] * len(c) + [0] * (T - len(c)) for _, c in parts])
-    with torch.no_grad():
-        pol = sequence_logp(score_completions(model, pid, pm, cid, cm, entropies=False)[0], cm)  # (8,)
-        rf = sequence_logp(score_completions(ref, pid, pm, cid, cm, entropies=False)[0], cm)  # (8,)
-    loss, m = dpo_sigmoid(pol[:4], rf[:4], pol[4:], rf[4:], beta=0.3)
-    assert loss.mean().item() == pytest.approx(theirs, abs=1e-5)
-    assert m["margin"].mean().item() == pytest.approx(logs["rewards/margins"], abs=1e-5)
-    assert m["chosen_reward"].mean().item() == pytest.approx(logs["rewards/chosen"], abs=1e-5)
+    # ours on TRL's own rows (right-padded; completion_mask marks the completion tokens): a plain forward of
+    # each model, the token log-probs summed over the completion by sequence_logp, then dpo_sigmoid
+    ids, att, comp = batch["input_ids"], batch["attention_mask"], batch["completion_mask"]
+
+    def token_logp(m):  # (8, L-1): log p(token t+1 | tokens <= t)
+        with torch.no_grad():
+            logits = m(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        return logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    pol, rf = sequence_logp(token_logp(model), comp[:, 1:]), sequence_logp(token_logp(ref), comp[:, 1:])  # (8,)
+    loss, m = dpo_sigmoid(pol[:4], rf[:4], pol[4:], rf[4:], beta=0.3)  # rows: 4 chosen, then their 4 rejected
+    assert loss.mean().item() == pytest.approx(theirs, abs=1e-6)
+    assert m["margin"].mean().item() == pytest.approx(logs["rewards/margins"], abs=1e-6)
+    assert m["chosen_reward"].mean().item() == pytest.approx(logs["rewards/chosen"], abs=1e-6)
+    assert m["rejected_reward"].mean().item() == pytest.approx(logs["rewards/rejected"], abs=1e-6)
     assert m["accuracy"].mean().item() == pytest.approx(logs["rewards/accuracies"], abs=1e-6)
+
+    # the part's own scoring (prompts left-padded, as rollouts) reads the same log-probs up to float rounding
+    def split(i):
+        keep = att[i].bool()
+        return ids[i][keep & ~comp[i].bool()].tolist(), ids[i][comp[i].bool()].tolist()
+    t = encode_demos(tok, [tok.decode(split(i)[0]) for i in range(8)], [""] * 8)
+    cid = [split(i)[1] for i in range(8)]
+    T = max(map(len, cid))
+    cids = torch.tensor([c + [tok.pad_token_id] * (T - len(c)) for c in cid])
+    cm = torch.tensor([[1] * len(c) + [0] * (T - len(c)) for c in cid])
+    with torch.no_grad():
+        lp, _ = score_completions(model, t.prompt_ids, t.prompt_mask, cids, cm, entropies=False)
+    assert sequence_logp(lp, cm).tolist() == pytest.approx(pol.tolist(), abs=1e-3)
 
 
 # ------------------------------------------------------------------ the loss term

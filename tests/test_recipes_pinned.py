@@ -47,6 +47,7 @@ GRPO_ROW = {
     "aux_losses": (),  # type names
     "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
+    "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
 }
 
 
@@ -146,6 +147,10 @@ TABLE = {
                  egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+    # FEST (arXiv 2605.15012; spec section 5, constants [inferred]): alpha_0 = 1 halving per pass over the demos,
+    # sigmoid DPO beta 0.1 on summed log-probs against the initial model; 32 demos, 4 a step, the first incorrect
+    # rollout as rejected, all-correct demos skipped; GRPO otherwise
+    "fest": row(fest=(1.0, 0.5, "exponential", 0.1, "dpo", "initial", False, 32, 4, "one", "skip")),
 }
 
 
@@ -189,6 +194,9 @@ def _actual(recipe, expected):
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
         "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
                                                r.ssopd.max_prefix_tokens),
+        "fest": None if r.fest is None else tuple(getattr(r.fest, k) for k in (
+            "coef", "gamma", "decay", "beta", "sup_loss", "reference", "length_norm", "n_demos", "demos_per_step",
+            "negatives", "all_correct")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
     }

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ALL_CORRECT", "DECAY_SCHEDULES", "NEGATIVES", "dpo_sigmoid", "pick_rejected", "sequence_logp", "sft_nll", "demo_weight"]
+__all__ = ["ALL_CORRECT", "DECAY_SCHEDULES", "NEGATIVES", "demo_weight", "dpo_sigmoid", "pick_rejected",
+           "sequence_logp", "sft_nll"]
 
 DECAY_SCHEDULES = ("exponential", "linear", "cosine")
 NEGATIVES = ("one", "all")  # rejected rollouts per demonstration: the first incorrect one, or every incorrect one

@@ -245,7 +245,8 @@ class FEST:
         """(P,) reference sequence log-probs of the chosen and rejected sides, without grad."""
         if self.reference == "initial":
             if maker.ref is None:
-                raise RuntimeError("fest.reference=initial needs the trainer's reference model (Recipe.needs_reference)")
+                raise RuntimeError("fest.reference=initial needs the trainer's reference model "
+                                   "(Recipe.needs_reference makes the trainer keep one)")
             scope = maker.ref.scoring()
         else:
             scope = _behaviour(maker.engine.model)
