@@ -247,6 +247,7 @@ def test_load_demos_reads_rows_and_names_bad_ones(tmp_path):
     good.write_text('{"prompt": "1+2=?\\n", "completion": "A:3"}\n\n'
                     '{"prompt": "4+4=?\\n", "completion": "A:8", "answer": "8", "key": "4+4"}\n')
     assert load_demos(good) == [Demo("1+2=?\n", "A:3"), Demo("4+4=?\n", "A:8", "8", "4+4")]
+    assert [d.line for d in load_demos(good)] == [1, 3]  # the blank line 2 is skipped
     cases = {'{"prompt": "x"}': r"demos\.jsonl:2: missing required field 'completion'",
              '{"prompt": "x", "completion": 3}': r":2: field 'completion' must be text",
              '{"prompt": "x", "completion": "y", "answr": "1"}': r":2: unknown field\(s\) \['answr'\]",
@@ -280,8 +281,8 @@ def test_demo_set_from_the_task_and_from_a_file(tmp_path):
     assert [(it.key, it.answer, it.demo) for it in items] == [("1+2=?\n", "3", "1+2=3\nA:3"), ("4+4=?\n", "8", "A:8"),
                                                              ("k", "9", "A:9")]  # the answer extracted when absent
     assert len(FEST(demos=str(path), n_demos=2).demo_set(task, seed=0)) == 2  # a seeded sample of the file
-    path.write_text('{"prompt": "1+2=?\\n", "completion": "A:3"}\n{"prompt": "4+4=?\\n", "completion": "no answer"}\n')
-    with pytest.raises(UserError, match=r"d\.jsonl: demonstration row 2 has no 'answer'"):
+    path.write_text('{"prompt": "1+2=?\\n", "completion": "A:3"}\n\n{"prompt": "4+4=?\\n", "completion": "no answer"}\n')
+    with pytest.raises(UserError, match=r"d\.jsonl:3: the demonstration has no 'answer'"):  # line 3: a blank line 2
         FEST(demos=str(path)).demo_set(task, seed=0)
 
 

@@ -20,7 +20,7 @@ line number; so is a file without any row.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MissingPathError, UserError
@@ -39,9 +39,11 @@ class Demo:
     completion: str
     answer: str | None = None
     key: str | None = None
+    line: int = field(default=0, compare=False)  # its line in the file (for messages); 0: not from a file
 
 
-def _row(obj: object, where: str) -> Demo:
+def _row(obj: object, path: Path, line: int) -> Demo:
+    where = f"{path}:{line}"
     if not isinstance(obj, dict):
         raise UserError(f"{where}: a demonstration row must be a JSON object with 'prompt' and 'completion', "
                         f"got {type(obj).__name__}")
@@ -56,7 +58,8 @@ def _row(obj: object, where: str) -> Demo:
             raise UserError(f"{where}: field {name!r} must be text, got {type(value).__name__} {value!r:.60}")
         if name in REQUIRED and not value.strip():
             raise UserError(f"{where}: field {name!r} is empty")
-    return Demo(prompt=obj["prompt"], completion=obj["completion"], answer=obj.get("answer"), key=obj.get("key"))
+    return Demo(prompt=obj["prompt"], completion=obj["completion"], answer=obj.get("answer"), key=obj.get("key"),
+                line=line)
 
 
 def load_demos(path: str | Path) -> list[Demo]:
@@ -78,7 +81,7 @@ def load_demos(path: str | Path) -> list[Demo]:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
             raise UserError(f"{where}: not valid JSON ({err.msg} at column {err.colno})") from err
-        demos.append(_row(obj, where))
+        demos.append(_row(obj, path, n))
     if not demos:
         raise UserError(f"demonstrations file {str(path)!r} has no rows")
     return demos

@@ -196,7 +196,7 @@ class FEST:
             d = rows[i]
             answer = d.answer if d.answer is not None else task.extract_answer(d.completion)
             if answer is None:
-                raise UserError(f"{self.demos}: demonstration row {i + 1} has no 'answer' and task {task.name!r} "
+                raise UserError(f"{self.demos}:{d.line}: the demonstration has no 'answer' and task {task.name!r} "
                                 f"finds none in its completion {d.completion[-60:]!r}; add an 'answer' field")
             out.append(Item(key=d.key or d.prompt, prompt=d.prompt, answer=answer, demo=d.completion))
         return out
