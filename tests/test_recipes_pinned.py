@@ -53,6 +53,7 @@ GRPO_ROW = {
     #                  use_gold, ngram, anchors_per_step, parse)
     "teacher": None,  # (teacher model, offload, tgpo (variant, coef, decay, min_coef), rkl_opd (coef, grpo_weight),
     #                    kdrl (coef, estimator))
+    "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
 }
 
 
@@ -171,6 +172,10 @@ TABLE = {
                    teacher=("builtin:teacher", False, None, (1.0, 0.0), None)),
     "kdrl": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
                 teacher=("builtin:teacher", False, None, None, (0.002, "k2"))),
+    # FEST (arXiv 2605.15012; spec section 5, constants [inferred]): alpha_0 = 1 halving per pass over the demos,
+    # sigmoid DPO beta 0.1 on summed log-probs against the initial model; 32 demos, 4 a step, the first incorrect
+    # rollout as rejected, all-correct demos skipped; GRPO otherwise
+    "fest": row(fest=(1.0, 0.5, "exponential", 0.1, "dpo", "initial", False, 32, 4, "one", "skip")),
 }
 
 
@@ -222,6 +227,9 @@ def _actual(recipe, expected):
             None if r.tgpo is None else (r.tgpo.variant, r.tgpo.coef, r.tgpo.decay, r.tgpo.min_coef),
             None if r.rkl_opd is None else (r.rkl_opd.coef, r.rkl_opd.grpo_weight),
             None if r.kdrl is None else (r.kdrl.coef, r.kdrl.estimator)),
+        "fest": None if r.fest is None else tuple(getattr(r.fest, k) for k in (
+            "coef", "gamma", "decay", "beta", "sup_loss", "reference", "length_norm", "n_demos", "demos_per_step",
+            "negatives", "all_correct")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
         "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (

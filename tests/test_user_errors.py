@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (EGRSD, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
+from reasonrl.parts import (EGRSD, FEST, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
                            Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
@@ -172,7 +172,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
-                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect()}
+                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
@@ -254,6 +254,11 @@ BOUNDARIES = [
     ("teacher.chunk_rows", 1, 0), ("tgpo.variant", "adv", "both"), ("tgpo.coef", 0.0, -1e-9),
     ("tgpo.decay", 0.0, -1e-9), ("tgpo.min_coef", 0.0, -1e-9), ("rkl_opd.coef", 0.0, -0.1), ("kdrl.coef", 0.0, -0.1),
     ("kdrl.estimator", "k3", "k4"),
+    ("fest.coef", 0.0, -0.1), ("fest.gamma", 1.0, 1.01), ("fest.gamma", 0.0, -0.01), ("fest.decay", "cosine", "step"),
+    ("fest.decay_passes", 1, 0), ("fest.beta", 1e-9, 0.0), ("fest.sup_loss", "sft", "ipo"),
+    ("fest.reference", "behaviour", "teacher"), ("fest.n_demos", 1, 0), ("fest.demos_per_step", 1, 0),
+    ("fest.demos", None, "no/such/demos.jsonl"), ("fest.negatives", "all", "two"),
+    ("fest.all_correct", "lowest_likelihood", "keep"), ("fest.temperature", 1e-9, 0.0),
 ]
 
 

@@ -44,6 +44,7 @@ class Batch:
     scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
     teacher: dict[str, torch.Tensor] = field(default_factory=dict)  # (R, T) teacher scores a part attached
     extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
+    data: dict = field(default_factory=dict)  # what rounds hand their loss terms, by part (FEST: "fest")
 
     def group_kinds(self) -> torch.Tensor:  # (B,)
         return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
@@ -56,7 +57,7 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
     ones = lambda n: torch.ones(n)  # noqa: E731
     return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
                  rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
-                 metrics={**b.metrics, **g.metrics},
+                 metrics={**b.metrics, **g.metrics}, data={**b.data, **g.data},
                  kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
                  preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
                  weight=torch.cat([ones(R) if b.weight is None else b.weight,
@@ -261,7 +262,7 @@ class BatchMaker:
         b.loss_mask = (b.ro.completion_mask if b.ro.train_mask is None else b.ro.train_mask).clone()
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
-        if self.ref is not None and len(b.items):
+        if self.ref is not None and self.recipe.kl.coef > 0 and len(b.items):
             # only the rows this rank trains on (the update reads no other; every row in one process)
             rows = (self.owns(torch.arange(len(b.ro.texts)) // G)).nonzero().squeeze(-1)
             b.ref_logp = torch.zeros(b.ro.completion_ids.shape)
@@ -283,6 +284,7 @@ class BatchMaker:
                 b = join_groups(b, groups, kind, self.engine.tok.pad_token_id)
             elif groups is not None:
                 b.metrics.update(groups.metrics)
+                b.data.update(groups.data)
         return b
 
     def make(self, n_prompts: int) -> Batch:

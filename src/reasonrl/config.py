@@ -21,8 +21,8 @@ import yaml
 from .data.lze import LZE
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import (EGRSD, KDRL, KL, RKLOPD, SSOPD, TGPO, Advantage, BeamSampling, Correction, D2Evo, GroupFilter,
-                    HintSampling, Optim, PolicyLoss, Recipe, Redirect, Sampling, Stages, Steering, Teacher)
+from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, Advantage, BeamSampling, Correction, D2Evo,
+                    GroupFilter, HintSampling, Optim, PolicyLoss, Recipe, Redirect, Sampling, Stages, Steering, Teacher)
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
@@ -33,6 +33,8 @@ OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egr
                      "selector", "d2evo")
 RECIPE_SECTIONS.update(teacher=Teacher, tgpo=TGPO, rkl_opd=RKLOPD, kdrl=KDRL)  # the external-teacher parts
 OPTIONAL_SECTIONS += ("teacher", "tgpo", "rkl_opd", "kdrl")
+RECIPE_SECTIONS.update(fest=FEST)  # FEST's demonstration term
+OPTIONAL_SECTIONS += ("fest",)
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

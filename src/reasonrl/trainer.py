@@ -63,7 +63,7 @@ class Trainer:
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
-        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference=recipe.kl.coef > 0,
+        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference=recipe.kl.coef > 0 or recipe.needs_reference,
                            new_tokens=recipe.sampling.max_new_tokens or task_max_new_tokens(task))
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
@@ -84,8 +84,8 @@ class Trainer:
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
-        # the reference, only when a KL term will use it: a frozen copy, or with LoRA the adapters off
-        self.ref = Reference(model) if recipe.kl.coef > 0 else None
+        # the reference, only when a KL term or a part (FEST's DPO) will use it: a frozen copy, or with LoRA the adapters off
+        self.ref = Reference(model) if recipe.kl.coef > 0 or recipe.needs_reference else None
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only

@@ -18,6 +18,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -29,8 +30,10 @@ from .losses.aggregate import AGG_MODES
 from .losses.kl import KL_ESTIMATORS
 from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from .losses.divergence import DIVERGENCES
+from .losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .parts import Recipe
+from .parts.fest import REFERENCES, SUP_LOSSES
 from .parts.selfteach import template_problem
 from .parts.teacher import TGPO_VARIANTS
 from .distill.teacher import teacher_problem
@@ -259,6 +262,20 @@ RULES: dict[str, Rule] = {
     "d2evo.p_star": within(0, 1), "d2evo.eta": at_least(0), "d2evo.floor": within(0, 1), "d2evo.weight": at_least(0),
     "d2evo.parse": one_of(("prefix", "line")),
     "d2evo.template": Rule(lambda v, _: "{prompt}" in v, "text containing {prompt} (the anchor's prompt)"),
+    # FEST (parts/fest.py)
+    "fest.coef": at_least(0),
+    "fest.gamma": within(0, 1),
+    "fest.decay": one_of(DECAY_SCHEDULES),
+    "fest.decay_passes": at_least(1),
+    "fest.beta": above(0),
+    "fest.sup_loss": one_of(SUP_LOSSES),
+    "fest.reference": one_of(REFERENCES),
+    "fest.n_demos": at_least(1),
+    "fest.demos_per_step": at_least(1),
+    "fest.demos": Rule(lambda v, _: v is None or Path(v).is_file(), "a JSONL file that exists, or null"),
+    "fest.negatives": one_of(NEGATIVES),
+    "fest.all_correct": one_of(ALL_CORRECT),
+    "fest.temperature": above(0),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

@@ -22,11 +22,12 @@ from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Stee
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .redirect import Redirect
+from .fest import FEST
 from .selfteach import EGRSD, SSOPD
 from .teacher import KDRL, RKLOPD, TGPO, Teacher
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["D2Evo", "EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
+__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
@@ -67,6 +68,7 @@ class Recipe:
     tgpo: TGPO | None = None  # TGPO reg / adv (arXiv 2605.13230)
     rkl_opd: RKLOPD | None = None  # reverse-KL on-policy distillation token advantages
     kdrl: KDRL | None = None  # KDRL's KL term to the teacher
+    fest: FEST | None = None  # FEST: a decaying DPO (or SFT) term on a few demonstrations (arXiv 2605.15012)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -111,6 +113,11 @@ class Recipe:
         return tuple(p.score_batch for p in self._parts() if hasattr(p, "score_batch"))
 
     @property
+    def needs_reference(self) -> bool:
+        """Whether a part scores against the initial model (the trainer then keeps a reference)."""
+        return any(getattr(p, "needs_reference", False) for p in self._parts())
+
+    @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
         return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
 
@@ -126,6 +133,7 @@ class Recipe:
                    beam=None if self.beam is None else dataclasses.asdict(self.beam),
                    ssopd=None if self.ssopd is None else dataclasses.asdict(self.ssopd),
                    egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
+                   fest=None if self.fest is None else dataclasses.asdict(self.fest),
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),

@@ -78,6 +78,7 @@ class Groups:
     preset: torch.Tensor | None = None  # (B', G) NaN where the estimator decides
     weight: torch.Tensor | None = None  # (B' * G,)
     metrics: dict[str, float] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)  # what a round hands its own loss term (FEST's demo pairs)
 
 
 @runtime_checkable
