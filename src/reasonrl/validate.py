@@ -31,6 +31,8 @@ from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from .losses.divergence import DIVERGENCES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .parts import Recipe
+from .data.drafts import MODES
+from .data.drafts import template_problem as draft_template_problem
 from .parts.selfteach import template_problem
 from .rewards.options import rewards_dict
 from .tasks import get_task
@@ -235,6 +237,13 @@ RULES: dict[str, Rule] = {
     "redirect.eta": at_least(0),
     "redirect.max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
     "redirect.template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
+    # drafts in the prompt (parts/drafts.py): every mode but no_draft reads a drafts file
+    "drafts.mode": Rule(lambda v, c: v in MODES and (v == "no_draft" or c.get("drafts.file") is not None),
+                        f"one of {', '.join(MODES)}; all but no_draft need drafts.file=PATH (reasonrl drafts make)"),
+    "drafts.seed": SEED,
+    "drafts.max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
+    "drafts.template": Rule(lambda v, _: draft_template_problem(v) is None,
+                            "a format string with {problem} and {draft} and no other field"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

@@ -16,6 +16,7 @@ import torch
 
 from ..rewards.options import reward_options
 from .correction import Correction
+from .drafts import Drafts
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
@@ -23,7 +24,7 @@ from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
+__all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "Drafts", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
@@ -57,6 +58,7 @@ class Recipe:
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
+    drafts: Drafts | None = None  # drafts in the train prompts, N/A at evaluation (arXiv 2605.17314)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -80,6 +82,13 @@ class Recipe:
     def all_shapers(self) -> tuple[Callable[..., Any], ...]:
         return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
 
+    def wrap_task(self, task: Any, tokenizer: Any = None) -> Any:
+        """The run's task as the recipe's parts present it (each part with ``wrap_task``, in order)."""
+        for part in self._parts():
+            if hasattr(part, "wrap_task"):
+                task = part.wrap_task(task, tokenizer)
+        return task
+
     @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
         return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
@@ -99,6 +108,7 @@ class Recipe:
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
+                   drafts=None if self.drafts is None else dataclasses.asdict(self.drafts),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -10,6 +10,7 @@ import difflib
 from ..errors import UserError
 from ..parts import Recipe
 from .cipo import CIPO
+from .drafts import DRAFTS
 from .grpo import DR_GRPO, GRPO
 from .nudge import NUDGERL
 from .physics import PHYSICS_R1
@@ -27,7 +28,7 @@ def register(recipe: Recipe) -> Recipe:
 
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES):
+           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, DRAFTS):
     register(_r)
 
 
