@@ -21,7 +21,7 @@ import yaml
 from .data.lze import LZE
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, Advantage, BeamSampling, Correction, D2Evo,
+from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, Advantage, BeamSampling, Correction, D2Evo, Drafts,
                     GroupFilter, HintSampling, Optim, PolicyLoss, Recipe, Redirect, Sampling, Stages, Steering, Teacher)
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
@@ -35,6 +35,8 @@ RECIPE_SECTIONS.update(teacher=Teacher, tgpo=TGPO, rkl_opd=RKLOPD, kdrl=KDRL)  #
 OPTIONAL_SECTIONS += ("teacher", "tgpo", "rkl_opd", "kdrl")
 RECIPE_SECTIONS.update(fest=FEST)  # FEST's demonstration term
 OPTIONAL_SECTIONS += ("fest",)
+RECIPE_SECTIONS.update(drafts=Drafts)  # drafts in the prompt
+OPTIONAL_SECTIONS += ("drafts",)
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

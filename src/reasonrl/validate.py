@@ -34,6 +34,8 @@ from .losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .parts import Recipe
 from .parts.fest import REFERENCES, SUP_LOSSES
+from .data.drafts import MODES
+from .data.drafts import template_problem as draft_template_problem
 from .parts.selfteach import template_problem
 from .parts.teacher import TGPO_VARIANTS
 from .distill.teacher import teacher_problem
@@ -276,6 +278,13 @@ RULES: dict[str, Rule] = {
     "fest.negatives": one_of(NEGATIVES),
     "fest.all_correct": one_of(ALL_CORRECT),
     "fest.temperature": above(0),
+    # drafts in the prompt (parts/drafts.py): every mode but no_draft reads a drafts file
+    "drafts.mode": Rule(lambda v, c: v in MODES and (v == "no_draft" or c.get("drafts.file") is not None),
+                        f"one of {', '.join(MODES)}; all but no_draft need drafts.file=PATH (reasonrl drafts make)"),
+    "drafts.seed": SEED,
+    "drafts.max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
+    "drafts.template": Rule(lambda v, _: draft_template_problem(v) is None,
+                            "a format string with {problem} and {draft} and no other field"),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

@@ -18,6 +18,7 @@ from ..rewards.options import reward_options
 from ..data.selector import Selector
 from .correction import Correction
 from .d2evo import D2Evo
+from .drafts import Drafts
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
@@ -27,7 +28,8 @@ from .selfteach import EGRSD, SSOPD
 from .teacher import KDRL, RKLOPD, TGPO, Teacher
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
-__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
+__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "Drafts",
+           "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
@@ -69,6 +71,7 @@ class Recipe:
     rkl_opd: RKLOPD | None = None  # reverse-KL on-policy distillation token advantages
     kdrl: KDRL | None = None  # KDRL's KL term to the teacher
     fest: FEST | None = None  # FEST: a decaying DPO (or SFT) term on a few demonstrations (arXiv 2605.15012)
+    drafts: Drafts | None = None  # drafts in the train prompts, N/A at evaluation (arXiv 2605.17314)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -93,6 +96,13 @@ class Recipe:
     @property
     def all_shapers(self) -> tuple[Callable[..., Any], ...]:
         return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
+
+    def wrap_task(self, task: Any, tokenizer: Any = None) -> Any:
+        """The run's task as the recipe's parts present it (each part with ``wrap_task``, in order)."""
+        for part in self._parts():
+            if hasattr(part, "wrap_task"):
+                task = part.wrap_task(task, tokenizer)
+        return task
 
     @property
     def data_selector(self) -> Selector | None:
@@ -141,6 +151,7 @@ class Recipe:
                    d2evo=None if self.d2evo is None else dataclasses.asdict(self.d2evo),
                    **{k: None if getattr(self, k) is None else dataclasses.asdict(getattr(self, k))
                       for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
+                   drafts=None if self.drafts is None else dataclasses.asdict(self.drafts),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

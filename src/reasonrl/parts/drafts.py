@@ -1,0 +1,49 @@
+"""Drafts in the prompt (mismatched wrong drafts, arXiv 2605.17314; spec distill-and-data.md section 9).
+
+A dataset transform, no loop change (spec 9 (c)): the part wraps the run's task
+(:meth:`Drafts.wrap_task`, called where the run builds its task) so that train prompts carry a
+draft per ``mode`` and held-out prompts the ``N/A`` template, and it reports what the batch's
+prompts showed (:meth:`Drafts.shape_advantages` passes the advantages through unchanged).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..data.draft_task import DraftTask, draft_metrics
+from ..data.drafts import MAX_PROMPT_TOKENS, MODES, TEMPLATE, template_problem
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """``drafts.mode``: no_draft | matched_wrong | mismatched_wrong (the paper's) | mismatched_correct;
+    ``drafts.file``: the drafts JSONL (``reasonrl drafts make``; needed by every mode but no_draft);
+    ``drafts.seed``: the derangement's and the tier choice's seed (spec: 0); ``drafts.max_prompt_tokens``:
+    the prompt cap met by cutting the draft alone (spec: 3072; null: no cap); ``drafts.template``:
+    the prompt, with the fields {problem} and {draft} (spec's exact text by default)."""
+    mode: str = "mismatched_wrong"
+    file: str | None = None
+    seed: int = 0
+    max_prompt_tokens: int | None = MAX_PROMPT_TOKENS
+    template: str = TEMPLATE
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {list(MODES)}, got {self.mode!r}")
+        problem = template_problem(self.template)
+        if problem:
+            raise ValueError(f"template {problem}")
+
+    def wrap_task(self, task: Any, tokenizer: Any = None) -> DraftTask:
+        """The task with drafts; ``tokenizer`` counts (and cuts) the prompt's tokens (None: characters)."""
+        codec = {} if tokenizer is None else {
+            "encode": lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
+            "decode": lambda ids: tokenizer.decode(ids, skip_special_tokens=True)}
+        return DraftTask(task, self.file, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
+                         template=self.template, **codec)
+
+    def shape_advantages(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        """Unchanged advantages, and the batch's draft statistics (:func:`draft_metrics`)."""
+        return adv, draft_metrics(ctx["items"], ctx["answers"])
