@@ -21,12 +21,13 @@ from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
+from .vpd import VPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
-           "StepCredit", "Veto", "entropy_term", "kl_term"]
+           "StepCredit", "VPD", "Veto", "entropy_term", "kl_term"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Recipe:
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
+    vpd: VPD | None = None  # VPD: a teacher adapter's feedback round, E-step and M-step terms (arXiv 2605.15113)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -81,6 +83,12 @@ class Recipe:
         return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
 
     @property
+    def model_setups(self) -> tuple[Callable[..., Any], ...]:
+        """``setup_model(model, lora, seed) -> model`` of the parts that add trainable modules (VPD's
+        teacher adapter): the trainer calls them before it builds the optimiser."""
+        return tuple(p.setup_model for p in self._parts() if hasattr(p, "setup_model"))
+
+    @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
         return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
 
@@ -99,6 +107,7 @@ class Recipe:
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
+                   vpd=None if self.vpd is None else dataclasses.asdict(self.vpd),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

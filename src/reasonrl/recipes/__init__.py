@@ -17,6 +17,7 @@ from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORC
 from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
 from .tasks import TASK_RECIPES
+from .vpd import VPD_RECIPE
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -27,7 +28,7 @@ def register(recipe: Recipe) -> Recipe:
 
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES):
+           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, VPD_RECIPE):
     register(_r)
 
 
