@@ -47,6 +47,7 @@ GRPO_ROW = {
     "aux_losses": (),  # type names
     "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
+    "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
 }
 
 
@@ -146,6 +147,9 @@ TABLE = {
                  egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+    # VPD (arXiv 2605.15113; spec section 4, all [inferred]): the task's critique as feedback, beta0 0.1, target
+    # 0.05 nats/token, x2 / /2 outside [delta/1.5, 1.5 delta], exact E-step KL, reverse-KL M-step weight 1, GRPO alpha 1
+    "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0)),
 }
 
 
@@ -191,6 +195,8 @@ def _actual(recipe, expected):
                                                r.ssopd.max_prefix_tokens),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
+        "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
+            "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
     }
 
 

@@ -14,7 +14,7 @@ from helpers import text_rollouts
 from reasonrl.batch import Batch
 from reasonrl.checkpoint import latest_checkpoint
 from reasonrl.config import Lora, TrainConfig, apply_overrides
-from reasonrl.distill.feedback import FEEDBACK, critique_feedback, feedback_fn, register_feedback, verdict_feedback
+from reasonrl.parts.feedback import FEEDBACK, critique_feedback, feedback_fn, register_feedback, verdict_feedback
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
 from reasonrl.models.lora import adapter_parameters, apply_lora, use_adapter

@@ -31,7 +31,7 @@ from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from .losses.divergence import DIVERGENCES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
 from .losses.vpd import E_KL_ESTIMATORS, M_DIVERGENCES
-from .distill.feedback import FEEDBACK
+from .parts.feedback import FEEDBACK
 from .parts.vpd import ATTEMPTS as VPD_ATTEMPTS
 from .parts import Recipe
 from .parts.selfteach import template_problem

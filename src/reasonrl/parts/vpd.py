@@ -6,7 +6,7 @@ Spec: shared/specs/distill-and-data.md section 4; the maths is in :mod:`reasonrl
 1. The first round is the student's (the ``default`` adapter): G rollouts per prompt, GRPO as usual
    (its weight ``alpha``, the spec's additive RLVR term).
 2. ``extend`` (a :class:`~reasonrl.parts.strategy.Round`): per prompt one of the student's attempts
-   becomes feedback ``f`` (a pluggable function, :mod:`reasonrl.distill.feedback`); the ``teacher``
+   becomes feedback ``f`` (a pluggable function, :mod:`reasonrl.parts.feedback`); the ``teacher``
    adapter samples G rollouts under the prompt + attempt + feedback, the verifier rewards them, and
    the adaptive trust-region controller reads the KL of the teacher from the student on them.
    These groups join the batch with a zero training mask: the trainer's own policy loss (the
@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..distill import score_under_context
-from ..distill.feedback import FEEDBACK, feedback_fn
+from .feedback import FEEDBACK, feedback_fn
 from ..errors import UserError
 from ..losses.policy import policy_loss
 from ..losses.vpd import (E_KL_ESTIMATORS, M_DIVERGENCES, adapt_beta, exact_token_kl, k3_token_kl,
@@ -92,7 +92,7 @@ class VPD:
     """VPD's teacher round and E/M loss terms. Every field is [inferred] with the spec's default
     where it has one (section 4 (b)); see the recipe (:mod:`reasonrl.recipes.vpd`) for the list."""
 
-    feedback: str = "critique"  # a name in distill.feedback.FEEDBACK (register_feedback adds one)
+    feedback: str = "critique"  # a name in parts.feedback.FEEDBACK (register_feedback adds one)
     template: str = DEFAULT_TEMPLATE  # the teacher's prompt: {prompt}, {attempt}, {feedback}
     attempt: str = "first_wrong"  # which student attempt of the step the feedback is about
     beta: float = 0.1  # initial KL coefficient of the E-step (spec: 0.1)
