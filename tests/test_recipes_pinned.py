@@ -54,6 +54,7 @@ GRPO_ROW = {
     "teacher": None,  # (teacher model, offload, tgpo (variant, coef, decay, min_coef), rkl_opd (coef, grpo_weight),
     #                    kdrl (coef, estimator))
     "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
+    "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
 }
 
 
@@ -176,6 +177,9 @@ TABLE = {
     # sigmoid DPO beta 0.1 on summed log-probs against the initial model; 32 demos, 4 a step, the first incorrect
     # rollout as rejected, all-correct demos skipped; GRPO otherwise
     "fest": row(fest=(1.0, 0.5, "exponential", 0.1, "dpo", "initial", False, 32, 4, "one", "skip")),
+    # VPD (arXiv 2605.15113; spec section 4, all [inferred]): the task's critique as feedback, beta0 0.1, target
+    # 0.05 nats/token, x2 / /2 outside [delta/1.5, 1.5 delta], exact E-step KL, reverse-KL M-step weight 1, GRPO alpha 1
+    "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0)),
 }
 
 
@@ -235,6 +239,8 @@ def _actual(recipe, expected):
         "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (
             "iteration_steps", "estimate_samples", "solver_samples", "p_lo", "p_hi", "p_star", "eta", "invalid", "floor",
             "use_gold", "ngram", "anchors_per_step", "parse")),
+        "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
+            "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
     }
 
 

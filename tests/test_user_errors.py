@@ -19,7 +19,7 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (EGRSD, FEST, SSOPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
+from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
                            Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
@@ -172,7 +172,8 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
-                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST()}
+                "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
+                "vpd": VPD()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
@@ -259,6 +260,11 @@ BOUNDARIES = [
     ("fest.reference", "behaviour", "teacher"), ("fest.n_demos", 1, 0), ("fest.demos_per_step", 1, 0),
     ("fest.demos", None, "no/such/demos.jsonl"), ("fest.negatives", "all", "two"),
     ("fest.all_correct", "lowest_likelihood", "keep"), ("fest.temperature", 1e-9, 0.0),
+    ("vpd.feedback", "verdict", "judge"), ("vpd.template", "{feedback}{attempt}{prompt}", "{attempt}{prompt}"),
+    ("vpd.attempt", "first", "last"), ("vpd.beta", 0.05, 0.0), ("vpd.target_kl", 1e-9, 0.0), ("vpd.factor", 1.0, 0.99),
+    ("vpd.band", 1.0, 0.99), ("vpd.beta_min", 1e-9, 0.0), ("vpd.beta_max", 1e-3, 9e-4),
+    ("vpd.e_kl", "k3", "k2"), ("vpd.e_coef", 0.0, -0.1), ("vpd.clip", 1e-9, 0.0),
+    ("vpd.m_divergence", "sampled", "jsd"), ("vpd.m_coef", 0.0, -0.1), ("vpd.alpha", 0.0, -0.1),
 ]
 
 

@@ -120,17 +120,24 @@ def _load_weights(path: Path, model) -> None:
 
 def _load_adapter(path: Path, model) -> None:
     """A LoRA checkpoint holds the adapter weights only (the base is the run's model, never trained):
-    copied into the model's adapters, every one of them present."""
+    copied into the model's adapters, every one of them present. peft saves the ``default`` adapter at
+    the top and any other (VPD's teacher) in a subfolder of its name."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     if not hasattr(model, "peft_config"):
         raise RuntimeError(f"checkpoint {path} holds LoRA adapters but the model has none: resume with the run's "
                            "lora.* settings (config.yaml records them)")
-    weights = load_file(str(Path(path) / "adapter_model.safetensors"))
-    result = set_peft_model_state_dict(model, weights)
-    adapters = {k for k in model.state_dict() if "lora_" in k}
-    missing = {k for k in result.missing_keys if "lora_" in k}
-    if missing or result.unexpected_keys or len(weights) != len(adapters):
-        raise RuntimeError(f"checkpoint {path} does not match the model's adapters: missing {sorted(missing)}, "
-                           f"unexpected {result.unexpected_keys}, {len(weights)} saved vs {len(adapters)} in the model")
+    for name in model.peft_config:
+        folder = Path(path) if name == "default" else Path(path) / name
+        if not (folder / "adapter_model.safetensors").exists():
+            raise RuntimeError(f"checkpoint {path} has no weights for the model's adapter {name!r} "
+                               f"(expected {folder / 'adapter_model.safetensors'})")
+        weights = load_file(str(folder / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(model, weights, adapter_name=name)
+        adapters = {k for k in model.state_dict() if "lora_" in k and f".{name}." in k}
+        missing = {k for k in result.missing_keys if "lora_" in k and f".{name}." in k}
+        if missing or result.unexpected_keys or len(weights) != len(adapters):
+            raise RuntimeError(f"checkpoint {path} does not match the model's adapter {name!r}: missing "
+                               f"{sorted(missing)}, unexpected {result.unexpected_keys}, {len(weights)} saved vs "
+                               f"{len(adapters)} in the model")

@@ -60,6 +60,8 @@ class Trainer:
     def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
                  log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
+        for setup in recipe.model_setups:  # parts that add trainable modules (a second adapter) before the optimiser
+            model = setup(model, cfg.lora, cfg.seed)
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)

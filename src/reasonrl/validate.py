@@ -32,6 +32,9 @@ from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from .losses.divergence import DIVERGENCES
 from .losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
+from .losses.vpd import E_KL_ESTIMATORS, M_DIVERGENCES
+from .parts.feedback import FEEDBACK
+from .parts.vpd import ATTEMPTS as VPD_ATTEMPTS
 from .parts import Recipe
 from .parts.fest import REFERENCES, SUP_LOSSES
 from .data.drafts import MODES
@@ -285,6 +288,23 @@ RULES: dict[str, Rule] = {
     "drafts.max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
     "drafts.template": Rule(lambda v, _: draft_template_problem(v) is None,
                             "a format string with {problem} and {draft} and no other field"),
+    # VPD (parts/vpd.py): the teacher adapter's round and the E-/M-step terms
+    "vpd.feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),
+    "vpd.template": Rule(lambda v, _: all(s in v for s in ("{prompt}", "{attempt}", "{feedback}")),
+                         "text with the slots {prompt}, {attempt} and {feedback} (end it with {prompt})"),
+    "vpd.attempt": one_of(VPD_ATTEMPTS),
+    "vpd.beta": above(0),
+    "vpd.target_kl": above(0),
+    "vpd.factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed beta)"),
+    "vpd.band": Rule(lambda v, _: v >= 1, ">= 1"),
+    "vpd.beta_min": above(0),
+    "vpd.beta_max": Rule(lambda v, c: v >= c.get("vpd.beta_min", v), lambda c: f">= vpd.beta_min = {c.get('vpd.beta_min')}"),
+    "vpd.e_kl": one_of(E_KL_ESTIMATORS),
+    "vpd.e_coef": at_least(0),
+    "vpd.clip": above(0),
+    "vpd.m_divergence": one_of(M_DIVERGENCES),
+    "vpd.m_coef": at_least(0),
+    "vpd.alpha": at_least(0),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

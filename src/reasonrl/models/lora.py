@@ -43,6 +43,48 @@ def apply_lora(model, lora, seed: int = 0):
         return get_peft_model(model, config)
 
 
+def add_adapter(model, name: str, seed: int = 0):
+    """A second LoRA adapter ``name`` on a peft ``model``, configured as its ``default`` one (VPD's
+    teacher beside the student). peft adds it inactive and frozen (``add_adapter``); here both
+    adapters are left trainable, so an optimiser built afterwards holds them both, and ``default``
+    stays active. Its A matrices draw from a generator seeded by ``seed`` alone, as :func:`apply_lora`."""
+    if not is_lora(model) or "default" not in model.peft_config:
+        raise ValueError("add_adapter needs a peft model with a 'default' adapter (lora.r > 0)")
+    if name in model.peft_config:
+        raise ValueError(f"the model already has an adapter named {name!r}")
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        model.add_adapter(name, copy.deepcopy(model.peft_config["default"]))
+    for key, p in model.named_parameters():
+        if "lora_" in key:
+            p.requires_grad_(True)
+    return model
+
+
+def adapter_parameters(model, name: str) -> dict[str, torch.nn.Parameter]:
+    """The parameters of adapter ``name`` (keys as ``named_parameters`` gives them)."""
+    return {k: p for k, p in model.named_parameters() if "lora_" in k and f".{name}." in k}
+
+
+@contextmanager
+def use_adapter(model, name: str) -> Iterator[torch.nn.Module]:
+    """``with use_adapter(model, "teacher"):`` forwards (and generation) run through adapter ``name``;
+    on exit ``default`` is active again. peft's ``set_adapter`` also makes the active adapter the only
+    trainable one; the adapters' ``requires_grad`` flags are put back as they were on exit, so the
+    optimiser's parameters keep receiving gradients from graphs built inside or outside the block."""
+    flags = {k: p.requires_grad for k, p in model.named_parameters() if "lora_" in k}
+    before = model.active_adapter
+    model.set_adapter(name)
+    try:
+        yield model
+    finally:
+        model.set_adapter(before)
+        for k, p in model.named_parameters():
+            if k in flags:
+                p.requires_grad_(flags[k])
+
+
 def merged_copy(model):
     """A plain HF model with the adapters folded into its weights (W + (alpha / r) B A); ``model`` is untouched."""
     return copy.deepcopy(model).merge_and_unload()

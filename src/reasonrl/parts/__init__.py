@@ -26,13 +26,14 @@ from .redirect import Redirect
 from .fest import FEST
 from .selfteach import EGRSD, SSOPD
 from .teacher import KDRL, RKLOPD, TGPO, Teacher
+from .vpd import VPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "Drafts",
            "GenRequest",
            "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
-           "StepCredit", "Veto", "entropy_term", "kl_term"]
+           "StepCredit", "VPD", "Veto", "entropy_term", "kl_term"]
 __all__ += ["KDRL", "RKLOPD", "TGPO", "Teacher"]
 
 
@@ -72,6 +73,7 @@ class Recipe:
     kdrl: KDRL | None = None  # KDRL's KL term to the teacher
     fest: FEST | None = None  # FEST: a decaying DPO (or SFT) term on a few demonstrations (arXiv 2605.15012)
     drafts: Drafts | None = None  # drafts in the train prompts, N/A at evaluation (arXiv 2605.17314)
+    vpd: VPD | None = None  # VPD: a teacher adapter's feedback round, E-step and M-step terms (arXiv 2605.15113)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -128,6 +130,12 @@ class Recipe:
         return any(getattr(p, "needs_reference", False) for p in self._parts())
 
     @property
+    def model_setups(self) -> tuple[Callable[..., Any], ...]:
+        """``setup_model(model, lora, seed) -> model`` of the parts that add trainable modules (VPD's
+        teacher adapter): the trainer calls them before it builds the optimiser."""
+        return tuple(p.setup_model for p in self._parts() if hasattr(p, "setup_model"))
+
+    @property
     def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
         return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
 
@@ -152,6 +160,7 @@ class Recipe:
                    **{k: None if getattr(self, k) is None else dataclasses.asdict(getattr(self, k))
                       for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
                    drafts=None if self.drafts is None else dataclasses.asdict(self.drafts),
+                   vpd=None if self.vpd is None else dataclasses.asdict(self.vpd),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

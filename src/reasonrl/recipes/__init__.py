@@ -22,6 +22,7 @@ from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
 from .tasks import TASK_RECIPES
 from .teacher import TEACHER_RECIPES
+from .vpd import VPD_RECIPE
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -33,7 +34,7 @@ def register(recipe: Recipe) -> Recipe:
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
-           FEST_RECIPE, DRAFTS):
+           FEST_RECIPE, DRAFTS, VPD_RECIPE):
     register(_r)
 
 

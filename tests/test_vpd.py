@@ -1,0 +1,248 @@
+"""VPD (arXiv 2605.15113) glue, by hand: the teacher prompt, the attempt rule, the row pairing, the
+feedback functions, the two adapters (peft's set_adapter, the grad flags), the teacher round with
+its controller on a scripted maker, the options' checks; then 3 steps on the tiny model asserting
+VPD's own metrics, and a resume that must load both adapters and the controller's beta.
+"""
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from helpers import text_rollouts
+from reasonrl.batch import Batch
+from reasonrl.checkpoint import latest_checkpoint
+from reasonrl.config import Lora, TrainConfig, apply_overrides
+from reasonrl.parts.feedback import FEEDBACK, critique_feedback, feedback_fn, register_feedback, verdict_feedback
+from reasonrl.errors import UserError
+from reasonrl.models import build_tiny
+from reasonrl.models.lora import adapter_parameters, apply_lora, use_adapter
+from reasonrl.parts import VPD
+from reasonrl.parts.vpd import TEACHER, pair_rows, pick_attempts, teacher_prompt
+from reasonrl.recipes import RECIPES, get_recipe
+from reasonrl.tasks import ArithmeticTask
+
+G = 2
+TASK = ArithmeticTask()
+ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3))]  # answers 2, 5
+
+
+def _peft_tiny(seed=0):
+    model, tok = build_tiny("tiny", seed=seed)
+    model = apply_lora(model, Lora(r=2, alpha=4.0), seed=seed)
+    return VPD().setup_model(model, Lora(r=2, alpha=4.0), seed), tok
+
+
+# ------------------------------------------------------------------ pure glue
+
+def test_teacher_prompt_fills_each_slot_once_and_ends_as_the_task_prompt():
+    p = teacher_prompt("{prompt}Previous attempt:\n{attempt}\nFeedback: {feedback}\n{prompt}", "1+1=?\n",
+                       "A:3 {feedback}", "step 1: wrong")
+    assert p == "1+1=?\nPrevious attempt:\nA:3 {feedback}\nFeedback: step 1: wrong\n1+1=?\n"
+
+
+def test_pick_attempts_first_wrong_else_row_zero():
+    correct = torch.tensor([[1, 0, 0], [1, 1, 1], [0, 1, 0]])
+    assert pick_attempts(correct, "first_wrong").tolist() == [1, 0, 0]
+    assert pick_attempts(correct, "first").tolist() == [0, 0, 0]
+    with pytest.raises(ValueError):
+        pick_attempts(correct, "longest")
+
+
+def test_pair_rows_maps_each_student_row_to_its_teacher_row():
+    # groups 0, 1 are the student's, 2, 3 the teacher's (G = 2): row 3 (group 1, j 1) <-> row 7 (group 3, j 1)
+    kinds = torch.tensor([0, 0, 1, 1])
+    s, t = pair_rows(kinds, torch.tensor([3, 5, 0]), 2)  # row 5 is a teacher row: not a student row
+    assert s.tolist() == [3, 0] and t.tolist() == [7, 4]
+    with pytest.raises(ValueError, match="another round"):
+        pair_rows(torch.tensor([0, 0, 1]), torch.tensor([0]), 2)
+
+
+def test_feedback_functions_and_registry():
+    it = ITEMS[1]  # 2+3 = 5: one column step, then the answer line
+    assert critique_feedback(TASK, it, "2+3+0=6\nA:6", False) == "step 1: 2+3+0 is 5, not 6"  # from the gold working
+    assert verdict_feedback(TASK, it, "A:5", True) == "The final answer is correct."
+    assert feedback_fn("critique") is critique_feedback
+    mine = register_feedback("test_echo", lambda task, item, attempt, correct: f"echo {attempt}")
+    try:
+        assert feedback_fn("test_echo") is mine and VPD(feedback="test_echo").feedback == "test_echo"
+    finally:
+        del FEEDBACK["test_echo"]
+    with pytest.raises(ValueError):
+        feedback_fn("nope")
+
+
+def test_options_are_checked_when_the_part_is_made():
+    for bad in ({"feedback": "nope"}, {"template": "{prompt}{attempt}"}, {"attempt": "x"}, {"e_kl": "k2"},
+                {"m_divergence": "jsd"}):
+        with pytest.raises(ValueError):
+            VPD(**bad)
+    r = apply_overrides(get_recipe("vpd"), {"vpd": {"beta": 0.3, "m_divergence": "sampled"}})
+    assert r.vpd.beta == 0.3 and r.vpd.m_divergence == "sampled"
+
+
+def test_alpha_scales_only_the_student_advantages():
+    adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
+    out = VPD(alpha=0.5).shape_advantages(adv, {"kinds": torch.tensor([0, 1])})
+    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]]
+    assert VPD().shape_advantages(adv, {"kinds": torch.tensor([0, 1])}) is adv
+
+
+# ------------------------------------------------------------------ the two adapters
+
+def test_without_lora_the_part_asks_for_lora_r():
+    model, _ = build_tiny("tiny")
+    with pytest.raises(UserError, match="lora.r"):
+        VPD().setup_model(model, Lora(), 0)
+
+
+def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
+    model, _ = _peft_tiny()
+    assert list(model.peft_config) == ["default", TEACHER] and model.active_adapter == "default"
+    student, teacher = adapter_parameters(model, "default"), adapter_parameters(model, TEACHER)
+    assert len(student) == len(teacher) > 0 and all(p.requires_grad for p in [*student.values(), *teacher.values()])
+    # make the adapters differ (peft starts B at 0), then check the switch changes the forward
+    with torch.no_grad():
+        for k, p in teacher.items():
+            if "lora_B" in k:
+                p.fill_(0.05)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    plain = model(input_ids=ids).logits
+    with use_adapter(model, TEACHER):
+        assert model.active_adapter == TEACHER
+        assert not any(p.requires_grad for p in student.values())  # peft's set_adapter froze the student
+        through_teacher = model(input_ids=ids).logits
+    assert model.active_adapter == "default" and all(p.requires_grad for p in [*student.values(), *teacher.values()])
+    assert not torch.allclose(plain, through_teacher)
+    # a graph built through the teacher inside the block still trains the teacher after it
+    with use_adapter(model, TEACHER):
+        loss = model(input_ids=ids).logits.sum()
+    loss.backward()
+    assert all(p.grad is not None for p in teacher.values()) and all(p.grad is None for p in student.values())
+    assert VPD().setup_model(model, Lora(r=2), 0) is model  # already there (a resumed trainer): left alone
+
+
+# ------------------------------------------------------------------ the teacher's round on a scripted maker
+
+class FakeMaker:
+    """A BatchMaker's surface for ``extend``: the engine holds a real two-adapter model (its active
+    adapter is recorded at generation), generation and the student's re-score are scripted."""
+
+    def __init__(self, model, state=None):
+        self.task, self.seed, self.items_drawn, self.state = TASK, 0, 2, state if state is not None else {}
+        self.engine = SimpleNamespace(model=model, tok=SimpleNamespace(pad_token_id=0))
+        self.seen = []
+
+    def generate(self, items, prompts, tag, first, n=None):
+        self.seen.append((list(prompts), tag, first, self.engine.model.active_adapter))
+        ro = text_rollouts(prompts, ["2+3+0=5\nA:5", "A:4", "1+1+0=2\nA:2", "A:2"], G)
+        ro.logprobs = -1.0 * ro.completion_mask  # the teacher's sampling log-probs
+        return ro
+
+    def reward(self, items, ro):
+        ok = torch.tensor([float(TASK.extract_answer(t) == it.answer) for i, it in enumerate(items)
+                           for t in ro.texts[i * G:(i + 1) * G]]).view(-1, G)
+        return ok.clone(), ok, {}
+
+    def score_under(self, contexts, ro, rows, **reduce):
+        assert contexts == [it.prompt for it in [ITEMS[1], ITEMS[1], ITEMS[0], ITEMS[0]]]  # the plain prompts
+        return SimpleNamespace(logprobs=-2.0 * ro.completion_mask[rows])  # the student: k1 KL = -1 - (-2) = 1
+
+
+def _first_round():
+    texts = ["2+3+0=6\nA:6", "2+3+0=5\nA:5", "1+1+0=2\nA:2", "A:2"]  # group 0 (2+3): wrong, right; group 1: right
+    items = [ITEMS[1], ITEMS[0]]
+    correct = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
+    return Batch(items=items, ro=text_rollouts([it.prompt for it in items], texts, G), rewards=correct.clone(),
+                 correct=correct)
+
+
+def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
+    model, _ = _peft_tiny()
+    maker = FakeMaker(model)
+    g = VPD().extend(maker, _first_round())
+    prompts, tag, first, active = maker.seen[0]
+    assert tag == "vpd" and first == 0 and active == TEACHER and model.active_adapter == "default"
+    assert prompts[0] == "2+3=?\nPrevious attempt:\n2+3+0=6\nA:6\nFeedback: step 1: 2+3+0 is 5, not 6\n2+3=?\n"
+    assert prompts[1].startswith("1+1=?\nPrevious attempt:\n1+1+0=2\nA:2\nFeedback: all 2 steps are right\n")
+    assert g.correct.tolist() == [[1.0, 0.0], [1.0, 1.0]] and torch.equal(g.ro.train_mask, torch.zeros_like(g.ro.train_mask))
+    # k1 = 1.0 > 1.5 * 0.05: beta 0.1 is this step's, 0.2 the next one's (and kept in the round state)
+    m = g.metrics
+    assert m["vpd/beta"] == 0.1 and m["vpd/beta_next"] == pytest.approx(0.2) and m["vpd/kl_measured"] == pytest.approx(1.0)
+    assert m["vpd/feedback_count"] == 2 and m["vpd/feedback_on_wrong"] == 1 and m["vpd/teacher_accuracy"] == 0.75
+    assert maker.state == {"vpd": {"beta": pytest.approx(0.2)}}
+    # the bounds: beta_max caps the doubling
+    maker2 = FakeMaker(model, state={"vpd": {"beta": 8.0}})
+    VPD().extend(maker2, _first_round())
+    assert maker2.state["vpd"]["beta"] == 10.0
+
+
+def test_extend_refuses_an_engine_without_the_model():
+    model, _ = _peft_tiny()
+    maker = FakeMaker(model)
+    maker.engine = SimpleNamespace(push_weights=lambda *a: None, tok=None)
+    with pytest.raises(UserError, match="rollout.workers=0"):
+        VPD().extend(maker, _first_round())
+
+
+# ------------------------------------------------------------------ end to end
+
+def _cfg(tiny_dir, out, steps):
+    return TrainConfig(model=str(tiny_dir), steps=steps, prompts_per_step=2, eval_every=0, save_every=1,
+                       final_eval_problems=0, out=str(out), seed=3, lora=Lora(r=4, alpha=8.0))
+
+
+RECIPE = dataclasses.replace(get_recipe("vpd"), group_size=2,
+                             sampling=dataclasses.replace(get_recipe("vpd").sampling, max_new_tokens=20),
+                             optim=dataclasses.replace(get_recipe("vpd").optim, lr=1e-3, warmup_steps=0))
+
+
+def _rows(run):
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_recipe_is_registered_with_its_part():
+    r = RECIPES["vpd"]
+    assert r.vpd == VPD() and r.rounds == (r.vpd,) and r.vpd.loss_term in r.all_aux_losses
+    assert r.model_setups == (r.vpd.setup_model,) and r.describe()["vpd"]["beta"] == 0.1
+
+
+@pytest.mark.slow
+def test_vpd_trains_three_steps_and_resumes_both_adapters_and_beta(tiny_dir, tmp_path):
+    from safetensors.torch import load_file
+
+    from reasonrl.run import train_run
+    from reasonrl.trainer import Trainer
+
+    train_run(_cfg(tiny_dir, tmp_path / "a", 3), RECIPE)
+    rows = _rows(tmp_path / "a")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    beta = 0.1
+    for r in rows:
+        assert r["vpd/beta"] == pytest.approx(beta) and r["vpd/feedback_count"] == 2.0  # one feedback per prompt
+        assert 0 <= r["vpd/feedback_on_wrong"] <= 2 and 0.0 <= r["vpd/teacher_accuracy"] <= 1.0
+        assert r["vpd/e_kl_term"] >= 0 and r["vpd/m_loss_term"] >= 0 and r["vpd/e_loss_term"] == pytest.approx(
+            r["vpd/e_pg_term"] + beta * r["vpd/e_kl_term"], abs=1e-5)  # E-step = GRPO + beta KL
+        assert r["update/rows_skipped_frac"] == 0.5  # the teacher's rows never reach the student's loss
+        beta = r["vpd/beta_next"]
+        assert beta in (r["vpd/beta"] * 2, r["vpd/beta"] / 2, r["vpd/beta"]) or beta in (0.001, 10.0)
+    # both adapters moved, and the checkpoint holds both and the controller state
+    ckpt = latest_checkpoint(tmp_path / "a")
+    assert (ckpt / "adapter_model.safetensors").exists() and (ckpt / TEACHER / "adapter_model.safetensors").exists()
+    state = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]
+    assert state["rounds"]["vpd"]["beta"] == pytest.approx(rows[-1]["vpd/beta_next"])
+    # stopped after 2 steps and resumed: step 3 as in the straight run (beta, teacher samples, losses)
+    train_run(_cfg(tiny_dir, tmp_path / "b", 2), RECIPE)
+    from reasonrl.models import load_model
+    from reasonrl.tasks import get_task
+    model, tok = load_model(tiny_dir)
+    tr = Trainer(model, tok, get_task("arithmetic"), RECIPE, _cfg(tiny_dir, tmp_path / "b", 3), tmp_path / "b")
+    assert tr.resume() == 2 and tr.batches.state["vpd"]["beta"] == pytest.approx(_rows(tmp_path / "b")[1]["vpd/beta_next"])
+    saved = load_file(str(latest_checkpoint(tmp_path / "b") / TEACHER / "adapter_model.safetensors"))
+    mine = {k.replace(f".{TEACHER}", ""): p for k, p in adapter_parameters(tr.model, TEACHER).items()}
+    assert len(saved) == len(mine) > 0
+    assert all(torch.equal(v, mine[k.replace("base_model.model.", "base_model.model.", 1)]) for k, v in saved.items())
+    m = tr.train_step()
+    keys = [k for k in rows[2] if k.startswith("vpd/")] + ["accuracy", "reward/mean"]
+    assert {k: m[k] for k in keys} == pytest.approx({k: rows[2][k] for k in keys}, abs=1e-6)
