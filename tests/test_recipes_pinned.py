@@ -47,6 +47,7 @@ GRPO_ROW = {
     "aux_losses": (),  # type names
     "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
+    "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
 }
 
 
@@ -146,6 +147,11 @@ TABLE = {
                  egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+    # SU-01 (arXiv 2605.13301, spec section 13): GSPO eps 1e-3 / 1e-3, no KL, 4 optimizer steps per rollout batch,
+    # zero-std filtering (3 rounds), refine prompts 20% and replay 25% of the batch from groups with mean reward < 0.5
+    # (samples < 0.9) and successes above reward 0; buffer 256 and filtering of extra groups [inferred]
+    "su01": row(loss=("sequence", 1e-3, 1e-3, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 4),
+                group_filter=("accuracy", 3), refine_replay=(0.2, 0.25, 0.5, 0.9, 0.0, 256, True)),
 }
 
 
@@ -191,6 +197,8 @@ def _actual(recipe, expected):
                                                r.ssopd.max_prefix_tokens),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
+        "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
+            "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
     }
 
 

@@ -21,13 +21,15 @@ import yaml
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import (EGRSD, KL, SSOPD, Advantage, BeamSampling, Correction, GroupFilter, HintSampling, Optim, PolicyLoss,
-                    Recipe, Redirect, Sampling, Stages, Steering)
+                    Recipe, Redirect, RefineReplay, Sampling, Stages, Steering)
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
-                   "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect}
+                   "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect,
+                   "refine_replay": RefineReplay}
 # None turns the part off; a mapping turns it on / changes it
-OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect")
+OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect",
+                     "refine_replay")
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

@@ -21,10 +21,11 @@ from .nudge import HintSampling
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .redirect import Redirect
 from .selfteach import EGRSD, SSOPD
+from .su01 import RefineReplay
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["EDAS", "EGRSD", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "GenRequest",
-           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
+           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "Veto", "entropy_term", "kl_term"]
 
@@ -57,6 +58,7 @@ class Recipe:
     aux_losses: tuple[Callable[..., Any], ...] = field(default=())
     ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
     egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
+    refine_replay: RefineReplay | None = None  # SU-01: self-refine prompts and replayed successes (a round)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -99,6 +101,7 @@ class Recipe:
                    hints=None if self.hints is None else dataclasses.asdict(self.hints),
                    correction=None if self.correction is None else dataclasses.asdict(self.correction),
                    redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
+                   refine_replay=None if self.refine_replay is None else dataclasses.asdict(self.refine_replay),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -16,6 +16,7 @@ from .physics import PHYSICS_R1
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
 from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
+from .su01 import SU01
 from .tasks import TASK_RECIPES
 
 RECIPES: dict[str, Recipe] = {}
@@ -27,7 +28,7 @@ def register(recipe: Recipe) -> Recipe:
 
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES):
+           PHYSICS_R1, SU01, *TASK_RECIPES, *SELFTEACH_RECIPES):
     register(_r)
 
 
