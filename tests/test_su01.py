@@ -219,3 +219,19 @@ def test_su01_trains_three_steps_and_checkpoints_its_buffers(tmp_path, monkeypat
     su = state["rounds"]["su01"]
     assert len(su["refine"]) == rows[2]["su01/refine_buffer"] and len(su["replay"]) == rows[2]["su01/replay_buffer"]
     assert all(k == v["item"].key for k, v in su["replay"].items())
+
+
+def test_buffers_survive_a_checkpoint_round_trip():
+    # the trainer saves maker.state with torch.save and loads it with torch.load(weights_only=False): a maker
+    # restored from the saved state after batch 1 makes the same batch-2 groups as the one that went on
+    import io
+
+    straight, resumed, part = FakeMaker(), FakeMaker(), RefineReplay()
+    part.extend(straight, B1)
+    blob = io.BytesIO()
+    torch.save(straight.state, blob)
+    blob.seek(0)
+    resumed.state = torch.load(blob, weights_only=False)
+    a, b = part.extend(straight, B2), part.extend(resumed, B2)
+    assert [it.key for it in a.items] == [it.key for it in b.items] and a.ro.texts == b.ro.texts
+    assert torch.equal(a.ro.logprobs, b.ro.logprobs) and a.metrics == b.metrics
