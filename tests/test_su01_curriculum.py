@@ -61,3 +61,12 @@ def test_sft_with_the_curriculum_logs_descending_batch_perplexity():
         log=logs.append)
     seen = [m["curriculum/ppl"] for m in logs]
     assert len(seen) == 3 and seen[0] >= seen[1] >= seen[2]
+
+
+def test_pretrain_names_a_bad_curriculum():
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+
+    res = CliRunner().invoke(app, ["pretrain", "--curriculum", "ppl", "--steps", "1"])
+    assert res.exit_code != 0 and "--curriculum 'ppl'" in str(res.exception)

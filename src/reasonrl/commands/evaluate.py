@@ -105,7 +105,7 @@ def _refine(engine, task, cfg, records: list[dict], rounds: int, verifier: str, 
     greedy = {r["key"]: r["completion"] for r in records if r["mode"] == "greedy"}
     judge = VERIFIERS[verifier]()
     with progress() as bar:
-        bar.add_task(f"refining ({verifier} verifier, {rounds} rounds)", total=None)
+        bar.add_task(f"refining ({verifier} verifier, {rounds} rounds)", total=None, info="")
         _, rows = refine_loop(engine, task, items, [greedy[it.key] for it in items], rounds, judge,
                               cfg.max_new_tokens or task_max_new_tokens(task))
     summary.update(refine_summary(task, items, rows, judge))
