@@ -235,3 +235,17 @@ def test_buffers_survive_a_checkpoint_round_trip():
     a, b = part.extend(straight, B2), part.extend(resumed, B2)
     assert [it.key for it in a.items] == [it.key for it in b.items] and a.ro.texts == b.ro.texts
     assert torch.equal(a.ro.logprobs, b.ro.logprobs) and a.metrics == b.metrics
+
+
+def test_dotted_keys_change_and_turn_off_the_round():
+    from reasonrl.config import apply_overrides, split_config
+    from reasonrl.errors import UserError
+    from reasonrl.recipes import get_recipe
+
+    _, over = split_config({"refine_replay": {"refine_share": 0.1, "capacity": 8}})
+    r = apply_overrides(get_recipe("su01"), over)
+    assert (r.refine_replay.refine_share, r.refine_replay.replay_share, r.refine_replay.capacity) == (0.1, 0.25, 8)
+    _, off = split_config({"refine_replay": None})
+    assert apply_overrides(get_recipe("su01"), off).refine_replay is None
+    with pytest.raises(UserError, match="refine_replay"):
+        apply_overrides(get_recipe("su01"), split_config({"refine_replay": {"refine_share": 0.9}})[1])
