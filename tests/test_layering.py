@@ -16,6 +16,7 @@ LAYERS = {
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
     "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
+    "eval.refine": 4,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
     "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context
     "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files

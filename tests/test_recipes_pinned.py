@@ -55,6 +55,7 @@ GRPO_ROW = {
     #                    kdrl (coef, estimator))
     "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
     "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
+    "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
 }
 
 
@@ -180,6 +181,11 @@ TABLE = {
     # VPD (arXiv 2605.15113; spec section 4, all [inferred]): the task's critique as feedback, beta0 0.1, target
     # 0.05 nats/token, x2 / /2 outside [delta/1.5, 1.5 delta], exact E-step KL, reverse-KL M-step weight 1, GRPO alpha 1
     "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0)),
+    # SU-01 (arXiv 2605.13301, spec section 13): GSPO eps 1e-3 / 1e-3, no KL, 4 optimizer steps per rollout batch,
+    # zero-std filtering (3 rounds), refine prompts 20% and replay 25% of the batch from groups with mean reward < 0.5
+    # (samples < 0.9) and successes above reward 0; buffer 256 and filtering of extra groups [inferred]
+    "su01": row(loss=("sequence", 1e-3, 1e-3, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 4),
+                group_filter=("accuracy", 3), refine_replay=(0.2, 0.25, 0.5, 0.9, 0.0, 256, True)),
 }
 
 
@@ -241,6 +247,8 @@ def _actual(recipe, expected):
             "use_gold", "ngram", "anchors_per_step", "parse")),
         "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
             "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
+        "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
+            "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
     }
 
 

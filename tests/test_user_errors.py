@@ -21,6 +21,7 @@ from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
 from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
                            Steering, Veto)
+from reasonrl.parts import RefineReplay
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
@@ -173,7 +174,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
-                "vpd": VPD()}
+                "vpd": VPD(), "refine_replay": RefineReplay()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
@@ -237,6 +238,9 @@ BOUNDARIES = [
     ("correction.rho_min", 0.0, -0.01), ("correction.rho_min", 0.5, 0.51),  # up to the default rho 0.5
     ("correction.acc_floor", 1.0, 1.01), ("correction.factor", 1.0, 0.99),
     ("correction.template", "{attempt}{prompt}", "{attempt}=?\n"),
+    ("refine_replay.refine_share", 0.0, -0.1), ("refine_replay.refine_share", 0.74, 0.75),  # replay_share 0.25
+    ("refine_replay.replay_share", 0.0, -0.1), ("refine_replay.replay_share", 0.79, 0.8),  # refine_share 0.2
+    ("refine_replay.capacity", 1, 0),
     ("redirect.critic", "model", "verifier"), ("redirect.n_r", 1, 0), ("redirect.n_r", 8, 3), ("redirect.n_v", 1, 0),
     ("redirect.n_v", 4, 6), ("redirect.clip", 1e-9, 0.0), ("redirect.lambda_r", 0.0, -0.1), ("redirect.eta", 0.0, -0.1),
     ("redirect.max_redirects", 1, 0), ("redirect.template", "c: {critique}\n", "c: {crit}\n"),

@@ -89,6 +89,8 @@ def pretrain_cmd(
     contexts: Optional[str] = typer.Option(None, help="Self-teacher contexts to mix in: solution,hint,correction,redirect "
                                            "(or all); the model learns to read them (reasonrl.warmstart)."),
     context_rate: float = typer.Option(0.5, help="Fraction of training items that carry a context (with --contexts)."),
+    curriculum: str = typer.Option("none", help="none: the task's order; reverse_ppl (SU-01): demonstrations by "
+                                   "descending perplexity under the starting model, scored once, no shuffling."),
 ) -> None:
     """Supervised warm start on a task's demonstrations; writes an ordinary HF model directory."""
     import torch
@@ -101,6 +103,9 @@ def pretrain_cmd(
     check_options({"--steps": steps, "--seconds": seconds, "--batch-size": batch_size, "--lr": lr, "--seed": seed,
                    "--eval-every": eval_every, "--eval-problems": eval_problems, "--until-pass": until_pass},
                   OPTION_RULES["pretrain"])
+    from .data.curriculum import CURRICULA
+    if curriculum not in CURRICULA:
+        raise UserError(f"--curriculum {curriculum!r} is not one of {', '.join(CURRICULA)}")
     _quiet_transformers()
     the_task = get_task(task, **parse_options(task_opt))
     if contexts:  # the self-teacher contexts mixed into the demonstrations
@@ -108,7 +113,8 @@ def pretrain_cmd(
         the_task = context_mix(the_task, contexts, context_rate, seed)
     mdl, tok = load_model(model or f"tiny:{size}")
     cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
-                    eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass)
+                    eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass,
+                    curriculum=curriculum)
     with _progress() as bar:
         job = bar.add_task("pretraining", total=steps, info="")
 

@@ -21,8 +21,9 @@ import yaml
 from .data.lze import LZE
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, Advantage, BeamSampling, Correction, D2Evo, Drafts,
-                    GroupFilter, HintSampling, Optim, PolicyLoss, Recipe, Redirect, Sampling, Stages, Steering, Teacher, VPD)
+from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, VPD, Advantage, BeamSampling, Correction, D2Evo, Drafts,
+                    GroupFilter, HintSampling, Optim, PolicyLoss, Recipe, Redirect, RefineReplay, Sampling, Stages,
+                    Steering, Teacher)
 
 RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
                    "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
@@ -39,6 +40,8 @@ RECIPE_SECTIONS.update(drafts=Drafts)  # drafts in the prompt
 OPTIONAL_SECTIONS += ("drafts",)
 RECIPE_SECTIONS.update(vpd=VPD)  # VPD's teacher adapter and its terms
 OPTIONAL_SECTIONS += ("vpd",)
+RECIPE_SECTIONS.update(refine_replay=RefineReplay)  # SU-01's self-refine and replay round
+OPTIONAL_SECTIONS += ("refine_replay",)
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
 

@@ -305,6 +305,12 @@ RULES: dict[str, Rule] = {
     "vpd.m_divergence": one_of(M_DIVERGENCES),
     "vpd.m_coef": at_least(0),
     "vpd.alpha": at_least(0),
+    # SU-01: shares of the final batch; the ordinary groups need the rest (parts/su01.py)
+    "refine_replay.refine_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.replay_share", 0) < 1,
+                                       "in [0, 1 - refine_replay.replay_share)"),
+    "refine_replay.replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.refine_share", 0) < 1,
+                                       "in [0, 1 - refine_replay.refine_share)"),
+    "refine_replay.capacity": at_least(1),
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

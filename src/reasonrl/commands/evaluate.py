@@ -36,6 +36,11 @@ def eval_cmd(
                                            "--problems, --seed): paired tests (McNemar, sign test, bootstrap CI) on "
                                            "the greedy results."),
     old_n: Optional[int] = typer.Option(None, "--n", hidden=True, help="Renamed --problems."),
+    refine: int = typer.Option(0, "--refine", help="SU-01 test-time loop: up to N verify -> refine rounds on each "
+                               "greedy answer (0: off)."),
+    refine_verifier: str = typer.Option("self", "--refine-verifier", help="Who checks an answer in --refine: self "
+                                        "(the model, yes/no + report) | format (the task's answer extraction) | oracle "
+                                        "(the gold answer: an upper bound, reported apart)."),
 ) -> None:
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
@@ -47,6 +52,7 @@ def eval_cmd(
         raise UserError(f"--n {old_n}: the option is now --problems (held-out problems); sampled completions per "
                         "problem are --samples-per-problem and --k lists the k of pass@k (docs/eval.md)")
     _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed)
+    _check_refine(refine, refine_verifier)
     cfg = EvalConfig(n_problems=problems, samples_per_problem=samples_per_problem, ks=parse_ks(k, samples_per_problem),
                      temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
                      sample_seed=sample_seed, maj_equiv=maj_equiv)
@@ -64,6 +70,9 @@ def eval_cmd(
         job = bar.add_task("evaluating", total=problems * (1 + samples_per_problem), info="")
         summary, records, rows = evaluate_items(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
                                                 progress=lambda m: bar.advance(job, m))
+    if refine:
+        records += _refine(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
+                           summary)
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
         mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
@@ -71,8 +80,40 @@ def eval_cmd(
         console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
     settings = {"task": the_task.name, "model": model, "problems": problems, "ks": list(cfg.k_values), **{
         f: getattr(cfg, f) for f in ("samples_per_problem", "temperature", "top_p", "seed", "maj_equiv")},
-        "sample_seed": seed if sample_seed is None else sample_seed}
+        "sample_seed": seed if sample_seed is None else sample_seed, "refine": refine,
+        "refine_verifier": refine_verifier if refine else None}
     _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
+
+
+def _check_refine(rounds: int, verifier: str) -> None:
+    from ..eval.refine import VERIFIERS
+
+    if rounds < 0:
+        raise UserError(f"--refine {rounds}: give the number of refine rounds, >= 0 (0: off)")
+    if verifier not in VERIFIERS:
+        raise UserError(f"--refine-verifier {verifier!r} is not one of {', '.join(VERIFIERS)}")
+
+
+def _refine(engine, task, cfg, records: list[dict], rounds: int, verifier: str, summary: dict) -> list[dict]:
+    """``--refine N``: the generate -> verify -> refine loop from the greedy answers; its gold-scored
+    pass@1 per round goes into ``summary`` (the oracle verifier's under its upper-bound keys)."""
+    from ..eval.refine import VERIFIERS, refine_loop, refine_summary
+    from ..eval.runner import task_max_new_tokens
+    from ..tasks import take_items
+
+    items = take_items(task, "test", cfg.n_problems, seed=cfg.seed)  # the problems evaluate_items took
+    greedy = {r["key"]: r["completion"] for r in records if r["mode"] == "greedy"}
+    judge = VERIFIERS[verifier]()
+    with progress() as bar:
+        bar.add_task(f"refining ({verifier} verifier, {rounds} rounds)", total=None, info="")
+        _, rows = refine_loop(engine, task, items, [greedy[it.key] for it in items], rounds, judge,
+                              cfg.max_new_tokens or task_max_new_tokens(task))
+    summary.update(refine_summary(task, items, rows, judge))
+    if judge.oracle:
+        console.print("[yellow]--refine-verifier oracle reads the gold answers: its refine_oracle_upper_bound/* "
+                      "numbers are an upper bound, not a test-time result[/yellow]")
+    mode = "refine_oracle_upper_bound" if judge.oracle else "refine"
+    return [{"mode": mode, "verifier": verifier, **r} for r in rows]
 
 
 def _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed) -> None:

@@ -26,12 +26,13 @@ from .redirect import Redirect
 from .fest import FEST
 from .selfteach import EGRSD, SSOPD
 from .teacher import KDRL, RKLOPD, TGPO, Teacher
+from .su01 import RefineReplay
 from .vpd import VPD
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
 
 __all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "Drafts",
            "GenRequest",
-           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect",
+           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay",
            "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
            "StepCredit", "VPD", "Veto", "entropy_term", "kl_term"]
 __all__ += ["KDRL", "RKLOPD", "TGPO", "Teacher"]
@@ -74,6 +75,7 @@ class Recipe:
     fest: FEST | None = None  # FEST: a decaying DPO (or SFT) term on a few demonstrations (arXiv 2605.15012)
     drafts: Drafts | None = None  # drafts in the train prompts, N/A at evaluation (arXiv 2605.17314)
     vpd: VPD | None = None  # VPD: a teacher adapter's feedback round, E-step and M-step terms (arXiv 2605.15113)
+    refine_replay: RefineReplay | None = None  # SU-01: self-refine prompts and replayed successes (a round)
 
     # A part takes part in the loop through the methods it has, never through its name:
     # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
@@ -161,6 +163,7 @@ class Recipe:
                       for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
                    drafts=None if self.drafts is None else dataclasses.asdict(self.drafts),
                    vpd=None if self.vpd is None else dataclasses.asdict(self.vpd),
+                   refine_replay=None if self.refine_replay is None else dataclasses.asdict(self.refine_replay),
                    shapers=[_describe(s) for s in self.shapers],
                    extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
                    aux_losses=[_describe(a) for a in self.aux_losses])

@@ -20,6 +20,7 @@ from .physics import PHYSICS_R1
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
 from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
+from .su01 import SU01
 from .tasks import TASK_RECIPES
 from .teacher import TEACHER_RECIPES
 from .vpd import VPD_RECIPE
@@ -34,7 +35,7 @@ def register(recipe: Recipe) -> Recipe:
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
-           FEST_RECIPE, DRAFTS, VPD_RECIPE):
+           FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01):
     register(_r)
 
 
