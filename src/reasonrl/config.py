@@ -115,6 +115,7 @@ class TrainConfig:
     memory: Memory = field(default_factory=Memory)
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
+    final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
 
 def _closest(key: str, valid: list[str]) -> str:
