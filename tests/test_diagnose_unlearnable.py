@@ -187,6 +187,7 @@ def test_pass_rates_pool_the_before_evaluations(tmp_path):
     assert initial == {"1+2": 0.25} and finals == [{"1+2": 0.5}, {"1+2": 0.0}]
 
 
+@pytest.mark.slow  # the shipped base samples and backpropagates: ~10 minutes on the loaded 2-core machine
 def test_command_on_fake_runs_writes_json_and_png(tmp_path):
     # six held-out arithmetic problems; per problem (before c, after c run 1, after c run 2) of 20:
     # k0, k1 easy (10/20 = 0.5 > 0.1), k2 learnable (0 -> 10, 10), k3 unlearnable (0 -> 1, 2: <= 0.1),
@@ -196,14 +197,15 @@ def test_command_on_fake_runs_writes_json_and_png(tmp_path):
     b = _fake_run(tmp_path, "b", keys, [10, 10, 0, 0, 0, 0], [11, 14, 10, 2, 0, 0], {keys[5]: 0.0}, 6)
     out = tmp_path / "diag" / "unl.json"
     res = CliRunner().invoke(app, ["diagnose", "unlearnable", "--runs", f"{a},{b}", "--out", str(out),
-                                   "--rollouts", "8", "--per-class", "2"])
+                                   "--rollouts", "4", "--per-class", "1"])
     assert res.exit_code == 0, res.output
     got = json.loads(out.read_text())
     assert got["counts"] == {"no_reward": 1, "unlearnable": 1, "learnable": 1, "easy": 2}
     assert got["classes"]["learnable"] == [keys[2]] and got["classes"]["unlearnable"] == [keys[3]]
-    drawn = {keys[0], keys[1], keys[2], keys[3]}
+    assert got["config"]["per_class"] == 1 and len(got["heatmap_prompts"]) + len(got["dropped"]) == 3  # one per block
+    drawn = {keys[2], keys[3]} | ({keys[0]} if keys[0] in got["heatmap_prompts"] + list(got["dropped"]) else {keys[1]})
     assert set(got["heatmap_prompts"]) | set(got["dropped"]) == drawn  # each drawn prompt: a gradient or a reason
-    assert got["lora"]["targets"] == "peft default for the architecture" and got["config"]["rollouts"] == 8
+    assert got["lora"]["targets"] == "peft default for the architecture" and got["config"]["rollouts"] == 4
     for pair, v in got["block_means"].items():
         assert v is None or -1.0 <= v <= 1.0, pair
     assert got["per_prompt"][keys[3]]["final_pass@1"] == [0.05, 0.1]
@@ -218,3 +220,34 @@ def test_command_refuses_missing_run(tmp_path):
     res = CliRunner().invoke(app, ["diagnose", "unlearnable", "--runs", str(tmp_path / "nope"), "--out",
                                    str(tmp_path / "x.json")])
     assert res.exit_code != 0 and "nope" in (res.output + str(res.exception))
+
+
+# ---------------------------------------------------------------- what a run folder gets
+def test_prompt_reward_lines_first_round_groups_only():
+    # two groups of G = 2: "1+2" rewards (1, 0) -> mean 0.5, accuracy 0.5; "3+4" is a second-round
+    # group (kind 1: a correction round's), left out
+    from reasonrl.batch import Batch
+    from reasonrl.run import prompt_reward_lines
+    from reasonrl.tasks import Item
+
+    b = Batch(items=[Item("1+2", "1+2=?\n", "3"), Item("3+4", "3+4=?\n", "7")], ro=None,
+              rewards=torch.tensor([[1.0, 0.0], [1.0, 1.0]]), correct=torch.tensor([[1, 0], [1, 1]]),
+              kinds=torch.tensor([0, 1]))
+    lines = [json.loads(x) for x in prompt_reward_lines(7, b).splitlines()]
+    assert lines == [{"step": 7, "key": "1+2", "reward": 0.5, "accuracy": 0.5}]
+
+
+@pytest.mark.slow
+def test_train_run_writes_what_the_diagnostic_reads(tmp_path, tiny_dir):
+    from reasonrl.config import TrainConfig
+    from reasonrl.recipes import RECIPES
+    from reasonrl.run import train_run
+
+    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=0,
+                      final_eval_problems=3, final_eval_k=2, final_eval_temperature=0.7, out=str(tmp_path / "r"))
+    train_run(cfg, RECIPES["grpo"])
+    run = load_run(tmp_path / "r")
+    assert len(run.before) == 3 and set(run.before) == set(run.after)
+    assert all(n == 2 for _, n in run.after.values())
+    lines = (tmp_path / "r" / "prompt_rewards.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 1, 2, 2]  # two prompts a step
