@@ -90,16 +90,21 @@ def pick_correct(correct: Sequence[bool], at_most: int, seed: int) -> list[int]:
 def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts: int = 16, max_correct: int = 20,
                      temperature: float = 0.7, max_new_tokens: int = 64, seed: int = 0,
                      progress=None) -> PromptGradients:
-    """Per-prompt mean gradient of its correct rollouts, at ``model`` (already LoRA-wrapped)."""
+    """Per-prompt mean gradient of its correct rollouts, at ``model`` (already LoRA-wrapped). The
+    rollouts of all prompts are sampled in one call, each prompt's keyed by its own seed (so a
+    prompt's rollouts do not depend on the others)."""
     names = gradient_names(model)
     out = PromptGradients(names)
-    engine = HFEngine(model, tok)
+    if not items:
+        return out
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
-    for item in items:
-        model.eval()
-        with torch.no_grad():
-            ro = engine.generate([item.prompt], rollouts, sp, seeds=[stable_seed(seed, "unlearnable", item.key)])
-        scores = [task.verify(t, item.answer, item.meta) for t in ro.texts]
+    model.eval()  # no dropout, in sampling and in the gradients
+    with torch.no_grad():
+        ro = HFEngine(model, tok).generate([it.prompt for it in items], rollouts, sp,
+                                           seeds=[stable_seed(seed, "unlearnable", it.key) for it in items])
+    for p, item in enumerate(items):
+        mine = list(range(p * rollouts, (p + 1) * rollouts))  # prompt p's rows
+        scores = [task.verify(ro.texts[r], item.answer, item.meta) for r in mine]
         correct = [is_correct(s) for s in scores]
         rewards = torch.tensor(scores, dtype=torch.float32)  # (G,) the task's verifier score
         if rewards.std(correction=0) == 0:  # all right or all wrong: A = 0, the source drops the prompt
@@ -107,7 +112,7 @@ def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts:
         else:
             adv = group_advantages(rewards)  # (G,)
             rows = pick_correct(correct, max_correct, stable_seed(seed, "pick", item.key))
-            g = mean_rollout_gradient(model, names, select_rows(ro, rows), adv[rows], temperature)
+            g = mean_rollout_gradient(model, names, select_rows(ro, [mine[r] for r in rows]), adv[rows], temperature)
             out.grads[item.key], out.kept[item.key] = g.half(), len(rows)
         if progress:
             progress(1)

@@ -10,12 +10,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write_text
+from ..checkpoint import atomic_write, atomic_write_text
 from ..errors import UserError
 from ..eval.runner import task_max_new_tokens
 from ..models import load_model
 from ..tasks import get_task
-from .gradients import LORA_ALPHA, LORA_R, LORA_SEED, lora_targets, prompt_gradients, with_lora
+from .gradients import (LORA_ALPHA, LORA_R, LORA_SEED, PromptGradients, lora_targets, prompt_gradients,
+                        with_lora)
 from .heatmap import draw_heatmap
 from .runs import load_run, pass_rates, problem_items
 from .unlearnable import CLASSES, TAU, block_means, block_of, classify, cosine_matrix, mean_similarity
@@ -65,6 +66,24 @@ def _similarity(grads: dict[str, torch.Tensor], keys: list[str], blocks: dict[st
             "block_mean_similarity": {b: (sum(v) / len(v) if v else None) for b, v in per_block.items()}}
 
 
+def load_gradients(path: Path, setting: dict[str, Any]) -> PromptGradients:
+    """The prompt gradients a run of the diagnostic saved at ``path`` (``NAME.gradients.pt``, float16)
+    with the same model and sampling settings; none when there is no such file or they differ."""
+    if not path.is_file():
+        return PromptGradients([])
+    saved = torch.load(path, weights_only=True)
+    if saved.get("setting") != setting:
+        return PromptGradients([])
+    return PromptGradients(saved["names"], saved["grads"], saved["kept"], saved["dropped"])
+
+
+def merge_gradients(old: PromptGradients, new: PromptGradients) -> PromptGradients:
+    if old.names and new.grads and old.names != new.names:
+        raise UserError("saved gradients are over other parameters than the model's adapter: delete the .gradients.pt file")
+    return PromptGradients(new.names or old.names, {**old.grads, **new.grads}, {**old.kept, **new.kept},
+                           {**old.dropped, **new.dropped})
+
+
 def diagnose_unlearnable(run_dirs: Sequence[str | Path], model: str | None, out: str | Path,
                          cfg: DiagnoseConfig = DiagnoseConfig(),
                          progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
@@ -90,9 +109,19 @@ def diagnose_unlearnable(run_dirs: Sequence[str | Path], model: str | None, out:
         if progress:
             progress(done["n"], len(items))
 
-    pg = prompt_gradients(policy, tok, task, items, rollouts=cfg.rollouts, max_correct=cfg.max_correct,
-                          temperature=cfg.temperature, max_new_tokens=task_max_new_tokens(task), seed=cfg.seed,
-                          progress=tick)
+    cache = out.with_suffix(".gradients.pt")
+    setting = {"model": model, "rollouts": cfg.rollouts, "max_correct": cfg.max_correct,
+               "temperature": cfg.temperature, "seed": cfg.seed}
+    pg = load_gradients(cache, setting)
+    todo = [it for it in items if it.key not in pg.grads and it.key not in pg.dropped]
+    tick(len(items) - len(todo))
+    new = prompt_gradients(policy, tok, task, todo, rollouts=cfg.rollouts, max_correct=cfg.max_correct,
+                           temperature=cfg.temperature, max_new_tokens=task_max_new_tokens(task), seed=cfg.seed,
+                           progress=tick)
+    pg = merge_gradients(pg, new)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(cache, lambda tmp: torch.save({"setting": setting, "names": pg.names, "grads": pg.grads,
+                                                "kept": pg.kept, "dropped": pg.dropped}, tmp))
     sim = _similarity(pg.grads, keys, blocks)
     result = _result(runs, model, cfg, classes, blocks, initial, finals, pg, sim, targets)
     out.parent.mkdir(parents=True, exist_ok=True)
