@@ -208,7 +208,7 @@ BOUNDARIES = [
     ("steps", 0, -1), ("prompts_per_step", 1, 0), ("micro_batch_size", 1, 0), ("max_rows", 1, 0),
     ("micro_batch_size", "auto", "automatic"), ("max_rows", "auto", "Auto"),
     ("seed", 0, -1), ("seed", 2**32 - 1, 2**32), ("eval_seed", 0, -1), ("eval_every", 0, -1),
-    ("eval_problems", 1, 0), ("final_eval_problems", 0, -1), ("final_eval_k", 0, -1), ("save_every", 0, -1),
+    ("eval_problems", 1, 0), ("final_eval_problems", 0, -1), ("final_eval_k", 0, -1), ("final_eval_temperature", 0.01, 0.0), ("save_every", 0, -1),
     ("keep_last", 0, -1), ("max_nonfinite", 1, 0), ("dtype", "bfloat16", "float64"),
     ("group_size", 2, 1), ("advantage.estimator", "reinforce_pp", "ppo"), ("advantage.scale", "none", "std"),
     ("advantage.eps", 0.0, -1e-9),

@@ -26,6 +26,7 @@ from .commands.evaluate import compare_cmd, eval_cmd
 from .commands.audit import audit_cmd
 from .commands.report import report_cmd
 from .commands.drafts import drafts_app
+from .commands.diagnose import diagnose_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
@@ -217,6 +218,7 @@ app.command("compare")(compare_cmd)
 app.command("audit")(audit_cmd)
 app.command("report")(report_cmd)
 app.add_typer(drafts_app, name="drafts")
+app.add_typer(diagnose_app, name="diagnose")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

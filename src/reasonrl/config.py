@@ -138,6 +138,7 @@ class TrainConfig:
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
     data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
+    final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
 
 def _closest(key: str, valid: list[str]) -> str:

@@ -3,7 +3,12 @@
 The run folder holds ``config.yaml`` (resolved), ``metrics.jsonl``, ``before.json``,
 ``summary.json`` (``before`` / ``after`` as ``reasonrl eval --json`` writes them),
 ``after_items.jsonl`` (the final evaluation's greedy result per held-out problem: key, score,
-correct; what ``reasonrl compare`` pairs across recipes), ``samples.jsonl`` (up to 10 correct and 10
+correct; what ``reasonrl compare`` pairs across recipes), ``before.items.jsonl`` and
+``after.items.jsonl`` (one row per held-out problem as ``reasonrl eval`` writes NAME.items.jsonl:
+greedy correctness and, from ``final_eval_k`` samples at ``final_eval_temperature``, c, n and
+pass@1), ``prompt_rewards.jsonl`` (per step, per training prompt key: its group's mean reward and
+accuracy; a resumed run may repeat the lines of steps after its checkpoint; what
+``reasonrl diagnose unlearnable`` reads), ``samples.jsonl`` (up to 10 correct and 10
 wrong greedy completions of that evaluation, for ``reasonrl report``), ``curves.png``,
 ``final/`` (an HF model directory; with LoRA the adapter, and ``final/merged/`` the merged model),
 ``checkpoints/`` and ``events.jsonl`` (one line per process start and end of training: where a
@@ -27,7 +32,7 @@ from .checkpoint import atomic_write_text
 from .config import TrainConfig, resolved_dict
 from .errors import ExistingPathError, MissingPathError, UserError
 from .dist.group import Single, init_group, on_main
-from .eval.runner import EvalConfig, evaluate, item_lines
+from .eval.runner import EvalConfig, evaluate_items, item_lines, write_jsonl
 from .models import load_model, resolve_device, save_model
 from .models.memory import weights_dtype
 from .parts import Recipe
@@ -55,14 +60,23 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | None, list[dict]]:
+def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
     """The before/after evaluation, through the trainer's engine (split over ranks or workers):
-    its summary and its per-sample records."""
+    its summary, its per-sample records and its per-problem rows."""
     if cfg.final_eval_problems <= 0:
-        return None, []
+        return None, [], []
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
-                        max_new_tokens=trainer.budget, max_rows=cfg.max_rows)
-    return evaluate(trainer.engine, trainer.task, ev_cfg)
+                        max_new_tokens=trainer.budget, max_rows=cfg.max_rows, temperature=cfg.final_eval_temperature)
+    return evaluate_items(trainer.engine, trainer.task, ev_cfg)
+
+
+def prompt_reward_lines(step: int, batch) -> str:
+    """One JSON line per first-round group of a step's batch: the prompt's key, its group's mean
+    reward and accuracy (the per-prompt training reward of spec distill-and-data 12)."""
+    first = batch.group_kinds() == 0  # (B,) rounds' added groups (corrections) are not the prompt as drawn
+    return "".join(json.dumps({"step": step, "key": item.key, "reward": float(batch.rewards[b].mean()),
+                               "accuracy": float(batch.correct[b].float().mean())}) + "\n"
+                   for b, item in enumerate(batch.items) if first[b])
 
 
 def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_records: list[dict]) -> None:
@@ -90,6 +104,11 @@ def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
     check_fresh(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump({**config, "out": str(run_dir)}, sort_keys=False))
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 def log_event(run_dir: Path, event: str, **fields: Any) -> None:
@@ -154,8 +173,10 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
     if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
         on_phase("evaluating the starting model")
-        before = _final_eval(trainer, cfg)[0]
+        before, _, before_rows = _final_eval(trainer, cfg)
         if main:
+            if before_rows:
+                write_jsonl(before_rows, run_dir / "before.items.jsonl")
             atomic_write_text(before_path, json.dumps(before, indent=2))
     start = trainer.resume() if resume else None
     message = _start_message(trainer, run_dir, resume)
@@ -174,6 +195,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
         on_step(m)
 
     trainer.log = log if main else (lambda m: None)
+    if main:
+        trainer.on_batch = lambda step, b: _append(run_dir / "prompt_rewards.jsonl", prompt_reward_lines(step, b))
     on_phase("training")
     try:
         trainer.train()
@@ -184,13 +207,15 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
             trainer.engine.close()
     seconds = time.perf_counter() - t0
     on_phase("evaluating the trained model")
-    after, after_records = _final_eval(trainer, cfg)
+    after, after_records, after_rows = _final_eval(trainer, cfg)
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
                "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world}
     if main:
         log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
                   items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
         _write_final(run_dir, model, tok, summary, after_records)
+        if after_rows:
+            write_jsonl(after_rows, run_dir / "after.items.jsonl")
     group.barrier()  # the other ranks return once the run folder is complete
     summary["run_dir"] = str(run_dir)
     return summary

@@ -97,6 +97,7 @@ class Trainer:
         self.resume_info: dict[str, Any] = {}  # what the checkpoint restored beyond the step (events.jsonl)
         self.steps_this_process = 0
         self.stage: dict[str, Any] | None = None  # Mu-GRPO stage buffer: batch, group order, position
+        self.on_batch: Callable[[int, Batch], None] = lambda step, b: None  # per-prompt records (run.py)
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
@@ -293,6 +294,8 @@ class Trainer:
         batch, minibatches, stage_info = self.next_batch()
         t1 = time.perf_counter()
         stage_info = {**stage_info, **self._before_update(batch)}
+        if stage_info.get("stage/fresh", 1.0):  # a stage's buffer once, when generated
+            self.on_batch(self.step + 1, batch)
         upd = self.update(batch, minibatches)
         t2 = time.perf_counter()
         self.step += 1

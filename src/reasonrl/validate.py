@@ -122,6 +122,7 @@ RULES: dict[str, Rule] = {
     "eval_problems": Rule(lambda v, c: v >= 1 or c.get("eval_every") == 0, ">= 1 (or eval_every=0 to turn the eval off)"),
     "final_eval_problems": Rule(lambda v, _: v >= 0, ">= 0 (0: no before/after eval)"),
     "final_eval_k": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
+    "final_eval_temperature": Rule(lambda v, _: v > 0, "> 0 (the sampled completions; greedy pass@1 is always reported)"),
     "save_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no checkpoints)"),
     "keep_last": Rule(lambda v, _: v >= 0, ">= 0 (0: keep every checkpoint)"),
     "max_nonfinite": at_least(1),

@@ -1,0 +1,49 @@
+"""The unlearnability diagnostic on the tiny reasoner's grpo runs (docs/diagnose.md).
+
+The runs (3 seeds of grpo on arithmetic from the shipped base, 5 steps; seeds 1 and 2 were given
+seed 0's before.json and before.items.jsonl, the same evaluation of the same starting model):
+
+    PYTHONPATH=src python -m reasonrl.cli train --steps 5 --out RUNS/grpo-sS seed=S prompts_per_step=8 \
+        final_eval_problems=40 final_eval_k=16 final_eval_temperature=0.7 eval_every=0 save_every=0
+
+then ``PYTHONPATH=src python benchmarks/unlearnable_tiny.py RUNS/grpo-s0 RUNS/grpo-s1 RUNS/grpo-s2``:
+the diagnostic (``reasonrl diagnose unlearnable`` with the same arguments), its JSON in
+benchmarks/results/unlearnable/, the heatmap copied to docs/img/unlearnable_tiny.png, and a table.
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from reasonrl.diagnostics.unlearnable_report import DiagnoseConfig, diagnose_unlearnable  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "unlearnable" / "tiny_grpo.json"
+IMG = ROOT / "docs" / "img" / "unlearnable_tiny.png"
+
+
+def main(runs: list[str]) -> None:
+    t0 = time.perf_counter()
+    cfg = DiagnoseConfig(rollouts=8, per_class=100, seed=0)
+    res = diagnose_unlearnable(runs, None, OUT, cfg)
+    IMG.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(OUT.with_suffix(".png"), IMG)
+    print(f"| what | value |\n|---|---|")
+    for name, n in res["counts"].items():
+        print(f"| class {name} | {n} |")
+    print(f"| easy and unlearnable | {res['easy_and_unlearnable']} |")
+    print(f"| prompts with a gradient | {len(res['heatmap_prompts'])} |")
+    print(f"| prompts dropped (all rollouts agree) | {len(res['dropped'])} |")
+    for pair, v in res["block_means"].items():
+        print(f"| mean cosine {pair} | {'-' if v is None else f'{v:.4f}'} |")
+    for block, v in res["block_mean_similarity"].items():
+        print(f"| {block}: mean similarity to the rest | {'-' if v is None else f'{v:.4f}'} |")
+    print(f"\n{OUT}\n{IMG}\n{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
