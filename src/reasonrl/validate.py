@@ -236,8 +236,7 @@ RULES: dict[str, Rule] = {
     "redirect.max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
     "redirect.template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
     # SU-01: shares of the final batch; the ordinary groups need the rest (parts/su01.py)
-    "refine_replay.refine_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.replay_share", 0) < 1,
-                                       "in [0, 1 - refine_replay.replay_share)"),
+    "refine_replay.refine_share": within(0, 1, open_hi=True),  # the sum of both: the replay_share rule
     "refine_replay.replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.refine_share", 0) < 1,
                                        "in [0, 1 - refine_replay.refine_share)"),
     "refine_replay.capacity": at_least(1),
