@@ -238,7 +238,7 @@ BOUNDARIES = [
     ("correction.rho_min", 0.0, -0.01), ("correction.rho_min", 0.5, 0.51),  # up to the default rho 0.5
     ("correction.acc_floor", 1.0, 1.01), ("correction.factor", 1.0, 0.99),
     ("correction.template", "{attempt}{prompt}", "{attempt}=?\n"),
-    ("refine_replay.refine_share", 0.0, -0.1), ("refine_replay.refine_share", 0.74, 0.75),  # replay_share 0.25
+    ("refine_replay.refine_share", 0.0, -0.1),  # (its upper bound, with replay_share's, is the replay_share rule's)
     ("refine_replay.replay_share", 0.0, -0.1), ("refine_replay.replay_share", 0.79, 0.8),  # refine_share 0.2
     ("refine_replay.capacity", 1, 0),
     ("redirect.critic", "model", "verifier"), ("redirect.n_r", 1, 0), ("redirect.n_r", 8, 3), ("redirect.n_v", 1, 0),

@@ -307,8 +307,7 @@ RULES: dict[str, Rule] = {
     "vpd.m_coef": at_least(0),
     "vpd.alpha": at_least(0),
     # SU-01: shares of the final batch; the ordinary groups need the rest (parts/su01.py)
-    "refine_replay.refine_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.replay_share", 0) < 1,
-                                       "in [0, 1 - refine_replay.replay_share)"),
+    "refine_replay.refine_share": within(0, 1, open_hi=True),  # the sum of both: the replay_share rule
     "refine_replay.replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.refine_share", 0) < 1,
                                        "in [0, 1 - refine_replay.refine_share)"),
     "refine_replay.capacity": at_least(1),

@@ -70,9 +70,8 @@ def eval_cmd(
         job = bar.add_task("evaluating", total=problems * (1 + samples_per_problem), info="")
         summary, records, rows = evaluate_items(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
                                                 progress=lambda m: bar.advance(job, m))
-    if refine:
-        records += _refine(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
-                           summary)
+    records += _refine(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
+                       summary) if refine else []
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
         mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
