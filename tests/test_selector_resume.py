@@ -40,4 +40,4 @@ def test_an_lze_run_killed_inside_a_save_resumes_bit_exactly(tiny_dir, tmp_path)
     assert [r["step"] for r in values] == list(range(1, STEPS + 1))
     assert values == straight  # every logged number, select/* included, equal to the uninterrupted run
     assert any(r["select/kept"] < r["select/groups"] for r in values[3:])  # selection acted after the resume
-    assert values[-1]["select/epoch"] == 3.0
+    assert values[-1]["select/epoch"] >= 3.0  # 32 draws over a pool of 8 (more when pruned prompts are skipped)
