@@ -38,7 +38,7 @@ def run_compare(args) -> dict:
             raise SystemExit(f"compare of {recipe} failed (exit {proc.returncode})")
     parts = [json.loads((ROOT / args.out / recipe / "compare.json").read_text()) for recipe in procs]
     return {"runs": [r for part in parts for r in part["runs"]], "tables": [part["table"] for part in parts],
-            "wall_seconds": max(part["wall_seconds"] for part in parts)}
+            "wall_seconds": max(part.get("wall_seconds", 0) for part in parts)}
 
 
 def collect_runs(args) -> dict:
