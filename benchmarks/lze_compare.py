@@ -1,10 +1,10 @@
 """LZE against GRPO on one finite pool (issue 14): held-out accuracy, generated tokens, update tokens
 and FLOPs estimates, and the tokens each needs to reach GRPO's final accuracy.
 
-    PYTHONPATH=src python benchmarks/lze_compare.py [--steps 32] [--seeds 3] [--pool 64] [--out runs/compare_lze]
+    PYTHONPATH=src python benchmarks/lze_compare.py [--steps 16] [--seeds 2] [--pool 32] [--out runs/compare_lze]
 
-Runs ``reasonrl compare --recipes grpo,lze`` (both on the same ``data.pool``, the same held-out
-problems), then reads every run's ``metrics.jsonl``. Estimates (Kaplan et al. 2020): generation
+Runs ``reasonrl compare`` for grpo and for lze, in parallel (both on the same ``data.pool``, the
+same held-out problems, 8 prompts x 8 samples a step), then reads every run's ``metrics.jsonl``. Estimates (Kaplan et al. 2020): generation
 2 x params per completion token; update 6 x params per completion token of the groups in the update
 (GRPO as the paper's baseline trains every group; this repo's grpo skips the forward/backward of
 zero-advantage rows, exactly, so its real update cost is lower: its mean skipped fraction is printed).
@@ -23,13 +23,33 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_compare(args) -> dict:
-    cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", "grpo,lze", "--seeds", str(args.seeds),
-           "--steps", str(args.steps), "--out", args.out, "--resume", f"data.pool={args.pool}",
-           f"eval_every={args.eval_every}", "eval_problems=100", "final_eval_problems=200", "final_eval_k=0",
-           "save_every=0"]
+    """One ``reasonrl compare`` per recipe, the two in parallel (each trains its seeds in turn), so a
+    2-core machine runs one training process per core; the two are merged into one result."""
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
-    return json.loads((ROOT / args.out / "compare.json").read_text())
+    procs = {}
+    for recipe in ("grpo", "lze"):
+        cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", recipe, "--seeds", str(args.seeds),
+               "--steps", str(args.steps), "--out", f"{args.out}/{recipe}", "--resume", f"data.pool={args.pool}",
+               f"eval_every={args.eval_every}", "eval_problems=100", "final_eval_problems=200", "final_eval_k=0",
+               "save_every=0"]
+        procs[recipe] = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    for recipe, proc in procs.items():
+        if proc.wait():
+            raise SystemExit(f"compare of {recipe} failed (exit {proc.returncode})")
+    parts = [json.loads((ROOT / args.out / recipe / "compare.json").read_text()) for recipe in procs]
+    return {"runs": [r for part in parts for r in part["runs"]], "tables": [part["table"] for part in parts],
+            "wall_seconds": max(part.get("wall_seconds", 0) for part in parts)}
+
+
+def collect_runs(args) -> dict:
+    """The finished runs in ``--out`` (those with a summary.json), as compare.json lists them."""
+    runs = []
+    for summary in sorted((ROOT / args.out).glob("*/*-seed*/summary.json")):
+        s = json.loads(summary.read_text())
+        run_dir = summary.parent.relative_to(ROOT)
+        runs.append({"recipe": s["recipe"], "seed": int(run_dir.name.rsplit("seed", 1)[1]), "ok": True,
+                     "final": s["after"]["pass@1"], "run_dir": str(run_dir)})
+    return {"runs": runs, "collected": True}
 
 
 def run_numbers(run_dir: Path, n_params: int) -> dict:
@@ -55,17 +75,19 @@ def tokens_to_reach(curve: list[tuple[float, float]], target: float) -> float | 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--pool", type=int, default=64)
-    p.add_argument("--eval-every", type=int, default=8)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--seeds", type=int, default=2)
+    p.add_argument("--pool", type=int, default=32)
+    p.add_argument("--eval-every", type=int, default=4)
     p.add_argument("--out", default="runs/compare_lze")
+    p.add_argument("--collect-only", action="store_true",
+                   help="read the finished runs already in --out (summary.json present) instead of training")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from reasonrl.models import load_model
 
     n_params = sum(t.numel() for t in load_model(None)[0].parameters())
-    cmp = run_compare(args)
+    cmp = collect_runs(args) if args.collect_only else run_compare(args)
     runs = [dict(r, **run_numbers(ROOT / r["run_dir"], n_params)) for r in cmp["runs"] if r["ok"]]
     by = {name: [r for r in runs if r["recipe"] == name] for name in ("grpo", "lze")}
     target = sum(r["final"] for r in by["grpo"]) / len(by["grpo"])  # GRPO's mean final held-out pass@1

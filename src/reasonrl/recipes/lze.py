@@ -2,7 +2,7 @@
 import dataclasses
 
 from ..data.lze import LZE as LZESelector
-from ..parts import Advantage, Recipe
+from ..parts import Advantage
 from .grpo import GRPO
 
 # GRPO's loss and tiny-CPU settings; the selector as the paper's example scripts run it
