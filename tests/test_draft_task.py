@@ -128,9 +128,9 @@ def test_drafts_part_wraps_with_a_tokenizer_cap_and_passes_advantages_through(tm
 def test_config_keys_and_their_checks(tmp_path):
     recipe = get_recipe("drafts")
     assert recipe.drafts == Drafts() and recipe.advantage.estimator == "dr_grpo"
-    assert any("'drafts.mode'" in p and "drafts.file" in p for p in problems(TrainConfig(), recipe))
-    ok = apply_overrides(recipe, {"drafts": {"mode": "no_draft"}})
-    assert not [p for p in problems(TrainConfig(), ok) if "drafts" in p]
+    assert problems(TrainConfig(), recipe) == []  # the file is needed when the task is built (DraftTask)
+    with pytest.raises(UserError, match="need a drafts file"):
+        recipe.wrap_task(TASK)
     bad = apply_overrides(recipe, {"drafts": {"file": "f.jsonl", "max_prompt_tokens": 0, "seed": -1}})
     found = problems(TrainConfig(), bad)
     assert any("'drafts.max_prompt_tokens' = 0" in p for p in found) and any("'drafts.seed' = -1" in p for p in found)
