@@ -169,11 +169,22 @@ def _metrics(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def fresh_tiny_dir(tmp_path_factory):
+    """A freshly initialised tiny model (seconds to build): the wiring, not the learning, is under test."""
+    from reasonrl.models import build_tiny, save_model
+
+    model, tok = build_tiny("tiny", seed=0)
+    return save_model(model, tok, tmp_path_factory.mktemp("fresh_tiny"))
+
+
 @pytest.mark.slow
-def test_drafts_recipe_trains_end_to_end(tiny_dir, tmp_path):
+def test_drafts_recipe_trains_end_to_end(fresh_tiny_dir, tmp_path):
     import yaml
 
     from reasonrl.run import train_run
+
+    tiny_dir = fresh_tiny_dir
 
     path = write_drafts(tmp_path / "d.jsonl", take_items(TASK, "train", 8, seed=0), flags=True)
     recipe = apply_overrides(get_recipe("drafts"), {"group_size": 4, "drafts": {"file": str(path)}})
