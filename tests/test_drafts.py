@@ -138,3 +138,21 @@ def test_template_fields_check():
     assert template_problem("Problem: {problem}\n\nCorrect Solution:") == "needs the field(s) ['draft']"
     assert template_problem("{problem} {draft} {hint}") == "has field(s) ['hint'] beyond {problem} and {draft}"
     assert template_problem("{problem {draft}") is not None  # unbalanced braces
+
+
+def test_spec_dr_grpo_advantages_and_loss_normaliser_of_the_drafts_recipe():
+    import torch
+
+    from reasonrl.advantages.estimators import dr_grpo
+    from reasonrl.losses.aggregate import aggregate
+    from reasonrl.recipes import get_recipe
+
+    # spec 9 (d): rewards [1, 0, 0, 1] -> mean 0.5 -> A = r - 0.5 = [0.5, -0.5, -0.5, 0.5] (no std division)
+    assert dr_grpo(torch.tensor([[1.0, 0.0, 0.0, 1.0]])).tolist() == [[0.5, -0.5, -0.5, 0.5]]
+    # spec 9 (d): G = 4, L_max = 10, masked per-token loss summing to 2.0 -> 2.0 / (4 x 10) = 0.05
+    values, mask = torch.zeros(4, 10), torch.zeros(4, 10)
+    values[0, :4], mask[0, :4], values[2, :2], mask[2, :2] = 0.25, 1, 0.5, 1  # 4 x 0.25 + 2 x 0.5 = 2.0
+    values[1, :3] = 9.0  # outside the mask: ignored
+    recipe = get_recipe("drafts")
+    got = aggregate(values, mask, recipe.loss.agg, norm_len=10)
+    assert recipe.advantage.estimator == "dr_grpo" and abs(got.item() - 0.05) < 1e-7

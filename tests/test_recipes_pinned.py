@@ -56,6 +56,7 @@ GRPO_ROW = {
     "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
     "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
     "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
+    "drafts": None,  # drafts in the prompt: (mode, seed, max_prompt_tokens, template starts with "Problem: ")
 }
 
 
@@ -79,6 +80,10 @@ TABLE = {
     # Dr. GRPO (arXiv 2503.20783): no std division, constant G * L_max normaliser (norm_len None = the budget)
     "dr_grpo": row(advantage=("dr_grpo", "group"),
                    loss=("token", 0.2, 0.2, None, "clip", "seq-mean-token-sum-norm", None)),
+    # mismatched wrong drafts (arXiv 2605.17314, spec distill-and-data.md 9): Dr. GRPO on prompts with another
+    # problem's wrong draft; derangement seed 0, prompt cap 3072 tokens, the paper's template
+    "drafts": row(advantage=("dr_grpo", "group"), loss=("token", 0.2, 0.2, None, "clip", "seq-mean-token-sum-norm", None),
+                  drafts=("mismatched_wrong", 0, 3072, True)),
     "dapo": DAPO_ROW,
     # GSPO (arXiv 2507.18071): one length-normalised ratio per response, clip 3e-4 / 4e-4 (section 5.1),
     # the batch split into minibatches (2 here) so the sequence clip acts off-policy
@@ -240,6 +245,8 @@ def _actual(recipe, expected):
         "fest": None if r.fest is None else tuple(getattr(r.fest, k) for k in (
             "coef", "gamma", "decay", "beta", "sup_loss", "reference", "length_norm", "n_demos", "demos_per_step",
             "negatives", "all_correct")),
+        "drafts": None if getattr(r, "drafts", None) is None else (r.drafts.mode, r.drafts.seed, r.drafts.max_prompt_tokens,
+                                                                 r.drafts.template.startswith("Problem: {problem}")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
         "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (

@@ -19,9 +19,8 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, GroupFilter, HintSampling, Redirect, Sampling, Stages,
-                           Steering, Veto)
-from reasonrl.parts import RefineReplay
+from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Drafts, GroupFilter, HintSampling, Redirect,
+                            RefineReplay, Sampling, Stages, Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
@@ -174,7 +173,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
-                "vpd": VPD(), "refine_replay": RefineReplay()}
+                "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
@@ -269,6 +268,8 @@ BOUNDARIES = [
     ("vpd.band", 1.0, 0.99), ("vpd.beta_min", 1e-9, 0.0), ("vpd.beta_max", 1e-3, 9e-4),
     ("vpd.e_kl", "k3", "k2"), ("vpd.e_coef", 0.0, -0.1), ("vpd.clip", 1e-9, 0.0),
     ("vpd.m_divergence", "sampled", "jsd"), ("vpd.m_coef", 0.0, -0.1), ("vpd.alpha", 0.0, -0.1),
+    ("drafts.mode", "no_draft", "wrong_drafts"), ("drafts.seed", 0, -1), ("drafts.max_prompt_tokens", 1, 0),
+    ("drafts.template", "{draft}{problem}", "{problem}"),
 ]
 
 

@@ -282,9 +282,8 @@ RULES: dict[str, Rule] = {
     "fest.negatives": one_of(NEGATIVES),
     "fest.all_correct": one_of(ALL_CORRECT),
     "fest.temperature": above(0),
-    # drafts in the prompt (parts/drafts.py): every mode but no_draft reads a drafts file
-    "drafts.mode": Rule(lambda v, c: v in MODES and (v == "no_draft" or c.get("drafts.file") is not None),
-                        f"one of {', '.join(MODES)}; all but no_draft need drafts.file=PATH (reasonrl drafts make)"),
+    # drafts in the prompt (parts/drafts.py); a mode but no_draft without drafts.file fails when the task is built
+    "drafts.mode": one_of(MODES),
     "drafts.seed": SEED,
     "drafts.max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
     "drafts.template": Rule(lambda v, _: draft_template_problem(v) is None,
