@@ -49,6 +49,8 @@ GRPO_ROW = {
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
     "d2evo": None,  # (iteration_steps, estimate_samples, solver_samples, p_lo, p_hi, p_star, eta, invalid, floor,
     #                  use_gold, ngram, anchors_per_step, parse)
+    "selector": None,  # LZE's (selection_ratio, min_selection_ratio, ema_decay, alpha, d_min, jitter, warmup epochs,
+    # prune, prune_streak, replay_frac)
 }
 
 
@@ -150,6 +152,10 @@ TABLE = {
     # [0.2, 0.8], p* 0.5, eta 0.5, invalid -1, majority floor 0.3 (no gold), character 3-grams; G_Q = G = 4,
     # 4 anchors per step, 10 steps per iteration, a question is the longest leading expression (ours)
     "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix")),
+    # LZE (arXiv 2605.17003; spec section 10): the example scripts' ratio 0.4 and no warm-up, no std division;
+    # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
+    # solved epochs, replay 10%)
+    "lze": row(advantage=("grpo", "none"), selector=(0.4, 0.3, 0.9, 0.3, 0.05, 0.05, 0, True, 2, 0.1)),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
 }
@@ -195,6 +201,9 @@ def _actual(recipe, expected):
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
         "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
                                                r.ssopd.max_prefix_tokens),
+        "selector": None if r.selector is None else tuple(getattr(r.selector, k) for k in (
+            "selection_ratio", "min_selection_ratio", "ema_decay", "alpha", "d_min", "jitter", "warmup_transition_epochs",
+            "prune", "prune_streak", "replay_frac")),
         "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
                                                r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
         "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (

@@ -292,8 +292,7 @@ class BatchMaker:
         scores = torch.full((B,), float("nan")) if b.scores is None else b.scores
         scores = torch.cat([scores, torch.full((B - len(scores),), float("nan"))])  # groups a round added
         ctx = SelectContext(items=b.items, correct=b.correct, advantages=b.advantages.reshape(B, G, *b.advantages.shape[1:]),
-                            scores=scores, kinds=b.group_kinds(), tokens=group_tokens(b.ro.prompt_mask,
-                                                                                    b.ro.completion_mask, G),
+                            scores=scores, kinds=b.group_kinds(), tokens=group_tokens(b.ro.completion_mask, G),
                             n_params=sum(p.numel() for p in self.engine.model.parameters()),
                             minibatches=self.recipe.optim.minibatches)
         keep, metrics = self.selector.select(ctx)

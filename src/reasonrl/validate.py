@@ -124,6 +124,7 @@ RULES: dict[str, Rule] = {
     "dist.strategy": Rule(lambda v, _: v == "ddp", "ddp (fsdp, FSDP2 sharding, is not built yet)"),
     "dist.backend": one_of(("auto", "gloo", "nccl")),
     "rollout.workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),
+    "data.pool": Rule(lambda v, _: v >= 0, ">= 0 (0: the task's own stream; N: its first N distinct train problems)"),
     "rollout.check_every": at_least(1),
     "rollout.compile": Rule(lambda v, c: not v or bool(c.get("rollout.static_cache")),
                             "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)"),

@@ -87,7 +87,7 @@ def round_down(keep: torch.Tensor, multiple: int, gen: torch.Generator) -> torch
 
 def zero_advantage_groups(adv: torch.Tensor) -> torch.Tensor:
     """(B, G) or (B, G, T) advantages -> (B,) bool: every advantage of the group is 0."""
-    return (adv.reshape(adv.shape[0], -1) == 0).all(-1)
+    return (adv.flatten(1) == 0).all(-1)  # flatten, not reshape(B, -1): an empty batch has B = 0
 
 
 def replay_count(n_pruned: int, frac: float) -> int:
@@ -202,7 +202,7 @@ class LZEState:
         sav = savings(ctx, keep)
         skipped = self.pending["skipped"]
         per_group = float(ctx.tokens.double().mean()) if len(ctx.tokens) else 0.0
-        gen_est = skipped * per_group  # tokens the skipped prompts' groups would have cost, at this batch's mean
+        gen_est = skipped * per_group  # completion tokens the skipped prompts' groups would have cost, at this batch's mean
         self.totals["update_tokens_saved"] += sav["select/update_tokens_saved"]
         self.totals["update_flops_saved"] += sav["select/update_flops_saved"]
         self.totals["gen_tokens_saved_est"] += gen_est

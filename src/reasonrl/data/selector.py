@@ -41,7 +41,7 @@ class SelectContext:
     advantages: torch.Tensor  # (B, G) or (B, G, T) after the shapers
     scores: torch.Tensor  # (B,) what observe() returned for each group (NaN: not observed, e.g. a second round)
     kinds: torch.Tensor  # (B,) 0: a first-round group, k: added by the recipe's k-th round
-    tokens: torch.Tensor  # (B,) prompt + completion tokens of each group's G rows
+    tokens: torch.Tensor  # (B,) completion tokens of each group's G rows
     n_params: int  # the policy's parameter count (for the FLOPs estimates)
     minibatches: int  # optim.minibatches: what "round the kept groups" rounds to by default
 
@@ -95,14 +95,15 @@ def check_known_keys(keys: Sequence[str], known: dict[str, str] | None, hashes: 
                         f"(e.g. {changed[:3]}): it was written for another dataset; start a new run")
 
 
-def group_tokens(prompt_mask: torch.Tensor, completion_mask: torch.Tensor, G: int) -> torch.Tensor:
-    """(R, P), (R, T) masks -> (B,) tokens the update processes per group (prompt + completion)."""
-    return (prompt_mask.sum(-1) + completion_mask.sum(-1)).view(-1, G).sum(-1)
+def group_tokens(completion_mask: torch.Tensor, G: int) -> torch.Tensor:
+    """(R, T) completion mask -> (B,) completion tokens per group: what ``tokens/generated`` counts,
+    so the estimates compare with any run's log (prompt tokens are left out of both estimates)."""
+    return completion_mask.sum(-1).view(-1, G).sum(-1)
 
 
 def savings(ctx: SelectContext, keep: torch.Tensor) -> dict[str, float]:
-    """Update tokens and FLOPs this selection saves against training on every group (GRPO):
-    6 x params x tokens of the dropped groups (forward + backward over prompt and completion)."""
+    """Update tokens and FLOPs this selection saves against training on every group (the paper's
+    GRPO): 6 x params x the dropped groups' completion tokens (forward + backward)."""
     dropped = float(ctx.tokens[~keep].sum())
     return {"select/update_tokens": float(ctx.tokens[keep].sum()), "select/update_tokens_saved": dropped,
             "select/update_flops_saved": UPDATE_FLOPS_PER_TOKEN_PARAM * ctx.n_params * dropped}
