@@ -4,6 +4,7 @@ hand; then the d2evo recipe for 3 steps on the tiny model, asserting its own met
 import dataclasses
 import json
 import math
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -218,3 +219,13 @@ def test_d2evo_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
     assert rows[2]["d2evo/pool_generated"] == waiting and rows[2]["d2evo/pool_size"] == 6 + waiting
     state = torch.load(tmp_path / "a" / "checkpoints" / "step-000003" / "trainer_state.pt", weights_only=False)["state"]
     assert state["selector"]["iteration"] == 1 and len(state["selector"]["anchors"]) == 6
+    # resumed from the step-2 checkpoint (a copy of the run without step 3), step 3 logs the same numbers:
+    # the estimation, the Questioner's questions and the Solver's samples are keyed by step and iteration
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    shutil.rmtree(tmp_path / "b" / "checkpoints" / "step-000003")
+    (tmp_path / "b" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    train_run(dataclasses.replace(cfg, out=str(tmp_path / "b")), recipe, resume=True)
+    again = _rows(tmp_path / "b")
+    keys = [k for k in rows[2] if k.startswith("d2evo/")] + ["reward/mean", "accuracy"]
+    assert [r["step"] for r in again] == [1, 2, 3]
+    assert {k: again[2].get(k) for k in keys} == {k: rows[2][k] for k in keys}

@@ -19,8 +19,8 @@ import torch
 from reasonrl import cli
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Drafts, GroupFilter, HintSampling, Redirect,
-                            RefineReplay, Sampling, Stages, Steering, Veto)
+from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, D2Evo, Drafts, GroupFilter, HintSampling,
+                            Redirect, RefineReplay, Sampling, Stages, Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
@@ -173,7 +173,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
-                "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts()}
+                "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts(), "d2evo": D2Evo()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
@@ -270,6 +270,11 @@ BOUNDARIES = [
     ("vpd.m_divergence", "sampled", "jsd"), ("vpd.m_coef", 0.0, -0.1), ("vpd.alpha", 0.0, -0.1),
     ("drafts.mode", "no_draft", "wrong_drafts"), ("drafts.seed", 0, -1), ("drafts.max_prompt_tokens", 1, 0),
     ("drafts.template", "{draft}{problem}", "{problem}"),
+    ("d2evo.iteration_steps", 1, 0), ("d2evo.estimate_samples", 1, 0), ("d2evo.solver_samples", 1, 0),
+    ("d2evo.anchors_per_step", 1, 0), ("d2evo.ngram", 1, 0), ("d2evo.p_lo", 0.0, -0.01),
+    ("d2evo.p_hi", 0.2, 0.19),  # not below the default p_lo 0.2
+    ("d2evo.p_hi", 1.0, 1.01), ("d2evo.p_star", 1.0, 1.01), ("d2evo.eta", 0.0, -0.1), ("d2evo.floor", 1.0, 1.01),
+    ("d2evo.weight", 0.0, -0.1), ("d2evo.parse", "line", "word"), ("d2evo.template", "{prompt}", "no slot"),
 ]
 
 
