@@ -248,7 +248,9 @@ class BatchMaker:
         ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
                "task": self.task, "contexts": contexts, "kinds": b.group_kinds(), "score_under": self.score_under,
                "char_offsets": lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])])}
-        ctx.update(teacher=b.teacher, step=self.step, policy=self.engine.model, tok=self.engine.tok, micro=self.micro,
+        ctx.update(teacher=b.teacher, step=self.step, policy=getattr(self.engine, "model", None),
+                   tok=getattr(self.engine, "tok", None),
+                   micro=self.micro,
                    temperature=self.recipe.sampling.temperature or 1.0)  # what teacher passes (score_batch) read
         for score in self.recipe.scorers if len(b.items) else ():  # they fill b.teacher before the shapers read it
             b.metrics.update(score(b, ctx))
