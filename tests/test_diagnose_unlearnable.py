@@ -237,22 +237,6 @@ def test_prompt_reward_lines_first_round_groups_only():
     assert lines == [{"step": 7, "key": "1+2", "reward": 0.5, "accuracy": 0.5}]
 
 
-@pytest.mark.slow
-def test_train_run_writes_what_the_diagnostic_reads(tmp_path, tiny_dir):
-    from reasonrl.config import TrainConfig
-    from reasonrl.recipes import RECIPES
-    from reasonrl.run import train_run
-
-    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=0,
-                      final_eval_problems=3, final_eval_k=2, final_eval_temperature=0.7, out=str(tmp_path / "r"))
-    train_run(cfg, RECIPES["grpo"])
-    run = load_run(tmp_path / "r")
-    assert len(run.before) == 3 and set(run.before) == set(run.after)
-    assert all(n == 2 for _, n in run.after.values())
-    lines = (tmp_path / "r" / "prompt_rewards.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1, 1, 2, 2]  # two prompts a step
-
-
 def test_saved_gradients_reused_only_with_the_same_setting(tmp_path):
     from reasonrl.diagnostics.gradients import PromptGradients
     from reasonrl.diagnostics.unlearnable_report import load_gradients, merge_gradients
