@@ -45,5 +45,27 @@ def main(runs: list[str]) -> None:
     print(f"\n{OUT}\n{IMG}\n{time.perf_counter() - t0:.0f} s")
 
 
+def classes_only(runs: list[str]) -> None:
+    """The classes alone (no model): ``--classes-only RUN ...``."""
+    import json
+
+    from reasonrl.diagnostics.runs import load_run, pass_rates
+    from reasonrl.diagnostics.unlearnable import classify
+
+    initial, finals, rewards = pass_rates([load_run(r) for r in runs])
+    classes = classify(initial, finals, rewards)
+    out = OUT.with_name("tiny_grpo_classes.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"runs": runs, "counts": {c: len(v) for c, v in classes.items()}, "classes": classes,
+                               "initial": initial, "finals": finals}, indent=1))
+    print("| class | problems |\n|---|---|")
+    for c, v in classes.items():
+        print(f"| {c} | {len(v)} |")
+    print(f"| held-out problems | {len(initial)} |\n{out}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--classes-only"]:
+        classes_only(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

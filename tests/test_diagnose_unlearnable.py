@@ -237,17 +237,18 @@ def test_prompt_reward_lines_first_round_groups_only():
     assert lines == [{"step": 7, "key": "1+2", "reward": 0.5, "accuracy": 0.5}]
 
 
-@pytest.mark.slow
-def test_train_run_writes_what_the_diagnostic_reads(tmp_path, tiny_dir):
-    from reasonrl.config import TrainConfig
-    from reasonrl.recipes import RECIPES
-    from reasonrl.run import train_run
+def test_saved_gradients_reused_only_with_the_same_setting(tmp_path):
+    from reasonrl.diagnostics.gradients import PromptGradients
+    from reasonrl.diagnostics.unlearnable_report import load_gradients, merge_gradients
 
-    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=0,
-                      final_eval_problems=3, final_eval_k=2, final_eval_temperature=0.7, out=str(tmp_path / "r"))
-    train_run(cfg, RECIPES["grpo"])
-    run = load_run(tmp_path / "r")
-    assert len(run.before) == 3 and set(run.before) == set(run.after)
-    assert all(n == 2 for _, n in run.after.values())
-    lines = (tmp_path / "r" / "prompt_rewards.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1, 1, 2, 2]  # two prompts a step
+    setting = {"model": None, "rollouts": 8, "max_correct": 20, "temperature": 0.7, "seed": 0}
+    path = tmp_path / "x.gradients.pt"
+    torch.save({"setting": setting, "names": ["w"], "grads": {"a": torch.tensor([1.0, 2.0]).half()},
+                "kept": {"a": 3}, "dropped": {"b": "all 8 rollouts wrong"}}, path)
+    got = load_gradients(path, setting)
+    assert got.grads["a"].tolist() == [1.0, 2.0] and got.kept == {"a": 3} and "b" in got.dropped
+    assert load_gradients(path, {**setting, "rollouts": 16}).grads == {}  # another setting: recomputed
+    merged = merge_gradients(got, PromptGradients(["w"], {"c": torch.zeros(2).half()}, {"c": 1}, {}))
+    assert set(merged.grads) == {"a", "c"} and merged.kept == {"a": 3, "c": 1}
+    with pytest.raises(UserError, match="other parameters"):
+        merge_gradients(got, PromptGradients(["v"], {"c": torch.zeros(2).half()}, {"c": 1}, {}))
