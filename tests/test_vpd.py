@@ -246,3 +246,51 @@ def test_vpd_trains_three_steps_and_resumes_both_adapters_and_beta(tiny_dir, tmp
     m = tr.train_step()
     keys = [k for k in rows[2] if k.startswith("vpd/")] + ["accuracy", "reward/mean"]
     assert {k: m[k] for k in keys} == pytest.approx({k: rows[2][k] for k in keys}, abs=1e-6)
+
+
+# ------------------------------------------------------------------ the loss terms on a tiny two-adapter model
+
+def _loss_batch():
+    """Two student groups (kind 0) and their teacher groups (kind 1), G = 2, scripted token ids."""
+    texts = ["ab", "abc", "a", "abcd", "bcd", "ab", "abc", "b"]
+    ro = text_rollouts(["p"] * 4, texts, G)
+    ro.completion_ids = torch.tensor([[5 + (i + t) % 7 for t in range(4)] for i in range(8)]) * ro.completion_mask
+    ro.prompt_ids = torch.tensor([[3, 4]] * 4 + [[8, 9]] * 4)  # the teacher's prompt differs from the student's
+    ro.prompt_mask = torch.ones(8, 2, dtype=torch.long)
+    ro.logprobs = -2.0 * ro.completion_mask
+    b = Batch(items=ITEMS * 2, ro=ro, rewards=torch.zeros(4, G), correct=torch.zeros(4, G),
+              kinds=torch.tensor([0, 0, 1, 1]), metrics={"vpd/beta": 0.5})
+    b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, -1.0, 1.0])
+    b.loss_mask = ro.completion_mask.clone()
+    b.loss_mask[4:] = 0  # the teacher's rows: zero train mask
+    return b
+
+
+def _grads(model, part, rows_split):
+    model.zero_grad(set_to_none=True)
+    b, total = _loss_batch(), 0.0
+    for rows in rows_split:
+        loss, m = part.loss_term(logp=torch.zeros(len(rows), 4), batch=b, rows=torch.tensor(rows), model=model,
+                                 temperature=1.0, n_seqs=4)
+        loss.backward()
+        total += float(loss.detach())
+    return total, {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters() if "lora_" in k}
+
+
+def test_e_step_trains_only_the_teacher_and_m_step_only_the_student():
+    model, _ = _peft_tiny()
+    with torch.no_grad():  # adapters that differ, so the teacher is not the student
+        for k, p in model.named_parameters():
+            if "lora_B" in k:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
+    _, e_only = _grads(model, VPD(m_coef=0.0), [[0, 1, 2, 3, 4, 5, 6, 7]])
+    assert all(g is None for k, g in e_only.items() if ".default." in k)
+    assert any(g is not None and g.abs().sum() > 0 for k, g in e_only.items() if f".{TEACHER}." in k)
+    _, m_only = _grads(model, VPD(e_coef=0.0), [[0, 1, 2, 3]])
+    assert all(g is None for k, g in m_only.items() if f".{TEACHER}." in k)
+    assert any(g is not None and g.abs().sum() > 0 for k, g in m_only.items() if ".default." in k)
+    # micro-batches add up to the whole batch (teacher row (i, j) rides with student row (i, j))
+    whole, g1 = _grads(model, VPD(), [[0, 1, 2, 3]])
+    split, g2 = _grads(model, VPD(), [[3, 0], [2, 1, 5]])
+    assert split == pytest.approx(whole, rel=1e-5)
+    assert all(torch.allclose(g1[k], g2[k], atol=1e-6) for k in g1 if g1[k] is not None)
