@@ -284,10 +284,10 @@ def test_e_step_trains_only_the_teacher_and_m_step_only_the_student():
             if "lora_B" in k:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
     _, e_only = _grads(model, VPD(m_coef=0.0), [[0, 1, 2, 3, 4, 5, 6, 7]])
-    assert all(g is None for k, g in e_only.items() if ".default." in k)
+    assert all(g is None or not g.abs().any() for k, g in e_only.items() if ".default." in k)  # 0 x the M-step
     assert any(g is not None and g.abs().sum() > 0 for k, g in e_only.items() if f".{TEACHER}." in k)
     _, m_only = _grads(model, VPD(e_coef=0.0), [[0, 1, 2, 3]])
-    assert all(g is None for k, g in m_only.items() if f".{TEACHER}." in k)
+    assert all(g is None or not g.abs().any() for k, g in m_only.items() if f".{TEACHER}." in k)
     assert any(g is not None and g.abs().sum() > 0 for k, g in m_only.items() if ".default." in k)
     # micro-batches add up to the whole batch (teacher row (i, j) rides with student row (i, j))
     whole, g1 = _grads(model, VPD(), [[0, 1, 2, 3]])
