@@ -305,3 +305,23 @@ def test_e_step_trains_only_the_teacher_and_m_step_only_the_student():
     split, g2 = _grads(model, VPD(), [[3, 0], [2, 1, 5]])
     assert split == pytest.approx(whole, rel=1e-5)
     assert all(torch.allclose(g1[k], g2[k], atol=1e-6) for k in g1 if g1[k] is not None)
+
+
+def test_checkpoint_loading_reads_every_adapter_and_names_a_missing_one(tmp_path):
+    from reasonrl.checkpoint import _load_adapter
+
+    a, _ = _peft_tiny(seed=1)
+    with torch.no_grad():
+        for k, p in a.named_parameters():
+            if "lora_B" in k:
+                p.fill_(0.3 if ".default." in k else -0.2)
+    a.save_pretrained(tmp_path / "two")
+    b, _ = _peft_tiny(seed=2)  # other A matrices, B = 0: every adapter weight must come from the files
+    _load_adapter(tmp_path / "two", b)
+    lora = lambda m: {k: v for k, v in m.state_dict().items() if "lora_" in k}  # noqa: E731 (bases differ by seed)
+    assert lora(a).keys() == lora(b).keys() and all(torch.equal(v, lora(b)[k]) for k, v in lora(a).items())
+    one = apply_lora(build_tiny("tiny")[0], Lora(r=2, alpha=4.0), seed=1)
+    one.save_pretrained(tmp_path / "one")  # a one-adapter checkpoint (any other recipe's) still loads as before
+    _load_adapter(tmp_path / "one", apply_lora(build_tiny("tiny")[0], Lora(r=2, alpha=4.0), seed=3))
+    with pytest.raises(RuntimeError, match="adapter 'teacher'"):
+        _load_adapter(tmp_path / "one", b)
