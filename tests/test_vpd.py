@@ -209,11 +209,8 @@ def test_the_recipe_is_registered_with_its_part():
 
 
 @pytest.mark.slow
-def test_vpd_trains_three_steps_and_resumes_both_adapters_and_beta(tiny_dir, tmp_path):
-    from safetensors.torch import load_file
-
+def test_vpd_trains_three_steps_end_to_end(tiny_dir, tmp_path):
     from reasonrl.run import train_run
-    from reasonrl.trainer import Trainer
 
     train_run(_cfg(tiny_dir, tmp_path / "a", 3), RECIPE)
     rows = _rows(tmp_path / "a")
@@ -227,22 +224,104 @@ def test_vpd_trains_three_steps_and_resumes_both_adapters_and_beta(tiny_dir, tmp
         assert r["update/rows_skipped_frac"] == 0.5  # the teacher's rows never reach the student's loss
         beta = r["vpd/beta_next"]
         assert beta in (r["vpd/beta"] * 2, r["vpd/beta"] / 2, r["vpd/beta"]) or beta in (0.001, 10.0)
-    # both adapters moved, and the checkpoint holds both and the controller state
+    # the checkpoint holds both adapters and the controller state
     ckpt = latest_checkpoint(tmp_path / "a")
     assert (ckpt / "adapter_model.safetensors").exists() and (ckpt / TEACHER / "adapter_model.safetensors").exists()
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]
     assert state["rounds"]["vpd"]["beta"] == pytest.approx(rows[-1]["vpd/beta_next"])
-    # stopped after 2 steps and resumed: step 3 as in the straight run (beta, teacher samples, losses)
-    train_run(_cfg(tiny_dir, tmp_path / "b", 2), RECIPE)
+
+
+@pytest.mark.slow
+def test_a_resumed_vpd_run_loads_both_adapters_and_beta(tiny_dir, tmp_path):
+    from safetensors.torch import load_file
+
     from reasonrl.models import load_model
+    from reasonrl.run import train_run
     from reasonrl.tasks import get_task
+    from reasonrl.trainer import Trainer
+
+    train_run(_cfg(tiny_dir, tmp_path / "b", 2), RECIPE)
+    ckpt = latest_checkpoint(tmp_path / "b")
     model, tok = load_model(tiny_dir)
     tr = Trainer(model, tok, get_task("arithmetic"), RECIPE, _cfg(tiny_dir, tmp_path / "b", 3), tmp_path / "b")
-    assert tr.resume() == 2 and tr.batches.state["vpd"]["beta"] == pytest.approx(_rows(tmp_path / "b")[1]["vpd/beta_next"])
-    saved = load_file(str(latest_checkpoint(tmp_path / "b") / TEACHER / "adapter_model.safetensors"))
-    mine = {k.replace(f".{TEACHER}", ""): p for k, p in adapter_parameters(tr.model, TEACHER).items()}
-    assert len(saved) == len(mine) > 0
-    assert all(torch.equal(v, mine[k.replace("base_model.model.", "base_model.model.", 1)]) for k, v in saved.items())
+    fresh = {k: p.detach().clone() for k, p in adapter_parameters(tr.model, TEACHER).items()}
+    assert tr.resume() == 2
+    beta = _rows(tmp_path / "b")[1]["vpd/beta_next"]
+    assert tr.batches.state["vpd"]["beta"] == pytest.approx(beta)  # the controller state came back
+    for name, folder in (("default", ckpt), (TEACHER, ckpt / TEACHER)):  # both adapters, as saved
+        saved = load_file(str(folder / "adapter_model.safetensors"))
+        mine = adapter_parameters(tr.model, name)
+        assert len(saved) == len(mine) > 0
+        for k, p in mine.items():
+            assert torch.equal(p.detach(), saved[k.replace(f".{name}.", ".")])
+    assert any(not torch.equal(fresh[k], p) for k, p in adapter_parameters(tr.model, TEACHER).items())  # it moved
     m = tr.train_step()
-    keys = [k for k in rows[2] if k.startswith("vpd/")] + ["accuracy", "reward/mean"]
-    assert {k: m[k] for k in keys} == pytest.approx({k: rows[2][k] for k in keys}, abs=1e-6)
+    assert m["vpd/beta"] == pytest.approx(beta) and m["vpd/feedback_count"] == 2.0
+
+
+# ------------------------------------------------------------------ the loss terms on a tiny two-adapter model
+
+def _loss_batch():
+    """Two student groups (kind 0) and their teacher groups (kind 1), G = 2, scripted token ids."""
+    texts = ["ab", "abc", "a", "abcd", "bcd", "ab", "abc", "b"]
+    ro = text_rollouts(["p"] * 4, texts, G)
+    ro.completion_ids = torch.tensor([[5 + (i + t) % 7 for t in range(4)] for i in range(8)]) * ro.completion_mask
+    ro.prompt_ids = torch.tensor([[3, 4]] * 4 + [[8, 9]] * 4)  # the teacher's prompt differs from the student's
+    ro.prompt_mask = torch.ones(8, 2, dtype=torch.long)
+    ro.logprobs = -2.0 * ro.completion_mask
+    b = Batch(items=ITEMS * 2, ro=ro, rewards=torch.zeros(4, G), correct=torch.zeros(4, G),
+              kinds=torch.tensor([0, 0, 1, 1]), metrics={"vpd/beta": 0.5})
+    b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, -1.0, 1.0])
+    b.loss_mask = ro.completion_mask.clone()
+    b.loss_mask[4:] = 0  # the teacher's rows: zero train mask
+    return b
+
+
+def _grads(model, part, rows_split):
+    model.zero_grad(set_to_none=True)
+    b, total = _loss_batch(), 0.0
+    for rows in rows_split:
+        loss, m = part.loss_term(logp=torch.zeros(len(rows), 4), batch=b, rows=torch.tensor(rows), model=model,
+                                 temperature=1.0, n_seqs=4)
+        loss.backward()
+        total += float(loss.detach())
+    return total, {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters() if "lora_" in k}
+
+
+def test_e_step_trains_only_the_teacher_and_m_step_only_the_student():
+    model, _ = _peft_tiny()
+    with torch.no_grad():  # adapters that differ, so the teacher is not the student
+        for k, p in model.named_parameters():
+            if "lora_B" in k:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
+    _, e_only = _grads(model, VPD(m_coef=0.0), [[0, 1, 2, 3, 4, 5, 6, 7]])
+    assert all(g is None or not g.abs().any() for k, g in e_only.items() if ".default." in k)  # 0 x the M-step
+    assert any(g is not None and g.abs().sum() > 0 for k, g in e_only.items() if f".{TEACHER}." in k)
+    _, m_only = _grads(model, VPD(e_coef=0.0), [[0, 1, 2, 3]])
+    assert all(g is None or not g.abs().any() for k, g in m_only.items() if f".{TEACHER}." in k)
+    assert any(g is not None and g.abs().sum() > 0 for k, g in m_only.items() if ".default." in k)
+    # micro-batches add up to the whole batch (teacher row (i, j) rides with student row (i, j))
+    whole, g1 = _grads(model, VPD(), [[0, 1, 2, 3]])
+    split, g2 = _grads(model, VPD(), [[3, 0], [2, 1, 5]])
+    assert split == pytest.approx(whole, rel=1e-5)
+    assert all(torch.allclose(g1[k], g2[k], atol=1e-6) for k in g1 if g1[k] is not None)
+
+
+def test_checkpoint_loading_reads_every_adapter_and_names_a_missing_one(tmp_path):
+    from reasonrl.checkpoint import _load_adapter
+
+    a, _ = _peft_tiny(seed=1)
+    with torch.no_grad():
+        for k, p in a.named_parameters():
+            if "lora_B" in k:
+                p.fill_(0.3 if ".default." in k else -0.2)
+    a.save_pretrained(tmp_path / "two")
+    b, _ = _peft_tiny(seed=2)  # other A matrices, B = 0: every adapter weight must come from the files
+    _load_adapter(tmp_path / "two", b)
+    lora = lambda m: {k: v for k, v in m.state_dict().items() if "lora_" in k}  # noqa: E731 (bases differ by seed)
+    assert lora(a).keys() == lora(b).keys() and all(torch.equal(v, lora(b)[k]) for k, v in lora(a).items())
+    one = apply_lora(build_tiny("tiny")[0], Lora(r=2, alpha=4.0), seed=1)
+    one.save_pretrained(tmp_path / "one")  # a one-adapter checkpoint (any other recipe's) still loads as before
+    _load_adapter(tmp_path / "one", apply_lora(build_tiny("tiny")[0], Lora(r=2, alpha=4.0), seed=3))
+    with pytest.raises(RuntimeError, match="adapter 'teacher'"):
+        _load_adapter(tmp_path / "one", b)

@@ -203,7 +203,8 @@ class VPD:
         kl_tok = exact_token_kl(q.logits, pi.logits, temperature) if exact else k3_token_kl(q.logprobs, pi.logprobs)
         kl = row_token_mean(kl_tok, mask).sum() / n  # ()
         metrics = {"vpd/e_pg_term": float(pg.detach()), "vpd/e_kl_term": float(kl.detach()),
-                   "vpd/e_clip_frac": pm.get("loss/clip_frac", 0.0)}
+                   "vpd/e_clip_frac": pm["loss/clip_frac_low"] + pm["loss/clip_frac_high"],
+                   "vpd/e_ratio_max": pm["loss/ratio_max"]}
         return pg + beta * kl, metrics
 
     def m_step(self, batch: Any, s_rows: Tensor, t_rows: Tensor, model, temperature: float,
