@@ -27,6 +27,9 @@ LAYERS = {
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
     "dist": 4,
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
+    "rules": 1,  # the config-value rule builders (validate and its per-method tables)
+    "validate_methods": 4,  # the rules of the #13/#14 methods' options, included in validate.RULES
+    "schedule": 4,  # the trainer's LR factor and minibatch split
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
     "report": 5.2,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands

@@ -155,6 +155,21 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
         group.close()
 
 
+def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase) -> dict[str, Any] | None:
+    """The starting model's evaluation: read from before.json when a previous process wrote it,
+    else run (and written, with its per-problem rows, by rank 0)."""
+    before_path = run_dir / "before.json"
+    before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
+    if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
+        on_phase("evaluating the starting model")
+        before, _, before_rows = _final_eval(trainer, cfg)
+        if group.is_main:
+            if before_rows:
+                write_jsonl(before_rows, run_dir / "before.items.jsonl")
+            atomic_write_text(before_path, json.dumps(before, indent=2))
+    return before
+
+
 def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume: bool, on_step, on_phase,
            on_note) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
@@ -169,15 +184,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
-    before_path = run_dir / "before.json"
-    before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
-    if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
-        on_phase("evaluating the starting model")
-        before, _, before_rows = _final_eval(trainer, cfg)
-        if main:
-            if before_rows:
-                write_jsonl(before_rows, run_dir / "before.items.jsonl")
-            atomic_write_text(before_path, json.dumps(before, indent=2))
+    before = _before(trainer, cfg, run_dir, group, on_phase)
     start = trainer.resume() if resume else None
     message = _start_message(trainer, run_dir, resume)
     if main:

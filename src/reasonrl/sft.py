@@ -15,7 +15,7 @@ import torch
 from .data.curriculum import check_curriculum, perplexities, reverse_ppl_order
 from .eval.runner import EvalConfig, evaluate_model
 from .tasks import Item, Task
-from .trainer import lr_lambda
+from .schedule import lr_lambda
 
 IGNORE = -100
 

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from .schedule import group_rows, lr_lambda, split_even
 from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
@@ -40,20 +41,6 @@ ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is
 
 class NonFiniteError(RuntimeError):
     pass
-
-
-def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Callable[[int], float]:
-    def factor(s: int) -> float:
-        if s < warmup:
-            return (s + 1) / warmup
-        if schedule == "constant":
-            return 1.0
-        progress = min(1.0, (s - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    if schedule not in ("cosine", "constant"):
-        raise ValueError(f"unknown optim.schedule {schedule!r}; valid: cosine, constant")
-    return factor
 
 
 class Trainer:
@@ -388,17 +375,6 @@ class Trainer:
         path = self.save()
         return WorkerError(f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
                            "(or set rollout.workers=0) and continue the run with --resume.")
-
-
-def split_even(order: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """Exactly ``n`` consecutive parts of ``order`` whose sizes differ by at most one (empty parts
-    only when it has fewer than ``n`` entries), so every scheduled minibatch step exists."""
-    return list(order.tensor_split(n))
-
-
-def group_rows(groups: torch.Tensor, group_size: int) -> torch.Tensor:
-    """(g,) group indices -> (g * G,) their rows, group by group (rows are group-major)."""
-    return (groups[:, None] * group_size + torch.arange(group_size)).flatten()
 
 
 def _additive(key: str) -> bool:

@@ -17,9 +17,7 @@ import importlib.util
 import math
 import types
 import typing
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -30,55 +28,15 @@ from .losses.aggregate import AGG_MODES
 from .losses.kl import KL_ESTIMATORS
 from .losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from .losses.divergence import DIVERGENCES
-from .losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES
 from .losses.selfteach import DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS
-from .losses.vpd import E_KL_ESTIMATORS, M_DIVERGENCES
-from .parts.feedback import FEEDBACK
-from .parts.vpd import ATTEMPTS as VPD_ATTEMPTS
 from .parts import Recipe
-from .parts.fest import REFERENCES, SUP_LOSSES
-from .data.drafts import MODES
-from .data.drafts import template_problem as draft_template_problem
 from .parts.selfteach import template_problem
 from .parts.teacher import TGPO_VARIANTS
 from .distill.teacher import teacher_problem
 from .rewards.options import rewards_dict
+from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
+from .validate_methods import METHOD_RULES
 from .tasks import get_task
-
-Values = dict[str, Any]  # dotted config key -> value, every knob of one run
-
-
-@dataclass(frozen=True)
-class Rule:
-    """``ok(value, values)`` is True for a valid value; ``text`` (or ``text(values)``) says which
-    values are valid. ``values`` lets a rule depend on another knob (group_size on the estimator)."""
-
-    ok: Callable[[Any, Values], bool]
-    text: str | Callable[[Values], str]
-
-    def describe(self, values: Values) -> str:
-        return self.text if isinstance(self.text, str) else self.text(values)
-
-
-def at_least(lo: float) -> Rule:
-    return Rule(lambda v, _: v >= lo, f">= {lo}")
-
-
-def above(lo: float) -> Rule:
-    return Rule(lambda v, _: v > lo, f"> {lo}")
-
-
-def within(lo: float, hi: float, *, open_lo: bool = False, open_hi: bool = False) -> Rule:
-    def ok(v: Any, _: Values) -> bool:
-        return (lo < v if open_lo else lo <= v) and (v < hi if open_hi else v <= hi)
-
-    return Rule(ok, f"in {'(' if open_lo else '['}{lo}, {hi}{')' if open_hi else ']'}")
-
-
-def one_of(names: typing.Iterable[str]) -> Rule:
-    valid = sorted(names)
-    return Rule(lambda v, _: v in valid, f"one of {', '.join(valid)}")
-
 
 @functools.lru_cache(maxsize=None)
 def group_relative(estimator: str) -> bool:
@@ -105,7 +63,6 @@ def _group_text(values: Values) -> str:
     return ">= 1"
 
 
-SEED = within(0, 2**32 - 1)  # numpy's seed range
 ROWS = Rule(lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
             "auto (from free GPU memory) or an integer >= 1")
 TEMPLATE = Rule(lambda v, _: template_problem(v) is None,
@@ -259,57 +216,7 @@ RULES: dict[str, Rule] = {
     "redirect.eta": at_least(0),
     "redirect.max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
     "redirect.template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
-    # D2Evo (parts/d2evo.py)
-    **{f"d2evo.{k}": at_least(1) for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step",
-                                           "ngram")},
-    "d2evo.p_lo": within(0, 1),
-    "d2evo.p_hi": Rule(lambda v, c: c.get("d2evo.p_lo", 0) <= v <= 1,
-                       lambda c: f"in [d2evo.p_lo = {c.get('d2evo.p_lo')}, 1]"),
-    "d2evo.p_star": within(0, 1), "d2evo.eta": at_least(0), "d2evo.floor": within(0, 1), "d2evo.weight": at_least(0),
-    "d2evo.parse": one_of(("prefix", "line")),
-    "d2evo.template": Rule(lambda v, _: "{prompt}" in v, "text containing {prompt} (the anchor's prompt)"),
-    # FEST (parts/fest.py)
-    "fest.coef": at_least(0),
-    "fest.gamma": within(0, 1),
-    "fest.decay": one_of(DECAY_SCHEDULES),
-    "fest.decay_passes": at_least(1),
-    "fest.beta": above(0),
-    "fest.sup_loss": one_of(SUP_LOSSES),
-    "fest.reference": one_of(REFERENCES),
-    "fest.n_demos": at_least(1),
-    "fest.demos_per_step": at_least(1),
-    "fest.demos": Rule(lambda v, _: v is None or Path(v).is_file(), "a JSONL file that exists, or null"),
-    "fest.negatives": one_of(NEGATIVES),
-    "fest.all_correct": one_of(ALL_CORRECT),
-    "fest.temperature": above(0),
-    # drafts in the prompt (parts/drafts.py); a mode but no_draft without drafts.file fails when the task is built
-    "drafts.mode": one_of(MODES),
-    "drafts.seed": SEED,
-    "drafts.max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
-    "drafts.template": Rule(lambda v, _: draft_template_problem(v) is None,
-                            "a format string with {problem} and {draft} and no other field"),
-    # VPD (parts/vpd.py): the teacher adapter's round and the E-/M-step terms
-    "vpd.feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),
-    "vpd.template": Rule(lambda v, _: all(s in v for s in ("{prompt}", "{attempt}", "{feedback}")),
-                         "text with the slots {prompt}, {attempt} and {feedback} (end it with {prompt})"),
-    "vpd.attempt": one_of(VPD_ATTEMPTS),
-    "vpd.beta": above(0),
-    "vpd.target_kl": above(0),
-    "vpd.factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed beta)"),
-    "vpd.band": Rule(lambda v, _: v >= 1, ">= 1"),
-    "vpd.beta_min": above(0),
-    "vpd.beta_max": Rule(lambda v, c: v >= c.get("vpd.beta_min", v), lambda c: f">= vpd.beta_min = {c.get('vpd.beta_min')}"),
-    "vpd.e_kl": one_of(E_KL_ESTIMATORS),
-    "vpd.e_coef": at_least(0),
-    "vpd.clip": above(0),
-    "vpd.m_divergence": one_of(M_DIVERGENCES),
-    "vpd.m_coef": at_least(0),
-    "vpd.alpha": at_least(0),
-    # SU-01: shares of the final batch; the ordinary groups need the rest (parts/su01.py)
-    "refine_replay.refine_share": within(0, 1, open_hi=True),  # the sum of both: the replay_share rule
-    "refine_replay.replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_replay.refine_share", 0) < 1,
-                                       "in [0, 1 - refine_replay.refine_share)"),
-    "refine_replay.capacity": at_least(1),
+    **METHOD_RULES,  # D2Evo, FEST, drafts, VPD, SU-01 (validate_methods.py)
 }
 
 # the options of `reasonrl eval` and `reasonrl pretrain` (not run config keys), checked the same way

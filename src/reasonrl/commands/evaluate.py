@@ -45,17 +45,14 @@ def eval_cmd(
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
 
-    from ..eval.runner import EvalConfig, evaluate_items
+    from ..eval.runner import evaluate_items
     from ..tasks import get_task
 
     if old_n is not None:
         raise UserError(f"--n {old_n}: the option is now --problems (held-out problems); sampled completions per "
                         "problem are --samples-per-problem and --k lists the k of pass@k (docs/eval.md)")
-    _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed)
     _check_refine(refine, refine_verifier)
-    cfg = EvalConfig(n_problems=problems, samples_per_problem=samples_per_problem, ks=parse_ks(k, samples_per_problem),
-                     temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed,
-                     sample_seed=sample_seed, maj_equiv=maj_equiv)
+    cfg = _eval_config(problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed, maj_equiv)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
     from ..eval.paired import load_item_results, paired_by_key
@@ -77,11 +74,26 @@ def eval_cmd(
         mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
         summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
         console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
-    settings = {"task": the_task.name, "model": model, "problems": problems, "ks": list(cfg.k_values), **{
-        f: getattr(cfg, f) for f in ("samples_per_problem", "temperature", "top_p", "seed", "maj_equiv")},
-        "sample_seed": seed if sample_seed is None else sample_seed, "refine": refine,
-        "refine_verifier": refine_verifier if refine else None}
+    settings = _settings(the_task.name, model, cfg, refine, refine_verifier)
     _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
+
+
+def _eval_config(problems: int, n: int, k: str | None, temperature: float, top_p: float, max_new_tokens: int | None,
+                 seed: int, sample_seed: int | None, maj_equiv: bool):
+    """The options checked (each bad one named) and gathered into an :class:`EvalConfig`."""
+    from ..eval.runner import EvalConfig
+
+    _check_eval_options(problems, n, temperature, top_p, max_new_tokens, seed, sample_seed)
+    return EvalConfig(n_problems=problems, samples_per_problem=n, ks=parse_ks(k, n), temperature=temperature,
+                      top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, sample_seed=sample_seed, maj_equiv=maj_equiv)
+
+
+def _settings(task: str, model: str | None, cfg, refine: int, refine_verifier: str) -> dict:
+    """What an eval JSON records of how it was made (the n samples' seed resolved)."""
+    return {"task": task, "model": model, "problems": cfg.n_problems, "ks": list(cfg.k_values), **{
+        f: getattr(cfg, f) for f in ("samples_per_problem", "temperature", "top_p", "seed", "maj_equiv")},
+        "sample_seed": cfg.seed if cfg.sample_seed is None else cfg.sample_seed, "refine": refine,
+        "refine_verifier": refine_verifier if refine else None}
 
 
 def _check_refine(rounds: int, verifier: str) -> None:

@@ -1,0 +1,33 @@
+"""The optimiser-step schedule of the RL loop: the learning-rate factor, and how a batch's rows are
+split into minibatches (kept out of :mod:`reasonrl.trainer` so that it stays small)."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+
+def lr_lambda(warmup: int, total: int, schedule: str, min_ratio: float) -> Callable[[int], float]:
+    def factor(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (s - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    if schedule not in ("cosine", "constant"):
+        raise ValueError(f"unknown optim.schedule {schedule!r}; valid: cosine, constant")
+    return factor
+
+
+def split_even(order: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Exactly ``n`` consecutive parts of ``order`` whose sizes differ by at most one (empty parts
+    only when it has fewer than ``n`` entries), so every scheduled minibatch step exists."""
+    return list(order.tensor_split(n))
+
+
+def group_rows(groups: torch.Tensor, group_size: int) -> torch.Tensor:
+    """(g,) group indices -> (g * G,) their rows, group by group (rows are group-major)."""
+    return (groups[:, None] * group_size + torch.arange(group_size)).flatten()
