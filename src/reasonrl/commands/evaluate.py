@@ -48,9 +48,8 @@ def eval_cmd(
     from ..eval.runner import evaluate_items
     from ..tasks import get_task
 
-    _check_refine(refine, refine_verifier)
     cfg = _eval_config(old_n, problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed,
-                       maj_equiv)
+                       maj_equiv, refine, refine_verifier)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
     from ..eval.paired import load_item_results, paired_by_key
@@ -77,13 +76,15 @@ def eval_cmd(
 
 
 def _eval_config(old_n: int | None, problems: int, n: int, k: str | None, temperature: float, top_p: float,
-                 max_new_tokens: int | None, seed: int, sample_seed: int | None, maj_equiv: bool):
+                 max_new_tokens: int | None, seed: int, sample_seed: int | None, maj_equiv: bool, refine: int,
+                 refine_verifier: str):
     """The options checked (each bad one named) and gathered into an :class:`EvalConfig`."""
     from ..eval.runner import EvalConfig
 
     if old_n is not None:
         raise UserError(f"--n {old_n}: the option is now --problems (held-out problems); sampled completions per "
                         "problem are --samples-per-problem and --k lists the k of pass@k (docs/eval.md)")
+    _check_refine(refine, refine_verifier)
     _check_eval_options(problems, n, temperature, top_p, max_new_tokens, seed, sample_seed)
     return EvalConfig(n_problems=problems, samples_per_problem=n, ks=parse_ks(k, n), temperature=temperature,
                       top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, sample_seed=sample_seed, maj_equiv=maj_equiv)
