@@ -332,7 +332,10 @@ def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
     return Batch(items=[b.items[i] for i in groups], ro=select_rows(b.ro, rows.tolist()), rewards=b.rewards[g],
                  correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
                  ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
-                 weight=pick(b.weight, rows), scores=pick(b.scores, g))
+                 weight=pick(b.weight, rows), scores=pick(b.scores, g),
+                 teacher={k: v[rows] for k, v in b.teacher.items()},  # (R, T) teacher scores of the kept rows
+                 extra_labels=pick(b.extra_labels, rows),
+                 data=b.data)  # FEST's pairs find their anchor rows from the (sliced) loss mask when they train
 
 
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:
