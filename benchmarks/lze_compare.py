@@ -2,6 +2,8 @@
 and FLOPs estimates, and the tokens each needs to reach GRPO's final accuracy.
 
     PYTHONPATH=src python benchmarks/lze_compare.py [--steps 16] [--seeds 2] [--pool 32] [--out runs/compare_lze]
+    python benchmarks/lze_compare.py --collect-only --out runs/cmp_data --pool 128 --steps 60 --seeds 3 \
+        --json benchmarks/results/lze/compare_lze_60.json   # the runs of a `reasonrl compare` folder
 
 Runs ``reasonrl compare`` for grpo and for lze, in parallel (both on the same ``data.pool``, the
 same held-out problems, 8 prompts x 8 samples a step), then reads every run's ``metrics.jsonl``. Estimates (Kaplan et al. 2020): generation
@@ -44,7 +46,8 @@ def run_compare(args) -> dict:
 def collect_runs(args) -> dict:
     """The finished runs in ``--out`` (those with a summary.json), as compare.json lists them."""
     runs = []
-    for summary in sorted((ROOT / args.out).glob("*/*-seed*/summary.json")):
+    found = [*(ROOT / args.out).glob("*-seed*/summary.json"), *(ROOT / args.out).glob("*/*-seed*/summary.json")]
+    for summary in sorted(found):  # one compare folder (grpo-seed0, ...) or this script's per-recipe ones
         s = json.loads(summary.read_text())
         run_dir = summary.parent.relative_to(ROOT)
         runs.append({"recipe": s["recipe"], "seed": int(run_dir.name.rsplit("seed", 1)[1]), "ok": True,
@@ -82,6 +85,7 @@ def main() -> None:
     p.add_argument("--out", default="runs/compare_lze")
     p.add_argument("--collect-only", action="store_true",
                    help="read the finished runs already in --out (summary.json present) instead of training")
+    p.add_argument("--json", default="benchmarks/results/lze/compare_lze.json", help="where the table goes")
     args = p.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
     from reasonrl.models import load_model
@@ -104,9 +108,9 @@ def main() -> None:
                       "gen_tokens_to_grpo_final": [x for x in reach]})
     out = {"command": " ".join(sys.argv), "n_params": n_params, "grpo_final_mean": target, "steps": args.steps,
            "pool": args.pool, "seeds": args.seeds, "table": table, "compare": cmp}
-    dest = ROOT / "benchmarks" / "results" / "lze"
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "compare_lze.json").write_text(json.dumps(out, indent=2))
+    dest = ROOT / args.json
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(out, indent=2))
     keys = ("recipe", "final_pass@1", "generated_tokens", "update_tokens", "update_flops", "kept_frac",
             "rows_skipped_frac", "pruned_final", "seeds_reaching_grpo_final")
     print(" | ".join(keys))
