@@ -59,11 +59,14 @@ def run_numbers(run_dir: Path, n_params: int) -> dict:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     gen = sum(r.get("tokens/generated", 0.0) for r in rows)
     upd = sum(r.get("select/update_tokens", r.get("tokens/generated", 0.0)) for r in rows)
-    cum, curve = 0.0, []
-    for r in rows:  # (generated tokens so far, held-out pass@1) at each evaluation
+    cum, own, curve = 0.0, 0.0, []
+    for r in rows:  # (generated tokens so far, held-out pass@1, update tokens so far) at each evaluation
         cum += r.get("tokens/generated", 0.0)
+        # update tokens this repo's loop really trained on: LZE's kept groups, or grpo's rows with a
+        # nonzero advantage (estimated as the generated tokens times the share of rows not skipped)
+        own += r.get("select/update_tokens", r.get("tokens/generated", 0.0) * (1 - r.get("update/rows_skipped_frac", 0.0)))
         if "eval/pass@1" in r:
-            curve.append((cum, r["eval/pass@1"]))
+            curve.append((cum, r["eval/pass@1"], own))
     return {"generated_tokens": gen, "update_tokens": upd, "gen_flops": 2 * n_params * gen,
             "update_flops": 6 * n_params * upd, "curve": curve,
             "rows_skipped_frac": sum(r.get("update/rows_skipped_frac", 0.0) for r in rows) / max(len(rows), 1),
@@ -72,8 +75,9 @@ def run_numbers(run_dir: Path, n_params: int) -> dict:
             "pruned_final": rows[-1].get("select/pruned", 0.0)}
 
 
-def tokens_to_reach(curve: list[tuple[float, float]], target: float) -> float | None:
-    return next((tok for tok, acc in curve if acc >= target - 1e-12), None)
+def tokens_to_reach(curve: list[tuple[float, float, float]], target: float, update: bool = False) -> float | None:
+    """Generated (or, with ``update``, trained-on) tokens at the first evaluation reaching ``target``."""
+    return next((upd if update else tok for tok, acc, upd in curve if acc >= target - 1e-12), None)
 
 
 def main() -> None:
@@ -95,6 +99,7 @@ def main() -> None:
     runs = [dict(r, **run_numbers(ROOT / r["run_dir"], n_params)) for r in cmp["runs"] if r["ok"]]
     by = {name: [r for r in runs if r["recipe"] == name] for name in ("grpo", "lze")}
     target = sum(r["final"] for r in by["grpo"]) / len(by["grpo"])  # GRPO's mean final held-out pass@1
+    lze_final = sum(r["final"] for r in by["lze"]) / len(by["lze"])  # equal accuracy the other way round
     table = []
     for name, rs in by.items():
         mean = lambda k: sum(r[k] for r in rs) / len(rs)  # noqa: E731
@@ -105,8 +110,13 @@ def main() -> None:
                       "kept_frac": mean("kept_frac"), "rows_skipped_frac": mean("rows_skipped_frac"),
                       "pruned_final": mean("pruned_final"),
                       "seeds_reaching_grpo_final": sum(x is not None for x in reach),
-                      "gen_tokens_to_grpo_final": [x for x in reach]})
-    out = {"command": " ".join(sys.argv), "n_params": n_params, "grpo_final_mean": target, "steps": args.steps,
+                      "gen_tokens_to_grpo_final": [x for x in reach],
+                      "gen_tokens_to_lze_final": [tokens_to_reach(r["curve"], lze_final) for r in rs],
+                      "update_tokens_to_lze_final": [tokens_to_reach(r["curve"], lze_final, True) for r in rs],
+                      "update_tokens_per_step": mean("update_tokens") / args.steps})
+    out = {"command": " ".join(sys.argv), "n_params": n_params, "grpo_final_mean": target, "lze_final_mean": lze_final,
+           "curve_note": "curve points are the in-run evaluations (eval_problems), the finals the 'after' evaluation",
+           "steps": args.steps,
            "pool": args.pool, "seeds": args.seeds, "table": table, "compare": cmp}
     dest = ROOT / args.json
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,89 @@
+"""One table from several ``reasonrl compare`` folders run with the same settings (e.g. two compares
+run side by side, one per core, that share the first recipe's runs), with the same statistics
+``reasonrl compare`` prints: final held-out greedy pass@1 (mean, std over seeds), the mean over the
+training curve (auc), Welch and paired tests against the first recipe, plus the median seconds per
+step (``time/*`` phases, step 1 left out) and generated tokens.
+
+    python benchmarks/compare_merge.py runs/cmp_data runs/cmp_teacher --first grpo \
+        --json benchmarks/results/compare_13_14/table.json --only tgpo,rkl_opd --png docs/img/x.png
+
+A recipe entry found in two folders is an error (its runs would be counted twice).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from reasonrl.compare import _json_safe, collect, plot_compare, table_rows  # noqa: E402
+from reasonrl.tracking import read_metrics  # noqa: E402
+
+
+def runs_of(folders: list[Path]) -> list:
+    """Every finished run (summary.json present) of every folder, as :func:`collect` reads it."""
+    seen: dict[str, Path] = {}
+    results = []
+    for folder in folders:
+        for report in [json.loads((folder / "compare.json").read_text())]:
+            for run in report["runs"]:
+                if not run["ok"]:
+                    continue
+                if seen.setdefault(run["recipe"], folder) != folder:
+                    raise SystemExit(f"{run['recipe']} is in both {seen[run['recipe']]} and {folder}")
+                results.append(collect(run["recipe"], run["seed"], Path(run["run_dir"])))
+    return results
+
+
+def median_step_seconds(run_dir: Path) -> float:
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    return statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in rows if r["step"] > 1)
+
+
+def diff_ci(paired: dict) -> str:
+    """``+0.012 [-0.010,+0.034]``: the paired difference in pass@1 against the first, bootstrap 95% CI."""
+    return f"{paired['diff']:+.3f} [{paired['ci_low']:+.3f},{paired['ci_high']:+.3f}]" if paired else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folders", nargs="+", type=Path)
+    ap.add_argument("--first", required=True, help="the recipe entry every other is tested against")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--only", help="comma-separated recipe entries to keep (default: all)")
+    ap.add_argument("--png", type=Path, help="held-out pass@1 against steps and seconds, as compare.png")
+    args = ap.parse_args()
+    results = runs_of(args.folders)
+    if args.only:
+        keep = {args.first, *args.only.split(",")}
+        results = [r for r in results if r.recipe in keep]
+    recipes = [args.first] + sorted({r.recipe for r in results} - {args.first}, key=lambda n: [x.recipe for x in results].index(n))
+    rows = table_rows(results, recipes)
+    s_step = {r: statistics.median(median_step_seconds(x.run_dir) for x in results if x.recipe == r) for r in recipes}
+    print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} {'paired diff [95% CI]':>22} "
+          f"{'s/step':>7} {'x first':>7} {'gen tok':>8}")
+    for row in rows:
+        paired = (row.get("paired_vs_first") or {}).get("mcnemar_p")
+        ci = row.get("paired_vs_first") or {}
+        row["median_s_per_step"] = s_step[row["recipe"]]
+        row["s_per_step_vs_first"] = s_step[row["recipe"]] / s_step[args.first]
+        p = row["p_vs_first"]
+        print(f"{row['recipe'][:28]:28} {row['runs_ok']:>5} {row.get('final_mean', float('nan')):>7.3f} "
+              f"{row.get('final_std', float('nan')):>6.3f} {row.get('auc', float('nan')):>6.3f} "
+              f"{'-' if p is None else f'{p:.3f}':>8} {'-' if paired is None else f'{paired:.3f}':>8} "
+              f"{diff_ci(ci):>22} "
+              f"{row['median_s_per_step']:>7.2f} {row['s_per_step_vs_first']:>7.2f} {row.get('tokens', 0):>8.0f}")
+    if args.png:
+        plot_compare(results, recipes, args.png)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_json_safe({"folders": [str(f) for f in args.folders], "first": args.first,
+                                                    "table": rows}), indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
