@@ -44,6 +44,35 @@ def median_step_seconds(run_dir: Path) -> float:
     return statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in rows if r["step"] > 1)
 
 
+def at_seconds(curves: list[list[tuple[int, float, float]]], t: float) -> float | None:
+    """Mean over seeds of held-out pass@1 at ``t`` training seconds, linear between evaluations
+    (None when a seed's curve ends before ``t``)."""
+    vals = []
+    for curve in curves:
+        pts = [(sec, acc) for _, sec, acc in curve]
+        hit = next((i for i, (sec, _) in enumerate(pts) if sec >= t), None)
+        if hit is None:
+            return None
+        (s0, a0), (s1, a1) = pts[max(hit - 1, 0)], pts[hit]
+        vals.append(a1 if s1 == s0 else a0 + (a1 - a0) * (t - s0) / (s1 - s0))
+    return sum(vals) / len(vals)
+
+
+def per_second(results: list, recipes: list[str], long_folder: Path) -> list[dict]:
+    """Each recipe's in-run pass@1 at its last evaluation against a longer baseline run's (the
+    ``--per-second`` folder, e.g. grpo for twice the steps) at the same training seconds."""
+    base = [collect(r["recipe"], r["seed"], Path(r["run_dir"]))
+            for r in json.loads((long_folder / "compare.json").read_text())["runs"] if r["ok"]]
+    rows = []
+    for name in recipes:
+        runs = [x for x in results if x.recipe == name]
+        t = sum(x.curve[-1][1] for x in runs) / len(runs)  # mean seconds to the last evaluation
+        mine = sum(x.curve[-1][2] for x in runs) / len(runs)
+        rows.append({"recipe": name, "seconds": t, "pass@1_last_eval": mine,
+                     "baseline_at_same_seconds": at_seconds([b.curve for b in base], t)})
+    return rows
+
+
 def diff_ci(paired: dict) -> str:
     """``+0.012 [-0.010,+0.034]``: the paired difference in pass@1 against the first, bootstrap 95% CI."""
     return f"{paired['diff']:+.3f} [{paired['ci_low']:+.3f},{paired['ci_high']:+.3f}]" if paired else "-"
@@ -56,6 +85,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", help="comma-separated recipe entries to keep (default: all)")
     ap.add_argument("--png", type=Path, help="held-out pass@1 against steps and seconds, as compare.png")
+    ap.add_argument("--per-second", type=Path, help="a compare folder of the first recipe run longer: its "
+                    "in-run pass@1 at each recipe's training seconds")
     args = ap.parse_args()
     results = runs_of(args.folders)
     if args.only:
@@ -77,12 +108,17 @@ def main() -> None:
               f"{'-' if p is None else f'{p:.3f}':>8} {'-' if paired is None else f'{paired:.3f}':>8} "
               f"{diff_ci(ci):>22} "
               f"{row['median_s_per_step']:>7.2f} {row['s_per_step_vs_first']:>7.2f} {row.get('tokens', 0):>8.0f}")
+    secs = per_second(results, recipes, args.per_second) if args.per_second else None
+    for row in secs or []:
+        base = row["baseline_at_same_seconds"]
+        print(f"per second: {row['recipe']:24} {row['seconds']:7.1f} s  pass@1 {row['pass@1_last_eval']:.3f}  "
+              f"baseline at the same seconds {'-' if base is None else f'{base:.3f}'}")
     if args.png:
         plot_compare(results, recipes, args.png)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_json_safe({"folders": [str(f) for f in args.folders], "first": args.first,
-                                                    "table": rows}), indent=2, default=str))
+                                                    "table": rows, "per_second": secs}), indent=2, default=str))
 
 
 if __name__ == "__main__":
