@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from reasonrl.compare import _json_safe, collect, plot_compare, table_rows  # noqa: E402
-from reasonrl.tracking import read_metrics  # noqa: E402
+from step_seconds import step_seconds  # noqa: E402  (benchmarks/step_seconds.py: s/step from time/* phases)
 
 
 def runs_of(folders: list[Path]) -> list:
@@ -29,19 +29,13 @@ def runs_of(folders: list[Path]) -> list:
     seen: dict[str, Path] = {}
     results = []
     for folder in folders:
-        for report in [json.loads((folder / "compare.json").read_text())]:
-            for run in report["runs"]:
-                if not run["ok"]:
-                    continue
-                if seen.setdefault(run["recipe"], folder) != folder:
-                    raise SystemExit(f"{run['recipe']} is in both {seen[run['recipe']]} and {folder}")
-                results.append(collect(run["recipe"], run["seed"], Path(run["run_dir"])))
+        for run in json.loads((folder / "compare.json").read_text())["runs"]:
+            if not run["ok"]:
+                continue
+            if seen.setdefault(run["recipe"], folder) != folder:
+                raise SystemExit(f"{run['recipe']} is in both {seen[run['recipe']]} and {folder}")
+            results.append(collect(run["recipe"], run["seed"], Path(run["run_dir"])))
     return results
-
-
-def median_step_seconds(run_dir: Path) -> float:
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    return statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in rows if r["step"] > 1)
 
 
 def at_seconds(curves: list[list[tuple[int, float, float]]], t: float) -> float | None:
@@ -92,9 +86,10 @@ def main() -> None:
     if args.only:
         keep = {args.first, *args.only.split(",")}
         results = [r for r in results if r.recipe in keep]
-    recipes = [args.first] + sorted({r.recipe for r in results} - {args.first}, key=lambda n: [x.recipe for x in results].index(n))
+    recipes = list(dict.fromkeys([args.first] + [r.recipe for r in results]))  # first, then in folder order
     rows = table_rows(results, recipes)
-    s_step = {r: statistics.median(median_step_seconds(x.run_dir) for x in results if x.recipe == r) for r in recipes}
+    s_step = {r: statistics.median(statistics.median(step_seconds(x.run_dir)) for x in results if x.recipe == r)
+              for r in recipes}
     print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} {'paired diff [95% CI]':>22} "
           f"{'s/step':>7} {'x first':>7} {'gen tok':>8}")
     for row in rows:
