@@ -1,10 +1,9 @@
 """The unlearnability diagnostic on the tiny reasoner's grpo runs (docs/diagnose.md).
 
-The runs (3 seeds of grpo on arithmetic from the shipped base, 5 steps; seeds 1 and 2 were given
-seed 0's before.json and before.items.jsonl, the same evaluation of the same starting model):
+The runs (3 seeds of grpo on arithmetic from the shipped base, 60 steps, docs/diagnose.md):
 
-    PYTHONPATH=src python -m reasonrl.cli train --steps 5 --out RUNS/grpo-sS seed=S prompts_per_step=8 \
-        final_eval_problems=40 final_eval_k=16 final_eval_temperature=0.7 eval_every=0 save_every=0
+    for s in 0 1 2; do reasonrl train --steps 60 --out runs/unl/grpo-s$s seed=$s data.pool=128 \
+        final_eval_problems=100 final_eval_k=16 final_eval_temperature=0.7 eval_every=0 save_every=0; done
 
 then ``PYTHONPATH=src python benchmarks/unlearnable_tiny.py RUNS/grpo-s0 RUNS/grpo-s1 RUNS/grpo-s2``:
 the diagnostic (``reasonrl diagnose unlearnable`` with the same arguments), its JSON in
