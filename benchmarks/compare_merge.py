@@ -55,8 +55,7 @@ def at_seconds(curves: list[list[tuple[int, float, float]]], t: float) -> float 
 def per_second(results: list, recipes: list[str], long_folder: Path) -> list[dict]:
     """Each recipe's in-run pass@1 at its last evaluation against a longer baseline run's (the
     ``--per-second`` folder, e.g. grpo for twice the steps) at the same training seconds."""
-    base = [collect(r["recipe"], r["seed"], Path(r["run_dir"]))
-            for r in json.loads((long_folder / "compare.json").read_text())["runs"] if r["ok"]]
+    base = runs_of([long_folder])
     rows = []
     for name in recipes:
         runs = [x for x in results if x.recipe == name]
@@ -93,8 +92,8 @@ def main() -> None:
     print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} {'paired diff [95% CI]':>22} "
           f"{'s/step':>7} {'x first':>7} {'gen tok':>8}")
     for row in rows:
-        paired = (row.get("paired_vs_first") or {}).get("mcnemar_p")
         ci = row.get("paired_vs_first") or {}
+        paired = ci.get("mcnemar_p")
         row["median_s_per_step"] = s_step[row["recipe"]]
         row["s_per_step_vs_first"] = s_step[row["recipe"]] / s_step[args.first]
         p = row["p_vs_first"]

@@ -68,7 +68,7 @@ def run_numbers(run_dir: Path, n_params: int) -> dict:
         if "eval/pass@1" in r:
             curve.append((cum, r["eval/pass@1"], own))
     return {"generated_tokens": gen, "update_tokens": upd, "gen_flops": 2 * n_params * gen,
-            "update_flops": 6 * n_params * upd, "curve": curve,
+            "update_flops": 6 * n_params * upd, "curve": curve, "update_tokens_per_step": upd / max(len(rows), 1),
             "rows_skipped_frac": sum(r.get("update/rows_skipped_frac", 0.0) for r in rows) / max(len(rows), 1),
             "kept_frac": (sum(r["select/kept_frac"] for r in rows if "select/kept_frac" in r) / len(rows)
                           if "select/kept_frac" in rows[0] else 1.0),
@@ -113,7 +113,7 @@ def main() -> None:
                       "gen_tokens_to_grpo_final": [x for x in reach],
                       "gen_tokens_to_lze_final": [tokens_to_reach(r["curve"], lze_final) for r in rs],
                       "update_tokens_to_lze_final": [tokens_to_reach(r["curve"], lze_final, True) for r in rs],
-                      "update_tokens_per_step": mean("update_tokens") / args.steps})
+                      "update_tokens_per_step": mean("update_tokens_per_step")})
     out = {"command": " ".join(sys.argv), "n_params": n_params, "grpo_final_mean": target, "lze_final_mean": lze_final,
            "curve_note": "curve points are the in-run evaluations (eval_problems), the finals the 'after' evaluation",
            "steps": args.steps,
