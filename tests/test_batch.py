@@ -32,6 +32,8 @@ def kind(prompt: str) -> int:
 class FakeEngine:
     """Answers each group according to ``kind(prompt)``; sample 0 of a 'long' prompt is truncated."""
 
+    device = "cpu"
+
     class tok:
         pad_token_id = 0
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import text_rollouts
+from helpers import round_context, text_rollouts
 from reasonrl.advantages import cipo_select, get_estimator
 from reasonrl.batch import Batch, join_groups
 from reasonrl.config import TrainConfig, apply_overrides, split_config
@@ -23,6 +23,7 @@ from reasonrl.parts.correction import DEFAULT_TEMPLATE, correction_prompt, keep_
 from reasonrl.recipes import get_recipe
 from reasonrl.run import train_run
 from reasonrl.tasks import ArithmeticTask
+from reasonrl.validate import check_part, check_run
 
 G = 4
 TASK = ArithmeticTask()
@@ -59,6 +60,11 @@ class FakeMaker:
         ok = torch.tensor([float(TASK.extract_answer(t) == it.answer)
                            for i, it in enumerate(items) for t in ro.texts[i * G:(i + 1) * G]])
         return ok.view(-1, G).clone(), ok.view(-1, G), {"reward/correct/mean": float(ok.mean())}
+
+    def ctx(self, batch):
+        """The round's context: this maker's scripted sampling and reward, its part state, its position."""
+        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward, state=self.state,
+                             seed=self.seed, position=self.items_drawn, tok=self.engine.tok, group_size=G)
 
 
 # ------------------------------------------------------------------ the spec's examples (section 6 (d))
@@ -110,11 +116,11 @@ def test_correction_prompt_ends_as_the_task_prompt():
 
 
 def test_template_without_its_slots_is_refused():
-    with pytest.raises(ValueError, match=r"\{attempt\}"):
-        Correction(template="{prompt} try again")
+    with pytest.raises(UserError, match=r"'correction.template' = '\{prompt\} try again'.*\{attempt\}"):
+        check_part(Correction(template="{prompt} try again"))
+    cfg, overrides = split_config({"correction": {"template": "no slots"}})
     with pytest.raises(UserError, match="correction.template"):  # from the command line: names the key
-        _, overrides = split_config({"correction": {"template": "no slots"}})
-        apply_overrides(get_recipe("cipo"), overrides)
+        check_run(cfg, apply_overrides(get_recipe("cipo"), overrides))
 
 
 def test_replay_cap_floors_the_ratio():
@@ -148,7 +154,7 @@ def test_keep_at_most_keeps_only_candidates():
 def test_extend_builds_the_correction_groups():
     maker, batch = FakeMaker(), _batch()
     part = Correction(q0=0.0, rho=1.0, acc_floor=0.5, weight=0.7)
-    g = part.extend(maker, batch)
+    g = part.extend(maker.ctx(batch))
     # groups 1 and 2 (accuracies 0.25, 0.5) at task positions 4 - 4 + 1 = 1 and 2: one call, keyed "cipo"
     assert [(keys, tag, first) for keys, _, tag, first in maker.calls] == [(["2+3", "4+5"], "cipo", 1)]
     prompts = maker.calls[0][1]
@@ -163,15 +169,15 @@ def test_extend_builds_the_correction_groups():
     assert g.metrics == {"cipo/selected": 2.0, "cipo/groups": 2.0, "cipo/rho": 1.0, "cipo/accuracy": 0.375,
                          "cipo/repeat_rate": pytest.approx(0.6)}
     # 0.375 < acc_floor 0.5: rho 1.0 / 2 = 0.5 for the next step
-    assert maker.state == {"cipo": {"rho_eff": 0.5}}
+    assert maker.state == {"rho_eff": 0.5}
     # the same maker again (the state carried): the cap floor(0.5 * 4) = 2 keeps both; rho 0.5 logged
-    again = part.extend(maker, batch)
-    assert again.metrics["cipo/rho"] == 0.5 and maker.state["cipo"]["rho_eff"] == 0.25
+    again = part.extend(maker.ctx(batch))
+    assert again.metrics["cipo/rho"] == 0.5 and maker.state["rho_eff"] == 0.25
 
 
 def test_joined_correction_groups_get_grpo_advantages_and_their_weight():
     batch = _batch()
-    g = Correction(q0=0.0, rho=1.0, weight=0.7).extend(FakeMaker(), batch)
+    g = Correction(q0=0.0, rho=1.0, weight=0.7).extend(FakeMaker().ctx(batch))
     joined = join_groups(batch, g, 1, 0)
     assert joined.group_kinds().tolist() == [0, 0, 0, 0, 1, 1]
     assert joined.weight.tolist() == pytest.approx([1.0] * 16 + [0.7] * 8)
@@ -188,7 +194,7 @@ def test_extend_caps_by_rho_and_reads_only_first_round_groups():
     part, picks = Correction(p_max=1.0, q0=1.0), []
     for _ in range(2):
         maker = FakeMaker()
-        g = part.extend(maker, batch)
+        g = part.extend(maker.ctx(batch))
         assert g.metrics["cipo/selected"] == 4.0 and g.metrics["cipo/groups"] == 2.0 and len(g.items) == 2
         keys = [it.key for it in g.items]
         assert set(keys) < {"1+1", "2+3", "4+5"}
@@ -202,10 +208,10 @@ def test_extend_caps_by_rho_and_reads_only_first_round_groups():
 def test_extend_with_nothing_to_correct():
     batch = _batch(ITEMS[3:], MAIN[3:])  # one group, all correct
     maker = FakeMaker(items_drawn=1)
-    g = Correction(p_max=1.0, q0=1.0).extend(maker, batch)
+    g = Correction(p_max=1.0, q0=1.0).extend(maker.ctx(batch))
     assert g.items == [] and len(g.ro.texts) == 0 and g.rewards.shape == (0, G) and maker.calls == []
     assert g.metrics == {"cipo/selected": 1.0, "cipo/groups": 0.0, "cipo/rho": 0.5}
-    assert maker.state == {"cipo": {"rho_eff": 0.5}}  # no correction accuracy: the ratio stays
+    assert maker.state == {"rho_eff": 0.5}  # no correction accuracy: the ratio stays
 
 
 # ------------------------------------------------------------------ end to end on the tiny model
@@ -255,7 +261,7 @@ def test_cipo_trains_end_to_end_and_its_replay_ratio_survives_a_resume(tiny_dir,
     assert any(r["cipo/groups"] > 0 for r in rows) and rows[2]["cipo/rho"] < c.rho  # the ratio did move
     # the checkpoint after step 2 holds the ratio step 3 used
     state = torch.load(tmp_path / "a" / "checkpoints" / "step-000002" / "trainer_state.pt", weights_only=False)["state"]
-    assert state["rounds"] == {"cipo": {"rho_eff": rows[2]["cipo/rho"]}}
+    assert state["parts"] == {"correction": {"rho_eff": rows[2]["cipo/rho"]}}
     # a run stopped after step 2 and resumed logs the same step 3 as the straight run
     train_run(_cfg(tiny_dir, tmp_path / "b", 2), E2E)
     train_run(_cfg(tiny_dir, tmp_path / "b", 3), E2E, resume=True)

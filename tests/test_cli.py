@@ -26,6 +26,7 @@ def test_tasks_lists_builtin_and_reasoning_gym():
     assert next(r for r in rows if r["name"] == "rg:chain_sum")["options"]["max_terms"] == 6
 
 
+@pytest.mark.slow
 def test_short_pretrain_then_eval_on_reasoning_gym(tmp_path):
     # a short version of the command that regenerates the shipped base (README)
     out = tmp_path / "m"

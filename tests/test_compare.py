@@ -52,6 +52,7 @@ def test_variant_entries_parse_into_a_recipe_and_its_overrides():
     assert run_dir_name("vspo:steering=null") == "vspo__steering=null"
 
 
+@pytest.mark.slow
 def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, tmp_path):
     extra = [f"model={tiny_dir}", "prompts_per_step=2", "group_size=2", "eval_every=1", "eval_problems=4",
              "final_eval_problems=4", "final_eval_k=0", "save_every=0"]

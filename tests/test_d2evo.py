@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import text_rollouts
+from helpers import round_context, text_rollouts
 from reasonrl.batch import Batch
 from reasonrl.config import DataOpts, TrainConfig
 from reasonrl.data.d2evo import D2EvoState
@@ -19,6 +19,7 @@ from reasonrl.parts import D2Evo
 from reasonrl.parts.d2evo import DEFAULT_TEMPLATE, role_prompt
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import ArithmeticTask
+from reasonrl.validate import check_part
 
 G, N = 4, 4  # group size, Solver samples per problem (estimation and generated problems)
 TASK = ArithmeticTask()
@@ -59,6 +60,11 @@ class FakeMaker:
                            for t in ro.texts[i * G:(i + 1) * G]]).view(-1, G)
         return ok.clone(), ok, {}
 
+    def ctx(self, batch=None):
+        """The part's round context: scripted sampling and reward, the selector state as its own state."""
+        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward, state=self.selector,
+                             seed=self.seed, pool=self.pool, step=self.step, tok=self.engine.tok, group_size=G)
+
 
 def _first_round(items):
     ro = text_rollouts([it.prompt for it in items], ["A:0"] * (len(items) * G), G)
@@ -72,7 +78,7 @@ def test_estimation_mines_the_spec_anchors_once_per_iteration():
     maker = FakeMaker(PART)
     st = maker.selector
     assert st.admit(POOL[0], 0)  # no anchors yet: every pool item gets rollouts
-    PART.before_step(maker)
+    PART.before_step(maker.ctx())
     # pass rates [0, 0.25, 0.5, 1.0] (the spec's example): anchors are the 2nd and 3rd problems
     assert st.pass_rates == {"3+3": 0.0, "2+3": 0.25, "6+7": 0.5, "8+9": 1.0} and st.anchors == ["2+3", "6+7"]
     assert [st.admit(it, 0) for it in POOL] == [False, True, True, False]
@@ -80,16 +86,16 @@ def test_estimation_mines_the_spec_anchors_once_per_iteration():
     assert st.pending == {"d2evo/est_pass_rate_mean": 0.4375, "d2evo/est_rows": 16.0}
     assert maker.calls == [("d2evo_est0", [it.prompt for it in POOL], N)]
     maker.step = 4  # same iteration (5 steps each): no new estimation
-    PART.before_step(maker)
+    PART.before_step(maker.ctx())
     maker.step = 5  # iteration 1: estimated again, under its own tag
-    PART.before_step(maker)
+    PART.before_step(maker.ctx())
     assert [c[0] for c in maker.calls] == ["d2evo_est0", "d2evo_est1"] and st.iteration == 1
 
 
 def test_questioner_round_by_hand():
     maker = FakeMaker(PART)
-    PART.before_step(maker)
-    g = PART.extend(maker, _first_round(POOL[1:3]))
+    PART.before_step(maker.ctx())
+    g = PART.extend(maker.ctx(_first_round(POOL[1:3])))
     # R_Q per question (p* 0.5, eta 0.5; sim: character trigrams against the anchor):
     #  2+3 -> "7+5": 12 x3 of 4, p 0.75, sim 0 -> 1 - 0.5 = 0.5 | "junk": -1
     #        "2+3" (a copy): 4 x3 of 4, p 0.75, sim 1 -> 1 - 0.5 - 0.5 = 0 | "12+30": top share 1/4 < 0.3: -1
@@ -115,8 +121,8 @@ def test_questioner_round_by_hand():
 def test_gold_mode_judges_by_the_computed_answer():
     part = dataclasses.replace(PART, use_gold=True)
     maker = FakeMaker(part)
-    part.before_step(maker)
-    g = part.extend(maker, _first_round(POOL[1:3]))
+    part.before_step(maker.ctx())
+    g = part.extend(maker.ctx(_first_round(POOL[1:3])))
     # "12+30" (true 42): 1 of 4 right, p 0.25, sim {12+, 2+3, +30} vs {2+3} = 1/3 -> 1 - 0.5 - 1/6 = 0.3333
     # "2+3" copy: 1 of 4 right (5), p 0.25, sim 1 -> 1 - 0.5 - 0.5 = 0; the rest as the majority's
     assert g.rewards.flatten().tolist() == pytest.approx([0.5, -1.0, 0.0, 1 / 3, 0.0, 0.0, 1.0, -1.0], abs=1e-6)
@@ -126,14 +132,14 @@ def test_gold_mode_judges_by_the_computed_answer():
 
 def test_next_iteration_trains_the_solver_on_accepted_problems():
     maker = FakeMaker(PART)
-    PART.before_step(maker)
-    PART.extend(maker, _first_round(POOL[1:3]))
+    PART.before_step(maker.ctx())
+    PART.extend(maker.ctx(_first_round(POOL[1:3])))
     maker.step = 5
-    PART.before_step(maker)
+    PART.before_step(maker.ctx())
     st = maker.selector
     assert st.generated == {"7+5": {"text": "7+5", "label": "12", "p_hat": 0.75},
                             "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5}} and st.accepted == {}
-    g = PART.extend(maker, _first_round(POOL[1:3]))
+    g = PART.extend(maker.ctx(_first_round(POOL[1:3])))
     # 2 first-round groups, 2 anchors, 2 generated: round(2 * 2 / 2) = 2 Solver groups after 2 Questioner groups
     assert [it.key for it in g.items] == ["2+3", "6+7", "7+5", "40+2"]
     assert [it.answer for it in g.items[2:]] == ["12", "42"]  # the pseudo-labels
@@ -146,16 +152,16 @@ def test_next_iteration_trains_the_solver_on_accepted_problems():
 def test_no_anchor_means_no_questioner_and_the_whole_pool():
     part = dataclasses.replace(PART, p_lo=0.6, p_hi=0.9)  # no pass rate in [0.6, 0.9]
     maker = FakeMaker(part)
-    part.before_step(maker)
-    g = part.extend(maker, _first_round(POOL[:2]))
+    part.before_step(maker.ctx())
+    g = part.extend(maker.ctx(_first_round(POOL[:2])))
     assert g.items == [] and g.metrics["d2evo/anchors"] == 0.0 and g.metrics["d2evo/pool_fallback"] == 1.0
     assert all(maker.selector.admit(it, 0) for it in POOL)
 
 
 def test_state_round_trip_and_another_datasets_state_is_refused():
     maker = FakeMaker(PART)
-    PART.before_step(maker)
-    PART.extend(maker, _first_round(POOL[1:3]))
+    PART.before_step(maker.ctx())
+    PART.extend(maker.ctx(_first_round(POOL[1:3])))
     saved = maker.selector.state_dict()
     fresh = D2EvoState()
     fresh.load_state_dict(saved, {k: v for k, v in saved["hashes"].items()})
@@ -165,13 +171,14 @@ def test_state_round_trip_and_another_datasets_state_is_refused():
 
 
 def test_options_are_checked():
-    for bad in (dict(template="no slot"), dict(p_lo=0.9, p_hi=0.1), dict(parse="word"), dict(solver_samples=0)):
-        with pytest.raises(ValueError):
-            D2Evo(**bad)
+    for bad, key in ((dict(template="no slot"), "template"), (dict(p_lo=0.9, p_hi=0.1), "p_hi"),
+                     (dict(parse="word"), "parse"), (dict(solver_samples=0), "solver_samples")):
+        with pytest.raises(UserError, match=f"'d2evo.{key}' = "):
+            check_part(D2Evo(**bad))
     with pytest.raises(UserError, match="generated_item"):
         maker = FakeMaker(PART)
         maker.task = SimpleNamespace(name="plain")
-        PART.extend(maker, _first_round(POOL[:1]))
+        PART.extend(maker.ctx(_first_round(POOL[:1])))
 
 
 # ------------------------------------------------------------------ end to end on the tiny model
@@ -218,7 +225,7 @@ def test_d2evo_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
     waiting = rows[1]["d2evo/accepted_waiting"]
     assert rows[2]["d2evo/pool_generated"] == waiting and rows[2]["d2evo/pool_size"] == 6 + waiting
     state = torch.load(tmp_path / "a" / "checkpoints" / "step-000003" / "trainer_state.pt", weights_only=False)["state"]
-    assert state["selector"]["iteration"] == 1 and len(state["selector"]["anchors"]) == 6
+    assert state["parts"]["d2evo"]["iteration"] == 1 and len(state["parts"]["d2evo"]["anchors"]) == 6
     # resumed from the step-2 checkpoint (a copy of the run without step 3), step 3 logs the same numbers:
     # the estimation, the Questioner's questions and the Solver's samples are keyed by step and iteration
     shutil.copytree(tmp_path / "a", tmp_path / "b")

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from helpers import loss_context
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.data.demos import Demo, load_demos
 from reasonrl.errors import UserError
 from reasonrl.losses.dpo import demo_weight, dpo_sigmoid, pick_rejected, sequence_logp, sft_nll
 from reasonrl.models import build_tiny
 from reasonrl.parts.fest import FEST, FestPairs, Tokens, anchors, demo_draws, encode_demos
+from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
 from reasonrl.run import train_run
 from reasonrl.tasks import get_task
@@ -189,9 +191,10 @@ def _pairs(tok):
 def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     model, tok = tiny
     pairs = _pairs(tok)
-    batch = SimpleNamespace(data={"fest": pairs}, loss_mask=torch.ones(4, 3))  # anchors: rows 0, 1, 2
+    batch = SimpleNamespace(loss_mask=torch.ones(4, 3))  # anchors: rows 0, 1, 2
+    data = Channel(values={"pairs": pairs})
     part = FEST(beta=0.2)
-    loss, m = part.loss_term(batch=batch, rows=torch.arange(4), model=model)
+    loss, m = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(4), model=model, data=data))
     eos = [tok.eos_token_id]
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"] + eos  # noqa: E731
     lc = [_seq_logp(model, tok, "1+2=?\n", enc("1+2=3\nA:3"))] * 2 + [_seq_logp(model, tok, "4+4=?\n", enc("A:8"))]
@@ -207,13 +210,13 @@ def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     model.zero_grad(set_to_none=True)
     # micro-batches {0, 3} and {1, 2}: pairs 0 and (1, 2) computed once each, the parts add up to the whole
-    a, ma = part.loss_term(batch=batch, rows=torch.tensor([0, 3]), model=model)
-    b, mb = part.loss_term(batch=batch, rows=torch.tensor([1, 2]), model=model)
+    a, ma = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([0, 3]), model=model, data=data))
+    b, mb = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([1, 2]), model=model, data=data))
     assert (a + b).item() == pytest.approx(loss.item(), rel=1e-5)
     assert ma["fest/accuracy_term"] + mb["fest/accuracy_term"] == pytest.approx(m["fest/accuracy_term"])
     # a batch without FEST's data (or no pair) adds nothing
-    none, mn = part.loss_term(batch=SimpleNamespace(data={}, loss_mask=torch.ones(2, 2)), rows=torch.arange(2),
-                              model=model)
+    none, mn = part.loss_term(loss_context(logp=None, batch=SimpleNamespace(loss_mask=torch.ones(2, 2)),
+                                           rows=torch.arange(2), model=model))
     assert none.item() == 0.0 and mn == {}
 
 
@@ -221,8 +224,9 @@ def test_sft_loss_term_is_the_weighted_token_mean_nll(tiny):
     model, tok = tiny
     chosen = encode_demos(tok, ["1+2=?\n", "4+4=?\n"], ["1+2=3\nA:3", "A:8"])
     pairs = FestPairs(chosen=chosen, alpha=torch.tensor([1.0, 0.25]), demo=torch.arange(2))
-    batch = SimpleNamespace(data={"fest": pairs}, loss_mask=torch.ones(2, 1))
-    loss, m = FEST(sup_loss="sft").loss_term(batch=batch, rows=torch.arange(2), model=model)
+    batch = SimpleNamespace(loss_mask=torch.ones(2, 1))
+    loss, m = FEST(sup_loss="sft").loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(2), model=model,
+                                                          data=Channel(values={"pairs": pairs})))
     eos = [tok.eos_token_id]
     n0 = len(tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"]) + 1
     nll0 = -_seq_logp(model, tok, "1+2=?\n", tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"] + eos) / n0
@@ -291,13 +295,13 @@ def test_demo_set_from_the_task_and_from_a_file(tmp_path):
 def test_config_keys_reach_the_part_and_are_validated(tmp_path):
     r = apply_overrides(get_recipe("fest"), split_config({"fest": {"sup_loss": "sft", "gamma": "0.25"}})[1])
     assert (r.fest.sup_loss, r.fest.gamma, r.fest.beta) == ("sft", 0.25, 0.1)
-    assert not r.needs_reference and get_recipe("fest").needs_reference  # sft needs no reference
-    assert not dataclasses.replace(get_recipe("fest"), fest=FEST(reference="behaviour")).needs_reference
+    assert "reference" not in r.needs and "reference" in get_recipe("fest").needs  # sft needs no reference
+    assert "reference" not in dataclasses.replace(get_recipe("fest"), fest=FEST(reference="behaviour")).needs
     assert apply_overrides(get_recipe("fest"), split_config({"fest": None})[1]).fest is None
     on = apply_overrides(get_recipe("grpo"), split_config({"fest": {"n_demos": 8}})[1])
-    assert on.fest == FEST(n_demos=8) and len(on.rounds) == 1 and len(on.all_aux_losses) == 1
+    assert on.fest == FEST(n_demos=8) and len(on.rounds) == 1 and len(on.calls("loss_term")) == 1
     with pytest.raises(UserError, match="fest.reference"):
-        apply_overrides(get_recipe("fest"), split_config({"fest": {"reference": "teacher"}})[1])
+        check_run(TrainConfig(), apply_overrides(get_recipe("fest"), split_config({"fest": {"reference": "teacher"}})[1]))
     bad = dataclasses.replace(get_recipe("fest"), fest=FEST())
     object.__setattr__(bad.fest, "demos", str(tmp_path / "missing.jsonl"))
     with pytest.raises(UserError, match=r"'fest.demos' .* a JSONL file that exists"):

@@ -1,8 +1,10 @@
-"""keep_groups (the selector's cut of a batch) slices every per-row and per-group field, the
-teacher's scores and the extra label set included, so a selector composes with teacher methods."""
+"""keep_groups (the selector's cut of a batch) slices every per-row and per-group field, the per-row
+data of the parts' channels (the teacher's scores) and the extra label set included, so a selector
+composes with teacher methods; a channel's other values (FEST's pairs) stay as they are."""
 import torch
 
 from reasonrl.batch import Batch, keep_groups
+from reasonrl.parts.protocol import Channel
 from reasonrl.rollout import Rollouts
 
 
@@ -17,25 +19,27 @@ def _batch() -> Batch:
                   finish_reasons=["eos"] * R)
     return Batch(items=["a", "b", "c"], ro=ro, rewards=torch.tensor([[0., 1.], [1., 1.], [0., 0.]]),
                  correct=torch.tensor([[0., 1.], [1., 1.], [0., 0.]]), advantages=torch.arange(R, dtype=torch.float),
-                 loss_mask=torch.ones(R, T), teacher={"argmax": rows.long() + 10, "logprobs": -rows},
-                 extra_labels=rows.long() + 20, data={"fest": "pairs"})
+                 loss_mask=torch.ones(R, T), extra_labels=rows.long() + 20,
+                 parts={"teacher": Channel(rows={"argmax": rows.long() + 10, "logprobs": -rows}),
+                        "fest": Channel(values={"pairs": "pairs"})})
 
 
-def test_keep_groups_slices_teacher_fields_and_keeps_part_data():
+def test_keep_groups_slices_channel_rows_and_keeps_channel_values():
     out = keep_groups(_batch(), [0, 2], G=2)  # groups 0 and 2: rows 0, 1, 4, 5
     assert out.items == ["a", "c"]
     assert out.advantages.tolist() == [0.0, 1.0, 4.0, 5.0]
-    assert out.teacher["argmax"][:, 0].tolist() == [10, 11, 14, 15]  # 10 + row
-    assert out.teacher["logprobs"][:, 1].tolist() == [-0.0, -1.0, -4.0, -5.0]
+    teacher = out.parts["teacher"].rows
+    assert teacher["argmax"][:, 0].tolist() == [10, 11, 14, 15]  # 10 + row
+    assert teacher["logprobs"][:, 1].tolist() == [-0.0, -1.0, -4.0, -5.0]
     assert out.extra_labels[:, 0].tolist() == [20, 21, 24, 25]  # 20 + row
     assert out.ro.texts == ["c0", "c1", "c4", "c5"]
     assert out.rewards.tolist() == [[0.0, 1.0], [0.0, 0.0]]
-    assert out.data == {"fest": "pairs"}
+    assert out.parts["fest"].values == {"pairs": "pairs"} and out.parts["fest"].rows == {}
 
 
 def test_keep_groups_without_teacher_fields_leaves_them_empty():
     b = _batch()
-    b.teacher, b.extra_labels = {}, None
+    b.parts, b.extra_labels = {}, None
     out = keep_groups(b, [1], G=2)
-    assert out.teacher == {} and out.extra_labels is None
+    assert out.parts == {} and out.extra_labels is None
     assert out.correct.tolist() == [[1.0, 1.0]]

@@ -1,6 +1,7 @@
-"""The layering of DESIGN.md, enforced: imports only go down (layer-4 modules, the loop's
-machinery, may use each other), rewards need no torch, nothing imports the CLI, and the trainer
-side never imports the named recipes."""
+"""The layering of the package, enforced: imports only go down; among the trainer-side modules
+(layer 4, the loop's machinery) only the imports listed in TRAINER_SIDE; no import cycle anywhere,
+inside a package or across packages (lazy imports in a function count); rewards need no torch;
+nothing imports the CLI; the trainer side never imports the named recipes."""
 import ast
 from pathlib import Path
 
@@ -12,6 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 LAYERS = {
     "errors": 0,  # the user-error types: anything may raise them
     "seeds": 0,  # process-independent seeds
+    "text": 0,  # plain-text helpers (template slots)
     "eval": 1,  # the package's __init__ only
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
@@ -28,11 +30,22 @@ LAYERS = {
     "dist": 4,
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "rules": 1,  # the config-value rule builders (validate and its per-method tables)
-    "validate_methods": 4,  # the rules of the #13/#14 methods' options, included in validate.RULES
+    "runtime": 4,  # the loop's side of the part protocol: each part's state and cache, checkpointed
     "schedule": 4,  # the trainer's LR factor and minibatch split
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
     "report": 5.2,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
+}
+
+
+# layer-4 module -> the other layer-4 modules it may import (the loop's machinery, top to bottom)
+TRAINER_SIDE = {
+    "run": {"checkpoint", "dist", "eval.runner", "plots", "tracking", "trainer", "validate"},
+    "trainer": {"batch", "checkpoint", "dist", "eval.runner", "schedule"},
+    "batch": {"runtime"},
+    "sft": {"eval.runner", "schedule"},
+    "diagnostics": {"checkpoint", "eval.runner"},
+    "eval.runner": {"checkpoint"},
 }
 
 
@@ -65,15 +78,73 @@ def imports_of(path: Path) -> list[str]:
 MODULES = sorted(p for p in SRC.rglob("*.py") if p.name != "__init__.py" or p.parent != SRC)
 
 
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__")
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(SRC)))
 def test_imports_only_go_down(path):
-    me, mine = layer_of(".".join(path.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"))
+    me, mine = layer_of(module_name(path))
     for target in imports_of(path):
         name, theirs = layer_of(target)
         if name == me:
             continue
-        assert theirs < mine or theirs == mine == 4, f"{path.relative_to(SRC)} (layer {mine}) imports {target} (layer {theirs})"
+        if theirs == mine == 4:
+            assert name in TRAINER_SIDE.get(me, ()), (
+                f"{path.relative_to(SRC)} imports {target}: trainer-side module {me!r} may import only "
+                f"{sorted(TRAINER_SIDE.get(me, ())) or 'no other trainer-side module'} (TRAINER_SIDE)")
+            continue
+        assert theirs < mine, f"{path.relative_to(SRC)} (layer {mine}) imports {target} (layer {theirs})"
         assert not (mine == 4 and name == "recipes"), f"{path.relative_to(SRC)}: the trainer side must not import recipes"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the modules it imports (an imported symbol of a package resolves to the package)."""
+    mods = {module_name(p): p for p in MODULES}
+
+    def resolve(target: str) -> str:
+        while target and target not in mods:
+            target = target.rpartition(".")[0]
+        return target
+
+    return {m: {resolve(t) for t in imports_of(p)} - {"", m} for m, p in mods.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as [a, b, ..., a], or None (depth-first search, colours: 1 on the path, 2 done)."""
+    colour: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        colour[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if colour.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if not colour.get(nxt):
+                found = visit(nxt, path + [nxt])
+                if found:
+                    return found
+        colour[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if not colour.get(start):
+            found = visit(start, [start])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle_anywhere():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle_inside_a_package():
+    # rewards.physics -> rewards.physics_dense -> rewards.physics (a lazy import once made this one)
+    graph = {"rewards.physics": {"rewards.physics_dense"}, "rewards.physics_dense": {"rewards.physics", "rewards.latex"},
+             "rewards.latex": set()}
+    assert find_cycle(graph) == ["rewards.physics", "rewards.physics_dense", "rewards.physics"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 
 
 def test_rewards_do_not_import_torch():

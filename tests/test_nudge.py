@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import text_rollouts
+from helpers import batch_context, loss_context, text_rollouts
 
 from reasonrl.batch import Batch, BatchMaker
 from reasonrl.config import TrainConfig
@@ -16,6 +16,8 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.run import train_run
 from reasonrl.tasks import get_task
+from reasonrl.errors import UserError
+from reasonrl.validate import check_part
 
 MARK = "Context (exploration condition)"
 
@@ -60,7 +62,7 @@ def test_spec_example_through_the_shaper_and_other_rounds_keep_theirs():
     rewards = torch.tensor([[1., 0, 1, 1, 0, 0, 0, 0], [1., 0, 1, 0, 1, 0, 1, 0]])
     contexts = torch.tensor([[0, 0, 1, 1, 1, 2, 2, 2], [0] * 8])
     before = torch.tensor([[9.] * 8, [0.5, -0.5] * 4])  # the estimator's; group 2 is a second-round group
-    ctx = {"rewards": rewards, "correct": rewards, "contexts": contexts, "kinds": torch.tensor([0, 1])}
+    ctx = batch_context(rewards=rewards, correct=rewards, contexts=contexts, kinds=torch.tensor([0, 1]))
     adv, m = HintSampling().shape_advantages(before, ctx)
     want = torch.tensor([1.2509, -0.7406, 1.3090, 1.3090, -0.6825, -0.8153, -0.8153, -0.8153])
     assert torch.allclose(adv[0], want, atol=2e-4)
@@ -70,8 +72,8 @@ def test_spec_example_through_the_shaper_and_other_rounds_keep_theirs():
 
 
 def test_the_shaper_refuses_token_level_advantages():
-    ctx = {"rewards": torch.zeros(1, 2), "correct": torch.zeros(1, 2), "contexts": torch.zeros(1, 2, dtype=torch.long),
-           "kinds": torch.zeros(1, dtype=torch.long)}
+    ctx = batch_context(rewards=torch.zeros(1, 2), correct=torch.zeros(1, 2), contexts=torch.zeros(1, 2, dtype=torch.long),
+                        kinds=torch.zeros(1, dtype=torch.long))
     with pytest.raises(ValueError, match="per rollout"):
         HintSampling().shape_advantages(torch.zeros(1, 2, 5), ctx)
 
@@ -117,10 +119,10 @@ def test_random_sampler_is_keyed_by_position_and_errors_are_loud():
         HintSampling().generate(_request(eng, items, first=0, G=6))
     with pytest.raises(ValueError, match="has 3 hints, hints.n_hints=4"):
         HintSampling(n_hints=4, per_hint=2).generate(_request(eng, items, first=0))
-    with pytest.raises(ValueError, match="hints.sampler"):
-        HintSampling(sampler="shuffled")
-    with pytest.raises(ValueError, match=r"\{prompt\}"):
-        HintSampling(template="{hint}")
+    with pytest.raises(UserError, match="'hints.sampler' = 'shuffled'"):
+        check_part(HintSampling(sampler="shuffled"), get_recipe("nudgerl"))
+    with pytest.raises(UserError, match=r"'hints.template' = '\{hint\}' .* \{prompt\}"):
+        check_part(HintSampling(template="{hint}"), get_recipe("nudgerl"))
 
 
 def test_rows_do_not_depend_on_batch_composition(sharp_tiny):
@@ -165,9 +167,8 @@ def _term(part, b, model, tok, rows, n_seqs):
     ids, mask = encode_contexts(tok, [b.ro.prompts[r] for r in rows])  # each row's own (hinted) prompt
     logp = score_under_context(model, ids, mask, b.ro.completion_ids[rows, :c_len],
                                b.ro.completion_mask[rows, :c_len], grad=True).logprobs
-    return part.loss_term(logp=logp, entropy=None, mask=b.loss_mask[rows, :c_len], batch=b, rows=rows, model=model,
-                          tok=tok, temperature=1.0, agg="seq-mean-token-mean", norm_len=12, n_tokens=1.0,
-                          n_seqs=n_seqs)
+    return part.loss_term(loss_context(logp=logp, mask=b.loss_mask[rows, :c_len], batch=b, rows=rows, model=model,
+                                       tok=tok, temperature=1.0, norm_len=12, n_seqs=n_seqs))
 
 
 def test_distill_term_scores_under_the_bare_prompt_and_micro_batches_add_up(sharp_tiny):

@@ -7,7 +7,8 @@ import pytest
 from reasonrl.errors import UserError
 from reasonrl.rewards import REWARDS, score_rewards
 from reasonrl.rewards.latex import latex_to_text, numbers_close, parse_quantity, split_unit
-from reasonrl.rewards.physics import PhysicsMatch, all_boxed, last_boxed, mcq_letter, split_parts
+from reasonrl.rewards.answers import all_boxed, extract_boxed
+from reasonrl.rewards.physics import PhysicsMatch, mcq_letter, split_parts
 from reasonrl.rewards.physics_dense import dense_value, symbols_of, unit_of
 from reasonrl.tasks import get_task, take_items
 
@@ -18,14 +19,18 @@ def score(completions, golds, **options):
 
 # ---- extraction -------------------------------------------------------------------------------
 
-def test_last_boxed_counts_nested_braces():
+def test_the_one_boxed_extractor_counts_nested_braces():
     # the regex-free brace count keeps \frac{1}{2}'s inner braces; the LAST box wins
-    assert last_boxed(r"first \boxed{1} then \boxed{\frac{1}{2}} done") == r"\frac{1}{2}"
-    assert last_boxed(r"\boxed{\sqrt{\frac{a}{b^{2}}}}") == r"\sqrt{\frac{a}{b^{2}}}"
+    assert extract_boxed(r"first \boxed{1} then \boxed{\frac{1}{2}} done") == r"\frac{1}{2}"
+    assert extract_boxed(r"\boxed{\sqrt{\frac{a}{b^{2}}}}") == r"\sqrt{\frac{a}{b^{2}}}"
     # an unbalanced last box (cut off) falls back to the previous complete one
-    assert last_boxed(r"\boxed{3} and \boxed{\frac{4}{") == "3"
-    assert last_boxed("no box here") is None
+    assert extract_boxed(r"\boxed{3} and \boxed{\frac{4}{") == "3"
+    assert extract_boxed("no box here") is None
     assert all_boxed(r"(a) \boxed{3} (b) \boxed{ 4 }") == ["3", "4"]
+    # loose (physics answers): "\boxed {x}" and "\fbox{x}" count too; strict (math answers) reads \boxed{ only
+    text = r"\boxed{1} then \boxed {2} and \fbox{3}"
+    assert all_boxed(text, loose=True) == ["1", "2", "3"] and extract_boxed(text, loose=True) == "3"
+    assert all_boxed(text) == ["1"] and extract_boxed(text) == "1"
 
 
 def test_mcq_letters():

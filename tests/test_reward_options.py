@@ -82,6 +82,7 @@ def test_config_yaml_records_reward_options_and_round_trips(tmp_path):
     assert kept.checker is judge and reward_options(kept)["checker"] is judge
 
 
+@pytest.mark.slow
 def test_train_cli_takes_a_reward_option_records_it_and_resumes_with_it(tiny_dir, tmp_path):
     from typer.testing import CliRunner
 

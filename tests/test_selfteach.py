@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
+from helpers import batch_context, loss_context
 from reasonrl.batch import Batch
 from reasonrl.config import TrainConfig
+from reasonrl.errors import UserError
 from reasonrl.distill import ContextScores
 from reasonrl.models import build_tiny
 from reasonrl.models.tokenizer import build_char_tokenizer
@@ -17,6 +19,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import Rollouts
 from reasonrl.run import train_run
 from reasonrl.tasks import get_task
+from reasonrl.validate import check_part
 
 
 def make_rollouts(tok, prompts, completions, logprobs=None):
@@ -85,8 +88,8 @@ def test_ssopd_pairs_pick_first_round_mixed_groups(tiny):
 def test_ssopd_term_matches_the_hand_formula(tiny):
     model, tok = tiny
     b, part, temp = make_batch(tok), SSOPD(coef=0.5), 0.8
-    loss, m = part.loss_term(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                             temperature=temp)
+    loss, m = part.loss_term(loss_context(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
+                             temperature=temp))
     kls = [expected_pair_kl(model, tok, part.template.format(prompt=PROMPTS[w], solution=COMPLETIONS[c]),
                             PROMPTS[w], COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
     # lambda (1/N_x) sum_x w(x) D(x) = 0.5 * (1/3) * (8/9) * (D_0 + D_1)
@@ -102,14 +105,14 @@ def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
     model, tok = tiny
     b, part = make_batch(tok), SSOPD()
     kw = dict(batch=b, model=model, tok=tok, temperature=1.0)
-    whole, mw = part.loss_term(logp=torch.zeros(1, 1), rows=torch.arange(12), **kw)
+    whole, mw = part.loss_term(loss_context(logp=torch.zeros(1, 1), rows=torch.arange(12), **kw))
     model.zero_grad()
     whole.backward()
     g_whole = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
     total, metrics = 0.0, []
     for rows in (torch.tensor([0, 1, 2, 9]), torch.tensor([3, 4, 5, 6]), torch.tensor([7, 8, 10, 11])):
-        part_loss, m = part.loss_term(logp=torch.zeros(1, 1), rows=rows, **kw)
+        part_loss, m = part.loss_term(loss_context(logp=torch.zeros(1, 1), rows=rows, **kw))
         if part_loss.requires_grad:  # a micro-batch without a w* row adds a constant 0
             part_loss.backward()
         total, metrics = total + float(part_loss), metrics + [m]
@@ -130,8 +133,8 @@ def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     assert not teacher.requires_grad and teacher.grad_fn is None and student.requires_grad
     assert teacher.shape == student.shape == (1, 3, student.shape[-1]) and mask.tolist() == [[1.0, 1.0, 1.0]]
     # the capped term is the hand formula on w*'s first 3 tokens ("2+3")
-    loss, _ = SSOPD(max_prefix_tokens=3).loss_term(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
-                                                   model=model, tok=tok, temperature=1.0)
+    loss, _ = SSOPD(max_prefix_tokens=3).loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
+                                                   model=model, tok=tok, temperature=1.0))
     ctx = SSOPD().template.format(prompt=PROMPTS[2], solution=COMPLETIONS[0])
     kl = expected_pair_kl(model, tok, ctx, PROMPTS[2], "2+3", 1.0)
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)
@@ -141,8 +144,8 @@ def test_ssopd_no_mixed_group_gives_zero_and_counts_none(tiny):
     model, tok = tiny
     b = make_batch(tok)
     b.correct = torch.ones(4, 3)
-    loss, m = SSOPD().loss_term(logp=torch.zeros(1, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                                temperature=1.0)
+    loss, m = SSOPD().loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
+                                temperature=1.0))
     assert float(loss) == 0.0 and m["distill/pairs"] == 0.0 and m["distill/frontier_weight"] == 0.0
 
 
@@ -150,8 +153,8 @@ def test_templates_are_checked():
     assert template_problem("{prompt}{solution}") is None
     assert "must contain" in template_problem("{prompt} only")
     assert "not a valid format string" in template_problem("{prompt}{solution}{other}")
-    with pytest.raises(ValueError, match="egrsd.template"):
-        EGRSD(template="{solution}")
+    with pytest.raises(UserError, match=r"'egrsd.template' = '\{solution\}'"):
+        check_part(EGRSD(template="{solution}"))
 
 
 def _egrsd_case(part, H, q):
@@ -167,7 +170,7 @@ def _egrsd_case(part, H, q):
     def score_under(contexts, ro_, rows, **reduce):
         asked.update(contexts=contexts, rows=rows.tolist(), reduce=reduce)
         return ContextScores(logprobs=torch.tensor(q), entropy=torch.tensor(H))
-    ctx = {"rollouts": ro, "items": [item], "task": task, "score_under": score_under}
+    ctx = batch_context(rollouts=ro, items=[item], task=task, score_under=score_under)
     out, m = part.shape_advantages(torch.tensor([[1.0, 0.0, -1.0]]), ctx)
     return out, m, asked, item
 
@@ -201,7 +204,7 @@ def test_egrsd_alpha_and_the_lookahead():
 
 def test_egrsd_refuses_token_level_input():
     with pytest.raises(ValueError, match="token-level"):
-        EGRSD().shape_advantages(torch.zeros(1, 2, 3), {})
+        EGRSD().shape_advantages(torch.zeros(1, 2, 3), batch_context())
 
 
 # ------------------------------------------------------------------ end to end
@@ -218,6 +221,7 @@ def _run(name, tiny_dir, tmp_path, **over):
     return rows
 
 
+@pytest.mark.slow
 def test_ssopd_trains_end_to_end(tiny_dir, tmp_path):
     rows = _run("ssopd", tiny_dir, tmp_path)
     assert all({"distill/pairs", "distill/ssopd_term", "distill/frontier_weight"} <= set(r) for r in rows)
@@ -229,6 +233,7 @@ def test_ssopd_trains_end_to_end(tiny_dir, tmp_path):
     assert not any(k.startswith("egrsd/") for r in rows for k in r)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,lookahead", [("egrsd", 0), ("cl_egrsd", 8)])
 def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
     assert get_recipe(name).egrsd.lookahead == lookahead
@@ -252,7 +257,7 @@ def test_config_keys_turn_the_parts_on_change_them_and_are_validated():
     assert (r.ssopd.coef, r.ssopd.max_prefix_tokens, r.ssopd.divergence) == (0.1, 16, "forward_kl")
     assert apply_overrides(get_recipe("ssopd"), split_config({"ssopd": None})[1]).ssopd is None
     on = apply_overrides(get_recipe("grpo"), split_config({"egrsd": {"lookahead": 8}})[1])
-    assert on.egrsd == EGRSD(lookahead=8) and len(on.all_shapers) == 1
+    assert on.egrsd == EGRSD(lookahead=8) and len(on.calls("shape_advantages")) == 1
     # the cap's floor follows the magnitude form: 'ratio' clips to [1/cap, cap], so cap >= 1
     bad = dataclasses.replace(get_recipe("egrsd"), egrsd=EGRSD(magnitude="ratio"))
     object.__setattr__(bad.egrsd, "cap", 0.5)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from reasonrl.config import TrainConfig, apply_overrides, dotted_to_nested, split_config
+from reasonrl.errors import UserError
 from reasonrl.eval.runner import EvalConfig, evaluate
 from reasonrl.losses.anchors import guide_schedule, random_guide, sage_guide, token_guide
 from reasonrl.losses.corr import hidden_grad_norm, hidden_grad_norm_from_probs
@@ -17,6 +18,7 @@ from reasonrl.rollout import HFEngine, Rollouts, SamplingParams, filter_top_k_to
 from reasonrl.rollout.sampling import next_hidden_grad_norm
 from reasonrl.tasks import get_task
 from reasonrl.trainer import Trainer
+from reasonrl.validate import check_part
 
 
 def t(x):
@@ -101,12 +103,14 @@ def test_kl_term_with_the_token_guide_by_hand():
 
 
 def test_kl_part_options_validate_and_come_from_config():
-    with pytest.raises(ValueError, match="kl.guide"):
-        KL(guide="uniform")
-    with pytest.raises(ValueError, match="kl.norm"):
-        KL(guide="token", norm="median")
-    with pytest.raises(ValueError, match="pairs"):
-        KL(guide="token", schedule_upper=(0.3,))
+    with pytest.raises(UserError, match="'kl.guide' = 'uniform'"):
+        check_part(KL(guide="uniform"))
+    with pytest.raises(UserError, match="'kl.norm' = 'median'"):
+        check_part(KL(guide="token", norm="median"))
+    with pytest.raises(UserError, match=r"'kl.schedule_upper' = \(0.3,\) .* a pair"):
+        check_part(KL(guide="token", schedule_upper=(0.3,)))
+    with pytest.raises(UserError, match="'kl.guide' = 'token' .* with kl.estimator=k3"):
+        check_part(KL(guide="token", estimator="k1"))
     gen = torch.Generator().manual_seed(0)
     assert KL(coef=0.05, guide="branch").draws((2, 3), gen) == {} and KL(guide="token").draws((2, 3), gen) == {}
     assert set(KL(coef=0.05, guide="random").draws((2, 3), gen)) == {"uniform", "normal"}
@@ -144,6 +148,7 @@ def _sage_trainer(tiny_dir, run_dir, guide, log, micro=3, coef=0.05, lr=None):
 SCHEDULE = {"token": ("sage/alpha", [0.3, 0.2, 0.27, 0.185]), "random": ("sage/eps", [0.1, 0.05, 0.09, 0.045])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guide", ["token", "random"])
 def test_stochastic_guides_follow_their_schedule_and_survive_a_kill_and_resume(tiny_dir, tmp_path, guide):
     straight, resumed = [], []
@@ -167,6 +172,7 @@ def test_stochastic_guides_follow_their_schedule_and_survive_a_kill_and_resume(t
     assert [drop(m) for m in resumed] == [drop(m) for m in straight]
 
 
+@pytest.mark.slow
 def test_token_guide_noise_does_not_depend_on_the_micro_batch_split(tiny_dir):
     # the noise is drawn once per optimiser step for the whole batch, so 8 micro-batches of 1 row and 1 of
     # 8 see the same q; with lr 0 and policy = reference the KL gradient is 1 - q per token, nonzero
@@ -287,6 +293,7 @@ class SpyBonus(CorrBonus):
         return res
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("options", [{"grad_norm": "hidden"}, {"correct_only": True}], ids=["hidden", "correct_only"])
 def test_corr_po_variants_train_two_steps_and_log_corr_metrics(tiny_dir, tmp_path, options):
     spy = SpyBonus(**options)

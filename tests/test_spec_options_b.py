@@ -16,6 +16,8 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import get_task
 from reasonrl.trainer import Trainer
+from reasonrl.errors import UserError
+from reasonrl.validate import check_part
 
 from helpers import text_rollouts
 
@@ -174,6 +176,8 @@ class ScriptedEngine:
     """Round r answers prompt i of its call with a mixed group ([right, wrong, ...]) if
     ``script[r][i]``, else with a group all wrong (the filter drops it)."""
 
+    device = "cpu"
+
     class tok:
         pad_token_id = 0
 
@@ -249,8 +253,8 @@ def test_config_accepts_a_null_max_rounds():
     gf = apply_overrides(get_recipe("dapo"), over).group_filter
     assert gf.max_rounds is None and gf.round_limit == 100 and gf.metric == "accuracy"
     assert GroupFilter(max_rounds=4).round_limit == 4
-    with pytest.raises(ValueError, match="max_rounds_cap >= 1"):
-        GroupFilter(max_rounds=None, max_rounds_cap=0)
+    with pytest.raises(UserError, match="'group_filter.max_rounds_cap' = 0 is out of range: must be >= 1"):
+        check_part(GroupFilter(max_rounds=None, max_rounds_cap=0))
 
 
 # ------------------------------------------------------------------ VSPO: intensities and prompt steering
@@ -262,8 +266,8 @@ def test_annealed_alpha_max_by_hand():
     assert [annealed_alpha_max(4.0, "linear", s, 5) for s in range(5)] == [4.0, 3.0, 2.0, 1.0, 0.0]
     assert [annealed_alpha_max(4.0, "cosine", s, 5) for s in range(5)] == pytest.approx(
         [4.0, 3.4142136, 2.0, 0.5857864, 0.0], abs=1e-6)
-    with pytest.raises(ValueError, match="anneal"):
-        Steering(positive=("a",), negative=("b",), anneal="exp")
+    with pytest.raises(UserError, match="'steering.anneal' = 'exp'"):
+        check_part(Steering(positive=("a",), negative=("b",), anneal="exp"))
 
 
 def test_uniform_intensities_are_a_seeded_draw_with_sample_zero_unsteered():

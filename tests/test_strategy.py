@@ -34,7 +34,7 @@ class Spy:
     seen: list = dataclasses.field(default_factory=list)
 
     def shape_advantages(self, adv, ctx):
-        self.seen.append((ctx["contexts"].clone(), ctx["kinds"].clone()))
+        self.seen.append((ctx.contexts.clone(), ctx.kinds.clone()))
         return adv, {"spy/calls": 1.0}
 
 
@@ -43,7 +43,7 @@ def test_a_recipe_may_have_one_strategy_only():
     with pytest.raises(ValueError, match="one rollout strategy.*Steering, BeamSampling"):
         dataclasses.replace(get_recipe("grpo"), steering=st, beam=BeamSampling())
     assert isinstance(get_recipe("grpo").strategy, PlainSampling)
-    assert get_recipe("grpo").rounds == ()
+    assert get_recipe("grpo").rounds == []
 
 
 def test_the_batch_maker_calls_the_strategy_and_shapers_see_its_contexts():
@@ -65,19 +65,20 @@ def test_the_batch_maker_calls_the_strategy_and_shapers_see_its_contexts():
 class Corrections:
     """A round: one extra group per first-round group that has a wrong answer, with advantages
     preset on row 0 (NaN elsewhere: the estimator's), weight 2 on every row, the loss on the
-    second completion token onwards, and a counter kept in the maker's state."""
+    second completion token onwards, and a counter kept in the part's state."""
 
-    def extend(self, maker, batch):
+    def extend(self, ctx):
+        batch = ctx.batch
         G = batch.rewards.shape[1]
         picked = [i for i in range(len(batch.items)) if batch.correct[i].min() == 0]
-        maker.state["calls"] = maker.state.get("calls", 0) + 1
+        ctx.state["calls"] = ctx.state.get("calls", 0) + 1
         if not picked:
             return Groups([], None, None, None, metrics={"fix/groups": 0.0})
         items = [batch.items[i] for i in picked]
-        ro = maker.generate(items, [it.prompt for it in items], tag="fix", first=0)
+        ro = ctx.sample(items, [it.prompt for it in items], tag="fix", first=0)
         ro.train_mask = ro.completion_mask.clone()
         ro.train_mask[:, 0] = 0
-        rewards, correct, _ = maker.reward(items, ro)
+        rewards, correct, _ = ctx.reward(items, ro)
         preset = torch.full((len(items), G), float("nan"))
         preset[:, 0] = 5.0
         return Groups(items, ro, rewards, correct, preset=preset, weight=torch.full((len(items) * G,), 2.0),
@@ -91,7 +92,7 @@ def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():
     b = bm.make(6)
     first = [i for i, it in enumerate(b.items[:6]) if kind(it.prompt) != 0]  # groups with a wrong answer
     assert b.kinds.tolist() == [0] * 6 + [1] * len(first) and b.metrics["fix/groups"] == len(first)
-    assert bm.state == {"calls": 1}
+    assert bm.parts.state("fix0") == {"calls": 1}
     G = 4
     for g in range(6, 6 + len(first)):
         rows = slice(g * G, (g + 1) * G)
@@ -106,11 +107,11 @@ def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():
 
 
 def _with_rounds(recipe, rounds):
-    """A recipe whose ``rounds`` are the given objects (a subclass adds the property)."""
+    """A recipe whose ``rounds`` are the given objects, keyed fix0, fix1, ... (a subclass adds the property)."""
     class WithRounds(type(recipe)):
         @property
         def rounds(self):
-            return rounds
+            return [(f"fix{i}", r) for i, r in enumerate(rounds)]
     fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}
     return WithRounds(**fields)
 

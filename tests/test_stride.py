@@ -18,6 +18,8 @@ from reasonrl.rollout import HFEngine, Rollouts, SamplingParams
 from reasonrl.rollout.branch import _suffix_mask, branch, char_to_token, token_char_offsets
 from reasonrl.run import train_run
 from reasonrl.tasks import get_task, guidance
+from reasonrl.errors import UserError
+from reasonrl.validate import check_part
 
 PROMPT = "55+187=?\n"
 RIGHT = "5+7+0=12,5+8+1=14,0+1+1=2\nA:242"  # the demonstration: 4 steps (3 columns + the answer line)
@@ -72,10 +74,10 @@ def test_suffix_is_weight_by_hand():
 
 
 def test_redirect_checks_its_knobs():
-    with pytest.raises(ValueError, match="critic"):
-        Redirect(critic="oracle")
-    with pytest.raises(ValueError, match="{critique}"):
-        Redirect(template="no slot")
+    with pytest.raises(UserError, match="'redirect.critic' = 'oracle'"):
+        check_part(Redirect(critic="oracle"))
+    with pytest.raises(UserError, match="'redirect.template' = 'no slot' .* {critique}"):
+        check_part(Redirect(template="no slot"))
 
 
 # ------------------------------------------------------------------ branch with a critique context
@@ -129,7 +131,7 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     recipe = dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect)
     maker = BatchMaker(task, recipe, HFEngine(model, tok), task.max_new_tokens, seed=0)
     batch = _batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2.replace("A:252", "A:25")], [1, 0, 1, 0], 4)
-    g = redirect.extend(maker, batch)
+    g = redirect.extend(maker.round_context("redirect", batch, 1))
     # two failed rows, both wrong at step 2 -> 2 redirections x n_r = 2 rows = one group of G = 4
     assert len(g.items) == 1 and g.items[0] is item and len(g.ro.texts) == 4
     assert g.metrics["stride/redirects"] == 2 and g.metrics["stride/unparsed"] == 0 and g.metrics["stride/dropped"] == 0
@@ -154,10 +156,10 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     torch.testing.assert_close(g.weight, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(g.ro.logprobs[suffix], plain[suffix], atol=1e-5, rtol=0)  # ratio 1 at the first pass
     # ratio=False: weight lambda_r only; a group size n_r does not divide is refused
-    off = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker, batch)
+    off = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker.round_context("redirect", batch, 1))
     assert off.weight.tolist() == [0.5] * 4
-    with pytest.raises(ValueError, match="n_r=3 must divide group_size=4"):
-        Redirect(n_r=3).extend(maker, batch)
+    with pytest.raises(UserError, match=r"'redirect.n_r' = 3 .* a divisor of group_size = 4"):
+        check_part(Redirect(n_r=3), recipe)
 
 
 # ------------------------------------------------------------------ end to end

@@ -8,14 +8,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import text_rollouts
+from helpers import round_context, text_rollouts
 from reasonrl.batch import Batch
+from reasonrl.errors import UserError
 from reasonrl.data.refine_replay import (extra_group_counts, pick_replay_row, pop_refine, push_refine,
                                          refine_candidates)
 from reasonrl.parts import RefineReplay
 from reasonrl.parts.correction import correction_prompt
 from reasonrl.parts.su01 import DEFAULT_TEMPLATE
 from reasonrl.tasks import ArithmeticTask
+from reasonrl.validate import check_part, check_run
 
 G = 4
 TASK = ArithmeticTask()
@@ -101,6 +103,11 @@ class FakeMaker:
                            for i, it in enumerate(items) for t in ro.texts[i * G:(i + 1) * G]])
         return ok.view(-1, G).clone(), ok.view(-1, G), {}
 
+    def ctx(self, batch):
+        """The round's context: scripted sampling and reward, the part's state, the task position."""
+        return round_context(batch, task=TASK, sample=self.generate, reward=self.reward, state=self.state,
+                             seed=self.seed, position=self.items_drawn, tok=self.engine.tok, group_size=G)
+
 
 def _batch(items, texts, logp=0.0):
     ro = text_rollouts([it.prompt for it in items], [t for g in texts for t in g], G)
@@ -121,9 +128,9 @@ B2 = _batch([item(5, 5), item(1, 2), item(2, 2), item(4, 4)],
 
 def test_first_batch_fills_the_buffers_and_adds_nothing():
     maker = FakeMaker()
-    g = RefineReplay().extend(maker, B1)
+    g = RefineReplay().extend(maker.ctx(B1))
     assert g.items == [] and maker.calls == []
-    st = maker.state["su01"]
+    st = maker.state
     # 3 wrong samples of 1+1 and 4 of 3+3; successes of 1+1 and 2+3 (4+5 solved by all, 3+3 by none)
     assert [(e["key"], e["attempt"]) for e in st["refine"]] == [("1+1", "A:3")] * 3 + [("3+3", f"A:{i}") for i in range(1, 5)]
     assert list(st["replay"]) == ["1+1", "2+3"] and st["replay"]["1+1"]["row"].texts == ["A:2"]
@@ -133,8 +140,8 @@ def test_first_batch_fills_the_buffers_and_adds_nothing():
 
 def test_later_batch_gets_refine_and_replay_groups():
     maker, part = FakeMaker(), RefineReplay()
-    part.extend(maker, B1)
-    g = part.extend(maker, B2)
+    part.extend(maker.ctx(B1))
+    g = part.extend(maker.ctx(B2))
     # 4 ordinary groups -> (1 refine, 2 replay). Refine: the newest wrong answer, 3+3's "A:4"
     refine_call = [c for c in maker.calls if c[2] == "su01-refine"]
     assert refine_call == [(["3+3"], [correction_prompt(DEFAULT_TEMPLATE, "3+3=?\n", "A:4")], "su01-refine", 4, None)]
@@ -154,7 +161,7 @@ def test_later_batch_gets_refine_and_replay_groups():
     assert m["su01/replay_retired"] == 1.0 and m["su01/replay_dropped_zero_std"] == 1.0
     assert m["su01/refine_accuracy"] == 0.75 and m["su01/replay_fresh_accuracy"] == pytest.approx(5 / 6)
     # 3+3 had its one attempt: its other samples left; 1+1's three wait. Replay: 1+1 and batch 2's four
-    st = maker.state["su01"]
+    st = maker.state
     assert m["su01/refine_buffer"] == 3 and st["refined"] == {"3+3": True}
     assert list(st["replay"]) == ["1+1", "5+5", "1+2", "2+2", "4+4"] and m["su01/replay_buffer"] == 5
 
@@ -163,15 +170,15 @@ def test_refine_samples_are_never_collected():
     # the round's own groups (kind 1) are skipped: only ordinary groups feed the buffers
     maker = FakeMaker()
     b = dataclasses.replace(B1, kinds=torch.tensor([1, 1, 1, 0]))
-    RefineReplay().extend(maker, b)
-    assert [e["key"] for e in maker.state["su01"]["refine"]] == ["3+3"] * 4 and maker.state["su01"]["replay"] == {}
+    RefineReplay().extend(maker.ctx(b))
+    assert [e["key"] for e in maker.state["refine"]] == ["3+3"] * 4 and maker.state["replay"] == {}
 
 
 def test_bad_settings_are_refused():
-    with pytest.raises(ValueError, match="refine_share"):
-        RefineReplay(refine_share=0.6, replay_share=0.5)
-    with pytest.raises(ValueError, match="template"):
-        RefineReplay(template="{prompt} only")
+    with pytest.raises(UserError, match=r"'refine_replay.replay_share' = 0.5 .* \[0, 1 - refine_replay.refine_share\)"):
+        check_part(RefineReplay(refine_share=0.6, replay_share=0.5))
+    with pytest.raises(UserError, match="'refine_replay.template' = '{prompt} only'"):
+        check_part(RefineReplay(template="{prompt} only"))
 
 
 # ------------------------------------------------------------------ the recipe, 3 steps on the shipped base
@@ -216,30 +223,29 @@ def test_su01_trains_three_steps_and_checkpoints_its_buffers(tmp_path, monkeypat
     assert any(r["su01/refine_groups"] + r["su01/replay_groups"] > 0 for r in rows[1:])
     # the checkpoint after step 3 holds the buffers the last step left, keyed by item key
     state = torch.load(tmp_path / "a" / "checkpoints" / "step-000003" / "trainer_state.pt", weights_only=False)["state"]
-    su = state["rounds"]["su01"]
+    su = state["parts"]["refine_replay"]
     assert len(su["refine"]) == rows[2]["su01/refine_buffer"] and len(su["replay"]) == rows[2]["su01/replay_buffer"]
     assert all(k == v["item"].key for k, v in su["replay"].items())
 
 
 def test_buffers_survive_a_checkpoint_round_trip():
-    # the trainer saves maker.state with torch.save and loads it with torch.load(weights_only=False): a maker
+    # the trainer saves the part state with torch.save and loads it with torch.load(weights_only=False): a maker
     # restored from the saved state after batch 1 makes the same batch-2 groups as the one that went on
     import io
 
     straight, resumed, part = FakeMaker(), FakeMaker(), RefineReplay()
-    part.extend(straight, B1)
+    part.extend(straight.ctx(B1))
     blob = io.BytesIO()
     torch.save(straight.state, blob)
     blob.seek(0)
     resumed.state = torch.load(blob, weights_only=False)
-    a, b = part.extend(straight, B2), part.extend(resumed, B2)
+    a, b = part.extend(straight.ctx(B2)), part.extend(resumed.ctx(B2))
     assert [it.key for it in a.items] == [it.key for it in b.items] and a.ro.texts == b.ro.texts
     assert torch.equal(a.ro.logprobs, b.ro.logprobs) and a.metrics == b.metrics
 
 
 def test_dotted_keys_change_and_turn_off_the_round():
-    from reasonrl.config import apply_overrides, split_config
-    from reasonrl.errors import UserError
+    from reasonrl.config import TrainConfig, apply_overrides, split_config
     from reasonrl.recipes import get_recipe
 
     _, over = split_config({"refine_replay": {"refine_share": 0.1, "capacity": 8}})
@@ -247,5 +253,5 @@ def test_dotted_keys_change_and_turn_off_the_round():
     assert (r.refine_replay.refine_share, r.refine_replay.replay_share, r.refine_replay.capacity) == (0.1, 0.25, 8)
     _, off = split_config({"refine_replay": None})
     assert apply_overrides(get_recipe("su01"), off).refine_replay is None
-    with pytest.raises(UserError, match="refine_replay"):
-        apply_overrides(get_recipe("su01"), split_config({"refine_replay": {"refine_share": 0.9}})[1])
+    with pytest.raises(UserError, match=r"'refine_replay.replay_share' = 0.25 .* 1 - refine_replay.refine_share"):
+        check_run(TrainConfig(), apply_overrides(get_recipe("su01"), split_config({"refine_replay": {"refine_share": 0.9}})[1]))

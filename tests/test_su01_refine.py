@@ -4,8 +4,9 @@ import pytest
 
 from helpers import text_rollouts
 from reasonrl.eval.refine import (REFINE_TEMPLATE, VERIFY_TEMPLATE, FormatVerifier, OracleVerifier, SelfVerifier,
-                                  accepts, fill, refine_loop, refine_summary)
+                                  accepts, refine_loop, refine_summary)
 from reasonrl.tasks import ArithmeticTask
+from reasonrl.text import fill_slots
 
 TASK = ArithmeticTask()
 ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3), (4, 5))]  # answers 2, 5, 9
@@ -37,9 +38,9 @@ def test_accepts_reads_the_first_word():
 
 
 def test_fill_leaves_braces_inside_the_texts():
-    assert fill("{prompt}|{attempt}|{report}", prompt="p", attempt="{report}", report="r") == "p|{report}|r"
-    assert fill(REFINE_TEMPLATE, prompt="1+1=?\n", attempt="A:3", report="no").endswith("1+1=?\n")
-    assert "A:3" in fill(VERIFY_TEMPLATE, prompt="1+1=?\n", attempt="A:3")
+    assert fill_slots("{prompt}|{attempt}|{report}", prompt="p", attempt="{report}", report="r") == "p|{report}|r"
+    assert fill_slots(REFINE_TEMPLATE, prompt="1+1=?\n", attempt="A:3", report="no").endswith("1+1=?\n")
+    assert "A:3" in fill_slots(VERIFY_TEMPLATE, prompt="1+1=?\n", attempt="A:3")
 
 
 def test_oracle_loop_refines_until_right_or_out_of_rounds():
@@ -80,7 +81,7 @@ def test_self_verifier_report_reaches_the_refine_prompt():
 
     eng.generate = spy
     refine_loop(eng, TASK, ITEMS[:1], FIRST[:1], 1, SelfVerifier(), budget=16)
-    assert seen[1] == fill(REFINE_TEMPLATE, prompt="1+1=?\n", attempt="A:3", report="no, step 1")
+    assert seen[1] == fill_slots(REFINE_TEMPLATE, prompt="1+1=?\n", attempt="A:3", report="no, step 1")
 
 
 def test_format_verifier_rejects_only_unreadable_answers_and_zero_rounds_change_nothing():

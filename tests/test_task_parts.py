@@ -1,14 +1,17 @@
 """Parts for task-bound methods: SAPO's step credit, CodeThinker's beam sampler, the task-reward weight."""
+import dataclasses
 import random
 
 import pytest
 import torch
 
-from helpers import text_rollouts
+from helpers import batch_context, text_rollouts
+from reasonrl.errors import UserError
 from reasonrl.rollout.beam import beam_rollout, pick_branches
 from reasonrl.parts import BeamSampling, StepCredit
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import Item
+from reasonrl.validate import check_part
 
 
 class LineSteps:
@@ -34,7 +37,7 @@ def _ctx(texts, G, target):
     ro = text_rollouts(["p"] * (len(texts) // G), texts, G)
     items = [Item(key=str(i), prompt="p", answer="", meta={"target": target}) for i in range(len(texts) // G)]
     offsets = lambda r: [(i, i + 1) for i in range(len(texts[r]))]  # noqa: E731 - one character per token
-    return {"task": LineSteps(), "rollouts": ro, "items": items, "char_offsets": offsets}
+    return batch_context(task=LineSteps(), rollouts=ro, items=items, char_offsets=offsets)
 
 
 def test_step_credit_gives_each_step_its_own_group_advantage():
@@ -61,8 +64,7 @@ def test_step_credit_outcome_option_and_a_missing_step():
 
 
 def test_step_credit_needs_a_segmenting_task():
-    ctx = _ctx(["a"], 1, ["a"])
-    ctx["task"] = type("Plain", (), {"name": "plain"})()
+    ctx = dataclasses.replace(_ctx(["a"], 1, ["a"]), task=type("Plain", (), {"name": "plain"})())
     with pytest.raises(ValueError, match="step_rewards"):
         StepCredit()(torch.zeros(1, 1), ctx)
 
@@ -74,8 +76,8 @@ def test_beam_plan_and_branch_choice_by_hand():
     # scores [.2, .9, .5, .9]: the two best are samples 1 and 3 (a tie goes to the earlier), round-robin
     assert pick_branches([0.2, 0.9, 0.5, 0.9], 4, 2) == [1, 3, 1, 3]
     assert pick_branches([0.2, 0.9, 0.5], 3, 5) == [1, 2, 0]
-    with pytest.raises(ValueError):
-        BeamSampling(first_frac=0.0)
+    with pytest.raises(UserError, match="'beam.first_frac' = 0.0"):
+        check_part(BeamSampling(first_frac=0.0))
 
 
 class CutAtTwo:

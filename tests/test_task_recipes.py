@@ -73,6 +73,7 @@ ACTED = {"tempo": _tempo_acted, "sspo": _sspo_acted, "vspo": _vspo_acted, "codet
          "sapo": _sapo_acted}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
     task, options, keys = CASES[name]
@@ -93,6 +94,7 @@ def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
     assert math.isfinite(summary["after"]["pass@1"])
 
 
+@pytest.mark.slow
 def test_a_task_diagnostic_reaches_the_evaluation_summary(tiny_dir, tmp_path):
     # the temporal task reports the leak rate of greedy held-out outputs beside pass@1, for any recipe
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), task="temporal", steps=1, prompts_per_step=2,
@@ -101,6 +103,7 @@ def test_a_task_diagnostic_reaches_the_evaluation_summary(tiny_dir, tmp_path):
     assert 0.0 <= summary["before"]["leak_rate"] <= 1.0 and "leak_frac" in summary["after"]
 
 
+@pytest.mark.slow
 def test_a_zero_task_weight_leaves_only_the_method_reward(tiny_dir, tmp_path):
     # tempo's reward replaces the verifier's: reward/mean must equal the TEMPO reward's own mean
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="tempo", task="temporal", steps=1,

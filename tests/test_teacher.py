@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from helpers import batch_context, loss_context
 from reasonrl.config import TrainConfig, apply_overrides, split_config
 from reasonrl.distill import score_under_context
 from reasonrl.distill.teacher import (BUILTIN, check_vocab, clear_teachers, get_teacher, resolve_teacher_path,
@@ -15,9 +16,10 @@ from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
 from reasonrl.models.scoring import score_completions
 from reasonrl.parts import KDRL, RKLOPD, TGPO, Teacher
+from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
 from reasonrl.run import train_run
-from reasonrl.validate import check_run
+from reasonrl.validate import check_part, check_run
 
 from test_selfteach import make_rollouts
 
@@ -132,6 +134,7 @@ def test_teacher_paths_fail_before_loading(tmp_path, monkeypatch):
         resolve_teacher_path(BUILTIN)
 
 
+@pytest.mark.slow
 def test_builtin_teacher_is_shipped_and_stronger_than_the_base():
     """docs/teacher.md: the built-in teacher ships with the package, shares the base's vocabulary and
     beats it on held-out problems (measured on 500: 1.000 vs 0.420; here the first 60, greedy, so
@@ -158,7 +161,7 @@ def _batch(tok, teacher_logp, argmax, behaviour):
     ro = make_rollouts(tok, ["1+1=?\n"] * 2, ["A:2", "A:"], logprobs=behaviour)
     b = Batch(items=[None], ro=ro, rewards=torch.tensor([[1.0, 0.0]]), correct=torch.tensor([[1.0, 0.0]]),
               loss_mask=ro.completion_mask.clone())
-    b.teacher.update(logprobs=teacher_logp, argmax=argmax)
+    b.channel("teacher").rows.update(logprobs=teacher_logp, argmax=argmax)  # what the teacher part's score_batch fills
     return b
 
 
@@ -169,7 +172,7 @@ def test_rkl_opd_shaper_by_hand():
     beh = torch.tensor([[-1.0, -1.0, -2.0], [-0.5, -0.5, 0.0]])
     tea = torch.tensor([[-0.5, -2.0, -2.0], [-0.5, -1.5, 0.0]])
     b = _batch(tok, tea, torch.zeros(2, 3, dtype=torch.long), beh)
-    ctx = {"teacher": b.teacher, "rollouts": b.ro}
+    ctx = batch_context(channels=b.parts, rollouts=b.ro)
     out, m = RKLOPD().shape_advantages(torch.tensor([[0.7071, -0.7071]]), ctx)
     # log pi_T - log pi_old on the 5 real tokens: [0.5, -1, 0], [0, -1]; row 1's third is padding
     torch.testing.assert_close(out[0], torch.tensor([[0.5, -1.0, 0.0], [0.0, -1.0, 0.0]]))
@@ -183,20 +186,21 @@ def test_tgpo_adv_shaper_and_reg_term_by_hand():
 
     tok = build_char_tokenizer()
     b = _batch(tok, torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3))
-    b.teacher["old_logp_at_argmax"] = torch.log(torch.tensor([[0.5, 1.0, 0.25], [0.5, 0.5, 0.9]]))
+    own = Channel(rows={"old_logp_at_argmax": torch.log(torch.tensor([[0.5, 1.0, 0.25], [0.5, 0.5, 0.9]]))})
     # step 51 (ctx step 50, 0-based): lambda = 0.02 - 50e-4 = 0.015; bonus 0.015 p
     out, m = TGPO(variant="adv").shape_advantages(torch.tensor([[1.0, -1.0]]),
-                                                  {"teacher": b.teacher, "rollouts": b.ro, "step": 50})
+                                                  batch_context(channels=b.parts, data=own, rollouts=b.ro, step=50))
     torch.testing.assert_close(out[0], torch.tensor([[1.0075, 1.015, 1.00375], [-0.9925, -0.9925, 0.0]]))
     assert m["teacher/tgpo_coef"] == pytest.approx(0.015)
     # reg at training step 101: lambda 0.001; -l^T = log 2 on 4 tokens over n_tokens 4 -> 0.001 log 2
-    loss, m = TGPO().loss_term(extra_logp=torch.full((2, 2), math.log(0.5)), mask=torch.ones(2, 2), train_step=101,
-                               logp=torch.zeros(2, 2), agg="token-mean", norm_len=10, n_tokens=4, n_seqs=2)
+    loss, m = TGPO().loss_term(loss_context(extra_logp=torch.full((2, 2), math.log(0.5)), mask=torch.ones(2, 2),
+                                            train_step=101, logp=torch.zeros(2, 2), batch=b, rows=torch.arange(2),
+                                            agg="token-mean", norm_len=10, n_tokens=4, n_seqs=2))
     assert float(loss) == pytest.approx(0.001 * math.log(2)) and m["teacher/tgpo_coef"] == pytest.approx(0.001)
-    assert TGPO(variant="adv").loss_term(mask=None, train_step=1, logp=torch.zeros(1))[1] == {}
+    assert TGPO(variant="adv").loss_term(loss_context(logp=torch.zeros(1), batch=b, rows=torch.arange(1)))[1] == {}
     assert TGPO(variant="adv").coef_at(1) == 0.02 and TGPO(coef=0.1).coef_at(1) == 0.1
-    with pytest.raises(ValueError, match="variant"):
-        TGPO(variant="both")
+    with pytest.raises(UserError, match="'tgpo.variant' = 'both'"):
+        check_part(TGPO(variant="both"), get_recipe("tgpo"))
 
 
 def test_kdrl_term_reads_the_batch_rows():
@@ -206,13 +210,14 @@ def test_kdrl_term_reads_the_batch_rows():
     b = _batch(tok, torch.tensor([[-2.0, -1.0, 0.0], [-1.0, -3.0, 0.0]]), torch.zeros(2, 3, dtype=torch.long),
                torch.zeros(2, 3))
     # row 1 only, its 2 tokens: student -1, -1 vs teacher -1, -3 -> k2 = 0, 2; token-mean over 2 -> 1; beta 0.5
-    loss, m = KDRL(coef=0.5).loss_term(logp=torch.tensor([[-1.0, -1.0]]), mask=torch.ones(1, 2), batch=b,
-                                       rows=torch.tensor([1]), agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1)
+    loss, m = KDRL(coef=0.5).loss_term(loss_context(logp=torch.tensor([[-1.0, -1.0]]), mask=torch.ones(1, 2), batch=b,
+                                                    rows=torch.tensor([1]), agg="token-mean", norm_len=1, n_tokens=2,
+                                                    n_seqs=1))
     assert float(loss) == pytest.approx(0.5) and m["teacher/kdrl_kl"] == pytest.approx(1.0)
-    b.teacher.clear()
+    b.parts.clear()
     with pytest.raises(UserError, match="teacher.model"):
-        KDRL().loss_term(logp=torch.zeros(1, 2), mask=torch.ones(1, 2), batch=b, rows=torch.tensor([1]),
-                         agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1)
+        KDRL().loss_term(loss_context(logp=torch.zeros(1, 2), mask=torch.ones(1, 2), batch=b, rows=torch.tensor([1]),
+                                      agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1))
 
 
 def test_config_keys_and_validation(fresh_dir):
@@ -247,6 +252,7 @@ def _run(name, student_dir, tmp_path, **over):
     return rows
 
 
+@pytest.mark.slow
 def test_tgpo_trains_end_to_end(fresh_dir, tmp_path):
     rows = _run("tgpo", fresh_dir, tmp_path, tgpo=TGPO(coef=0.5, decay=0.1))
     # lambda_k = 0.5 - 0.1 (k - 1): 0.5, 0.4, 0.3, one per training step
@@ -256,12 +262,14 @@ def test_tgpo_trains_end_to_end(fresh_dir, tmp_path):
         assert r["teacher/tgpo_term"] == pytest.approx(r["teacher/tgpo_coef"] * r["teacher/tgpo_nll"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_tgpo_adv_trains_end_to_end(fresh_dir, tmp_path):
     rows = _run("tgpo_adv", fresh_dir, tmp_path)
     assert [r["teacher/tgpo_coef"] for r in rows] == pytest.approx([0.02, 0.0199, 0.0198])
     assert all(0 < r["teacher/tgpo_prob"] < 1 and "teacher/tgpo_term" not in r for r in rows)
 
 
+@pytest.mark.slow
 def test_rkl_opd_and_kdrl_train_end_to_end(fresh_dir, tmp_path):
     rows = _run("rkl_opd", fresh_dir, tmp_path / "rkl")
     # teacher = the student's initial weights: at step 1 pi_old = pi_T up to the sampling temperature's

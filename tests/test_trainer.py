@@ -23,6 +23,7 @@ def small_recipe(name="grpo", **changes):
     return dataclasses.replace(get_recipe(name), group_size=4, **changes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo"])
 def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_path):
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, **SMALL)
@@ -132,6 +133,7 @@ def _corr_acted(rows):
     assert any(r["corr/frac_defined"] > 0 for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo", "sage", "corr_po"])
 def test_every_objective_recipe_runs_end_to_end(name, tiny_dir, tmp_path):
     # one-digit sums: the tiny model gets some right, so groups vary and the parts have rows to act on
@@ -258,6 +260,7 @@ def _staged(tiny_dir, run_dir, steps=8, log=None):
     return tr, calls
 
 
+@pytest.mark.slow
 def test_stages_generate_once_per_stage_and_reuse_stored_behaviour_logprobs(tiny_dir, tmp_path):
     # Mu-GRPO spec: 8 steps in K=4 stages -> generation is called exactly 4 times, each time for the
     # 2 steps x 2 prompts of its stage; inside a stage the old log-probs are the stored ones, so the
@@ -273,6 +276,7 @@ def test_stages_generate_once_per_stage_and_reuse_stored_behaviour_logprobs(tiny
     assert all("veto/frac_tokens" in m and m["update/rows_skipped_frac"] == 0 for m in logged)
 
 
+@pytest.mark.slow
 def test_a_stage_buffer_survives_a_resume(tiny_dir, tmp_path):
     straight, resumed = [], []
     tr, _ = _staged(tiny_dir, tmp_path / "a", log=straight.append)
@@ -302,6 +306,7 @@ def _grads_after_one_step(tiny_dir, micro: int, agg: str, skip: bool = True, zer
     return [p.grad.clone() for p in model.parameters()], out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"])
 def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, agg):
     # 2 prompts x 4 samples = 8 rows; the loss is normalised by the global token / sequence count, so
@@ -312,6 +317,7 @@ def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, agg):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_skipping_zero_advantage_rows_is_exact(tiny_dir, agg):
     # rows 0-3 (one whole group) get A = 0: skipping their forward/backward must not change the
@@ -351,6 +357,7 @@ def spread(adv, ctx):
     return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
 
 
+@pytest.mark.slow
 def test_nonfinite_steps_are_skipped_counted_then_stop_with_a_checkpoint(tiny_dir, tmp_path):
     model, tok = load_model(tiny_dir)
     cfg = TrainConfig(model=str(tiny_dir), steps=8, prompts_per_step=2, eval_every=0, save_every=0, max_nonfinite=3)
@@ -368,6 +375,7 @@ def test_nonfinite_steps_are_skipped_counted_then_stop_with_a_checkpoint(tiny_di
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
+@pytest.mark.slow
 def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(tiny_dir, tmp_path, monkeypatch):
     from reasonrl import checkpoint
 
@@ -427,6 +435,7 @@ def test_config_values_are_coerced_to_the_field_types():
         split_config({"steps": "2.5"})
 
 
+@pytest.mark.slow
 def test_runs_of_different_seeds_are_evaluated_on_the_same_held_out_problems(tiny_dir, tmp_path):
     # compare's p-values assume one held-out set: the training seed must not pick the eval problems
     before = []

@@ -77,6 +77,7 @@ OTHER_TERMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("term", sorted(OTHER_TERMS))
 def test_zero_advantage_rows_are_kept_when_another_term_has_a_gradient(tiny_dir, term):
     # with every A = 0 the policy loss has no gradient, but a KL, entropy or auxiliary term does: skipping
@@ -106,7 +107,8 @@ MICRO_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(MICRO_CASES))
+@pytest.mark.parametrize("case", [c if c == "gspo_sequence_ratio" else pytest.param(c, marks=pytest.mark.slow)
+                                  for c in sorted(MICRO_CASES)])  # one case in the default tier
 def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, case):
     # every term is normalised by the minibatch's global token / sequence counts and micro-batches only
     # trim padding, so accumulating 8 micro-batches of 1 row gives the gradient of 1 micro-batch of 8

@@ -17,13 +17,15 @@ import pytest
 import torch
 
 from reasonrl import cli
-from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.config import DataOpts, Lora, TrainConfig, apply_overrides, split_config
+from reasonrl.data.lze import LZE
 from reasonrl.errors import MissingPathError, UserError
 from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, D2Evo, Drafts, GroupFilter, HintSampling,
                             Redirect, RefineReplay, Sampling, Stages, Steering, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
-from reasonrl.validate import RULES, check_run, group_relative, problems, range_problems
+from reasonrl.advantages import group_relative
+from reasonrl.validate import RULES, check_run, problems, range_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_EXCEPTION = re.compile(r"Traceback|\b[A-Z]\w*(Error|Exception)\b")  # ValueError, KeyError, UnboundLocalError, ...
@@ -41,7 +43,7 @@ CASES = [
     (REAL, "optim.lr=-1", ["train", "optim.lr=-1"], ["'optim.lr' = -1.0", "> 0"]),
     (REAL, "optim.lr=fast", ["train", "optim.lr=fast"], ["'optim.lr' must be a number", "'fast'"]),
     (REAL, "sampling.top_p=1.5", ["train", "sampling.top_p=1.5"], ["'sampling.top_p' = 1.5", "(0, 1]"]),
-    ("stages.count=0", ["train", "stages.count=0"], ["stages.count=0", ">= 1"]),
+    ("stages.count=0", ["train", "stages.count=0"], ["'stages.count' = 0", ">= 1"]),
     ("wrong types", ["train", "mask_truncated=maybe", "steps=1.5"],
      ["'mask_truncated' must be true or false", "'steps' must be an integer"]),
     (REAL, "key typo", ["train", "optim.lrr=1e-5"], ["'optim.lrr'", "did you mean 'optim.lr'"]),
@@ -96,8 +98,8 @@ def run_cli(*args, cwd, env_extra=None, code=None):
     return subprocess.run([*cmd, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def _case(row):
-    return pytest.param(*row[-2:], id=row[-3])
+def _case(row, slow: bool = False):
+    return pytest.param(*row[-2:], id=row[-3], marks=pytest.mark.slow if slow else ())
 
 
 def check_message(code, stdout: str, stderr: str, needles, folder: Path) -> None:
@@ -110,7 +112,8 @@ def check_message(code, stdout: str, stderr: str, needles, folder: Path) -> None
     assert list(folder.iterdir()) == []  # refused before any run folder or file was written
 
 
-@pytest.mark.parametrize("argv,needles", [_case(c) for c in CASES if c[0] == REAL])
+# a new process per case (~5 s each to import the stack): two in the default tier, every case in the slow one
+@pytest.mark.parametrize("argv,needles", [_case(c, slow=i >= 2) for i, c in enumerate(c for c in CASES if c[0] == REAL)])
 def test_a_user_error_is_one_short_message_on_the_command_line(argv, needles, data_dir, tmp_path):
     proc = run_cli(*[a.format(d=data_dir) for a in argv], cwd=tmp_path)
     check_message(proc.returncode, proc.stdout, proc.stderr, needles, tmp_path)
@@ -138,7 +141,7 @@ def test_a_bug_keeps_its_traceback(tmp_path):
     assert "Traceback" in proc.stderr and len(proc.stderr.splitlines()) > 6
 
 
-@pytest.mark.parametrize("how", ["--debug", "REASONRL_DEBUG=1"])
+@pytest.mark.parametrize("how", ["--debug", pytest.param("REASONRL_DEBUG=1", marks=pytest.mark.slow)])
 def test_debug_shows_the_traceback_of_a_user_error(how, tmp_path):
     args = ["--debug", "train", "group_size=0"] if how == "--debug" else ["train", "group_size=0"]
     proc = run_cli(*args, cwd=tmp_path, env_extra={"REASONRL_DEBUG": "1"} if how != "--debug" else None)
@@ -170,7 +173,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
     """(run config, recipe) with one knob set, bypassing the parts' own checks (frozen dataclasses
     are set in place on fresh copies) so that check_run alone decides."""
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
-    optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(),
+    optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(), "selector": LZE(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
                 "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts(), "d2evo": D2Evo()}
@@ -181,6 +184,7 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
         optional.update(teacher=Teacher(model="tiny:tiny"), **{k: v for k, v in TEACHER_PARTS.items()
                                                                if key.startswith(k + ".")})
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
+    cfg = with_needs(cfg, recipe)  # what the part needs of the run (a pool, adapters), so only `key` is judged
     head, *rest = key.split(".")
     if not rest:
         if hasattr(cfg, head):
@@ -201,6 +205,13 @@ def with_value(key: str, value, recipe_name: str = "grpo"):
 
 
 TEACHER_PARTS = {"tgpo": TGPO(), "rkl_opd": RKLOPD(), "kdrl": KDRL()}
+
+
+def with_needs(cfg: TrainConfig, recipe) -> TrainConfig:
+    """``cfg`` with the recipe's own run defaults (a finite pool for a selector, LoRA for adapter parts)."""
+    pool = dict(recipe.run_defaults).get("data.pool", 16 if "pool" in recipe.needs else 0)
+    rank = dict(recipe.run_defaults).get("lora.r", 8 if "lora" in recipe.needs else 0)
+    return dataclasses.replace(cfg, data=DataOpts(pool=pool), lora=Lora(r=rank))
 
 # key, a valid boundary value, the first invalid value past it
 BOUNDARIES = [
@@ -275,6 +286,14 @@ BOUNDARIES = [
     ("d2evo.p_hi", 0.2, 0.19),  # not below the default p_lo 0.2
     ("d2evo.p_hi", 1.0, 1.01), ("d2evo.p_star", 1.0, 1.01), ("d2evo.eta", 0.0, -0.1), ("d2evo.floor", 1.0, 1.01),
     ("d2evo.weight", 0.0, -0.1), ("d2evo.parse", "line", "word"), ("d2evo.template", "{prompt}", "no slot"),
+    ("group_filter.metric", "reward", "loss"),
+    ("steering.positive", ("a",), ()), ("steering.negative", ("b",), ()),
+    ("kl.schedule_upper", (0.3, 0.25), (0.3,)), ("kl.schedule_lower", (0.1, 0.1), (0.1, 0.1, 0.1)),
+    ("refine_replay.template", "{attempt}{prompt}", "{prompt} only"),
+    ("selector.selection_ratio", 1.0, 1.01), ("selector.selection_ratio", 1e-9, 0.0),
+    ("selector.min_selection_ratio", 1.0, 0.0), ("selector.ema_decay", 0.0, 1.0), ("selector.d_min", 1.0, 1.01),
+    ("selector.alpha", 0.0, -0.1), ("selector.jitter", 0.0, -0.1), ("selector.round_to", 0, -1),
+    ("selector.warmup_transition_epochs", 0, -1), ("selector.prune_streak", 1, 0), ("selector.replay_frac", 1.0, 0.0),
 ]
 
 
@@ -314,10 +333,19 @@ def test_group_size_floor_follows_the_estimator():
         check_run(TrainConfig(), dataclasses.replace(get_recipe("reinforce_pp"), group_size=0))
 
 
-def test_every_shipped_recipe_passes_with_the_default_run_config():
+def test_every_shipped_recipe_passes_with_the_default_run_config_and_its_own_run_defaults():
+    from reasonrl.commands.common import train_config
     from reasonrl.recipes import RECIPES
 
-    assert {name: problems(TrainConfig(), r) for name, r in RECIPES.items() if problems(TrainConfig(), r)} == {}
+    for name, r in RECIPES.items():  # what `reasonrl train --recipe NAME` alone builds
+        cfg, _ = train_config([], name, None, None, None, None, False)
+        assert problems(cfg, r) == [], name
+    # without them, a part's needs are named before anything loads
+    assert problems(TrainConfig(), get_recipe("lze")) == [
+        "recipe 'lze': its part 'selector' keeps per-prompt state across epochs, so it needs prompts that recur: set "
+        "data.pool=N (the first N distinct train problems of the task)"]
+    assert problems(TrainConfig(), get_recipe("vpd")) == [
+        "recipe part 'vpd' needs LoRA (its modules are adapters on one backbone): set lora.r > 0 (e.g. lora.r=8)"]
 
 
 def test_every_float_must_be_finite_even_in_fields_added_later():
@@ -347,11 +375,15 @@ def test_types_are_checked_and_all_problems_listed_at_once():
                      "samples of a prompt; a group of 1 learns nothing)"]
 
 
-def test_a_part_refusing_a_value_names_the_config_key():
-    with pytest.raises(UserError, match=r"config section 'stages' \(stages.count=0\): Stages.count must be >= 1"):
-        apply_overrides(get_recipe("grpo"), {"stages": {"count": 0}})
-    with pytest.raises(UserError, match=r"'kl' \(kl.guide='sage'\): kl.guide must be None or one of branch, token, random"):
-        apply_overrides(get_recipe("grpo"), {"kl": {"guide": "sage"}})
+def test_a_bad_part_value_is_named_by_the_parts_own_rule():
+    # a part holds any value (it is data); the rule its class declares names the key before anything loads
+    recipe = apply_overrides(get_recipe("grpo"), {"stages": {"count": 0}, "kl": {"guide": "sage"}})
+    with pytest.raises(UserError) as err:
+        check_run(TrainConfig(), recipe)
+    assert str(err.value).splitlines() == [
+        "config key 'kl.guide' = 'sage' is out of range: must be one of branch, random, token with kl.estimator=k3 "
+        "(SAGE's anchor is defined with k3)",
+        "config key 'stages.count' = 0 is out of range: must be >= 1"]
 
 
 def test_path_errors_are_still_the_os_errors_they_were():

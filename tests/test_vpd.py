@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers import text_rollouts
+from helpers import batch_context, loss_context, round_context, text_rollouts
 from reasonrl.batch import Batch
 from reasonrl.checkpoint import latest_checkpoint
 from reasonrl.config import Lora, TrainConfig, apply_overrides
@@ -19,9 +19,11 @@ from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
 from reasonrl.models.lora import adapter_parameters, apply_lora, use_adapter
 from reasonrl.parts import VPD
+from reasonrl.parts.protocol import Channel, ModelSetup
 from reasonrl.parts.vpd import TEACHER, pair_rows, pick_attempts, teacher_prompt
 from reasonrl.recipes import RECIPES, get_recipe
 from reasonrl.tasks import ArithmeticTask
+from reasonrl.validate import check_part
 
 G = 2
 TASK = ArithmeticTask()
@@ -31,7 +33,7 @@ ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3))]  # answers 
 def _peft_tiny(seed=0):
     model, tok = build_tiny("tiny", seed=seed)
     model = apply_lora(model, Lora(r=2, alpha=4.0), seed=seed)
-    return VPD().setup_model(model, Lora(r=2, alpha=4.0), seed), tok
+    return VPD().setup_model(ModelSetup(model, Lora(r=2, alpha=4.0), seed)), tok
 
 
 # ------------------------------------------------------------------ pure glue
@@ -53,10 +55,13 @@ def test_pick_attempts_first_wrong_else_row_zero():
 def test_pair_rows_maps_each_student_row_to_its_teacher_row():
     # groups 0, 1 are the student's, 2, 3 the teacher's (G = 2): row 3 (group 1, j 1) <-> row 7 (group 3, j 1)
     kinds = torch.tensor([0, 0, 1, 1])
-    s, t = pair_rows(kinds, torch.tensor([3, 5, 0]), 2)  # row 5 is a teacher row: not a student row
+    s, t = pair_rows(kinds, torch.tensor([3, 5, 0]), 2, kind=1)  # row 5 is a teacher row: not a student row
     assert s.tolist() == [3, 0] and t.tolist() == [7, 4]
-    with pytest.raises(ValueError, match="another round"):
-        pair_rows(torch.tensor([0, 0, 1]), torch.tensor([0]), 2)
+    with pytest.raises(ValueError, match="2 student groups but 1 teacher groups"):
+        pair_rows(torch.tensor([0, 0, 1]), torch.tensor([0]), 2, kind=1)
+    # beside another round (kind 1, one group): VPD's own groups are kind 2, found by their kind alone
+    s, t = pair_rows(torch.tensor([0, 0, 1, 2, 2]), torch.tensor([1, 2]), 2, kind=2)
+    assert s.tolist() == [1, 2] and t.tolist() == [7, 8]  # group 0 <-> group 3, group 1 <-> group 4
 
 
 def test_feedback_functions_and_registry():
@@ -73,20 +78,20 @@ def test_feedback_functions_and_registry():
         feedback_fn("nope")
 
 
-def test_options_are_checked_when_the_part_is_made():
+def test_options_are_checked_by_the_parts_rules():
     for bad in ({"feedback": "nope"}, {"template": "{prompt}{attempt}"}, {"attempt": "x"}, {"e_kl": "k2"},
                 {"m_divergence": "jsd"}):
-        with pytest.raises(ValueError):
-            VPD(**bad)
+        with pytest.raises(UserError, match=f"'vpd.{next(iter(bad))}' = "):
+            check_part(VPD(**bad))
     r = apply_overrides(get_recipe("vpd"), {"vpd": {"beta": 0.3, "m_divergence": "sampled"}})
     assert r.vpd.beta == 0.3 and r.vpd.m_divergence == "sampled"
 
 
 def test_alpha_scales_only_the_student_advantages():
     adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
-    out = VPD(alpha=0.5).shape_advantages(adv, {"kinds": torch.tensor([0, 1])})
+    out = VPD(alpha=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
     assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]]
-    assert VPD().shape_advantages(adv, {"kinds": torch.tensor([0, 1])}) is adv
+    assert VPD().shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]))) is adv
 
 
 # ------------------------------------------------------------------ the two adapters
@@ -94,7 +99,7 @@ def test_alpha_scales_only_the_student_advantages():
 def test_without_lora_the_part_asks_for_lora_r():
     model, _ = build_tiny("tiny")
     with pytest.raises(UserError, match="lora.r"):
-        VPD().setup_model(model, Lora(), 0)
+        VPD().setup_model(ModelSetup(model, Lora(), 0))
 
 
 def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
@@ -120,7 +125,7 @@ def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
         loss = model(input_ids=ids).logits.sum()
     loss.backward()
     assert all(p.grad is not None for p in teacher.values()) and all(p.grad is None for p in student.values())
-    assert VPD().setup_model(model, Lora(r=2), 0) is model  # already there (a resumed trainer): left alone
+    assert VPD().setup_model(ModelSetup(model, Lora(r=2), 0)) is model  # already there (a resumed trainer): left alone
 
 
 # ------------------------------------------------------------------ the teacher's round on a scripted maker
@@ -149,6 +154,13 @@ class FakeMaker:
         assert contexts == [it.prompt for it in [ITEMS[1], ITEMS[1], ITEMS[0], ITEMS[0]]]  # the plain prompts
         return SimpleNamespace(logprobs=-2.0 * ro.completion_mask[rows])  # the student: k1 KL = -1 - (-2) = 1
 
+    def ctx(self, batch):
+        """The round's context; the policy is the engine's model unless the engine runs elsewhere."""
+        remote = getattr(self.engine, "push_weights", None) is not None
+        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward,
+                             score_under=self.score_under, state=self.state, seed=self.seed, position=self.items_drawn,
+                             tok=self.engine.tok, group_size=G, policy=None if remote else self.engine.model)
+
 
 def _first_round():
     texts = ["2+3+0=6\nA:6", "2+3+0=5\nA:5", "1+1+0=2\nA:2", "A:2"]  # group 0 (2+3): wrong, right; group 1: right
@@ -161,7 +173,7 @@ def _first_round():
 def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
     model, _ = _peft_tiny()
     maker = FakeMaker(model)
-    g = VPD().extend(maker, _first_round())
+    g = VPD().extend(maker.ctx(_first_round()))
     prompts, tag, first, active = maker.seen[0]
     assert tag == "vpd" and first == 0 and active == TEACHER and model.active_adapter == "default"
     assert prompts[0] == "2+3=?\nPrevious attempt:\n2+3+0=6\nA:6\nFeedback: step 1: 2+3+0 is 5, not 6\n2+3=?\n"
@@ -171,11 +183,11 @@ def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
     m = g.metrics
     assert m["vpd/beta"] == 0.1 and m["vpd/beta_next"] == pytest.approx(0.2) and m["vpd/kl_measured"] == pytest.approx(1.0)
     assert m["vpd/feedback_count"] == 2 and m["vpd/feedback_on_wrong"] == 1 and m["vpd/teacher_accuracy"] == 0.75
-    assert maker.state == {"vpd": {"beta": pytest.approx(0.2)}}
+    assert maker.state == {"beta": pytest.approx(0.2)} and g.data == {"beta": 0.1}  # this step's E-step: 0.1
     # the bounds: beta_max caps the doubling
-    maker2 = FakeMaker(model, state={"vpd": {"beta": 8.0}})
-    VPD().extend(maker2, _first_round())
-    assert maker2.state["vpd"]["beta"] == 10.0
+    maker2 = FakeMaker(model, state={"beta": 8.0})
+    VPD().extend(maker2.ctx(_first_round()))
+    assert maker2.state["beta"] == 10.0
 
 
 def test_extend_refuses_an_engine_without_the_model():
@@ -183,7 +195,7 @@ def test_extend_refuses_an_engine_without_the_model():
     maker = FakeMaker(model)
     maker.engine = SimpleNamespace(push_weights=lambda *a: None, tok=None)
     with pytest.raises(UserError, match="rollout.workers=0"):
-        VPD().extend(maker, _first_round())
+        VPD().extend(maker.ctx(_first_round()))
 
 
 # ------------------------------------------------------------------ end to end
@@ -204,8 +216,9 @@ def _rows(run):
 
 def test_the_recipe_is_registered_with_its_part():
     r = RECIPES["vpd"]
-    assert r.vpd == VPD() and r.rounds == (r.vpd,) and r.vpd.loss_term in r.all_aux_losses
-    assert r.model_setups == (r.vpd.setup_model,) and r.describe()["vpd"]["beta"] == 0.1
+    assert r.vpd == VPD() and r.rounds == [("vpd", r.vpd)] and ("vpd", r.vpd.loss_term) in r.calls("loss_term")
+    assert r.calls("setup_model") == [("vpd", r.vpd.setup_model)] and r.describe()["vpd"]["beta"] == 0.1
+    assert r.needs == {"lora", "in_process"} and dict(r.run_defaults) == {"lora.r": 8}
 
 
 @pytest.mark.slow
@@ -228,7 +241,7 @@ def test_vpd_trains_three_steps_end_to_end(tiny_dir, tmp_path):
     ckpt = latest_checkpoint(tmp_path / "a")
     assert (ckpt / "adapter_model.safetensors").exists() and (ckpt / TEACHER / "adapter_model.safetensors").exists()
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)["state"]
-    assert state["rounds"]["vpd"]["beta"] == pytest.approx(rows[-1]["vpd/beta_next"])
+    assert state["parts"]["vpd"]["beta"] == pytest.approx(rows[-1]["vpd/beta_next"])
 
 
 @pytest.mark.slow
@@ -247,7 +260,7 @@ def test_a_resumed_vpd_run_loads_both_adapters_and_beta(tiny_dir, tmp_path):
     fresh = {k: p.detach().clone() for k, p in adapter_parameters(tr.model, TEACHER).items()}
     assert tr.resume() == 2
     beta = _rows(tmp_path / "b")[1]["vpd/beta_next"]
-    assert tr.batches.state["vpd"]["beta"] == pytest.approx(beta)  # the controller state came back
+    assert tr.batches.parts.state("vpd")["beta"] == pytest.approx(beta)  # the controller state came back
     for name, folder in (("default", ckpt), (TEACHER, ckpt / TEACHER)):  # both adapters, as saved
         saved = load_file(str(folder / "adapter_model.safetensors"))
         mine = adapter_parameters(tr.model, name)
@@ -270,7 +283,7 @@ def _loss_batch():
     ro.prompt_mask = torch.ones(8, 2, dtype=torch.long)
     ro.logprobs = -2.0 * ro.completion_mask
     b = Batch(items=ITEMS * 2, ro=ro, rewards=torch.zeros(4, G), correct=torch.zeros(4, G),
-              kinds=torch.tensor([0, 0, 1, 1]), metrics={"vpd/beta": 0.5})
+              kinds=torch.tensor([0, 0, 1, 1]))
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, -1.0, 1.0])
     b.loss_mask = ro.completion_mask.clone()
     b.loss_mask[4:] = 0  # the teacher's rows: zero train mask
@@ -281,8 +294,9 @@ def _grads(model, part, rows_split):
     model.zero_grad(set_to_none=True)
     b, total = _loss_batch(), 0.0
     for rows in rows_split:
-        loss, m = part.loss_term(logp=torch.zeros(len(rows), 4), batch=b, rows=torch.tensor(rows), model=model,
-                                 temperature=1.0, n_seqs=4)
+        loss, m = part.loss_term(loss_context(logp=torch.zeros(len(rows), 4), batch=b, rows=torch.tensor(rows),
+                                              model=model, temperature=1.0, n_seqs=4, kind=1,
+                                              data=Channel(values={"beta": 0.5})))
         loss.backward()
         total += float(loss.detach())
     return total, {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters() if "lora_" in k}

@@ -6,6 +6,7 @@ dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -18,11 +19,13 @@ from .data.selector import SelectContext, group_tokens, prompt_hash
 from .distill import ContextScores, encode_contexts, score_under_context
 from .models.scoring import score_completions
 from .parts import Recipe
+from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
 from .parts.strategy import GenRequest, Groups
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
-from .rollout.branch import token_char_offsets
+from .rollout.branch import branch, token_char_offsets
 from .errors import UserError
+from .runtime import PartRuntime
 from .tasks import Item, Task, TaskReward, is_correct, reward_columns
 
 
@@ -42,22 +45,28 @@ class Batch:
     preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
     weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
     scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
-    teacher: dict[str, torch.Tensor] = field(default_factory=dict)  # (R, T) teacher scores a part attached
     extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
-    data: dict = field(default_factory=dict)  # what rounds hand their loss terms, by part (FEST: "fest")
+    parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
+
+    def channel(self, key: str) -> Channel:
+        """The part ``key``'s channel on this batch (made empty on first use)."""
+        return self.parts.setdefault(key, Channel())
 
     def group_kinds(self) -> torch.Tensor:  # (B,)
         return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
 
 
 def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
-    """``b`` with a round's groups appended (group-major rows, as the first round's)."""
+    """``b`` with a round's groups appended (group-major rows, as the first round's). Per-row channel
+    data is attached after the rounds (``score_batch``), so no channel holds rows yet."""
     B, G, R = len(b.items), b.rewards.shape[1], len(b.ro.texts)
+    if any(c.rows for c in b.parts.values()):
+        raise RuntimeError("a round's groups joined a batch whose channels already hold per-row data")
     nan = lambda n: torch.full((n, G), float("nan"))  # noqa: E731
     ones = lambda n: torch.ones(n)  # noqa: E731
     return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
                  rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
-                 metrics={**b.metrics, **g.metrics}, data={**b.data, **g.data},
+                 metrics={**b.metrics, **g.metrics}, parts=b.parts,
                  kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
                  preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
                  weight=torch.cat([ones(R) if b.weight is None else b.weight,
@@ -88,16 +97,21 @@ class BatchMaker:
         self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)
         self.strategy = recipe.strategy  # plain, beam, steered, hinted, ...: one generate() for all
-        self.cache: dict = {}  # what a strategy computes once from the initial model (a steering vector)
-        self.state: dict = {}  # what rounds keep across steps (CIPO's replay ratio): checkpointed by the trainer
+        self.strategy_key = next((k for k, _ in recipe.hooked("generate")), "sampling")
         self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
         self.items_drawn = 0
         self.short_batches = 0  # batches that came out short of groups after the filter's rounds (trainer state)
         self.step, self.total_steps = 0, 1  # training progress, for schedules over training (set_progress)
         # data.pool=N: the first N distinct train items, cycled in seeded epochs (data.pool)
         self.pool = take_pool(task.iter_items("train", seed), pool, f"task {task.name!r}") if pool else None
-        self.selector = _build_selector(recipe, seed, self.pool, task.name)  # None: every prompt, every group
+        _check_pool(recipe, self.pool, task.name)
+        self.parts = PartRuntime(recipe, seed)  # each part's state (checkpointed) and cache, by its key
         self.stream: Iterator[Item] = self._new_stream()
+
+    @property
+    def selector(self):
+        """The selector part's state (None: every prompt, every group)."""
+        return self.parts.selector
 
     def _new_stream(self) -> Iterator[Item]:
         return self.task.iter_items("train", self.seed) if self.pool is None else pool_stream(self.pool, self.seed)
@@ -141,7 +155,7 @@ class BatchMaker:
     def _request(self, items: list[Item], first: int) -> GenRequest:
         return GenRequest(items=items, first=first, engine=self.engine, task=self.task, group_size=self.recipe.group_size,
                           sampling=self._sampling_params(), seed=self.seed, step=self.step, total_steps=self.total_steps,
-                          cache=self.cache)
+                          cache=self.parts.cache(self.strategy_key))
 
     def _generate(self, items: list[Item], first: int) -> Rollouts:
         """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...) by the recipe's
@@ -168,11 +182,16 @@ class BatchMaker:
         return [it.prompt for it in items], self.recipe.group_size, req.sampling, req.seeds()
 
     # ---------------------------------------------------------------- what second rounds use
-    def generate(self, items: list[Item], prompts: list[str], tag: str, first: int, n: int | None = None) -> Rollouts:
+    def sample(self, items: list[Item], prompts: list[str], tag: str, first: int, n: int | None = None) -> Rollouts:
         """``n`` (default G) plain samples for each of ``prompts`` (one per item, e.g. a correction
         prompt), keyed by the item's task position ``first + i`` and ``tag`` (the round)."""
         req = self._request(items, first)
         return self.engine.generate(prompts, n or self.recipe.group_size, req.sampling, seeds=req.seeds(tag))
+
+    def branch(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
+               contexts: list[str] | None = None) -> Rollouts:
+        """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens (STRIDE's redirections)."""
+        return branch(self.engine, source, rows, cuts, self._sampling_params(), generator, contexts=contexts)
 
     def score_under(self, contexts: list[str], ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
         """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
@@ -180,6 +199,18 @@ class BatchMaker:
         return score_under_context(self.engine.model, ids, mask, ro.completion_ids[rows], ro.completion_mask[rows],
                                    temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,
                                    **reduce)
+
+    def round_context(self, key: str, batch: Batch | None, kind: int) -> RoundContext:
+        """What the part ``key`` sees in ``extend`` (``batch``: the first round) and ``before_step`` (None)."""
+        model = getattr(self.engine, "model", None)
+        in_process = model is not None and getattr(self.engine, "push_weights", None) is None
+        return RoundContext(
+            batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step,
+            total_steps=self.total_steps, position=self.items_drawn, group_size=self.recipe.group_size, pool=self.pool,
+            state=self.parts.state(key), cache=self.parts.cache(key), kind=kind, sampling=self._sampling_params(),
+            micro=self.micro, policy=model if in_process else None, device=self.engine.device, sample=self.sample,
+            branch=self.branch, reward=self.reward, score_under=self.score_under, advantage=self.recipe.advantage,
+            reference=None if self.ref is None else self.ref.scoring)
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
@@ -235,6 +266,33 @@ class BatchMaker:
                      torch.cat([k[3] for k in kept]), metrics=out,
                      scores=torch.cat([k[4] for k in kept]) if self.selector else None)
 
+    def batch_context(self, b: Batch) -> BatchContext:
+        """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``kind`` set per part)."""
+        G = self.recipe.group_size
+        answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
+        contexts = (torch.zeros(b.rewards.shape, dtype=torch.long) if b.ro.context_ids is None
+                    else b.ro.context_ids.view(b.rewards.shape))  # (B, G) sub-group of each row
+
+        def set_extra_labels(ids: torch.Tensor) -> None:
+            if b.extra_labels is not None:
+                raise RuntimeError("two parts set the batch's extra label ids; the policy's forward scores one set")
+            b.extra_labels = ids
+
+        return BatchContext(
+            rewards=b.rewards, correct=b.correct, answers=answers, rollouts=b.ro, items=b.items, task=self.task,
+            contexts=contexts, kinds=b.group_kinds(), step=self.step, temperature=self.recipe.sampling.temperature or 1.0,
+            policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
+            score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts,
+            char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
+            data=Channel(), state=None, kind=-1)
+
+    def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
+        return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key))
+
+    def kind_of(self, key: str) -> int:
+        """The kind a part's round gives its groups (1, 2, ... in recipe order); -1 for a part with no round."""
+        return next((k for k, (name, _) in enumerate(self.recipe.rounds, start=1) if name == key), -1)
+
     def prepare(self, b: Batch) -> Batch:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
         G, t0 = self.recipe.group_size, time.perf_counter()
@@ -242,22 +300,14 @@ class BatchMaker:
         if b.preset is not None:  # a round's own advantages (STRIDE's harmless one) replace the estimator's
             pre = b.preset.view(*b.preset.shape, *([1] * (adv.dim() - 2))).expand_as(adv)
             adv = torch.where(pre.isnan(), adv, pre)
-        answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
-        contexts = (torch.zeros(b.rewards.shape, dtype=torch.long) if b.ro.context_ids is None
-                    else b.ro.context_ids.view(b.rewards.shape))  # (B, G) sub-group of each row
-        ctx = {"rewards": b.rewards, "correct": b.correct, "answers": answers, "rollouts": b.ro, "items": b.items,
-               "task": self.task, "contexts": contexts, "kinds": b.group_kinds(), "score_under": self.score_under,
-               "char_offsets": lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])])}
-        ctx.update(teacher=b.teacher, step=self.step, policy=getattr(self.engine, "model", None),
-                   tok=getattr(self.engine, "tok", None),
-                   micro=self.micro,
-                   temperature=self.recipe.sampling.temperature or 1.0)  # what teacher passes (score_batch) read
-        for score in self.recipe.scorers if len(b.items) else ():  # they fill b.teacher before the shapers read it
-            b.metrics.update(score(b, ctx))
-        for shaper in self.recipe.all_shapers if len(b.items) else ():  # an empty batch has nothing to shape
-            out = shaper(adv, ctx)
-            adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
-            b.metrics.update(shaped_metrics)
+        if len(b.items):  # an empty batch has nothing to score or shape
+            base = self.batch_context(b)
+            for key, score in self.recipe.calls("score_batch"):  # annotations first: shapers read them
+                b.metrics.update(score(self._for_part(base, b, key)) or {})
+            for key, shaper in self.recipe.calls("shape_advantages"):
+                out = shaper(adv, self._for_part(base, b, key))
+                adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
+                b.metrics.update(shaped_metrics)
         b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
         if b.weight is not None:  # a round's loss weight or importance weight, per row
             b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))
@@ -265,33 +315,42 @@ class BatchMaker:
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and self.recipe.kl.coef > 0 and len(b.items):
-            # only the rows this rank trains on (the update reads no other; every row in one process)
-            rows = (self.owns(torch.arange(len(b.ro.texts)) // G)).nonzero().squeeze(-1)
-            b.ref_logp = torch.zeros(b.ro.completion_ids.shape)
-            with torch.no_grad(), self.ref.scoring() as ref:  # a frozen copy, or the policy with adapters off
-                mine, _ = score_completions(ref, b.ro.prompt_ids[rows], b.ro.prompt_mask[rows], b.ro.completion_ids[rows],
-                                            b.ro.completion_mask[rows], temperature=self.recipe.sampling.temperature or 1.0,
-                                            chunk_rows=self.micro, entropies=False)
-            b.ref_logp[rows] = mine.to(b.ref_logp)
+            self._reference_logp(b)
         self.seconds["score"] += time.perf_counter() - t0
         return b
 
+    def _reference_logp(self, b: Batch) -> None:
+        """The reference's log-probs of the rows this rank trains on (the update reads no other)."""
+        G = self.recipe.group_size
+        rows = (self.owns(torch.arange(len(b.ro.texts)) // G)).nonzero().squeeze(-1)
+        b.ref_logp = torch.zeros(b.ro.completion_ids.shape)
+        with torch.no_grad(), self.ref.scoring() as ref:  # a frozen copy, or the policy with adapters off
+            mine, _ = score_completions(ref, b.ro.prompt_ids[rows], b.ro.prompt_mask[rows], b.ro.completion_ids[rows],
+                                        b.ro.completion_mask[rows], temperature=self.recipe.sampling.temperature or 1.0,
+                                        chunk_rows=self.micro, entropies=False)
+        b.ref_logp[rows] = mine.to(b.ref_logp)
+
     def extend(self, b: Batch) -> Batch:
-        """The recipe's second rounds (corrections, redirections), each given the batch so far."""
-        for kind, rnd in enumerate(self.recipe.rounds, start=1):
+        """The recipe's second rounds (corrections, redirections, a teacher's round), each built from the
+        first round's groups alone; the k-th round's groups get kind k and its ``Groups.data`` lands in
+        its channel."""
+        first = b
+        for kind, (key, rnd) in enumerate(self.recipe.rounds, start=1):
             t0 = time.perf_counter()
-            groups = rnd.extend(self, b) if len(b.items) else None
+            groups = rnd.extend(self.round_context(key, first, kind)) if len(first.items) else None
             self.seconds["generate"] += time.perf_counter() - t0
-            if groups is not None and len(groups.items):
+            if groups is None:
+                continue
+            if len(groups.items):
                 b = join_groups(b, groups, kind, self.engine.tok.pad_token_id)
-            elif groups is not None:
+            else:
                 b.metrics.update(groups.metrics)
-                b.data.update(groups.data)
+            b.channel(key).values.update(groups.data)
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        for hook in self.recipe.step_hooks:  # parts that prepare the step's data first (D2Evo's estimation pass)
-            hook(self)
+        for key, part in self.recipe.hooked("before_step"):  # parts that prepare the step's data (D2Evo's estimation)
+            part.before_step(self.round_context(key, None, self.kind_of(key)))
         return self.select(self.prepare(self.extend(self.collect(n_prompts))))
 
     def select(self, b: Batch) -> Batch:
@@ -314,14 +373,12 @@ class BatchMaker:
         return None if self.pool is None else {it.key: prompt_hash(it.prompt) for it in self.pool}
 
 
-def _build_selector(recipe: Recipe, seed: int, pool: list[Item] | None, task: str):
-    selector = recipe.data_selector  # the selector field, or a part that also selects (D2Evo)
-    if selector is None:
-        return None
-    if selector.needs_pool and pool is None:
-        raise UserError(f"recipe {recipe.name!r}: its selector keeps per-prompt state across epochs, so it needs "
-                        f"prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
-    return selector.build(seed)
+def _check_pool(recipe: Recipe, pool: list[Item] | None, task: str) -> None:
+    """A part that keeps per-prompt state across epochs needs prompts that recur (``needs`` "pool")."""
+    if "pool" in recipe.needs and pool is None:
+        owner = next(k for k, p in recipe.hooked() if "pool" in part_needs(p))
+        raise UserError(f"recipe {recipe.name!r}: its part {owner!r} keeps per-prompt state across epochs, so it "
+                        f"needs prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
 
 
 def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
@@ -333,9 +390,11 @@ def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
                  correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
                  ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
                  weight=pick(b.weight, rows), scores=pick(b.scores, g),
-                 teacher={k: v[rows] for k, v in b.teacher.items()},  # (R, T) teacher scores of the kept rows
                  extra_labels=pick(b.extra_labels, rows),
-                 data=b.data)  # FEST's pairs find their anchor rows from the (sliced) loss mask when they train
+                 # per-row channel data (teacher scores) cut with the rows; the rest as it is (FEST's pairs find
+                 # their anchor rows from the sliced loss mask when they train)
+                 parts={k: Channel(rows={n: v[rows] for n, v in c.rows.items()}, values=c.values)
+                        for k, c in b.parts.items()})
 
 
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:

@@ -14,36 +14,53 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
-from .data.lze import LZE
+import torch
+
 from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import (EGRSD, FEST, KDRL, KL, RKLOPD, SSOPD, TGPO, VPD, Advantage, BeamSampling, Correction, D2Evo, Drafts,
-                    GroupFilter, HintSampling, Optim, PolicyLoss, Recipe, Redirect, RefineReplay, Sampling, Stages,
-                    Steering, Teacher)
+from .parts import IDENTITY, PART_TYPES, Recipe
+from .rules import SEED, Rule, at_least, one_of, within
 
-RECIPE_SECTIONS = {"advantage": Advantage, "loss": PolicyLoss, "kl": KL, "sampling": Sampling, "optim": Optim,
-                   "group_filter": GroupFilter, "stages": Stages, "steering": Steering, "beam": BeamSampling,
-                   "ssopd": SSOPD, "egrsd": EGRSD, "hints": HintSampling, "correction": Correction, "redirect": Redirect,
-                   "selector": LZE, "d2evo": D2Evo}  # the one selector so far: a second one validates against its own class
-# None turns the part off; a mapping turns it on / changes it
-OPTIONAL_SECTIONS = ("group_filter", "stages", "steering", "beam", "ssopd", "egrsd", "hints", "correction", "redirect",
-                     "selector", "d2evo")
-RECIPE_SECTIONS.update(teacher=Teacher, tgpo=TGPO, rkl_opd=RKLOPD, kdrl=KDRL)  # the external-teacher parts
-OPTIONAL_SECTIONS += ("teacher", "tgpo", "rkl_opd", "kdrl")
-RECIPE_SECTIONS.update(fest=FEST)  # FEST's demonstration term
-OPTIONAL_SECTIONS += ("fest",)
-RECIPE_SECTIONS.update(drafts=Drafts)  # drafts in the prompt
-OPTIONAL_SECTIONS += ("drafts",)
-RECIPE_SECTIONS.update(vpd=VPD)  # VPD's teacher adapter and its terms
-OPTIONAL_SECTIONS += ("vpd",)
-RECIPE_SECTIONS.update(refine_replay=RefineReplay)  # SU-01's self-refine and replay round
-OPTIONAL_SECTIONS += ("refine_replay",)
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
-RECIPE_SCALARS = ("group_size", "entropy_coef", "mask_truncated", "task_reward_weight")
+
+
+def recipe_sections(recipe: Recipe | None = None) -> dict[str, type]:
+    """Config section -> part class, derived from the Recipe: its dataclass-valued fields (``loss``,
+    ``kl``, ``group_filter``, ``selector``, ...) and every registered method part (``correction``,
+    ``vpd``, ...). A section the given ``recipe`` fills with another class of part validates
+    against that class (a selector other than LZE)."""
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(Recipe):
+        cls = f.metadata.get("part") or nested_part(Recipe, f.name)
+        if cls is not None:
+            out[f.name] = cls
+    out.update(PART_TYPES)
+    if recipe is not None:
+        for name in out:
+            value = getattr(recipe, name, None)
+            if dataclasses.is_dataclass(value):
+                out[name] = type(value)
+    return out
+
+
+def optional_sections() -> tuple[str, ...]:
+    """The sections a recipe may lack (None turns the part off, a mapping turns it on)."""
+    return tuple(f.name for f in dataclasses.fields(Recipe) if f.default is None) + tuple(PART_TYPES)
+
+
+def recipe_scalars() -> tuple[str, ...]:
+    """The Recipe's plain number / flag fields (``group_size``, ``entropy_coef``, ...)."""
+    hints = typing.get_type_hints(Recipe)
+    return tuple(f.name for f in dataclasses.fields(Recipe)
+                 if f.name not in IDENTITY and hints[f.name] in (int, float, bool))
+
+
+ROWS = Rule(lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+            "auto (from free GPU memory) or an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,12 @@ class Lora:
     alpha: float = 32.0  # the update is scaled by alpha / r
     dropout: float = 0.0
     targets: str | tuple[str, ...] = "all-linear"
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "r": Rule(lambda v, _: v >= 0, ">= 0 (0: full fine-tuning, no adapters)"),
+        "alpha": Rule(lambda v, _: v > 0, "> 0 (the adapter update is scaled by alpha / r)"),
+        "dropout": within(0, 1, open_hi=True),
+    }
 
     def __post_init__(self):
         if isinstance(self.targets, list):  # YAML gives a list; a frozen part holds a tuple
@@ -85,6 +108,11 @@ class Dist:
     strategy: str = "ddp"
     backend: str = "auto"
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "strategy": Rule(lambda v, _: v == "ddp", "ddp (fsdp, FSDP2 sharding, is not built yet)"),
+        "backend": one_of(("auto", "gloo", "nccl")),
+    }
+
 
 @dataclass(frozen=True)
 class RolloutOpts:
@@ -98,6 +126,13 @@ class RolloutOpts:
     static_cache: bool = False  # transformers' StaticCache in the decode loop (fixed shapes; GPU)
     compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),
+        "check_every": at_least(1),
+        "compile": Rule(lambda v, c: not v or bool(c.get("static_cache")),
+                        "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)"),
+    }
+
 
 @dataclass(frozen=True)
 class DataOpts:
@@ -105,6 +140,10 @@ class DataOpts:
     train items of the task, cycled in a fresh seeded order each epoch (what a selector needs: prompts
     that recur); 0: the task's own stream (endless fresh problems for the built-in tasks)."""
     pool: int = 0
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "pool": Rule(lambda v, _: v >= 0, ">= 0 (0: the task's own stream; N: its first N distinct train problems)"),
+    }
 
 
 @dataclass
@@ -140,6 +179,28 @@ class TrainConfig:
     data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
     final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "steps": Rule(lambda v, _: v >= 0, ">= 0 (0: evaluate only)"),
+        "prompts_per_step": at_least(1),
+        "micro_batch_size": ROWS,
+        "max_rows": ROWS,
+        "seed": SEED,
+        "eval_seed": SEED,
+        "eval_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no held-out eval during training)"),
+        "eval_problems": Rule(lambda v, c: v >= 1 or c.get("eval_every") == 0,
+                              ">= 1 (or eval_every=0 to turn the eval off)"),
+        "final_eval_problems": Rule(lambda v, _: v >= 0, ">= 0 (0: no before/after eval)"),
+        "final_eval_k": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
+        "final_eval_temperature": Rule(lambda v, _: v > 0,
+                                       "> 0 (the sampled completions; greedy pass@1 is always reported)"),
+        "save_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no checkpoints)"),
+        "keep_last": Rule(lambda v, _: v >= 0, ">= 0 (0: keep every checkpoint)"),
+        "max_nonfinite": at_least(1),
+        "dtype": one_of(("float32", "bfloat16", "float16")),  # models.loading.DTYPES (importing it pulls in transformers)
+        "device": Rule(lambda v, _: not v.startswith("cuda") or torch.cuda.is_available(),
+                       "a device this machine has (torch sees no CUDA device: use auto or cpu)"),
+    }
+
 
 def _closest(key: str, valid: list[str]) -> str:
     near = difflib.get_close_matches(key, valid, n=1)
@@ -173,11 +234,11 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 
 
 def valid_keys() -> list[str]:
-    keys = list(RECIPE_SCALARS)
+    keys = list(recipe_scalars())
     for f in dataclasses.fields(TrainConfig):  # a nested run part (lora) by its dotted keys
         part = nested_part(TrainConfig, f.name)
         keys += _section_keys(part, f.name) if part else [f.name]
-    for name, cls in RECIPE_SECTIONS.items():
+    for name, cls in recipe_sections().items():
         keys += _section_keys(cls, name)
     return keys + ["rewards.<name>.<option>"]
 
@@ -248,22 +309,23 @@ def build_part(cls: type, current: Any, value: dict[str, Any], where: str | None
 def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
     """Validate a nested config dict; return the run config and the recipe overrides."""
     run_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    sections, optional, scalars = recipe_sections(), optional_sections(), recipe_scalars()
     run, recipe = {}, {}
     for key, value in raw.items():
         if key in run_fields:
             run[key] = _run_value(key, value)
-        elif key in RECIPE_SCALARS:
+        elif key in scalars:
             recipe[key] = coerce(Recipe, key, value, key)
         elif key == "rewards":  # rewards.<name>.<option>: checked against the recipe in apply_overrides
             if not isinstance(value, dict):
                 raise UserError("config key 'rewards' is a section: give rewards.<name>.<option>=value")
             recipe[key] = value
-        elif key in OPTIONAL_SECTIONS and value is None:
+        elif key in optional and value is None:
             recipe[key] = None
-        elif key in RECIPE_SECTIONS:
+        elif key in sections:
             if not isinstance(value, dict):
                 raise UserError(f"config key {key!r} is a section: give {key}.<field>=value")
-            recipe[key] = check_section(RECIPE_SECTIONS[key], value, key)
+            recipe[key] = check_section(sections[key], value, key)
         else:
             raise unknown_key(key, valid_keys())
     return TrainConfig(**run), recipe
@@ -282,11 +344,12 @@ def _run_value(key: str, value: Any) -> Any:
 def apply_overrides(recipe: Recipe, overrides: dict[str, Any]) -> Recipe:
     """A copy of ``recipe`` with section fields and scalars replaced."""
     changes: dict[str, Any] = {}
+    sections = recipe_sections(recipe)
     for key, value in overrides.items():
         if key == "rewards":
             changes["extra_rewards"] = _reward_overrides(recipe, value)
-        elif key in RECIPE_SECTIONS and value is not None:
-            changes[key] = build_part(RECIPE_SECTIONS[key], getattr(recipe, key, None), value, key)
+        elif key in sections and value is not None:
+            changes[key] = build_part(sections[key], getattr(recipe, key, None), value, key)
         else:
             changes[key] = value
     return dataclasses.replace(recipe, **changes)
@@ -337,9 +400,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 def resolved_dict(cfg: TrainConfig, recipe: Recipe) -> dict[str, Any]:
     """What config.yaml holds: every run field and every recipe knob, enough to rebuild the run."""
     out = _plain(dataclasses.asdict(cfg))  # lora.targets may be a tuple
-    for name in RECIPE_SECTIONS:
+    for name in recipe_sections(recipe):
         part = getattr(recipe, name)
         out[name] = None if part is None else _plain(dataclasses.asdict(part))
-    out.update({k: getattr(recipe, k) for k in RECIPE_SCALARS})
+    out.update({k: getattr(recipe, k) for k in recipe_scalars()})
     out["rewards"] = _plain(rewards_dict(recipe.extra_rewards))
     return out

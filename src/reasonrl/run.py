@@ -180,7 +180,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     config = resolved_dict(cfg, recipe)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
-    task = recipe.wrap_task(task_for(cfg), tok)  # a part may present the task otherwise (drafts in the prompt)
+    task = recipe.wrap_task(task_for(cfg), tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)

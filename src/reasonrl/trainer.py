@@ -28,8 +28,9 @@ from .batch import Batch, BatchMaker, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
-from .models.scoring import score_completions
+from .models.scoring import score_completions, trim_padding
 from .parts import Recipe, entropy_term, kl_term
+from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
 from .errors import UserError
 from .tasks import Task
@@ -47,12 +48,12 @@ class Trainer:
     def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
                  log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
-        for setup in recipe.model_setups:  # parts that add trainable modules (a second adapter) before the optimiser
-            model = setup(model, cfg.lora, cfg.seed)
+        for _, setup in recipe.calls("setup_model"):  # parts that add trainable modules (a second adapter) first
+            model = setup(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed))
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
-        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference=recipe.kl.coef > 0 or recipe.needs_reference,
+        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs,
                            new_tokens=recipe.sampling.max_new_tokens or task_max_new_tokens(task))
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
@@ -74,7 +75,7 @@ class Trainer:
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
         # the reference, only when a KL term or a part (FEST's DPO) will use it: a frozen copy, or with LoRA the adapters off
-        self.ref = Reference(model) if recipe.kl.coef > 0 or recipe.needs_reference else None
+        self.ref = Reference(model) if "reference" in recipe.needs else None
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
@@ -91,8 +92,7 @@ class Trainer:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
                 "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches,
-                "rounds": self.batches.state,  # what second rounds carry across steps
-                "selector": None if self.batches.selector is None else self.batches.selector.state_dict()}
+                "parts": self.batches.parts.state_dict()}  # each part's state (buffers, pools, ratings, selector)
 
     def save(self) -> Path:
         """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
@@ -113,8 +113,7 @@ class Trainer:
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
-        self.batches.state = st.get("rounds", {})
-        self._resume_selector(st.get("selector"))
+        self._resume_parts(st)
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
@@ -122,15 +121,15 @@ class Trainer:
         self._push_weights()
         return self.step
 
-    def _resume_selector(self, state: dict[str, Any] | None) -> None:
-        """The selector's per-prompt state and RNGs, checked against this run's pool."""
-        sel = self.batches.selector
-        if (state is None) != (sel is None):
-            raise UserError(f"the checkpoint {'has no' if sel else 'has a'} selector state but recipe "
-                            f"{self.recipe.name!r} {'has' if sel else 'has no'} selector: resume with the run's recipe")
-        if sel is not None:
-            sel.load_state_dict(state, self.batches.known_prompts())
-            self.resume_info = {"selector_prompts": len(state.get("prompts", ()))}
+    def _resume_parts(self, st: dict[str, Any]) -> None:
+        """Every part's state (a selector's per-prompt state and RNGs checked against this run's pool)."""
+        if "parts" not in st and (st.get("rounds") or st.get("selector")):
+            raise UserError("the checkpoint was written before the part protocol (its part state is in 'rounds' / "
+                            "'selector'): this version cannot resume it exactly; start a new run")
+        runtime = self.batches.parts
+        runtime.load_state_dict(st.get("parts", {}), self.batches.known_prompts())
+        if runtime.selector_key is not None:
+            self.resume_info = {"selector_prompts": len(st["parts"][runtime.selector_key].get("prompts", ()))}
 
     # ---------------------------------------------------------------- update
     @property
@@ -140,14 +139,12 @@ class Trainer:
 
     def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int, draws=None):
         ro, r = b.ro, self.recipe
-        # trim this micro-batch's padding: prompts are left-padded, completions right-padded
-        p_len, c_len = int(ro.prompt_mask[rows].sum(-1).max()), int(ro.completion_mask[rows].sum(-1).max())
-        P = ro.prompt_ids.shape[1]
+        # this micro-batch without its padding columns: prompts are left-padded, completions right-padded
+        tokens = trim_padding(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
+        c_len = tokens[2].shape[1]
         extra = None if b.extra_labels is None else b.extra_labels[rows, :c_len]  # a part's second label set (TGPO)
-        logp, ent, *extra_logp = score_completions(self.model, ro.prompt_ids[rows, P - p_len:], ro.prompt_mask[rows, P - p_len:],
-                                                   ro.completion_ids[rows, :c_len], ro.completion_mask[rows, :c_len],
-                                                   temperature=r.sampling.temperature or 1.0, chunk_rows=len(rows),
-                                                   extra_labels=extra)
+        logp, ent, *extra_logp = score_completions(self.model, *tokens, temperature=r.sampling.temperature or 1.0,
+                                                   chunk_rows=len(rows), extra_labels=extra)
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
@@ -162,10 +159,12 @@ class Trainer:
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
             loss, metrics = loss + eb, {**metrics, **m}
-        for aux in r.all_aux_losses:  # auxiliary terms; teacher terms score rows under other prompts with the model
-            a, m = aux(logp=logp, entropy=ent, mask=mask, batch=b, rows=rows, model=self.model, tok=self.tok,
-                       temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
-                       train_step=self.step + 1, **agg)  # train_step: 1-based, the step being trained
+        for key, term in r.calls("loss_term"):  # auxiliary terms; teacher terms score rows under other prompts
+            ctx = LossContext(logp=logp, entropy=ent, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
+                              temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
+                              train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
+                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key))
+            a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
 
@@ -217,7 +216,7 @@ class Trainer:
         skips every zero-variance group."""
         r = self.recipe
         rows = rows[b.loss_mask[rows].sum(-1) > 0]  # rows the loss never sees (filtered) need no pass
-        if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.all_aux_losses:
+        if not self.cfg.skip_zero_advantage_rows or r.kl.coef or r.entropy_coef or r.calls("loss_term"):
             return rows
         adv = b.advantages[rows]
         nonzero = adv != 0 if adv.dim() == 1 else (adv != 0).any(-1)
@@ -284,6 +283,7 @@ class Trainer:
         if stage_info.get("stage/fresh", 1.0):  # a stage's buffer once, when generated
             self.on_batch(self.step + 1, batch)
         upd = self.update(batch, minibatches)
+        upd.update(self._after_step(upd))
         t2 = time.perf_counter()
         self.step += 1
         self.steps_this_process += 1
@@ -306,6 +306,15 @@ class Trainer:
         self._guard_nonfinite(upd.get("nonfinite", 0.0))
         m["nonfinite_total"] = self.nonfinite_total
         return m
+
+    def _after_step(self, upd: dict[str, float]) -> dict[str, float]:
+        """The parts' ``after_step`` hooks (EMA copies, population updates), after the optimiser steps."""
+        out: dict[str, float] = {}
+        for key, hook in self.recipe.calls("after_step"):
+            ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, total_steps=self.cfg.steps,
+                                seed=self.cfg.seed, state=self.batches.parts.state(key), metrics=upd)
+            out.update(hook(ctx) or {})
+        return out
 
     def _guard_nonfinite(self, skipped: float) -> None:
         if not skipped:

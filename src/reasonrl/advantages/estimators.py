@@ -17,6 +17,7 @@ group baseline by design: only a batch whose rewards are all equal gets exactly 
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -168,3 +169,17 @@ def get_estimator(name: str) -> Estimator:
         raise ValueError(
             f"unknown advantage estimator {name!r}; valid names: {', '.join(sorted(ESTIMATORS))}"
         ) from None
+
+
+@functools.lru_cache(maxsize=None)
+def group_relative(estimator: str) -> bool:
+    """True when the estimator compares a prompt's samples with each other, so a group of one
+    sample gets no signal: probed on two one-sample groups with different rewards (an all-zero
+    advantage, or a refusal as rloo's, means group-relative). Covers estimators added later."""
+    if estimator not in ESTIMATORS:
+        return False  # reported by the advantage.estimator rule
+    try:
+        adv = get_estimator(estimator)(torch.tensor([[0.0], [1.0]]))  # (B=2, G=1)
+    except ValueError:
+        return True
+    return bool((adv == 0).all())

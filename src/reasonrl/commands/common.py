@@ -76,7 +76,17 @@ def train_config(args: list[str] | None, recipe: str | None, model: str | None, 
     raw = merge(raw, dotted_to_nested(parse_options(pairs)))
     explicit = {"recipe": recipe, "model": model, "task": task, "steps": steps, "out": str(out) if out else None}
     raw = merge(raw, {k: v for k, v in explicit.items() if v is not None})
-    return split_config(raw)
+    return split_config(merge(recipe_run_defaults(raw.get("recipe", "grpo")), raw))
+
+
+def recipe_run_defaults(name: Any) -> dict[str, Any]:
+    """The run settings a recipe needs (``Recipe.run_defaults``, e.g. ``data.pool`` for LZE), nested, for
+    the config to override; an unknown name gives none (the recipe check names it)."""
+    from ..config import dotted_to_nested
+    from ..recipes import RECIPES
+
+    recipe = RECIPES.get(name) if isinstance(name, str) else None
+    return dotted_to_nested(dict(recipe.run_defaults)) if recipe is not None else {}
 
 
 def checked_run(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,

@@ -12,10 +12,11 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
+from ..rules import Rule, at_least, within
 from ..seeds import stable_seed
 from .selector import (GEN_FLOPS_PER_TOKEN_PARAM, SelectContext, check_known_keys, check_same_prompt, prompt_hash,
                        quantiles, savings)
@@ -112,15 +113,20 @@ class LZE:
     prune_streak: int = 2  # consecutive all-correct epochs before a prompt is pruned
     replay_frac: float = 0.1
     replay_seed: int = 0  # the spec's replay sampler is seeded 0 whatever the run seed
-    needs_pool = True  # class attribute, not an option: LZE's state is useless without recurring prompts
+    needs: ClassVar[frozenset[str]] = frozenset({"pool"})  # LZE's state is useless without recurring prompts
 
-    def __post_init__(self):
-        if not (0 < self.selection_ratio <= 1 and 0 < self.min_selection_ratio <= 1 and 0 <= self.ema_decay < 1
-                and 0 <= self.d_min <= 1 and self.alpha >= 0 and self.jitter >= 0 and self.round_to >= 0
-                and self.warmup_transition_epochs >= 0 and self.prune_streak >= 1 and 0 < self.replay_frac <= 1):
-            raise ValueError(f"LZE needs ratios in (0, 1], ema_decay in [0, 1), d_min in [0, 1], alpha, jitter, "
-                             f"round_to, warmup_transition_epochs >= 0, prune_streak >= 1, replay_frac in (0, 1]; "
-                             f"got {self}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "selection_ratio": within(0, 1, open_lo=True),
+        "min_selection_ratio": within(0, 1, open_lo=True),
+        "ema_decay": within(0, 1, open_hi=True),
+        "d_min": within(0, 1),
+        "alpha": at_least(0),
+        "jitter": at_least(0),
+        "round_to": Rule(lambda v, _: v >= 0, ">= 0 (0: optim.minibatches)"),
+        "warmup_transition_epochs": at_least(0),
+        "prune_streak": at_least(1),
+        "replay_frac": within(0, 1, open_lo=True),
+    }
 
     def build(self, seed: int) -> "LZEState":
         return LZEState(self, seed)

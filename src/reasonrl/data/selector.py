@@ -61,9 +61,8 @@ class SelectorState(Protocol):
 
 @runtime_checkable
 class Selector(Protocol):
-    """The recipe part. ``needs_pool``: the selector needs prompts that recur (``data.pool=N``)."""
-
-    needs_pool: bool
+    """The recipe part; its state is made by ``build(seed)``. A selector that keeps per-prompt state
+    across epochs declares ``needs = frozenset({"pool"})`` (prompts that recur: ``data.pool=N``)."""
 
     def build(self, seed: int) -> SelectorState: ...
 

@@ -21,19 +21,14 @@ from typing import Any, Sequence
 
 from ..rollout import Generator, SamplingParams
 from ..tasks import Item, Task, is_correct
+from ..text import fill_slots
 
 VERIFY_TEMPLATE = ("{prompt}{attempt}\nVerify the solution above step by step. Is it correct? Answer yes or no, "
                    "then name the first wrong step.\n")
 # ends with the task's prompt again, as the training refine prompts do, so a small model answers in its own format
 REFINE_TEMPLATE = ("{prompt}Previous answer:\n{attempt}\nVerifier report:\n{report}\n"
                    "Fix the errors and give a refined full solution.\n{prompt}")
-_SLOT = re.compile(r"\{(prompt|attempt|report)\}")
 _YES = re.compile(r"\s*(yes|correct)\b", re.IGNORECASE)
-
-
-def fill(template: str, **values: str) -> str:
-    """``template`` with its ``{prompt}``, ``{attempt}`` and ``{report}`` slots filled in one pass."""
-    return _SLOT.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 def accepts(verdict_text: str) -> bool:
@@ -57,7 +52,7 @@ class SelfVerifier:
 
     def __call__(self, engine: Generator, task: Task, items: Sequence[Item], attempts: Sequence[str],
                  budget: int) -> list[Verdict]:
-        prompts = [fill(self.template, prompt=it.prompt, attempt=a) for it, a in zip(items, attempts)]
+        prompts = [fill_slots(self.template, prompt=it.prompt, attempt=a) for it, a in zip(items, attempts)]
         texts = engine.generate(prompts, 1, SamplingParams(temperature=0, max_new_tokens=budget)).texts
         return [Verdict(accepts(t), t) for t in texts]
 
@@ -103,7 +98,7 @@ def refine_loop(engine: Generator, task: Task, items: Sequence[Item], attempts: 
             if not v.ok:
                 todo.append((i, v.report))
         if todo:
-            prompts = [fill(template, prompt=items[i].prompt, attempt=current[i], report=rep) for i, rep in todo]
+            prompts = [fill_slots(template, prompt=items[i].prompt, attempt=current[i], report=rep) for i, rep in todo]
             texts = engine.generate(prompts, 1, SamplingParams(temperature=0, max_new_tokens=budget)).texts
             for (i, _), t in zip(todo, texts):
                 current[i], refines[i] = t, refines[i] + 1

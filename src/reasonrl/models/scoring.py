@@ -110,3 +110,17 @@ def _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion
         out.append((lp * cm, ent * cm, xlp * cm))
     lp, ent, xlp = (torch.cat([o[i] for o in out]) for i in range(3))
     return lp, (ent if entropies else None), xlp
+
+
+def trim_padding(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor | None = None,
+                 completion_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Rows cut to the columns some row uses: prompts are left-padded (N, P) -> (N, p), completions
+    right-padded (N, T) -> (N, t), p and t the longest row's; less padding to run through the model.
+    Returns the prompt pair, and the completion pair when given."""
+    p = int(prompt_mask.sum(-1).max()) if len(prompt_mask) else 0
+    P = prompt_ids.shape[1]
+    out = (prompt_ids[:, P - p:], prompt_mask[:, P - p:])
+    if completion_ids is None:
+        return out
+    c = int(completion_mask.sum(-1).max()) if len(completion_mask) else 0
+    return out + (completion_ids[:, :c], completion_mask[:, :c])

@@ -1,41 +1,59 @@
 """The parts a recipe is made of: small frozen dataclasses that name a pure function and its knobs.
 
-A :class:`Recipe` is data: the trainer calls its parts (``recipe.advantage(rewards)``,
-``recipe.loss(...)``) and never looks at a recipe's name. Every field can be overridden from YAML
-or the command line with a dotted key (``loss.clip_high=0.28``, ``optim.lr=1e-5``). The parts live
-in :mod:`.objective` (advantage, shapers, policy loss, KL, CorR-PO bonus) and :mod:`.generation`
-(group filter, stages, steering, beam, sampling, optimiser).
+A :class:`Recipe` is data: the GRPO skeleton every method shares (advantage estimator and shapers,
+policy loss, KL, sampling, optimiser, dynamic sampling, stages, a selector, extra rewards) as
+fields, plus the method's own parts by key (``Recipe(correction=Correction())``; the key is the
+config section, ``correction.p_max=0.5``). The batch maker and the trainer call the parts' hooks
+(:mod:`.protocol`) and never look at a recipe's name.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 
-from ..rewards.options import reward_options
+from ..advantages import group_relative
+from ..data.lze import LZE
 from ..data.selector import Selector
-from .correction import Correction
-from .d2evo import D2Evo
-from .drafts import Drafts
+from ..rewards.options import reward_options
+from ..rules import Rule
+from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
+# the method parts, in the order their hooks run (a part reading another's channel comes after it)
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .nudge import HintSampling
-from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .correction import Correction
 from .redirect import Redirect
-from .fest import FEST
 from .selfteach import EGRSD, SSOPD
+from .d2evo import D2Evo
 from .teacher import KDRL, RKLOPD, TGPO, Teacher
-from .su01 import RefineReplay
+from .fest import FEST
+from .drafts import Drafts
 from .vpd import VPD
-from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy, rounds_of
+from .su01 import RefineReplay
+from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
-__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction", "Drafts",
-           "GenRequest",
-           "GroupFilter", "Groups", "HintSampling", "Optim", "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay",
-           "RolloutStrategy", "Round", "Sampling", "Stages", "Steering",
-           "StepCredit", "VPD", "Veto", "entropy_term", "kl_term"]
-__all__ += ["KDRL", "RKLOPD", "TGPO", "Teacher"]
+__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction",
+           "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
+           "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
+           "Stages", "Steering", "StepCredit", "VPD", "Veto", "entropy_term", "kl_term", "register_part",
+           "KDRL", "RKLOPD", "TGPO", "Teacher"]
+
+IDENTITY = ("name", "paper", "inferred")  # what names a recipe; no part, no option
+NOT_HOOKED = IDENTITY + ("extra_rewards", "run_defaults")  # fields that hold no part with hooks
+
+
+def _min_group(values) -> int:
+    return 2 if group_relative(values.get("advantage.estimator", "")) else 1
+
+
+def _group_text(values) -> str:
+    if _min_group(values) == 2:
+        return (f">= 2 (estimator {values.get('advantage.estimator')!r} compares the samples of a prompt; a group "
+                "of 1 learns nothing)")
+    return ">= 1"
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,7 @@ class Recipe:
     paper: str = ""
     inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
     advantage: Advantage = Advantage()
-    shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # applied in order after the estimator
+    shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # (adv, BatchContext) -> adv, after the estimator, in order
     loss: PolicyLoss = PolicyLoss()
     kl: KL = KL()
     entropy_coef: float = 0.0
@@ -58,116 +76,130 @@ class Recipe:
     group_filter: GroupFilter | None = None  # dynamic sampling; None keeps every group
     mask_truncated: bool = False  # overlong filtering: truncated completions leave the loss entirely
     stages: Stages | None = None  # generate-then-train-many (Mu-GRPO); None: generate every step
-    steering: Steering | None = None  # VSPO: steered rollouts at mixed intensities
-    beam: BeamSampling | None = None  # CodeThinker: branch part of each group from the best prefixes
-    hints: HintSampling | None = None  # NudgeRL: hinted sub-groups, their advantages, distillation to the bare prompt
-    correction: Correction | None = None  # CIPO: a second round of corrections of failed attempts
-    redirect: Redirect | None = None  # STRIDE: redirect failed rollouts from the first wrong step (a round)
-    aux_losses: tuple[Callable[..., Any], ...] = field(default=())
-    ssopd: SSOPD | None = None  # SSOPD's self-distillation loss term (arXiv 2605.17497)
-    egrsd: EGRSD | None = None  # EGRSD / CL-EGRSD token advantages (arXiv 2605.13255)
-    selector: Selector | None = None  # which prompts get rollouts and which groups reach the update (data.selector)
-    d2evo: D2Evo | None = None  # D2Evo: anchors as the selector, the Questioner as a round (arXiv 2605.17037)
-    teacher: Teacher | None = None  # an external frozen teacher, scored on the rollouts (TGPO family)
-    tgpo: TGPO | None = None  # TGPO reg / adv (arXiv 2605.13230)
-    rkl_opd: RKLOPD | None = None  # reverse-KL on-policy distillation token advantages
-    kdrl: KDRL | None = None  # KDRL's KL term to the teacher
-    fest: FEST | None = None  # FEST: a decaying DPO (or SFT) term on a few demonstrations (arXiv 2605.15012)
-    drafts: Drafts | None = None  # drafts in the train prompts, N/A at evaluation (arXiv 2605.17314)
-    vpd: VPD | None = None  # VPD: a teacher adapter's feedback round, E-step and M-step terms (arXiv 2605.15113)
-    refine_replay: RefineReplay | None = None  # SU-01: self-refine prompts and replayed successes (a round)
+    # which prompts get rollouts and which groups reach the update (data.selector); config: LZE's options
+    selector: Selector | None = field(default=None, metadata={"part": LZE})
+    aux_losses: tuple[Callable[..., Any], ...] = ()  # (LossContext) -> (loss, metrics), beside the policy loss
+    parts: Parts = Parts()  # the method's own parts by key (a registered part name: its config section)
+    # run settings the recipe needs to run as `reasonrl train --recipe NAME` alone (dotted keys: data.pool for a
+    # selector with per-prompt state, lora.r for adapter parts); the command line applies them unless given
+    run_defaults: tuple[tuple[str, Any], ...] = ()
 
-    # A part takes part in the loop through the methods it has, never through its name:
-    # ``generate(req)`` makes the rollouts (one such part at most; none: plain sampling),
-    # ``extend(maker, batch)`` adds a second round of groups, ``shape_advantages(adv, ctx)`` runs after
-    # the recipe's shapers, ``loss_term(**kw)`` adds a term to the loss like an auxiliary loss,
-    # ``score_batch(batch, ctx)`` annotates the batch before the shapers run (teacher passes).
+    RULES: ClassVar[dict[str, Rule]] = {
+        "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
+    }
+
     def __post_init__(self):
-        one_strategy(self._parts())  # two parts that both generate: an error when the recipe is made
+        if not isinstance(self.parts, Parts):
+            object.__setattr__(self, "parts", Parts(self.parts))
+        one_strategy([p for _, p in self.hooked()])  # two parts that both generate: an error when the recipe is made
         _ = self.data_selector  # two selectors: likewise
 
-    def _parts(self) -> list[Any]:
-        return [getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("name", "paper", "inferred")]
+    def __getattr__(self, name: str) -> Any:
+        """A registered part by its key (None when the recipe has none): ``recipe.correction``."""
+        if name in PART_TYPES:
+            return self.parts.get(name)
+        raise AttributeError(f"{type(self).__name__!r} has no field or part {name!r}")
+
+    # ------------------------------------------------------------------ the parts and their hooks
+    def hooked(self, hook: str | None = None) -> list[tuple[str, Any]]:
+        """(key, part) of every object that may implement hooks, in the order they run: the skeleton's
+        fields, the shapers (``shapers.i``), the method parts, the auxiliary losses (``aux_losses.i``);
+        with ``hook``, only those that implement it (a plain shaper / aux loss is itself its hook)."""
+        out: list[tuple[str, Any]] = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in NOT_HOOKED:
+                continue
+            if f.name == "parts":
+                out += list(value.items())
+            elif isinstance(value, tuple):
+                out += [(f"{f.name}.{i}", v) for i, v in enumerate(value)]
+            elif value is not None:
+                out.append((f.name, value))
+        if hook is None:
+            return out
+        if hook not in HOOKS:
+            raise ValueError(f"unknown hook {hook!r}; the protocol's hooks: {', '.join(HOOKS)}")
+        plain = {"shape_advantages": "shapers.", "loss_term": "aux_losses."}.get(hook)
+        return [(k, p) for k, p in out if hasattr(p, hook) or (plain and k.startswith(plain))]
+
+    def calls(self, hook: str) -> list[tuple[str, Callable[..., Any]]]:
+        """(key, callable) of every implementation of ``hook``, in order."""
+        return [(k, getattr(p, hook, p)) for k, p in self.hooked(hook)]
 
     @property
     def strategy(self) -> RolloutStrategy:
-        return one_strategy(self._parts())
+        return one_strategy([p for _, p in self.hooked()])
 
     @property
-    def rounds(self) -> tuple[Round, ...]:
-        return rounds_of(self._parts())
+    def rounds(self) -> list[tuple[str, Any]]:
+        """(key, part) of the second rounds; the k-th (from 1) gives its groups kind k."""
+        return self.hooked("extend")
 
     @property
-    def all_shapers(self) -> tuple[Callable[..., Any], ...]:
-        return self.shapers + tuple(p.shape_advantages for p in self._parts() if hasattr(p, "shape_advantages"))
-
-    def wrap_task(self, task: Any, tokenizer: Any = None) -> Any:
-        """The run's task as the recipe's parts present it (each part with ``wrap_task``, in order)."""
-        for part in self._parts():
-            if hasattr(part, "wrap_task"):
-                task = part.wrap_task(task, tokenizer)
-        return task
-
-    @property
-    def data_selector(self) -> Selector | None:
-        """The one part that builds selector state: the ``selector`` field, or a part that is also a
-        selector (D2Evo); two of them are an error."""
-        found = [p for p in self._parts() if isinstance(p, Selector)]
+    def data_selector(self) -> tuple[str, Selector] | None:
+        """(key, part) of the one part that selects data: the ``selector`` field, or a part that is
+        also a selector (D2Evo); two of them are an error."""
+        found = [(k, p) for k, p in self.hooked() if isinstance(p, Selector)]
         if len(found) > 1:
-            raise ValueError(f"a recipe can use one selector, got {', '.join(type(p).__name__ for p in found)}")
+            raise ValueError(f"a recipe can use one selector, got {', '.join(type(p).__name__ for _, p in found)}")
         return found[0] if found else None
 
     @property
-    def step_hooks(self) -> tuple[Callable[..., Any], ...]:
-        """``before_step(maker)`` of the parts that prepare a step's data (D2Evo's pass-rate estimation)."""
-        return tuple(p.before_step for p in self._parts() if hasattr(p, "before_step"))
+    def needs(self) -> frozenset[str]:
+        """What the recipe's parts need of the run (``protocol.NEEDS``); a KL term needs the reference."""
+        out = frozenset().union(*(part_needs(p) for _, p in self.hooked()))
+        return out | {"reference"} if self.kl.coef > 0 else out
 
-    @property
-    def scorers(self) -> tuple[Callable[..., Any], ...]:
-        return tuple(p.score_batch for p in self._parts() if hasattr(p, "score_batch"))
-
-    @property
-    def needs_reference(self) -> bool:
-        """Whether a part scores against the initial model (the trainer then keeps a reference)."""
-        return any(getattr(p, "needs_reference", False) for p in self._parts())
-
-    @property
-    def model_setups(self) -> tuple[Callable[..., Any], ...]:
-        """``setup_model(model, lora, seed) -> model`` of the parts that add trainable modules (VPD's
-        teacher adapter): the trainer calls them before it builds the optimiser."""
-        return tuple(p.setup_model for p in self._parts() if hasattr(p, "setup_model"))
-
-    @property
-    def all_aux_losses(self) -> tuple[Callable[..., Any], ...]:
-        return self.aux_losses + tuple(p.loss_term for p in self._parts() if hasattr(p, "loss_term"))
+    def wrap_task(self, task: Any, tokenizer: Any = None, seed: int = 0) -> Any:
+        """The run's task as the recipe's parts present it (each ``wrap_task`` part, in order)."""
+        for _, part in self.hooked("wrap_task"):
+            task = part.wrap_task(TaskSetup(task=task, tokenizer=tokenizer, seed=seed))
+        return task
 
     def describe(self) -> dict[str, Any]:
-        out = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
-        for f in ("advantage", "loss", "kl", "sampling", "optim"):
-            out[f] = dataclasses.asdict(getattr(self, f))
-        out.update(entropy_coef=self.entropy_coef, group_size=self.group_size, mask_truncated=self.mask_truncated,
-                   task_reward_weight=self.task_reward_weight,
-                   group_filter=None if self.group_filter is None else dataclasses.asdict(self.group_filter),
-                   stages=None if self.stages is None else dataclasses.asdict(self.stages),
-                   steering=None if self.steering is None else dataclasses.asdict(self.steering),
-                   beam=None if self.beam is None else dataclasses.asdict(self.beam),
-                   ssopd=None if self.ssopd is None else dataclasses.asdict(self.ssopd),
-                   egrsd=None if self.egrsd is None else dataclasses.asdict(self.egrsd),
-                   fest=None if self.fest is None else dataclasses.asdict(self.fest),
-                   hints=None if self.hints is None else dataclasses.asdict(self.hints),
-                   correction=None if self.correction is None else dataclasses.asdict(self.correction),
-                   redirect=None if self.redirect is None else dataclasses.asdict(self.redirect),
-                   selector=None if self.selector is None else repr(self.selector),
-                   d2evo=None if self.d2evo is None else dataclasses.asdict(self.d2evo),
-                   **{k: None if getattr(self, k) is None else dataclasses.asdict(getattr(self, k))
-                      for k in ("teacher", "tgpo", "rkl_opd", "kdrl")},
-                   drafts=None if self.drafts is None else dataclasses.asdict(self.drafts),
-                   vpd=None if self.vpd is None else dataclasses.asdict(self.vpd),
-                   refine_replay=None if self.refine_replay is None else dataclasses.asdict(self.refine_replay),
-                   shapers=[_describe(s) for s in self.shapers],
-                   extra_rewards=[f"{w} x {_describe(fn)}" for fn, w in self.extra_rewards],
-                   aux_losses=[_describe(a) for a in self.aux_losses])
+        """Every option of the recipe as plain data (``reasonrl recipes``, the run's config)."""
+        out: dict[str, Any] = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in IDENTITY:
+                continue
+            if f.name == "parts":
+                out.update({k: _asdict(value.get(k)) for k in PART_TYPES})
+                out.update({k: _asdict(p) for k, p in value.items() if k not in PART_TYPES})
+            elif f.name == "run_defaults":
+                out[f.name] = dict(value)
+            elif f.name == "selector":
+                out[f.name] = None if value is None else repr(value)
+            elif f.name == "extra_rewards":
+                out[f.name] = [f"{w} x {_describe(fn)}" for fn, w in value]
+            elif isinstance(value, tuple):
+                out[f.name] = [_describe(v) for v in value]
+            else:
+                out[f.name] = _asdict(value)
         return out
+
+
+def _asdict(value: Any) -> Any:
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) else value
+
+
+_generated_init = Recipe.__init__
+
+
+def _init(self, *args: Any, parts: Any = (), **kwargs: Any) -> None:
+    """``Recipe(name, ..., correction=Correction())``: a registered part may be given by its key, as
+    a keyword (``dataclasses.replace`` works the same way; ``key=None`` turns a part off)."""
+    names = {f.name for f in dataclasses.fields(Recipe)}
+    named = {k: kwargs.pop(k) for k in list(kwargs) if k not in names}
+    unknown = [k for k in named if k not in PART_TYPES]
+    if unknown:
+        raise TypeError(f"Recipe got unknown keyword {unknown[0]!r}: neither a field ({', '.join(sorted(names))}) nor "
+                        f"a registered part ({', '.join(PART_TYPES)})")
+    _generated_init(self, *args, parts=Parts(parts).merged(named) if named else Parts(parts), **kwargs)
+
+
+Recipe.__init__ = _init  # type: ignore[method-assign]
 
 
 def _describe(part: Any) -> str:
@@ -178,3 +210,7 @@ def _describe(part: Any) -> str:
         return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in options.items() if v is not None)})"
     return getattr(part, "__name__", None) or getattr(part, "name", None) or type(part).__name__
 
+
+def iter_parts() -> Iterator[tuple[str, type]]:
+    """Every registered part: (key, class), in the order their hooks run."""
+    return iter(PART_TYPES.items())

@@ -12,15 +12,17 @@ fail. Every threshold and constant is [inferred] (the paper publishes no code): 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
 import torch
 
 from ..advantages.subgroups import cipo_pick_failure, cipo_rewards, cipo_select
 from ..rollout import Rollouts, concat_rollouts, select_rows
+from ..rules import Rule, above, at_least, within
 from ..seeds import stable_seed
+from ..text import fill_slots
+from .protocol import RoundContext, register_part
 from .strategy import Groups
 
 # The spec's correction prompt is x + "Previous attempt:" + y_fail + an instruction. Small models see
@@ -29,14 +31,11 @@ from .strategy import Groups
 # The spec's "ending in \boxed{}" is dropped: each task's verifier has its own answer format.
 DEFAULT_TEMPLATE = ("{prompt}Previous attempt:\n{attempt}\n"
                     "The attempt above may be wrong. Find the error and give a corrected full solution.\n{prompt}")
-_SLOT = re.compile(r"\{(prompt|attempt)\}")
 
 
 def correction_prompt(template: str, prompt: str, attempt: str) -> str:
-    """``template`` with ``{prompt}`` and ``{attempt}`` filled in one pass (braces in the texts, or a
-    ``{prompt}`` inside the attempt, stay as they are; no other slot is read)."""
-    values = {"prompt": prompt, "attempt": attempt}
-    return _SLOT.sub(lambda m: values[m.group(1)], template)
+    """``template`` with ``{prompt}`` and ``{attempt}`` filled in one pass (:func:`reasonrl.text.fill_slots`)."""
+    return fill_slots(template, prompt=prompt, attempt=attempt)
 
 
 def replay_cap(rho_eff: float, n_main: int) -> int:
@@ -64,6 +63,7 @@ def keep_at_most(candidates: torch.Tensor, k: int, generator: torch.Generator) -
     return out
 
 
+@register_part("correction")
 @dataclass(frozen=True)
 class Correction:
     """CIPO corrections as a second round (``extend``). Fields, all [inferred] spec defaults:
@@ -74,7 +74,7 @@ class Correction:
     loss weight of correction rows. ``rho``: at most floor(rho * #first-round groups) correction groups
     per batch; while a step's correction accuracy is below ``acc_floor`` the ratio is divided by
     ``factor`` down to ``rho_min``, otherwise multiplied by it back up to ``rho`` (kept in the batch
-    maker's checkpointed state, ``state["cipo"]``). ``template``: the correction prompt, with
+    part's checkpointed state). ``template``: the correction prompt, with
     ``{prompt}`` and ``{attempt}`` slots; end it with ``{prompt}`` so that it ends as the task's prompt.
     """
 
@@ -88,19 +88,28 @@ class Correction:
     factor: float = 2.0
     template: str = DEFAULT_TEMPLATE
 
-    def __post_init__(self):
-        missing = [s for s in ("{prompt}", "{attempt}") if s not in self.template]
-        if missing:
-            raise ValueError(f"Correction.template needs the slots {{prompt}} and {{attempt}}; missing {missing} "
-                             f"in {self.template!r}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "p_max": within(0, 1, open_lo=True),
+        "q0": within(0, 1),
+        "kappa": at_least(0),
+        "weight": above(0),
+        "rho": within(0, 1, open_lo=True),
+        "rho_min": Rule(lambda v, c: 0 <= v <= c.get("rho", 1), lambda c: f"in [0, correction.rho = {c.get('rho')}]"),
+        "acc_floor": within(0, 1),
+        "factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed replay ratio)"),
+        "template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
+                         "text with the slots {prompt} and {attempt} (end it with {prompt})"),
+    }
 
-    def extend(self, maker: Any, batch: Any) -> Groups:
+    def extend(self, ctx: RoundContext) -> Groups:
         """Correction groups for this step's first-round groups (see the class docstring)."""
+        batch = ctx.batch
         G = batch.rewards.shape[1]
         first = (batch.group_kinds() == 0).nonzero().squeeze(-1)  # (B0,) first-round groups
-        st = maker.state.setdefault("cipo", {"rho_eff": self.rho})
+        st = ctx.state
+        st.setdefault("rho_eff", self.rho)
         # keyed by the task position after this batch: the same choices in a resumed run
-        gen = torch.Generator().manual_seed(stable_seed(maker.seed, "cipo", maker.items_drawn))
+        gen = torch.Generator().manual_seed(stable_seed(ctx.seed, "cipo", ctx.position))
         correct = batch.correct[first]  # (B0, G)
         selected = cipo_select(correct, self.p_max, self.q0, gen)  # (B0,) bool
         pick = cipo_pick_failure(correct, selected, gen)  # (B0,) failed row in the group, -1: none
@@ -115,10 +124,10 @@ class Correction:
         failed = [batch.ro.texts[g * G + int(pick[k])] for g, k in zip(groups, idx)]
         prompts = [correction_prompt(self.template, it.prompt, y) for it, y in zip(items, failed)]
         # each correction prompt keyed by its group's task position (first-round groups end at items_drawn)
-        ro = _generate(maker, items, prompts, [maker.items_drawn - len(first) + k for k in idx])
-        rewards, ok, _ = maker.reward(items, ro)  # (B', G) each; the reward metrics stay the first round's
-        shaped, m = self.shape(ok, [[maker.task.extract_answer(t) for t in ro.texts[i * G:(i + 1) * G]]
-                                    for i in range(len(items))], [maker.task.extract_answer(y) for y in failed])
+        ro = _generate(ctx, items, prompts, [ctx.position - len(first) + k for k in idx])
+        rewards, ok, _ = ctx.reward(items, ro)  # (B', G) each; the reward metrics stay the first round's
+        shaped, m = self.shape(ok, [[ctx.task.extract_answer(t) for t in ro.texts[i * G:(i + 1) * G]]
+                                    for i in range(len(items))], [ctx.task.extract_answer(y) for y in failed])
         st["rho_eff"] = next_rho(st["rho_eff"], m["cipo/accuracy"], rho=self.rho, rho_min=self.rho_min,
                                  acc_floor=self.acc_floor, factor=self.factor)
         # preset None: the recipe's estimator (GRPO within each correction group); weight: lambda_c per row
@@ -140,13 +149,13 @@ class Correction:
                         "cipo/repeat_rate": float(repeats / wrong.sum()) if wrong.any() else 0.0}
 
 
-def _generate(maker: Any, items: list[Any], prompts: list[str], positions: list[int]) -> Rollouts:
+def _generate(ctx: RoundContext, items: list, prompts: list[str], positions: list[int]) -> Rollouts:
     """G samples per correction prompt, prompt ``i`` keyed by ``(positions[i], "cipo")``: one
-    ``maker.generate`` call per run of consecutive positions (the engine's samples of a prompt depend
+    ``ctx.sample`` call per run of consecutive positions (the engine's samples of a prompt depend
     on its seed alone, so the split changes nothing)."""
     parts, start = [], 0
     for end in range(1, len(items) + 1):
         if end == len(items) or positions[end] != positions[end - 1] + 1:
-            parts.append(maker.generate(items[start:end], prompts[start:end], tag="cipo", first=positions[start]))
+            parts.append(ctx.sample(items[start:end], prompts[start:end], tag="cipo", first=positions[start]))
             start = end
-    return concat_rollouts(parts, maker.engine.tok.pad_token_id)
+    return concat_rollouts(parts, ctx.tok.pad_token_id)

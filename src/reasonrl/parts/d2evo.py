@@ -2,14 +2,14 @@
 
 One recipe part, :class:`D2Evo`, plays the paper's three steps through the loop's generic seams:
 
-* ``before_step(maker)`` (at the first step of each iteration of ``iteration_steps`` steps): pass-rate
+* ``before_step(ctx)`` (at the first step of each iteration of ``iteration_steps`` steps): pass-rate
   estimation over the real pool (``data.pool``; ``estimate_samples`` Solver samples per problem, no
   gradient), anchors = real problems with p_hat in [p_lo, p_hi], and the Solver's pool = anchors +
   the generated problems accepted during the previous iteration (their difficulty was measured
   against a recent Solver; older ones leave).
 * As the run's selector (``build`` -> :class:`~reasonrl.data.d2evo.D2EvoState`): only anchors are
   admitted to the Solver's first round (every pool item before any anchor exists).
-* ``extend(maker, batch)`` (a :class:`~reasonrl.parts.strategy.Round`, every step): the Questioner.
+* ``extend(ctx)`` (a second round, every step): the Questioner.
   ``anchors_per_step`` anchors are put in the role prompt (``template``), G = group_size questions are
   sampled per anchor with the same weights, each is read by the task (``task.generated_item``: the
   task's format, and its true answer when computable), the Solver answers it ``solver_samples`` times
@@ -24,30 +24,31 @@ Every constant is [inferred] by the spec (distill-and-data.md section 11 (b)): s
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ..data.d2evo import D2EvoState, Verdict, accepted, judge, ngram_similarity, pass_rates, questioner_rewards
 from ..errors import UserError
 from ..rollout import concat_rollouts, select_rows
+from ..rules import Rule, at_least, one_of, within
 from ..tasks import is_correct
+from ..text import fill_slots
+from .protocol import RoundContext, register_part
 from .strategy import Groups
 
 # The spec's Questioner input: the anchor plus an instruction to write a new problem of similar difficulty.
 # The template ends with the anchor's prompt so a small model continues in the task's format.
 DEFAULT_TEMPLATE = "write a new problem as hard as this one:\n{prompt}"
-_SLOT = re.compile(r"\{(prompt|answer)\}")
 
 
 def role_prompt(template: str, prompt: str, answer: str) -> str:
     """``template`` with ``{prompt}`` (the anchor's prompt) and ``{answer}`` (its gold answer) filled in one pass."""
-    values = {"prompt": prompt, "answer": answer}
-    return _SLOT.sub(lambda m: values[m.group(1)], template)
+    return fill_slots(template, prompt=prompt, answer=answer)
 
 
+@register_part("d2evo")
 @dataclass(frozen=True)
 class D2Evo:
     """D2Evo's knobs; every default is the spec's [inferred] value unless said otherwise.
@@ -80,85 +81,85 @@ class D2Evo:
     template: str = DEFAULT_TEMPLATE
     parse: str = "prefix"
     weight: float = 1.0
-    needs_pool = True  # class attribute: anchors are mined from a finite real pool (data.pool=N)
+    needs: ClassVar[frozenset[str]] = frozenset({"pool"})  # anchors are mined from a finite real pool (data.pool=N)
 
-    def __post_init__(self):
-        if "{prompt}" not in self.template:
-            raise ValueError(f"D2Evo.template needs the slot {{prompt}}; got {self.template!r}")
-        if not 0.0 <= self.p_lo <= self.p_hi <= 1.0:
-            raise ValueError(f"D2Evo needs 0 <= p_lo <= p_hi <= 1, got {self.p_lo}, {self.p_hi}")
-        if self.parse not in ("prefix", "line"):
-            raise ValueError(f"D2Evo.parse must be 'prefix' or 'line', got {self.parse!r}")
-        if min(self.iteration_steps, self.estimate_samples, self.solver_samples, self.anchors_per_step, self.ngram) < 1:
-            raise ValueError("D2Evo's iteration_steps, estimate_samples, solver_samples, anchors_per_step and ngram "
-                             f"must be >= 1; got {self}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        **{k: at_least(1) for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step",
+                                    "ngram")},
+        "p_lo": within(0, 1),
+        "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [d2evo.p_lo = {c.get('p_lo')}, 1]"),
+        "p_star": within(0, 1), "eta": at_least(0), "floor": within(0, 1), "weight": at_least(0),
+        "parse": one_of(("prefix", "line")),
+        "template": Rule(lambda v, _: "{prompt}" in v, "text containing {prompt} (the anchor's prompt)"),
+    }
 
     def build(self, seed: int) -> D2EvoState:
         return D2EvoState()
 
     # ---------------------------------------------------------------- each iteration: estimate, mine, rebuild
-    def before_step(self, maker: Any) -> None:
+    def before_step(self, ctx: RoundContext) -> None:
         """At the first step of an iteration: estimate the real pool's pass rates, mine anchors and
         rebuild the Solver's pool (nothing on the iteration's other steps)."""
-        st, it = _state(maker), maker.step // self.iteration_steps
+        st, it = ctx.state, ctx.step // self.iteration_steps
         if st.iteration == it:
             return
-        real = maker.pool
-        p = self.estimate(maker, real, it)  # (N,)
+        real = list(ctx.pool)
+        p = self.estimate(ctx, real, it)  # (N,)
         st.rebuild(it, real, p, self.p_lo, self.p_hi)
         st.pending = {"d2evo/est_pass_rate_mean": float(p.mean()),
                       "d2evo/est_rows": float(len(real) * self.estimate_samples)}
 
-    def estimate(self, maker: Any, items: list[Any], iteration: int) -> torch.Tensor:
+    def estimate(self, ctx: RoundContext, items: list[Any], iteration: int) -> torch.Tensor:
         """p_hat of each item (N,) from ``estimate_samples`` Solver samples against its gold answer."""
         n = self.estimate_samples
-        ro = maker.generate(items, [it.prompt for it in items], tag=f"d2evo_est{iteration}", first=0, n=n)
-        ok = [[is_correct(maker.task.verify(t, it.answer, it.meta)) for t in ro.texts[i * n:(i + 1) * n]]
+        ro = ctx.sample(items, [it.prompt for it in items], tag=f"d2evo_est{iteration}", first=0, n=n)
+        ok = [[is_correct(ctx.task.verify(t, it.answer, it.meta)) for t in ro.texts[i * n:(i + 1) * n]]
               for i, it in enumerate(items)]
         return pass_rates(torch.tensor(ok, dtype=torch.float).view(len(items), n))  # (N,)
 
     # ---------------------------------------------------------------- every step: a round of two roles
-    def extend(self, maker: Any, batch: Any) -> Groups:
+    def extend(self, ctx: RoundContext) -> Groups:
         """The Questioner's groups (rewarded by R_Q), then Solver groups on generated problems."""
-        if not callable(getattr(maker.task, "generated_item", None)):
-            raise UserError(f"d2evo: task {maker.task.name!r} cannot read a generated problem (it has no "
+        if not callable(getattr(ctx.task, "generated_item", None)):
+            raise UserError(f"d2evo: task {ctx.task.name!r} cannot read a generated problem (it has no "
                             "generated_item(text, parse)); the built-in arithmetic task can")
-        st, G = _state(maker), batch.rewards.shape[1]
+        batch = ctx.batch
+        st, G = ctx.state, batch.rewards.shape[1]
         metrics, st.pending = {**st.pending, **_pool_metrics(st)}, {}
         parts = []
         if st.anchors:
-            parts.append(self.questioner_groups(maker, st, G, metrics))
+            parts.append(self.questioner_groups(ctx, st, G, metrics))
         n_first = int((batch.group_kinds() == 0).sum())
-        gen = self.generated_groups(maker, st, n_first, metrics)
+        gen = self.generated_groups(ctx, st, n_first, metrics)
         if gen is not None:
             parts.append(gen)
         if not parts:
             return Groups(items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G),
                           metrics=metrics)
         return Groups(items=[i for g in parts for i in g.items],
-                      ro=concat_rollouts([g.ro for g in parts], maker.engine.tok.pad_token_id),
+                      ro=concat_rollouts([g.ro for g in parts], ctx.tok.pad_token_id),
                       rewards=torch.cat([g.rewards for g in parts]), correct=torch.cat([g.correct for g in parts]),
                       weight=torch.cat([g.weight for g in parts]), metrics=metrics)
 
-    def questioner_groups(self, maker: Any, st: D2EvoState, G: int, metrics: dict[str, float]) -> Groups:
+    def questioner_groups(self, ctx: RoundContext, st: D2EvoState, G: int, metrics: dict[str, float]) -> Groups:
         """``anchors_per_step`` anchors (cycling through the anchor list), G questions each, R_Q."""
-        real = {r.key: r for r in maker.pool}
+        real = {r.key: r for r in ctx.pool}
         k = min(self.anchors_per_step, len(st.anchors))
         anchors = [real[st.anchors[(st.q_cursor + j) % len(st.anchors)]] for j in range(k)]
         st.q_cursor = (st.q_cursor + k) % len(st.anchors)
         prompts = [role_prompt(self.template, a.prompt, a.answer) for a in anchors]
-        ro = maker.generate(anchors, prompts, tag=f"d2evo_q{maker.step}", first=0)
-        rewards, ok, m = self.score_questions(maker, st, anchors, ro.texts, G)
+        ro = ctx.sample(anchors, prompts, tag=f"d2evo_q{ctx.step}", first=0)
+        rewards, ok, m = self.score_questions(ctx, st, anchors, ro.texts, G)
         metrics.update(m)
         items = [dataclasses.replace(a, prompt=p) for a, p in zip(anchors, prompts)]
         return Groups(items=items, ro=ro, rewards=rewards, correct=ok, weight=torch.full((k * G,), float(self.weight)))
 
-    def score_questions(self, maker: Any, st: D2EvoState, anchors: list[Any], texts: list[str], G: int):
+    def score_questions(self, ctx: RoundContext, st: D2EvoState, anchors: list[Any], texts: list[str], G: int):
         """R_Q (A, G), accepted 0/1 (A, G) and metrics for the Questioner's ``texts`` (A * G rows)."""
         K = len(texts)
-        qs = [maker.task.generated_item(t, self.parse) for t in texts]
+        qs = [ctx.task.generated_item(t, self.parse) for t in texts]
         parsed = [i for i, q in enumerate(qs) if q is not None]
-        verdicts = dict(zip(parsed, self.solve(maker, [qs[i] for i in parsed])))
+        verdicts = dict(zip(parsed, self.solve(ctx, [qs[i] for i in parsed])))
         valid, p_hat, sim = torch.zeros(K, dtype=torch.bool), torch.zeros(K), torch.zeros(K)
         for i, v in verdicts.items():
             valid[i], p_hat[i] = v.valid, v.p_hat
@@ -173,21 +174,21 @@ class D2Evo:
         m["d2evo/accepted_waiting"] = float(len(st.accepted))
         return r_q.view(-1, G), ok.float().view(-1, G), m
 
-    def solve(self, maker: Any, questions: list[Any]) -> list[Verdict]:
+    def solve(self, ctx: RoundContext, questions: list[Any]) -> list[Verdict]:
         """The Solver's ``solver_samples`` answers to each well-formed question, judged (no gradient)."""
         if not questions:
             return []
         n = self.solver_samples
-        ro = maker.generate(questions, [q.prompt for q in questions], tag=f"d2evo_solve{maker.step}", first=0, n=n)
+        ro = ctx.sample(questions, [q.prompt for q in questions], tag=f"d2evo_solve{ctx.step}", first=0, n=n)
         out = []
         for i, q in enumerate(questions):
             texts = ro.texts[i * n:(i + 1) * n]
-            answers = [maker.task.extract_answer(t) for t in texts]
-            correct = [is_correct(maker.task.verify(t, q.answer, q.meta)) for t in texts]
+            answers = [ctx.task.extract_answer(t) for t in texts]
+            correct = [is_correct(ctx.task.verify(t, q.answer, q.meta)) for t in texts]
             out.append(judge(answers, correct, q.answer, self.use_gold, self.floor))
         return out
 
-    def generated_groups(self, maker: Any, st: D2EvoState, n_first: int, metrics: dict[str, float]) -> Groups | None:
+    def generated_groups(self, ctx: RoundContext, st: D2EvoState, n_first: int, metrics: dict[str, float]) -> Groups | None:
         """Solver groups on the pool's generated problems: as many per step as their share of the pool
         gives next to the ``n_first`` anchor groups (round(n_first * generated / anchors), at most all)."""
         keys = list(st.generated)
@@ -197,19 +198,11 @@ class D2Evo:
             return None
         picked = [keys[(st.g_cursor + j) % len(keys)] for j in range(n)]
         st.g_cursor = (st.g_cursor + n) % len(keys)
-        items = [_generated_item(maker.task, st.generated[k]) for k in picked]
-        ro = maker.generate(items, [it.prompt for it in items], tag=f"d2evo_gen{maker.step}", first=0)
-        rewards, correct, _ = maker.reward(items, ro)  # (n, G) each: against the pseudo-labels
+        items = [_generated_item(ctx.task, st.generated[k]) for k in picked]
+        ro = ctx.sample(items, [it.prompt for it in items], tag=f"d2evo_gen{ctx.step}", first=0)
+        rewards, correct, _ = ctx.reward(items, ro)  # (n, G) each: against the pseudo-labels
         metrics["d2evo/solver_generated_acc"] = float(correct.mean())
         return Groups(items=items, ro=ro, rewards=rewards, correct=correct, weight=torch.ones(len(ro.texts)))
-
-
-def _state(maker: Any) -> D2EvoState:
-    st = getattr(maker, "selector", None)
-    if not isinstance(st, D2EvoState):
-        raise RuntimeError("d2evo: the run's selector state is not D2Evo's; the d2evo part must be the recipe's "
-                           "only selector")
-    return st
 
 
 def _generated_item(task: Any, rec: dict[str, Any]) -> Any:

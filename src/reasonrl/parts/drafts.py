@@ -3,19 +3,20 @@
 A dataset transform, no loop change (spec 9 (c)): the part wraps the run's task
 (:meth:`Drafts.wrap_task`, called where the run builds its task) so that train prompts carry a
 draft per ``mode`` and held-out prompts the ``N/A`` template, and it reports what the batch's
-prompts showed (:meth:`Drafts.shape_advantages` passes the advantages through unchanged).
+prompts showed (:meth:`Drafts.score_batch`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import ClassVar
 
 from ..data.draft_task import DraftTask, draft_metrics
 from ..data.drafts import MAX_PROMPT_TOKENS, MODES, TEMPLATE, template_problem
+from ..rules import SEED, Rule, one_of
+from .protocol import BatchContext, TaskSetup, register_part
 
 
+@register_part("drafts")
 @dataclass(frozen=True)
 class Drafts:
     """``drafts.mode``: no_draft | matched_wrong | mismatched_wrong (the paper's) | mismatched_correct;
@@ -29,21 +30,25 @@ class Drafts:
     max_prompt_tokens: int | None = MAX_PROMPT_TOKENS
     template: str = TEMPLATE
 
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {list(MODES)}, got {self.mode!r}")
-        problem = template_problem(self.template)
-        if problem:
-            raise ValueError(f"template {problem}")
+    # a mode but no_draft without drafts.file fails when the task is built
+    RULES: ClassVar[dict[str, Rule]] = {
+        "mode": one_of(MODES),
+        "seed": SEED,
+        "max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
+        "template": Rule(lambda v, _: template_problem(v) is None,
+                         lambda c: "a format string with {problem} and {draft} and no other field "
+                                   f"(this one {template_problem(c.get('template'))})"),
+    }
 
-    def wrap_task(self, task: Any, tokenizer: Any = None) -> DraftTask:
-        """The task with drafts; ``tokenizer`` counts (and cuts) the prompt's tokens (None: characters)."""
+    def wrap_task(self, ctx: TaskSetup) -> DraftTask:
+        """The task with drafts; the tokenizer counts (and cuts) the prompt's tokens (None: characters)."""
+        task, tokenizer = ctx.task, ctx.tokenizer
         codec = {} if tokenizer is None else {
             "encode": lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
             "decode": lambda ids: tokenizer.decode(ids, skip_special_tokens=True)}
         return DraftTask(task, self.file, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
                          template=self.template, **codec)
 
-    def shape_advantages(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        """Unchanged advantages, and the batch's draft statistics (:func:`draft_metrics`)."""
-        return adv, draft_metrics(ctx["items"], ctx["answers"])
+    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+        """The batch's draft statistics (:func:`draft_metrics`)."""
+        return draft_metrics(ctx.items, ctx.answers)

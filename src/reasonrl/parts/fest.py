@@ -3,14 +3,14 @@
 ``L = L_GRPO(the RL batch) + alpha_e * L_sup(the step's demonstrations)`` (shared/specs/
 distill-and-data.md section 5). :class:`FEST` takes part in the loop twice, through its methods:
 
-* ``extend(maker, batch)`` (a :class:`~reasonrl.parts.strategy.Round`): draws this step's
+* ``extend(ctx)`` (a second round, :mod:`~reasonrl.parts.protocol`): draws this step's
   ``demos_per_step`` demonstrations from its own cycled loader (a fixed set of ``n_demos``,
-  reshuffled every pass, its cursor in the batch maker's checkpointed state, so it never touches
+  reshuffled every pass, its cursor in the part's checkpointed state, so it never touches
   the RL prompt stream), samples G rollouts of each demo prompt with the current policy (the
   "semi-online" negatives), rewards them with the task's verifier, picks the rejected side
   (:func:`~reasonrl.losses.dpo.pick_rejected`) and scores both sides under the reference without
   grad. It adds no groups to the RL batch: the demo rollouts stay out of the GRPO term; the pairs
-  travel in ``batch.data["fest"]``.
+  travel in the part's channel on the batch (``batch.parts["fest"].values["pairs"]``).
 * ``loss_term(...)`` (an auxiliary loss): the policy's log-probs of both sides with grad, and
   ``sum_j alpha_j * L_j / P`` over the batch's P pairs. Each pair is computed in the micro-batch that
   holds its *anchor* (a trained row of the RL batch, spread evenly), so it is counted once per pass
@@ -24,7 +24,8 @@ from __future__ import annotations
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
 
 import torch
 from torch import Tensor
@@ -34,10 +35,12 @@ from ..distill import encode_contexts
 from ..errors import UserError
 from ..losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES, demo_weight, dpo_sigmoid, pick_rejected, \
     sequence_logp, sft_nll
-from ..models.scoring import score_completions
+from ..models.scoring import score_completions, trim_padding
+from ..rules import Rule, above, at_least, one_of, within
 from ..rollout import select_rows
 from ..seeds import stable_seed
 from ..tasks import Item, take_items
+from .protocol import LossContext, RoundContext, register_part
 from .strategy import Groups
 
 __all__ = ["FEST", "FestPairs", "SUP_LOSSES", "REFERENCES", "demo_draws"]
@@ -61,7 +64,7 @@ class Tokens:
 
 @dataclass
 class FestPairs:
-    """One batch's demonstration pairs (``batch.data["fest"]``). ``chosen``: the k demonstrations;
+    """One batch's demonstration pairs (the fest channel's ``values["pairs"]``). ``chosen``: the k demonstrations;
     ``alpha`` (k,) their weights; per pair j (P pairs): ``demo`` (P,) its demonstration, ``rejected``
     its rollout's tokens (P rows; None with ``sup_loss="sft"``) and the reference sequence log-probs
     ``ref_chosen`` / ``ref_rejected`` (P,). With SFT the pairs are the demonstrations themselves."""
@@ -105,9 +108,7 @@ def encode_demos(tok, prompts: list[str], completions: list[str]) -> Tokens:
 
 def _trimmed(t: Tokens) -> Tokens:
     """The rows without the padding columns none of them uses."""
-    p, c = int(t.prompt_mask.sum(-1).max()), int(t.completion_mask.sum(-1).max())
-    P = t.prompt_ids.shape[1]
-    return Tokens(t.prompt_ids[:, P - p:], t.prompt_mask[:, P - p:], t.completion_ids[:, :c], t.completion_mask[:, :c])
+    return Tokens(*trim_padding(t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask))
 
 
 def _logp(model, t: Tokens, temperature: float, chunk_rows: int) -> tuple[Tensor, Tensor]:
@@ -131,6 +132,7 @@ def _behaviour(model) -> Iterator[Any]:
         model.train(was)
 
 
+@register_part("fest")
 @dataclass(frozen=True)
 class FEST:
     """FEST's supervised term on a few demonstrations (fields: the spec's defaults; see the module).
@@ -160,19 +162,26 @@ class FEST:
     all_correct: str = "skip"
     temperature: float = 1.0
 
-    def __post_init__(self):
-        for name, valid in (("decay", DECAY_SCHEDULES), ("sup_loss", SUP_LOSSES), ("reference", REFERENCES),
-                            ("negatives", NEGATIVES), ("all_correct", ALL_CORRECT)):
-            if getattr(self, name) not in valid:
-                raise ValueError(f"fest.{name} must be one of {', '.join(valid)}, got {getattr(self, name)!r}")
-        if self.n_demos < 1 or self.demos_per_step < 1 or self.decay_passes < 1:
-            raise ValueError("fest.n_demos, fest.demos_per_step and fest.decay_passes must be >= 1, got "
-                             f"{self.n_demos}, {self.demos_per_step}, {self.decay_passes}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "coef": at_least(0),
+        "gamma": within(0, 1),
+        "decay": one_of(DECAY_SCHEDULES),
+        "decay_passes": at_least(1),
+        "beta": above(0),
+        "sup_loss": one_of(SUP_LOSSES),
+        "reference": one_of(REFERENCES),
+        "n_demos": at_least(1),
+        "demos_per_step": at_least(1),
+        "demos": Rule(lambda v, _: v is None or Path(v).is_file(), "a JSONL file that exists, or null"),
+        "negatives": one_of(NEGATIVES),
+        "all_correct": one_of(ALL_CORRECT),
+        "temperature": above(0),
+    }
 
     @property
-    def needs_reference(self) -> bool:
-        """The trainer keeps the initial model (a frozen copy, or LoRA's adapters off) for DPO's ref."""
-        return self.sup_loss == "dpo" and self.reference == "initial"
+    def needs(self) -> frozenset[str]:
+        """DPO against the initial model: the trainer keeps it (a frozen copy, or LoRA's adapters off)."""
+        return frozenset({"reference"}) if self.sup_loss == "dpo" and self.reference == "initial" else frozenset()
 
     def weight(self, passes: int) -> float:
         return demo_weight(passes, self.coef, self.gamma, self.decay, self.decay_passes)
@@ -202,33 +211,33 @@ class FEST:
         return out
 
     # ------------------------------------------------------------ the round: this step's pairs
-    def extend(self, maker: Any, batch: Any) -> Groups:
-        G = maker.recipe.group_size
-        demos = maker.cache.get("fest_demos")
+    def extend(self, ctx: RoundContext) -> Groups:
+        G = ctx.group_size
+        demos = ctx.cache.get("demos")
         if demos is None:
-            demos = maker.cache["fest_demos"] = self.demo_set(maker.task, maker.seed)
-        st = maker.state.setdefault("fest", {"drawn": 0})
-        first = st["drawn"]
-        draws = demo_draws(len(demos), first, self.demos_per_step, maker.seed)
+            demos = ctx.cache["demos"] = self.demo_set(ctx.task, ctx.seed)
+        st = ctx.state
+        first = st.setdefault("drawn", 0)
+        draws = demo_draws(len(demos), first, self.demos_per_step, ctx.seed)
         st["drawn"] = first + len(draws)
         items = [demos[i] for i, _ in draws]
         alpha = torch.tensor([self.weight(e) for _, e in draws])  # (k,)
-        chosen = encode_demos(maker.engine.tok, [it.prompt for it in items], [it.demo for it in items])
+        chosen = encode_demos(ctx.tok, [it.prompt for it in items], [it.demo for it in items])
         metrics = {"fest/demos": float(len(items)), "fest/pass": float(draws[0][1]), "fest/alpha": float(alpha.mean())}
         if self.sup_loss == "sft":
             pairs = FestPairs(chosen=chosen, alpha=alpha, demo=torch.arange(len(items)))
         else:
-            pairs = self._dpo_pairs(maker, items, chosen, alpha, first)
+            pairs = self._dpo_pairs(ctx, items, chosen, alpha, first)
         metrics.update({"fest/pairs": float(pairs.n_pairs), **pairs.metrics})
-        empty = select_rows(batch.ro, [])
+        empty = select_rows(ctx.batch.ro, [])
         return Groups(items=[], ro=empty, rewards=torch.zeros(0, G), correct=torch.zeros(0, G), metrics=metrics,
-                      data={"fest": pairs})
+                      data={"pairs": pairs})
 
-    def _dpo_pairs(self, maker: Any, items: list[Item], chosen: Tokens, alpha: Tensor, first: int) -> FestPairs:
+    def _dpo_pairs(self, ctx: RoundContext, items: list[Item], chosen: Tokens, alpha: Tensor, first: int) -> FestPairs:
         """G rollouts per demo prompt (keyed by the draw count and "fest"), the rejected side picked
         among them, and the reference's sequence log-probs of both sides."""
-        ro = maker.generate(items, [it.prompt for it in items], tag="fest", first=first)
-        _, correct, _ = maker.reward(items, ro)  # (k, G) raw correctness
+        ro = ctx.sample(items, [it.prompt for it in items], tag="fest", first=first)
+        _, correct, _ = ctx.reward(items, ro)  # (k, G) raw correctness
         G = correct.shape[1]
         behaviour = sequence_logp(ro.logprobs, ro.completion_mask, self.length_norm).view(-1, G)  # (k, G)
         demo, col = pick_rejected(correct, behaviour, self.negatives, self.all_correct)  # (P,), (P,)
@@ -238,26 +247,27 @@ class FEST:
                    "fest/demos_all_correct": float((correct.min(-1).values > 0).sum())}
         pairs = FestPairs(chosen=chosen, alpha=alpha, demo=demo, rejected=rejected, metrics=metrics)
         if pairs.n_pairs:
-            pairs.ref_chosen, pairs.ref_rejected = self._reference(maker, chosen.rows(demo), rejected)
+            pairs.ref_chosen, pairs.ref_rejected = self._reference(ctx, chosen.rows(demo), rejected)
         return pairs
 
-    def _reference(self, maker: Any, chosen: Tokens, rejected: Tokens) -> tuple[Tensor, Tensor]:
+    def _reference(self, ctx: RoundContext, chosen: Tokens, rejected: Tokens) -> tuple[Tensor, Tensor]:
         """(P,) reference sequence log-probs of the chosen and rejected sides, without grad."""
         if self.reference == "initial":
-            if maker.ref is None:
+            if ctx.reference is None:
                 raise RuntimeError("fest.reference=initial needs the trainer's reference model "
-                                   "(Recipe.needs_reference makes the trainer keep one)")
-            scope = maker.ref.scoring()
+                                   "(the part's needs include 'reference', so the trainer keeps one)")
+            scope = ctx.reference()
         else:
-            scope = _behaviour(maker.engine.model)
+            scope = _behaviour(ctx.policy)
         with torch.no_grad(), scope as ref:
-            out = [sequence_logp(*_logp(ref, t, self.temperature, maker.micro), self.length_norm).cpu()
+            out = [sequence_logp(*_logp(ref, t, self.temperature, ctx.micro), self.length_norm).cpu()
                    for t in (chosen, rejected)]
         return out[0], out[1]
 
     # ------------------------------------------------------------ the loss term
-    def loss_term(self, *, batch: Any, rows: Tensor, model, **_: Any) -> tuple[Tensor, dict[str, float]]:
-        pairs: FestPairs | None = getattr(batch, "data", {}).get("fest")
+    def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
+        pairs: FestPairs | None = ctx.data.values.get("pairs")
+        batch, rows, model = ctx.batch, ctx.rows, ctx.model
         device = next(model.parameters()).device
         zero = torch.zeros((), device=device)
         if pairs is None or pairs.n_pairs == 0:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from ..models.steering import annealed_alpha_max, generate_steered, intensity_grid, steering_vector, uniform_intensities
 from ..rollout import Rollouts
 from ..rollout.beam import beam_rollout
+from ..rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
+from .protocol import register_part
 from .strategy import GenRequest
 
 @dataclass(frozen=True)
@@ -30,11 +33,11 @@ class GroupFilter:
     max_rounds: int | None = 3  # None: refill until full (at most max_rounds_cap rounds, then an error)
     max_rounds_cap: int = 100
 
-    def __post_init__(self):
-        if (self.metric not in ("accuracy", "reward") or (self.max_rounds is not None and self.max_rounds < 1)
-                or self.max_rounds_cap < 1):
-            raise ValueError(f"GroupFilter needs metric accuracy|reward, max_rounds >= 1 or None and "
-                             f"max_rounds_cap >= 1, got {self}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "metric": one_of(("accuracy", "reward")),
+        "max_rounds": Rule(lambda v, _: v >= 1, ">= 1, or null to refill until the batch is full"),
+        "max_rounds_cap": at_least(1),
+    }
 
     @property
     def round_limit(self) -> int:
@@ -59,14 +62,13 @@ class Stages:
 
     count: int = 4
 
-    def __post_init__(self):
-        if self.count < 1:
-            raise ValueError(f"Stages.count must be >= 1, got {self.count}")
+    RULES: ClassVar[dict[str, Rule]] = {"count": at_least(1)}
 
     def steps_per_stage(self, total_steps: int) -> int:
         return -(-total_steps // self.count)  # ceil: the last stage may be shorter
 
 
+@register_part("steering")
 @dataclass(frozen=True)
 class Steering:
     """VSPO rollouts (arXiv 2605.15604; specifics inferred): each group's samples are generated at
@@ -85,13 +87,16 @@ class Steering:
     alphas: str = "grid"  # grid | uniform
     anneal: str = "none"  # none | linear | cosine
     steer_prompt: bool = False
+    needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # forward hooks on the trainer's model
 
-    def __post_init__(self):
-        if not self.positive or not self.negative:
-            raise ValueError("Steering needs positive and negative example texts to build its vector")
-        if self.alphas not in ("grid", "uniform") or self.anneal not in ("none", "linear", "cosine"):
-            raise ValueError(f"Steering needs alphas grid|uniform and anneal none|linear|cosine, "
-                             f"got alphas={self.alphas!r}, anneal={self.anneal!r}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "layer": at_least(0),
+        "alpha_max": at_least(0),
+        "alphas": one_of(("grid", "uniform")),
+        "anneal": one_of(("none", "linear", "cosine")),
+        "positive": Rule(lambda v, _: len(v) > 0, "at least one example text (the steering vector's positive side)"),
+        "negative": Rule(lambda v, _: len(v) > 0, "at least one example text (the steering vector's negative side)"),
+    }
 
     def generate(self, req: GenRequest) -> Rollouts:
         """Rollouts at this step's intensities: alpha_max annealed by the training progress, a grid
@@ -112,6 +117,7 @@ class Steering:
         return ro
 
 
+@register_part("beam")
 @dataclass(frozen=True)
 class BeamSampling:
     """CodeThinker's dynamic beam sampling (arXiv 2605.17958; inferred minimal variant of the spec):
@@ -121,10 +127,9 @@ class BeamSampling:
 
     first_frac: float = 0.5
     k_max: int = 2
+    needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # branches from prefixes on the trainer's model
 
-    def __post_init__(self):
-        if not 0.0 < self.first_frac <= 1.0 or self.k_max < 1:
-            raise ValueError(f"BeamSampling needs 0 < first_frac <= 1 and k_max >= 1, got {self}")
+    RULES: ClassVar[dict[str, Rule]] = {"first_frac": within(0, 1, open_lo=True), "k_max": at_least(1)}
 
     def plan(self, group_size: int) -> tuple[int, int]:
         """(B0 independent samples, k prefixes to branch from) for a budget of ``group_size``."""
@@ -146,6 +151,14 @@ class Sampling:
     min_p: float = 0.0  # drop tokens below min_p x the top token's probability (0: off; SAGE's config: 0.01)
     max_new_tokens: int | None = None  # None: the task's budget
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "temperature": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy)"),
+        "top_p": within(0, 1, open_lo=True),
+        "top_k": Rule(lambda v, _: v >= 0, ">= 0 (0: off)"),
+        "min_p": within(0, 1, open_hi=True),
+        "max_new_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for the task's budget"),
+    }
+
 
 @dataclass(frozen=True)
 class Optim:
@@ -159,3 +172,16 @@ class Optim:
     max_grad_norm: float = 1.0
     mu: int = 1  # optimisation passes over each generated batch
     minibatches: int = 1  # optimiser steps per pass
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "lr": above(0),
+        "weight_decay": at_least(0),
+        "beta1": within(0, 1, open_hi=True),
+        "beta2": within(0, 1, open_hi=True),
+        "warmup_steps": at_least(0),
+        "schedule": one_of(("cosine", "constant")),  # the trainer's lr_lambda
+        "min_lr_ratio": within(0, 1),
+        "max_grad_norm": above(0),
+        "mu": at_least(1),
+        "minibatches": at_least(1),
+    }

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ..advantages.subgroups import nudge_advantages, nudge_contexts, nudge_dropout_counts
 from ..distill import encode_contexts, score_under_context
 from ..rollout import Rollouts
+from ..rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks.guidance import hints as task_hints
+from .protocol import BatchContext, LossContext, register_part
 from .strategy import GenRequest
 
 # The spec's block (authors' code), placed BEFORE the problem here: the tiny reasoner answers what
@@ -32,6 +34,7 @@ HINT_TEMPLATE = ("Context (exploration condition): Use this hint/approach: {hint
 SAMPLERS = ("sequential", "random")
 
 
+@register_part("hints")
 @dataclass(frozen=True)
 class HintSampling:
     """NudgeRL's hinted sub-groups (spec distill-and-data.md section 8; defaults from the authors' config).
@@ -51,12 +54,20 @@ class HintSampling:
     distill_coef: float = 0.1
     template: str = HINT_TEMPLATE
 
-    def __post_init__(self):
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"hints.sampler={self.sampler!r} is unknown; valid: {', '.join(SAMPLERS)}")
-        missing = [p for p in ("{hint}", "{prompt}") if p not in self.template]
-        if missing:
-            raise ValueError(f"hints.template must contain {' and '.join(missing)} (got {self.template!r})")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "n_hints": at_least(1),
+        # a group is spent on M hints x K rollouts: G = M * K exactly
+        "per_hint": Rule(lambda v, c: v >= 1 and (c.get("n_hints", 1) < 1  # that one is reported on its own
+                                                  or v * c.get("n_hints", 1) == c.get("group_size")),
+                         lambda c: f">= 1 with hints.n_hints * hints.per_hint = group_size "
+                                   f"({c.get('n_hints')} * per_hint = {c.get('group_size')})"),
+        "p_drop": within(0, 1),
+        "sampler": one_of(SAMPLERS),
+        "adv_lambda": at_least(0),
+        "distill_coef": at_least(0),
+        "template": Rule(lambda v, _: "{hint}" in v and "{prompt}" in v,
+                         "a text containing {hint} and {prompt} (the hinted prompt should end as the bare one)"),
+    }
 
     # ---------------------------------------------------------------- rollouts
     def generate(self, req: GenRequest) -> Rollouts:
@@ -97,16 +108,16 @@ class HintSampling:
         return random.Random(stable_seed(seed, "nudge_hints", pos)).sample(list(hints), self.n_hints)
 
     # ---------------------------------------------------------------- advantages
-    def shape_advantages(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+    def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         """First-round groups (kinds == 0) get NudgeRL's advantages over their sub-groups; other groups
         keep theirs. Metrics: accuracy of hinted and bare rows (first-round groups)."""
-        first = ctx["kinds"] == 0  # (B,)
+        first = ctx.kinds == 0  # (B,)
         if adv.dim() != 2:
             raise ValueError(f"NudgeRL's advantages are per rollout: the estimator gave shape {tuple(adv.shape)}, "
                              "expected (B, G); use a sequence-level advantage estimator")
-        contexts, correct = ctx["contexts"][first], ctx["correct"][first]  # (B', G)
+        contexts, correct = ctx.contexts[first], ctx.correct[first]  # (B', G)
         out = adv.clone()
-        out[first] = nudge_advantages(ctx["rewards"][first], contexts, lam=self.adv_lambda).to(adv.dtype)
+        out[first] = nudge_advantages(ctx.rewards[first], contexts, lam=self.adv_lambda).to(adv.dtype)
         metrics = {}
         for name, rows in (("hinted", contexts > 0), ("bare", contexts == 0)):
             if rows.any():  # a step without such rows logs no value (not a NaN)
@@ -114,11 +125,12 @@ class HintSampling:
         return out, metrics
 
     # ---------------------------------------------------------------- distillation
-    def loss_term(self, *, logp, entropy, mask, batch, rows, model, tok, temperature, n_seqs, **_):
+    def loss_term(self, ctx: LossContext):
         """``distill_coef * L_d`` over this micro-batch's first-round rows, normalised by the minibatch's
         global sequence count ``n_seqs`` (so micro-batches add up to the whole). Bare rows reuse the
         policy's log-probs (their prompt is the bare one); hinted rows are re-scored, with grad, under
         their item's bare prompt. logp, mask: (r, c_len)."""
+        logp, mask, batch, rows, model = ctx.logp, ctx.mask, ctx.batch, ctx.rows, ctx.model
         G, c_len, dev = batch.rewards.shape[1], mask.shape[1], logp.device
         cids = batch.ro.context_ids
         groups = rows // G  # (r,)
@@ -127,15 +139,15 @@ class HintSampling:
         bare_logp = logp
         if hinted.any():
             sel = rows[hinted.cpu()]
-            ids, cmask = encode_contexts(tok, [batch.items[int(r) // G].prompt for r in sel])
+            ids, cmask = encode_contexts(ctx.tok, [batch.items[int(r) // G].prompt for r in sel])
             scored = score_under_context(model, ids, cmask, batch.ro.completion_ids[sel, :c_len],
-                                         batch.ro.completion_mask[sel, :c_len], temperature=temperature, grad=True,
+                                         batch.ro.completion_mask[sel, :c_len], temperature=ctx.temperature, grad=True,
                                          chunk_rows=len(sel)).logprobs.to(dev, logp.dtype)  # (h, c_len)
             bare_logp = logp.clone()
             bare_logp[hinted] = scored
         adv = batch.advantages[rows].to(dev, logp.dtype)
         adv = adv[:, None] if adv.dim() == 1 else adv[:, :c_len]  # (r, 1) or (r, c_len)
-        term, d_metrics = distill_loss(bare_logp, adv, mask * first[:, None].to(mask.dtype), n_seqs)
+        term, d_metrics = distill_loss(bare_logp, adv, mask * first[:, None].to(mask.dtype), ctx.n_seqs)
         return self.distill_coef * term, {"nudge/distill_term": float(self.distill_coef * term.detach()), **d_metrics}
 
 

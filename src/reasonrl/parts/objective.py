@@ -8,15 +8,20 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from ..advantages import edas, get_estimator, negative_veto_mask
+from ..advantages import ESTIMATORS, SCALES, VETO_TRIGGERS, edas, get_estimator, negative_veto_mask
 from ..advantages.steps import char_spans_to_token_steps, step_advantages, token_step_advantages
 from ..losses import corr_po_bonus, entropy_bonus, kl_loss, logit_grad_norm, policy_loss, sage_kl_loss
+from ..losses.aggregate import AGG_MODES
 from ..losses.anchors import SAGE_GUIDES, SURPRISAL_NORMS, guide_draws
+from ..losses.kl import KL_ESTIMATORS
+from ..losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from ..rewards.base import Reward, RewardResult
+from ..rules import Rule, at_least, one_of, within
+from .protocol import BatchContext
 
 @dataclass(frozen=True)
 class Advantage:
@@ -26,6 +31,8 @@ class Advantage:
     scale: str = "group"  # grpo only: group | batch | none
     eps: float = 1e-6
     unbiased: bool = True
+
+    RULES: ClassVar[dict[str, Rule]] = {"estimator": one_of(ESTIMATORS), "scale": one_of(SCALES), "eps": at_least(0)}
 
     def __call__(self, rewards: torch.Tensor) -> torch.Tensor:
         fn = get_estimator(self.estimator)
@@ -44,8 +51,8 @@ class EDAS:
     lambda_min: float | None = None
     lambda_max: float | None = None
 
-    def __call__(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        return edas(adv, ctx["answers"], ctx["correct"], gamma=self.gamma, none_policy=self.none_policy,
+    def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
+        return edas(adv, ctx.answers, ctx.correct, gamma=self.gamma, none_policy=self.none_policy,
                     lambda_min=self.lambda_min, lambda_max=self.lambda_max)
 
 
@@ -66,17 +73,17 @@ class StepCredit:
     eps: float = 1e-6
     unbiased: bool = True
 
-    def __call__(self, adv: torch.Tensor, ctx: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        task, ro, G = ctx["task"], ctx["rollouts"], adv.shape[1]
+    def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
+        task, ro, G = ctx.task, ctx.rollouts, adv.shape[1]
         if not hasattr(task, "step_rewards"):
             raise ValueError(f"StepCredit (SAPO) needs a task that segments completions into steps "
                              f"(task.step_rewards); task {task.name!r} does not (try --task recommend)")
-        metas = [it.meta for it in ctx["items"] for _ in range(G)]
+        metas = [it.meta for it in ctx.items for _ in range(G)]
         segs = [task.step_rewards(text, meta, self.mode) for text, meta in zip(ro.texts, metas)]
         rewards = torch.tensor([r for _, r in segs], dtype=torch.float32)  # (R, K)
         step_adv = step_advantages(rewards.view(adv.shape[0], G, -1), eps=self.eps, unbiased=self.unbiased)  # (B, G, K)
         T = ro.completion_ids.shape[1]
-        offsets = [ctx["char_offsets"](r) for r in range(len(ro.texts))]  # per row: each token's (start, end) characters
+        offsets = [ctx.char_offsets(r) for r in range(len(ro.texts))]  # per row: each token's (start, end) characters
         token_step = char_spans_to_token_steps([s for s, _ in segs], offsets, T)  # (R, T)
         outcome = adv.reshape(-1) if self.outside == "outcome" else None  # (R,)
         out = token_step_advantages(step_adv.flatten(0, 1), token_step, self.outside, outcome)  # (R, T)
@@ -103,6 +110,9 @@ class Veto:
     tau_hi: float | None = None
     tau_cum: float | None = None
     include_trigger: bool = True
+
+    RULES: ClassVar[dict[str, Rule]] = {"trigger": one_of(VETO_TRIGGERS), "clip_low": at_least(0),
+                                        "clip_high": at_least(0)}
 
     def band(self, loss_clip_low: float, loss_clip_high: float) -> tuple[float, float]:
         """(clip_low, clip_high) the trigger uses: this part's own where set, else the loss's."""
@@ -131,6 +141,16 @@ class PolicyLoss:
     agg: str = "seq-mean-token-mean"
     norm_len: int | None = None  # seq-mean-token-sum-norm: None = the generation budget
     veto: Veto | None = None
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "ratio": one_of(RATIO_LEVELS),
+        "trust_region": one_of(TRUST_REGIONS),
+        "agg": one_of(AGG_MODES),
+        "clip_low": at_least(0),
+        "clip_high": at_least(0),
+        "dual_clip": Rule(lambda v, _: v > 1, "> 1 (Ye et al. 2020 use 3), or null for none"),
+        "norm_len": Rule(lambda v, _: v >= 1, ">= 1, or null for the generation budget"),
+    }
 
     def __call__(self, logp, old_logp, adv, mask, *, n_tokens, n_seqs, norm_len):
         token_mask, veto_metrics = (None, {}) if self.veto is None else self.veto.mask(
@@ -173,19 +193,27 @@ class KL:
     norm: str = "minmax"  # token: minmax | rank | zscore
     source: str = "new"  # token: surprisal of the policy (new) or of the reference (ref)
 
+    RULES: ClassVar[dict[str, Rule]] = {
+        "coef": Rule(lambda v, _: v >= 0, ">= 0 (0: no KL term, no reference model)"),
+        "estimator": one_of(KL_ESTIMATORS),
+        # SAGE's anchor is defined with the k3 estimator
+        "guide": Rule(lambda v, c: v in SAGE_GUIDES and c.get("estimator") == "k3",
+                      f"one of {', '.join(sorted(SAGE_GUIDES))} with kl.estimator=k3 (SAGE's anchor is defined with k3)"),
+        "ratio": at_least(0),
+        "q_min": at_least(0),
+        "q_max": Rule(lambda v, c: v >= c.get("q_min", 0), lambda c: f">= kl.q_min = {c.get('q_min')}"),
+        "n_cycles": at_least(1),
+        "decay": within(0, 1, open_lo=True),
+        "norm": one_of(SURPRISAL_NORMS),
+        "source": one_of(("new", "ref")),
+        "schedule_upper": Rule(lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"),
+        "schedule_lower": Rule(lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"),
+    }
+
     def __post_init__(self):
-        if self.guide is not None and self.guide not in SAGE_GUIDES:
-            raise ValueError(f"kl.guide must be None or one of {', '.join(SAGE_GUIDES)}, got {self.guide!r}")
-        if self.guide and self.estimator != "k3":
-            raise ValueError("the SAGE anchor is defined with the k3 estimator; set kl.estimator=k3")
-        if self.norm not in SURPRISAL_NORMS or self.source not in ("new", "ref") or self.n_cycles < 1:
-            raise ValueError(f"need kl.norm in {', '.join(SURPRISAL_NORMS)}, kl.source new|ref and kl.n_cycles >= 1; "
-                             f"got {self.norm!r}, {self.source!r}, {self.n_cycles}")
-        pairs = {n: getattr(self, n) for n in ("schedule_upper", "schedule_lower") if getattr(self, n) is not None}
-        if any(len(v) != 2 for v in pairs.values()):
-            raise ValueError(f"kl.schedule_upper / kl.schedule_lower are pairs (alpha or eps, sigma), got {pairs}")
-        for n, v in pairs.items():  # YAML gives lists
-            object.__setattr__(self, n, tuple(float(x) for x in v))
+        for n in ("schedule_upper", "schedule_lower"):  # YAML gives lists; a frozen part holds tuples
+            if getattr(self, n) is not None:
+                object.__setattr__(self, n, tuple(float(x) for x in getattr(self, n)))
 
     def draws(self, shape: tuple[int, int], generator: torch.Generator) -> dict[str, torch.Tensor]:
         """The random numbers of one optimiser step's (R, T) batch: ``{}`` unless the guide is stochastic."""

@@ -19,15 +19,17 @@ each; a prompt's redirections that do not fill a group are dropped (counted in `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
 from ..advantages.subgroups import harmless_advantage, parse_first_error, parse_verdict, verifier_reward
 from ..rollout import concat_rollouts, select_rows
-from ..rollout.branch import branch, char_to_token, token_char_offsets
+from ..rollout.branch import char_to_token, token_char_offsets
+from ..rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
 from ..tasks import guidance
+from .protocol import RoundContext, register_part
 from .strategy import Groups
 
 CRITICS = ("task", "model")
@@ -66,6 +68,7 @@ class _Unit:
     vrow: int = -1  # the verifier row that wrote the critique (critic="model")
 
 
+@register_part("redirect")
 @dataclass(frozen=True)
 class Redirect:
     """STRIDE redirection round (a :class:`~reasonrl.parts.strategy.Round`). Every field but ``critic``
@@ -82,87 +85,86 @@ class Redirect:
     max_redirects: int | None = None  # redirections per step; None: the number of first-round prompts
     template: str = "{critique}\n"  # how the critique sits between the prompt and the kept prefix
 
-    def __post_init__(self):
-        if self.critic not in CRITICS:
-            raise ValueError(f"Redirect.critic must be one of {CRITICS}, got {self.critic!r}")
-        if self.n_r < 1 or self.n_v < 1 or self.clip <= 0 or self.lambda_r < 0 or self.eta < 0:
-            raise ValueError(f"Redirect needs n_r >= 1, n_v >= 1, clip > 0, lambda_r >= 0, eta >= 0; got {self}")
-        if self.max_redirects is not None and self.max_redirects < 1:
-            raise ValueError(f"Redirect.max_redirects must be >= 1 or None, got {self.max_redirects}")
-        if "{critique}" not in self.template:
-            raise ValueError(f"Redirect.template must contain '{{critique}}', got {self.template!r}")
+    needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # continuations branch on the trainer's model
 
-    def _check(self, G: int) -> None:
-        for name, n in (("redirect.n_r", self.n_r), ("redirect.n_v", self.n_v)):
-            if G % n:
-                raise ValueError(f"{name}={n} must divide group_size={G}: a group packs G // {name.split('.')[1]} "
-                                 f"of them; set {name} to a divisor of {G}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "critic": one_of(CRITICS),
+        # a group packs group_size // n_r redirections (group_size // n_v critiques)
+        "n_r": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+                    lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
+        "n_v": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+                    lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
+        "clip": above(0),
+        "lambda_r": at_least(0),
+        "eta": at_least(0),
+        "max_redirects": Rule(lambda v, _: v >= 1, ">= 1, or null for the number of prompts per step"),
+        "template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
+    }
 
-    def extend(self, maker: Any, batch: Any) -> Groups | None:
-        G = maker.recipe.group_size
-        self._check(G)
+    def extend(self, ctx: RoundContext) -> Groups | None:
+        batch, G = ctx.batch, ctx.group_size
         firsts = (batch.group_kinds() == 0).nonzero().squeeze(-1).tolist()
         cap = self.max_redirects or len(firsts)
         failed = {i: [i * G + j for j in range(G) if not batch.correct[i, j]] for i in firsts}
         metrics = {"stride/unparsed": 0.0, "stride/dropped": 0.0}
         if self.critic == "task":
-            units, vgroups = self._task_units(maker, batch, failed, metrics), None
+            units, vgroups = self._task_units(ctx, batch, failed, metrics), None
         else:
-            units, vgroups = self._model_units(maker, batch, failed, cap, metrics)
+            units, vgroups = self._model_units(ctx, batch, failed, cap, metrics)
         units = self._pack(units, G // self.n_r, cap if self.critic == "task" else len(units), metrics)
-        redirected = self._redirect(maker, batch, units, metrics) if units else None
-        verifier = None if vgroups is None else self._verifier_groups(maker, units, redirected, vgroups, metrics)
+        redirected = self._redirect(ctx, batch, units, metrics) if units else None
+        verifier = None if vgroups is None else self._verifier_groups(ctx, units, redirected, vgroups, metrics)
         parts = [p for p in (redirected, verifier) if p is not None]
         for key in ("stride/redirects", "stride/success_rate", "stride/zero_pass_prompts_helped"):
             metrics.setdefault(key, 0.0)
         if not parts:
             empty = torch.zeros(0, G)
             return Groups([], select_rows(batch.ro, []), empty, empty, metrics=metrics)
-        return _join(parts, maker.engine.tok.pad_token_id, metrics)
+        return _join(parts, ctx.tok.pad_token_id, metrics)
 
     # ------------------------------------------------------------------ critiques
-    def _cut(self, maker: Any, batch: Any, row: int, k_hat: int) -> int | None:
+    def _cut(self, ctx: RoundContext, batch: Any, row: int, k_hat: int) -> int | None:
         """Completion tokens kept before step ``k_hat`` of ``row`` (the task's step splitting), or None
         when the step does not exist."""
         text, n = batch.ro.texts[row], int(batch.ro.lengths[row])
         try:
-            _, chars = guidance.prefix_before_step(maker.task, text, k_hat)
+            _, chars = guidance.prefix_before_step(ctx.task, text, k_hat)
         except ValueError:  # a step the completion does not have: the critique is unusable
             return None
-        spans = token_char_offsets(maker.engine.tok, batch.ro.completion_ids[row, :n])
+        spans = token_char_offsets(ctx.tok, batch.ro.completion_ids[row, :n])
         return min(char_to_token(spans, chars), n - 1)  # a whole-text prefix still regenerates the last token
 
-    def _task_units(self, maker: Any, batch: Any, failed: dict[int, list[int]], metrics: dict) -> list[_Unit]:
+    def _task_units(self, ctx: RoundContext, batch: Any, failed: dict[int, list[int]], metrics: dict) -> list[_Unit]:
         units = []
         for i, rows in failed.items():
             for r in rows:
-                crit = guidance.critique(maker.task, batch.items[i], batch.ro.texts[r])
-                cut = None if crit.first_error is None else self._cut(maker, batch, r, crit.first_error)
+                crit = guidance.critique(ctx.task, batch.items[i], batch.ro.texts[r])
+                cut = None if crit.first_error is None else self._cut(ctx, batch, r, crit.first_error)
                 if cut is None:
                     metrics["stride/unparsed"] += 1
                     continue
                 units.append(_Unit(i, r, crit.text, cut))
         return units
 
-    def _model_units(self, maker: Any, batch: Any, failed: dict[int, list[int]], cap: int,
+    def _model_units(self, ctx: RoundContext, batch: Any, failed: dict[int, list[int]], cap: int,
                      metrics: dict) -> tuple[list[_Unit], dict]:
         """The policy critiques failed trajectories (``G // n_v`` per prompt at a time, about
         ``cap / n_v`` in all, so redirections stay near ``cap``); every parseable critique is a unit."""
-        G = maker.recipe.group_size
+        G = ctx.group_size
         kv = G // self.n_v
         counts, _ = pack_round_robin([len(r) for r in failed.values()], kv, max(kv, cap // self.n_v))
         chosen = [(i, r) for (i, rows), c in zip(failed.items(), counts) for r in rows[:c]]
         if not chosen:
             return [], {"items": [], "ro": None}
         items = [batch.items[i] for i, _ in chosen]
-        prompts = [guidance.critique_prompt(maker.task, batch.items[i], batch.ro.texts[r]) for i, r in chosen]
-        ro_v = maker.generate(items, prompts, "stride-verify", maker.items_drawn, n=self.n_v)
+        prompts = [guidance.critique_prompt(ctx.task, batch.items[i], batch.ro.texts[r]) for i, r in chosen]
+        ro_v = ctx.sample(items, prompts, "stride-verify", ctx.position, n=self.n_v)
         units = []
         for t, (i, r) in enumerate(chosen):
             for j in range(self.n_v):
                 v = t * self.n_v + j
                 k_hat = parse_first_error(ro_v.texts[v])
-                cut = None if k_hat is None else self._cut(maker, batch, r, k_hat)
+                cut = None if k_hat is None else self._cut(ctx, batch, r, k_hat)
                 if cut is None:
                     metrics["stride/unparsed"] += 1
                     continue
@@ -179,23 +181,23 @@ class Redirect:
         return [u for us, c in zip(by_group.values(), taken) for u in us[:c]]
 
     # ------------------------------------------------------------------ redirection
-    def _redirect(self, maker: Any, batch: Any, units: list[_Unit], metrics: dict) -> Groups:
+    def _redirect(self, ctx: RoundContext, batch: Any, units: list[_Unit], metrics: dict) -> Groups:
         """``n_r`` continuations per unit from its kept prefix under prompt + critique, rewarded,
         with harmless advantages and (optionally) importance weights."""
-        G, n_r = maker.recipe.group_size, self.n_r
+        G, n_r = ctx.group_size, self.n_r
         rows = [u.row for u in units for _ in range(n_r)]
         cuts = [u.cut for u in units for _ in range(n_r)]
         contexts = [self.template.format(critique=u.critique) for u in units for _ in range(n_r)]
-        gen = torch.Generator(maker.engine.device).manual_seed(stable_seed(maker.seed, "stride", maker.items_drawn))
-        ro = branch(maker.engine, batch.ro, rows, cuts, maker._sampling_params(), gen, contexts=contexts)
+        gen = torch.Generator(ctx.device).manual_seed(stable_seed(ctx.seed, "stride", ctx.position))
+        ro = ctx.branch(batch.ro, rows, cuts, gen, contexts=contexts)
         per = G // n_r  # units per group
         items = [batch.items[units[g * per].group] for g in range(len(units) // per)]
-        rewards, correct, _ = maker.reward(items, ro)  # (B', G): every group holds one prompt's units
+        rewards, correct, _ = ctx.reward(items, ro)  # (B', G): every group holds one prompt's units
         flat = rewards.view(-1)  # (N,) unit-major, n_r rows per unit
         preset = torch.cat([harmless_advantage(flat[k * n_r:(k + 1) * n_r], float(batch.rewards[u.group].mean()),
                                                self.harmless) for k, u in enumerate(units)]).view(-1, G)  # (B', G)
         suffix = ro.train_mask.bool()  # (N, T)
-        plain = maker.score_under(list(ro.prompts), ro, torch.arange(len(rows))).logprobs.to(ro.logprobs)  # (N, T)
+        plain = ctx.score_under(list(ro.prompts), ro, torch.arange(len(rows))).logprobs.to(ro.logprobs)  # (N, T)
         w = suffix_is_weight(plain, ro.logprobs, suffix, self.clip) if self.ratio else torch.ones(len(rows))
         ro.logprobs = torch.where(suffix, plain, ro.logprobs)  # the loss's old policy: no critique, ratio 1 at first
         ok = correct.view(-1)
@@ -207,7 +209,7 @@ class Redirect:
         return Groups(items, ro, rewards, correct, preset=preset, weight=self.lambda_r * w)
 
     # ------------------------------------------------------------------ verifier
-    def _verifier_groups(self, maker: Any, units: list[_Unit], redirected: Groups | None, v: dict,
+    def _verifier_groups(self, ctx: RoundContext, units: list[_Unit], redirected: Groups | None, v: dict,
                          metrics: dict) -> Groups | None:
         """The critiques as groups: reward = agreement with the outcome verifier (every critiqued
         trajectory failed) + eta x its redirection succeeded; advantages group-relative over each
@@ -215,14 +217,14 @@ class Redirect:
         ro_v = v["ro"]
         if ro_v is None:
             return None
-        G, n_v = maker.recipe.group_size, self.n_v
+        G, n_v = ctx.group_size, self.n_v
         success = {u.vrow: bool(redirected.correct.view(-1)[k * self.n_r:(k + 1) * self.n_r].any())
                    for k, u in enumerate(units)} if redirected is not None else {}
         verdicts = [parse_verdict(t) for t in ro_v.texts]
         r = torch.tensor([verifier_reward(vd, False, success.get(k, False), self.eta) for k, vd in enumerate(verdicts)])
         agree = torch.tensor([float(vd == "incorrect") for vd in verdicts])
         per = G // n_v  # critiqued trajectories per group, all of one prompt
-        preset = maker.recipe.advantage(r.view(-1, n_v)).reshape(-1, G)  # (B', G)
+        preset = ctx.advantage(r.view(-1, n_v)).reshape(-1, G)  # (B', G)
         metrics["stride/verifier_reward_mean"] = float(r.mean())
         metrics["stride/verifier_groups"] = float(len(r) // G)
         metrics["stride/verdict_agreement"] = float(agree.mean())

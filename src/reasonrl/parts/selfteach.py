@@ -16,7 +16,7 @@ other choice is a field with the spec's default (shared/specs/distill-and-data.m
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -25,7 +25,9 @@ from ..distill import encode_contexts, score_under_context
 from ..losses.divergence import DIVERGENCES, token_divergence
 from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
                                 ssopd_pairs)
+from ..rules import Rule, above, at_least, one_of, within
 from ..tasks.guidance import reference_solution
+from .protocol import BatchContext, LossContext, register_part
 
 __all__ = ["EGRSD", "SSOPD", "template_problem"]
 
@@ -43,12 +45,10 @@ def template_problem(template: str) -> str | None:
     return None
 
 
-def _check_template(owner: str, template: str) -> None:
-    why = template_problem(template)
-    if why:
-        raise ValueError(f"{owner}.template {template!r} {why}")
+TEMPLATE = Rule(lambda v, _: template_problem(v) is None, "a format string with {prompt} and {solution} and no other field")
 
 
+@register_part("ssopd")
 @dataclass(frozen=True)
 class SSOPD:
     """SSOPD's distillation term ``lambda (1/N_x) sum_x w(x) (1/|y_w*|) sum_t D_t`` (arXiv 2605.17497).
@@ -69,11 +69,16 @@ class SSOPD:
     frontier: str = "4p(1-p)"  # [inferred form] or "mixed" = 1[0 < p < 1]
     max_prefix_tokens: int | None = None  # [inferred option] distil only w*'s first K tokens; None: all
 
-    def __post_init__(self):
-        _check_template("ssopd", self.template)
-        if self.divergence not in DIVERGENCES or self.frontier not in FRONTIER_FORMS:
-            raise ValueError(f"ssopd: divergence must be one of {DIVERGENCES} and frontier one of {FRONTIER_FORMS}, "
-                             f"got {self.divergence!r}, {self.frontier!r}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "coef": at_least(0),
+        "template": TEMPLATE,
+        "divergence": one_of(DIVERGENCES),
+        "beta": within(0, 1),
+        "top_k": Rule(lambda v, _: v >= 1, ">= 1, or null for the full vocabulary"),
+        "clip": Rule(lambda v, _: v > 0, "> 0, or null for no clip"),
+        "frontier": one_of(FRONTIER_FORMS),
+        "max_prefix_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null to distil every token"),
+    }
 
     def pairs(self, batch: Any) -> dict[str, Tensor]:
         """The batch's SSOPD pairs: first-round groups ``groups`` (B0,), their frontier weights ``w``
@@ -109,8 +114,8 @@ class SSOPD:
                                       chunk_rows=len(texts)).logits  # (N, T, V) with grad
         return teacher, student, mask[:, :T].to(student.device, student.dtype)
 
-    def loss_term(self, *, logp: Tensor, batch: Any, rows: Tensor, model, tok, temperature: float,
-                  **_: Any) -> tuple[Tensor, dict[str, float]]:
+    def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
+        logp, batch, rows, temperature = ctx.logp, ctx.batch, ctx.rows, ctx.temperature
         p = self.pairs(batch)
         n_x = max(len(p["groups"]), 1)  # N_x: first-round prompts in the whole batch
         n_pairs = len(p["w_rows"])
@@ -120,8 +125,8 @@ class SSOPD:
         loss = torch.zeros((), device=logp.device)
         div_sum, tokens = 0.0, 0.0
         if bool(here.any()):
-            teacher, student, mask = self.teacher_student(batch, p["c_rows"][here], p["w_rows"][here], model, tok,
-                                                          temperature)
+            teacher, student, mask = self.teacher_student(batch, p["c_rows"][here], p["w_rows"][here], ctx.model,
+                                                          ctx.tok, temperature)
             for i, w in enumerate(p["pair_weight"][here].tolist()):  # one token-mean per pair: 1/|y_w*| is per pair
                 d, m = token_divergence(student[i:i + 1], teacher[i:i + 1], mask[i:i + 1], kind=self.divergence,
                                         beta=self.beta, temperature=temperature, top_k=self.top_k, clip=self.clip)
@@ -133,6 +138,7 @@ class SSOPD:
         return loss, metrics
 
 
+@register_part("egrsd")
 @dataclass(frozen=True)
 class EGRSD:
     """EGRSD / CL-EGRSD token advantages ``a_{i,t} = A_i m_t g_t`` (+ ``alpha A_i``), arXiv 2605.13255.
@@ -153,17 +159,24 @@ class EGRSD:
     lookahead: int = 0  # CL-EGRSD window K (spec default 8); 0: plain EGRSD
     alpha: float = 0.0  # [inferred option] weight of an additive plain-GRPO advantage
 
-    def __post_init__(self):
-        _check_template("egrsd", self.template)
-        if self.direction not in DIRECTIONS or self.magnitude not in MAGNITUDE_FORMS:
-            raise ValueError(f"egrsd: direction must be one of {DIRECTIONS} and magnitude one of {MAGNITUDE_FORMS}, "
-                             f"got {self.direction!r}, {self.magnitude!r}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "template": TEMPLATE,
+        "direction": one_of(DIRECTIONS),
+        "magnitude": one_of(MAGNITUDE_FORMS),
+        "cap": Rule(lambda v, c: v >= 1 if c.get("magnitude") == "ratio" else v > 0,
+                    lambda c: ">= 1 (magnitude 'ratio' clips to [1/cap, cap])" if c.get("magnitude") == "ratio"
+                    else "> 0"),
+        "g_min": within(0, 1, open_lo=True),
+        "tau": above(0),
+        "lookahead": Rule(lambda v, _: v >= 0, ">= 0 (0: plain EGRSD, K >= 1: CL-EGRSD's window)"),
+        "alpha": at_least(0),
+    }
 
-    def shape_advantages(self, adv: Tensor, ctx: dict[str, Any]) -> tuple[Tensor, dict[str, float]]:
+    def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         if adv.dim() != 2:
             raise ValueError(f"egrsd needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part already "
                              "made token-level advantages; use one token-level shaper per recipe")
-        ro, items, task = ctx["rollouts"], ctx["items"], ctx["task"]
+        ro, items, task = ctx.rollouts, ctx.items, ctx.task
         B, G = adv.shape
         flat = adv.reshape(-1)  # (R,)
         rows = (flat != 0).nonzero().squeeze(-1)  # (n,) rows a token weight can move
@@ -173,7 +186,7 @@ class EGRSD:
         if len(rows):
             texts = [self.template.format(prompt=items[int(r) // G].prompt,
                                           solution=reference_solution(task, items[int(r) // G])) for r in rows]
-            sc = ctx["score_under"](texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
+            sc = ctx.score_under(texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
             weights, m = egrsd_token_weights(
                 flat[rows], sc.logprobs.cpu(), ro.logprobs[rows].detach(), sc.entropy.cpu(), cmask[rows],
                 direction=self.direction, magnitude=self.magnitude, cap=self.cap, g_min=self.g_min, tau=self.tau,

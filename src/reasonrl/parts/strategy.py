@@ -4,12 +4,12 @@ The batch maker does not know plain sampling from beam branching, steering or hi
 it asks the recipe for its one :class:`RolloutStrategy` and calls ``generate``. After the first
 round is rewarded, each :class:`Round` of the recipe (CIPO's corrections, STRIDE's redirections)
 may add groups built from it. A new sampler or round is a new class with one method; the batch
-maker and the trainer stay as they are (shared/DESIGN.md, "Where new parts go").
+maker and the trainer stay as they are (the whole hook list: :mod:`.protocol`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -21,8 +21,8 @@ from ..seeds import stable_seed
 class GenRequest:
     """What a strategy gets: the items (drawn at task positions ``first``, ``first + 1``, ...), the
     engine, the task, ``group_size`` rows to make per item, the sampling settings, the run's seed,
-    the training progress (for schedules) and a cache that lives as long as the batch maker (for
-    things computed once from the initial model, e.g. a steering vector)."""
+    the training progress (for schedules) and the part's own cache, which lives as long as the batch
+    maker (for things computed once from the initial model, e.g. a steering vector)."""
 
     items: Sequence[Any]
     first: int
@@ -78,17 +78,18 @@ class Groups:
     preset: torch.Tensor | None = None  # (B', G) NaN where the estimator decides
     weight: torch.Tensor | None = None  # (B' * G,)
     metrics: dict[str, float] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)  # what a round hands its own loss term (FEST's demo pairs)
+    # what a round hands its own hooks: the values of its channel on the batch (FEST's demo pairs)
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable
 class Round(Protocol):
-    """``extend(maker, batch) -> Groups | None``: more groups made from the first round's ``batch``
-    (its items, rollouts, rewards, correctness). ``maker`` offers ``generate(items, prompts, tag)``,
-    ``reward(items, ro)``, ``branch(...)``, ``task``, ``engine``, ``state`` (checkpointed) and the
-    training progress."""
+    """``extend(ctx) -> Groups | None``: more groups made from the first round (``ctx.batch``: its
+    items, rollouts, rewards, correctness) with the narrow sampling surface of a
+    :class:`~reasonrl.parts.protocol.RoundContext` (``sample``, ``branch``, ``reward``,
+    ``score_under``, ``advantage``), the part's own checkpointed ``state`` and the training progress."""
 
-    def extend(self, maker: Any, batch: Any) -> Groups | None: ...
+    def extend(self, ctx: Any) -> Groups | None: ...
 
 
 PLAIN = PlainSampling()
@@ -101,10 +102,3 @@ def one_strategy(parts: Sequence[Any]) -> RolloutStrategy:
         names = ", ".join(type(p).__name__ for p in found)
         raise ValueError(f"a recipe can use one rollout strategy, got {names}: turn all but one off")
     return found[0] if found else PLAIN
-
-
-def rounds_of(parts: Sequence[Any]) -> tuple[Round, ...]:
-    return tuple(p for p in parts if isinstance(p, Round))
-
-
-ScoreFn = Callable[..., Any]  # (contexts: list[str], rows, **reduce) -> ContextScores: the policy under other prompts

@@ -13,19 +13,21 @@ kinds of groups, each a fixed share of the final batch (spec distill-and-data se
   row's included (positive when some fresh samples fail); the loss's ratio is taken against the old
   log-probs, so its clip bounds the off-policy step.
 
-Buffers live in ``maker.state["su01"]`` (checkpointed by the trainer), keyed by ``Item.key``.
+Buffers live in the part's state (checkpointed by the trainer), keyed by ``Item.key``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from ..data.refine_replay import extra_group_counts, pick_replay_row, pop_refine, push_refine, refine_candidates
 from ..rollout import Rollouts, concat_rollouts, select_rows
+from ..rules import Rule, at_least, within
 from ..seeds import stable_seed
 from .correction import correction_prompt
+from .protocol import RoundContext, register_part
 from .strategy import Groups
 
 # The repo's refine template ends with the question again, as CIPO's correction prompt does, so that
@@ -34,6 +36,7 @@ DEFAULT_TEMPLATE = ("{prompt}Previous answer:\n{attempt}\n"
                     "Check the previous answer step by step, fix any error and give a refined full solution.\n{prompt}")
 
 
+@register_part("refine_replay")
 @dataclass(frozen=True)
 class RefineReplay:
     """Fields (spec numbers where it has them; [inferred] otherwise): ``refine_share`` 0.2 and
@@ -51,22 +54,28 @@ class RefineReplay:
     drop_zero_std: bool = True
     template: str = DEFAULT_TEMPLATE
 
-    def __post_init__(self):
-        extra_group_counts(1, self.refine_share, self.replay_share)  # raises on bad shares
-        missing = [s for s in ("{prompt}", "{attempt}") if s not in self.template]
-        if missing or self.capacity < 1:
-            raise ValueError(f"RefineReplay needs a template with {{prompt}} and {{attempt}} (missing {missing}) "
-                             f"and capacity >= 1, got {self.capacity}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        # shares of the final batch; the ordinary groups need the rest
+        "refine_share": within(0, 1, open_hi=True),  # the sum of both: the replay_share rule
+        "replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_share", 0) < 1,
+                             "in [0, 1 - refine_replay.refine_share)"),
+        "capacity": at_least(1),
+        "template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
+                         "text with the slots {prompt} and {attempt} (end it with {prompt})"),
+    }
 
-    def extend(self, maker: Any, batch: Any) -> Groups:
+    def extend(self, ctx: RoundContext) -> Groups:
+        batch = ctx.batch
         G = batch.rewards.shape[1]
         if G < 2:
             raise ValueError("refine_replay needs group_size >= 2 (a replay group is G - 1 fresh rows + 1 replayed)")
-        st = maker.state.setdefault("su01", {"refine": [], "refined": {}, "replay": {}})
+        st = ctx.state
+        for key, empty in (("refine", []), ("refined", {}), ("replay", {})):
+            st.setdefault(key, empty)
         first = (batch.group_kinds() == 0).nonzero().squeeze(-1).tolist()  # ordinary groups only: never re-collect
         n_ref, n_rep = extra_group_counts(len(first), self.refine_share, self.replay_share)
         in_batch = {batch.items[g].key for g in first}
-        parts = [p for p in (self._refine(maker, st, n_ref, in_batch), self._replay(maker, st, n_rep, in_batch))
+        parts = [p for p in (self._refine(ctx, st, n_ref, in_batch), self._replay(ctx, st, n_rep, in_batch))
                  if p is not None]  # (items, rollouts, rewards, correct, kind, metrics) each
         m = self._collect(st, batch, first)  # after using the buffers: this batch feeds later ones
         count = {kind: 0 for kind in ("refine", "replay")}
@@ -80,7 +89,7 @@ class RefineReplay:
         if not parts:
             return Groups(items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G),
                           metrics=m)
-        ro = concat_rollouts([p[1] for p in parts], maker.engine.tok.pad_token_id)
+        ro = concat_rollouts([p[1] for p in parts], ctx.tok.pad_token_id)
         ro.n = G
         return Groups(items=[it for p in parts for it in p[0]], ro=ro, rewards=torch.cat([p[2] for p in parts]),
                       correct=torch.cat([p[3] for p in parts]), metrics=m)
@@ -90,34 +99,34 @@ class RefineReplay:
             return torch.ones(len(correct), dtype=torch.bool)
         return correct.max(-1).values > correct.min(-1).values
 
-    def _refine(self, maker: Any, st: dict, n: int, in_batch: set[str]):
+    def _refine(self, ctx: RoundContext, st: dict, n: int, in_batch: set[str]):
         """Refine groups from the buffer (filled by earlier batches): G samples per refine prompt."""
         entries = pop_refine(st["refine"], st["refined"], n, exclude=in_batch)
         if not entries:
             return None
         items = [e["item"] for e in entries]
         prompts = [correction_prompt(self.template, it.prompt, e["attempt"]) for it, e in zip(items, entries)]
-        ro = maker.generate(items, prompts, tag="su01-refine", first=maker.items_drawn)
-        rewards, ok, _ = maker.reward(items, ro)  # (B', G) each
+        ro = ctx.sample(items, prompts, tag="su01-refine", first=ctx.position)
+        rewards, ok, _ = ctx.reward(items, ro)  # (B', G) each
         metrics = {"su01/refine_accuracy": float(ok.mean())}
         return self._filtered(items, ro, rewards, ok, "refine", metrics)
 
-    def _replay(self, maker: Any, st: dict, n: int, in_batch: set[str]):
+    def _replay(self, ctx: RoundContext, st: dict, n: int, in_batch: set[str]):
         """Replay groups: G - 1 fresh samples of a stored question + its stored success as row G."""
         keys = [k for k in st["replay"] if k not in in_batch]
         if not keys or n == 0:
             return None
-        gen = torch.Generator().manual_seed(stable_seed(maker.seed, "su01-replay", maker.items_drawn))
+        gen = torch.Generator().manual_seed(stable_seed(ctx.seed, "su01-replay", ctx.position))
         chosen = [keys[i] for i in torch.randperm(len(keys), generator=gen)[:n].tolist()]
         items = [st["replay"][k]["item"] for k in chosen]
-        G = maker.recipe.group_size
-        fresh = maker.generate(items, [it.prompt for it in items], tag="su01-replay", first=maker.items_drawn, n=G - 1)
+        G = ctx.group_size
+        fresh = ctx.sample(items, [it.prompt for it in items], tag="su01-replay", first=ctx.position, n=G - 1)
         rows = []
         for i, k in enumerate(chosen):  # group-major: the fresh rows of question i, then its replayed row
             rows += [select_rows(fresh, range(i * (G - 1), (i + 1) * (G - 1))), st["replay"][k]["row"]]
-        ro = concat_rollouts(rows, maker.engine.tok.pad_token_id)
+        ro = concat_rollouts(rows, ctx.tok.pad_token_id)
         ro.n = G
-        rewards, ok, _ = maker.reward(items, ro)  # (B', G): the replayed row re-verified with the others
+        rewards, ok, _ = ctx.reward(items, ro)  # (B', G): the replayed row re-verified with the others
         solved = ok[:, :-1].min(-1).values > 0  # (B',) every fresh sample right: retire the question (ExGRPO)
         for k, s in zip(chosen, solved.tolist()):
             if s:

@@ -5,7 +5,7 @@ Spec: shared/specs/distill-and-data.md section 4; the maths is in :mod:`reasonrl
 
 1. The first round is the student's (the ``default`` adapter): G rollouts per prompt, GRPO as usual
    (its weight ``alpha``, the spec's additive RLVR term).
-2. ``extend`` (a :class:`~reasonrl.parts.strategy.Round`): per prompt one of the student's attempts
+2. ``extend`` (a second round): per prompt one of the student's attempts
    becomes feedback ``f`` (a pluggable function, :mod:`reasonrl.parts.feedback`); the ``teacher``
    adapter samples G rollouts under the prompt + attempt + feedback, the verifier rewards them, and
    the adaptive trust-region controller reads the KL of the teacher from the student on them.
@@ -20,14 +20,14 @@ Spec: shared/specs/distill-and-data.md section 4; the maths is in :mod:`reasonrl
 
 The two adapters' parameters are disjoint, so one optimiser step is an E-step for the teacher and
 an M-step for the student at once (both read the other as it was at the step's start) [inferred:
-the spec alternates k_E = k_M = 1]. The controller's beta is checkpointed with the batch maker's
-round state (``state["vpd"]``); the adapters are saved by peft, the teacher in ``teacher/``.
+the spec alternates k_E = k_M = 1]. The controller's beta is the part's checkpointed state; the
+adapters are saved by peft, the teacher in ``teacher/``. The teacher's groups are the ones of this
+part's round kind, so VPD shares a recipe with any other round.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -39,20 +39,22 @@ from ..losses.policy import policy_loss
 from ..losses.vpd import (E_KL_ESTIMATORS, M_DIVERGENCES, adapt_beta, exact_token_kl, k3_token_kl,
                           m_step_token_loss, row_token_mean, sampled_kl)
 from ..models.lora import add_adapter, is_lora, use_adapter
+from ..models.scoring import trim_padding
+from ..rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
+from ..text import fill_slots
+from .protocol import BatchContext, LossContext, ModelSetup, RoundContext, register_part
 from .strategy import Groups
 
 TEACHER = "teacher"  # the teacher adapter's name; the student is peft's "default"
 ATTEMPTS = ("first_wrong", "first")
 # [inferred] the attempt and its feedback, then the prompt again so the text ends as the task's prompt
 DEFAULT_TEMPLATE = "{prompt}Previous attempt:\n{attempt}\nFeedback: {feedback}\n{prompt}"
-_SLOT = re.compile(r"\{(prompt|attempt|feedback)\}")
 
 
 def teacher_prompt(template: str, prompt: str, attempt: str, feedback: str) -> str:
     """``template`` with its three slots filled in one pass (braces inside the texts stay as they are)."""
-    values = {"prompt": prompt, "attempt": attempt, "feedback": feedback}
-    return _SLOT.sub(lambda m: values[m.group(1)], template)
+    return fill_slots(template, prompt=prompt, attempt=attempt, feedback=feedback)
 
 
 def pick_attempts(correct: Tensor, rule: str) -> Tensor:
@@ -66,13 +68,14 @@ def pick_attempts(correct: Tensor, rule: str) -> Tensor:
     return torch.where(wrong.any(-1), wrong.float().argmax(-1), torch.zeros(len(correct), dtype=torch.long))  # (B,)
 
 
-def pair_rows(kinds: Tensor, rows: Tensor, G: int) -> tuple[Tensor, Tensor]:
+def pair_rows(kinds: Tensor, rows: Tensor, G: int, kind: int) -> tuple[Tensor, Tensor]:
     """Student rows among ``rows`` (first-round groups, kind 0) and their teacher partners: teacher group
-    i (the i-th group of kind != 0) answers first-round group i, row j with row j. (B,), (n,) -> (m,), (m,)."""
-    first, teach = (kinds == 0).nonzero().squeeze(-1), (kinds != 0).nonzero().squeeze(-1)  # (B0,), (B0,)
+    i (the i-th group of ``kind``, VPD's round) answers first-round group i, row j with row j.
+    (B,), (n,) -> (m,), (m,)."""
+    first, teach = (kinds == 0).nonzero().squeeze(-1), (kinds == kind).nonzero().squeeze(-1)  # (B0,), (B0,)
     if len(first) != len(teach):
-        raise ValueError(f"vpd: {len(first)} student groups but {len(teach)} other groups; VPD pairs one teacher "
-                         "group with each student group and cannot share a recipe with another round")
+        raise ValueError(f"vpd: {len(first)} student groups but {len(teach)} teacher groups (kind {kind}); VPD "
+                         "pairs one teacher group with each student group")
     pos = torch.full((len(kinds),), -1, dtype=torch.long)  # (B,) index among the first-round groups
     pos[first] = torch.arange(len(first))
     rows = rows.cpu()
@@ -81,12 +84,7 @@ def pair_rows(kinds: Tensor, rows: Tensor, G: int) -> tuple[Tensor, Tensor]:
     return rows[keep], teach[pos[g[keep]]] * G + j[keep]
 
 
-def _trim(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Left-padded (N, P) prompts cut to their longest row: less padding to run through the model."""
-    p = int(mask.sum(-1).max())
-    return ids[:, ids.shape[1] - p:], mask[:, mask.shape[1] - p:]
-
-
+@register_part("vpd")
 @dataclass(frozen=True)
 class VPD:
     """VPD's teacher round and E/M loss terms. Every field is [inferred] with the spec's default
@@ -108,50 +106,64 @@ class VPD:
     m_coef: float = 1.0  # weight of the M-step term
     alpha: float = 1.0  # weight of the student's own GRPO term (spec: 1)
 
-    def __post_init__(self):
-        if self.feedback not in FEEDBACK:
-            raise ValueError(f"vpd.feedback must be one of {sorted(FEEDBACK)}, got {self.feedback!r}")
-        if any(s not in self.template for s in ("{prompt}", "{attempt}", "{feedback}")):
-            raise ValueError(f"vpd.template needs the slots {{prompt}}, {{attempt}} and {{feedback}}: {self.template!r}")
-        if self.attempt not in ATTEMPTS or self.e_kl not in E_KL_ESTIMATORS or self.m_divergence not in M_DIVERGENCES:
-            raise ValueError(f"vpd: attempt must be one of {ATTEMPTS}, e_kl one of {E_KL_ESTIMATORS}, m_divergence "
-                             f"one of {M_DIVERGENCES}; got {self.attempt!r}, {self.e_kl!r}, {self.m_divergence!r}")
+    RULES: ClassVar[dict[str, Rule]] = {
+        "feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),
+        "template": Rule(lambda v, _: all(s in v for s in ("{prompt}", "{attempt}", "{feedback}")),
+                         "text with the slots {prompt}, {attempt} and {feedback} (end it with {prompt})"),
+        "attempt": one_of(ATTEMPTS),
+        "beta": above(0),
+        "target_kl": above(0),
+        "factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed beta)"),
+        "band": Rule(lambda v, _: v >= 1, ">= 1"),
+        "beta_min": above(0),
+        "beta_max": Rule(lambda v, c: v >= c.get("beta_min", v), lambda c: f">= vpd.beta_min = {c.get('beta_min')}"),
+        "e_kl": one_of(E_KL_ESTIMATORS),
+        "e_coef": at_least(0),
+        "clip": above(0),
+        "m_divergence": one_of(M_DIVERGENCES),
+        "m_coef": at_least(0),
+        "alpha": at_least(0),
+    }
+    # two adapters on one backbone, switched on the trainer's own model
+    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process"})
 
     # ---------------------------------------------------------------- the model: a second adapter
-    def setup_model(self, model, lora: Any, seed: int):
+    def setup_model(self, ctx: ModelSetup):
         """Add the teacher adapter (same LoRA settings, its own init) before the optimiser is built."""
+        model = ctx.model
         if not is_lora(model):
             raise UserError("recipe part 'vpd' needs LoRA: the teacher and the student are two adapters on one "
                             "backbone. Set lora.r > 0 (e.g. lora.r=8).")
         if TEACHER in model.peft_config:  # a resumed trainer given the wrapped model
             return model
-        return add_adapter(model, TEACHER, stable_seed(seed, "vpd-teacher"))
+        return add_adapter(model, TEACHER, stable_seed(ctx.seed, "vpd-teacher"))
 
     # ---------------------------------------------------------------- the teacher's round
-    def extend(self, maker: Any, batch: Any) -> Groups:
+    def extend(self, ctx: RoundContext) -> Groups:
         """One teacher group per first-round group, sampled by the teacher adapter under the feedback prompt."""
-        engine = maker.engine
-        if getattr(engine, "push_weights", None) is not None or not hasattr(engine, "model"):
+        if ctx.policy is None:
             raise UserError("recipe part 'vpd' switches adapters on the trainer's own model: use the in-process "
                             "engine (rollout.workers=0)")
+        batch = ctx.batch
         G = batch.rewards.shape[1]
         first = (batch.group_kinds() == 0).nonzero().squeeze(-1)  # (B0,)
-        st = maker.state.setdefault("vpd", {"beta": self.beta})
+        st = ctx.state
+        st.setdefault("beta", self.beta)
         items = [batch.items[int(g)] for g in first]
         pick = pick_attempts(batch.correct[first], self.attempt)  # (B0,)
         rows = [int(g) * G + int(k) for g, k in zip(first, pick)]
         attempts = [batch.ro.texts[r] for r in rows]
         verdicts = [bool(batch.correct.view(-1)[r]) for r in rows]
         fn = feedback_fn(self.feedback)
-        notes = [fn(maker.task, it, a, ok) for it, a, ok in zip(items, attempts, verdicts)]
+        notes = [fn(ctx.task, it, a, ok) for it, a, ok in zip(items, attempts, verdicts)]
         prompts = [teacher_prompt(self.template, it.prompt, a, f) for it, a, f in zip(items, attempts, notes)]
-        with use_adapter(engine.model, TEACHER):
-            ro = maker.generate(items, prompts, tag="vpd", first=maker.items_drawn - len(items))
+        with use_adapter(ctx.policy, TEACHER):
+            ro = ctx.sample(items, prompts, tag="vpd", first=ctx.position - len(items))
         ro.train_mask = torch.zeros_like(ro.completion_mask)  # the student's policy loss never sees these rows
-        rewards, ok, _ = maker.reward(items, ro)  # (B0, G) each
+        rewards, ok, _ = ctx.reward(items, ro)  # (B0, G) each
         # the controller's measurement: k1 KL of the teacher (its sampling log-probs) from the student
         # (default adapter, the plain prompt) on the teacher's own tokens
-        student = maker.score_under([it.prompt for it in items for _ in range(G)], ro, torch.arange(len(ro.texts)))
+        student = ctx.score_under([it.prompt for it in items for _ in range(G)], ro, torch.arange(len(ro.texts)))
         kl = sampled_kl(ro.logprobs, student.logprobs.to(ro.logprobs), ro.completion_mask)
         beta_next = min(max(adapt_beta(st["beta"], kl, self.target_kl, self.factor, self.band), self.beta_min),
                         self.beta_max)
@@ -159,25 +171,25 @@ class VPD:
                    "vpd/teacher_accuracy": float(ok.mean()), "vpd/feedback_count": float(len(items)),
                    "vpd/feedback_on_wrong": float(sum(not v for v in verdicts)),
                    "vpd/feedback_chars": sum(len(n) for n in notes) / max(len(notes), 1)}
-        st["beta"] = beta_next  # used by the next step's E-step (PPO: the KL after an update sets the next beta)
-        return Groups(items=items, ro=ro, rewards=rewards, correct=ok, metrics=metrics)
+        beta, st["beta"] = st["beta"], beta_next  # the next step's E-step uses beta_next (PPO: the KL after an update)
+        return Groups(items=items, ro=ro, rewards=rewards, correct=ok, metrics=metrics, data={"beta": beta})
 
-    def shape_advantages(self, adv: Tensor, ctx: dict[str, Any]) -> Tensor:
+    def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> Tensor:
         """The student's GRPO advantages times ``alpha`` (the teacher groups' stay the E-step's own)."""
         if self.alpha == 1.0:
             return adv
-        scale = torch.where(ctx["kinds"] == 0, self.alpha, 1.0).to(adv.dtype)  # (B,)
+        scale = torch.where(ctx.kinds == 0, self.alpha, 1.0).to(adv.dtype)  # (B,)
         return adv * scale.view(-1, *([1] * (adv.dim() - 1)))
 
     # ---------------------------------------------------------------- the E- and M-step terms
-    def loss_term(self, *, logp: Tensor, batch: Any, rows: Tensor, model, temperature: float, n_seqs: int,
-                  **_: Any) -> tuple[Tensor, dict[str, float]]:
-        s_rows, t_rows = pair_rows(batch.group_kinds(), rows, batch.rewards.shape[1])
-        zero = torch.zeros((), device=logp.device)
+    def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
+        batch, model, temperature = ctx.batch, ctx.model, ctx.temperature
+        s_rows, t_rows = pair_rows(batch.group_kinds(), ctx.rows, batch.rewards.shape[1], ctx.kind)
+        zero = torch.zeros((), device=ctx.logp.device)
         if not len(s_rows):
             return zero, {}
-        beta = batch.metrics["vpd/beta"]  # the coefficient this step's E-step uses (set by extend)
-        n = max(n_seqs, 1)  # student rows in the minibatch = their teacher partners
+        beta = ctx.data.values["beta"]  # the coefficient this step's E-step uses (set by extend)
+        n = max(ctx.n_seqs, 1)  # student rows in the minibatch = their teacher partners
         e, me = self.e_step(batch, s_rows, t_rows, model, temperature, beta, n)
         m, mm = self.m_step(batch, s_rows, t_rows, model, temperature, n)
         loss = self.e_coef * e.to(zero.device) + self.m_coef * m.to(zero.device)
@@ -191,9 +203,9 @@ class VPD:
         comp, cmask = ro.completion_ids[t_rows, :T], ro.completion_mask[t_rows, :T]  # (m, T)
         exact = self.e_kl == "exact"
         with use_adapter(model, TEACHER):
-            q = score_under_context(model, *_trim(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
+            q = score_under_context(model, *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
                                     temperature=temperature, grad=True, full=exact, chunk_rows=len(t_rows))
-        pi = score_under_context(model, *_trim(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
+        pi = score_under_context(model, *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
                                  temperature=temperature, grad=False, full=exact, chunk_rows=len(s_rows))
         dev = q.logprobs.device
         mask = cmask.to(dev, q.logprobs.dtype)  # (m, T)
@@ -214,10 +226,10 @@ class VPD:
         T = int(ro.completion_mask[s_rows].sum(-1).max())
         comp, cmask = ro.completion_ids[s_rows, :T], ro.completion_mask[s_rows, :T]  # (m, T)
         full = self.m_divergence != "sampled"
-        student = score_under_context(model, *_trim(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
+        student = score_under_context(model, *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
                                       temperature=temperature, grad=True, full=full, chunk_rows=len(s_rows))
         with use_adapter(model, TEACHER):  # the teacher's prompt: its group's feedback prompt
-            teacher = score_under_context(model, *_trim(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
+            teacher = score_under_context(model, *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
                                           temperature=temperature, grad=False, full=full, chunk_rows=len(t_rows))
         tok = m_step_token_loss(self.m_divergence, student_logits=student.logits, teacher_logits=teacher.logits,
                                 student_logp=student.logprobs, teacher_logp=teacher.logprobs,

@@ -17,7 +17,8 @@ D2EVO = dataclasses.replace(
     name="d2evo",
     paper="D2Evo: Dual Difficulty-aware self-Evolution, arXiv 2605.17037",
     inferred=(
-        "needs a finite real pool: data.pool=N (the paper: < 2K real problems)",
+        "needs a finite real pool: data.pool=N (the paper: < 2K real problems); the command line uses data.pool=128 "
+        "unless given (the pool of the measured 3-seed compares)",
         "pass-rate estimation: d2evo.estimate_samples=8 Solver samples per real problem against gold, once per "
         "iteration of d2evo.iteration_steps=10 steps, at the iteration's first step, before its rollouts",
         "anchors: p_hat in [d2evo.p_lo, d2evo.p_hi] = [0.2, 0.8]; only anchors get first-round Solver rollouts "
@@ -39,4 +40,5 @@ D2EVO = dataclasses.replace(
     ),
     group_size=4,
     d2evo=D2Evo(),
+    run_defaults=(("data.pool", 128),),
 )

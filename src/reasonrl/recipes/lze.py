@@ -13,7 +13,8 @@ LZE = dataclasses.replace(
     inferred=(
         "selector.selection_ratio=0.4 and warmup_transition_epochs=0 as the example scripts (class defaults 0.7, 3)",
         "advantage.scale=none: the scripts' norm_adv_by_std_in_grpo=False",
-        "needs a finite pool: data.pool=N (the first N distinct train problems, cycled in seeded epochs)",
+        "needs a finite pool: data.pool=N (the first N distinct train problems, cycled in seeded epochs); the "
+        "command line uses data.pool=128 unless given (the pool of the measured 3-seed compares)",
         "pass rate p = the group's mean raw task correctness (the verifier's, never a shaped reward)",
         "kept groups rounded down to a multiple of optim.minibatches (verl: of ppo_mini_batch prompts)",
         "an item's epoch is its stream position // pool size; a batch that spans two epochs selects in the later one",
@@ -22,4 +23,5 @@ LZE = dataclasses.replace(
     ),
     advantage=Advantage("grpo", scale="none"),
     selector=LZESelector(selection_ratio=0.4, warmup_transition_epochs=0),
+    run_defaults=(("data.pool", 128),),
 )

@@ -6,7 +6,7 @@ GRPO on outcomes inside an adaptive trust region around the student (E-step); th
 pi_theta(y | x) is distilled toward the teacher by reverse KL on its own rollouts, beside its own
 GRPO term (M-step). The paper was available as abstract and introduction only: every loss and
 default is [inferred] (shared/specs/distill-and-data.md section 4) and a ``vpd.*`` option.
-Needs ``lora.r > 0`` (a clear error otherwise). With the built-in arithmetic task the default
+Needs ``lora.r > 0``: the command line uses ``lora.r=8`` unless given. With the built-in arithmetic task the default
 feedback is the task's critique, computed against the gold working (see docs/vpd.md).
 """
 import dataclasses
@@ -20,7 +20,7 @@ VPD_RECIPE = dataclasses.replace(
     paper="VPD: Variational Policy Distillation, arXiv 2605.15113",
     inferred=(
         "teacher and student: two LoRA adapters (lora.* settings, the teacher's own init seed) on one frozen "
-        "backbone; lora.r > 0 required",
+        "backbone; lora.r > 0 required (the command line uses lora.r=8, the measured compare's rank, unless given)",
         "feedback (vpd.feedback=critique): the first line of the task's stepwise critique of one student attempt "
         "of this step (vpd.attempt=first_wrong: the lowest-index wrong rollout, else row 0); arithmetic's critique "
         "uses the gold working; vpd.feedback=verdict gives only correct/wrong",
@@ -39,4 +39,5 @@ VPD_RECIPE = dataclasses.replace(
         "group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo",
     ),
     vpd=VPD(),
+    run_defaults=(("lora.r", 8),),
 )

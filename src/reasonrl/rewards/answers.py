@@ -143,16 +143,26 @@ def parse_number(s: object) -> float | None:
     return _finite(sign_f * float(num_s) / float(den_s))
 
 
-def extract_boxed(text: str) -> str | None:
-    """Content of the last balanced ``\\boxed{...}`` in ``text``, stripped; ``None`` if none."""
-    start = text.rfind("\\boxed{")
-    while start != -1:
-        close = matching_brace(text, start + 6)
+_BOX_STRICT = re.compile(r"\\boxed\{")
+_BOX_LOOSE = re.compile(r"\\boxed\s*\{|\\fbox\s*\{")  # also \boxed {x} and \fbox{x} (physics answers)
+
+
+def all_boxed(text: str, *, loose: bool = False) -> list[str]:
+    """Contents of every balanced ``\\boxed{...}`` in ``text``, stripped, in order (an unbalanced one,
+    a truncated generation, is skipped). ``loose``: also ``\\boxed {..}`` and ``\\fbox{..}``."""
+    out = []
+    for m in (_BOX_LOOSE if loose else _BOX_STRICT).finditer(text):
+        close = matching_brace(text, m.end() - 1)
         if close is not None:
-            return text[start + 7: close].strip()
-        # An unbalanced last box (truncated generation): fall back to an earlier complete one.
-        start = text.rfind("\\boxed{", 0, start)
-    return None
+            out.append(text[m.end(): close].strip())
+    return out
+
+
+def extract_boxed(text: str, *, loose: bool = False) -> str | None:
+    """Content of the last balanced ``\\boxed{...}`` in ``text``, stripped; ``None`` if none (an
+    unbalanced last box, a truncated generation, falls back to an earlier complete one)."""
+    boxes = all_boxed(text, loose=loose)
+    return boxes[-1] if boxes else None
 
 
 def extract_tag(tag: str = "answer") -> Extractor:

@@ -28,7 +28,8 @@ import re
 from typing import Sequence
 
 from .latex import latex_to_text, parse_quantity, split_unit
-from .physics import Judged, all_boxed, gold_parts, predicted_parts, split_parts
+from .answers import all_boxed
+from .physics_parts import Judged, gold_parts, predicted_parts, split_parts
 
 __all__ = ["DENSE_WEIGHTS", "ANSWER_MODES", "dense_terms", "dense_value", "unit_of", "symbols_of", "dense_metrics"]
 
@@ -60,7 +61,7 @@ def dense_terms(completion: str, gold: object, judged: Judged, answer: str = "an
     """The five indicators of one row (module docstring); ``judged`` is PhysicsMatch's verdict of it."""
     if answer not in ANSWER_MODES:
         raise ValueError(f"physics_match: dense_answer must be one of {ANSWER_MODES}, got {answer!r}")
-    boxes = all_boxed(completion)
+    boxes = all_boxed(completion, loose=True)
     if not judged.parsed:
         return {"ans": 0.0, "fmt": float(bool(boxes)), "dim": 0.0, "sym": 0.0, "cons": 0.0}
     ans = judged.score if answer == "and" else sum(judged.part_hits) / len(judged.part_hits)

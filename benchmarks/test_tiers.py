@@ -1,0 +1,54 @@
+"""Wall-clock time of the two test tiers: `pytest -q` (the default: unit tests and one short end-to-end
+run per recipe) and `pytest -q -m slow` (the rest). A benchmark, never an assertion: run it on an idle
+machine, it prints a table and writes JSON.
+
+    python benchmarks/test_tiers.py [--tiers default,slow] [--json benchmarks/results/test_tiers.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TIERS = {"default": [], "slow": ["-m", "slow"]}
+
+
+def run_tier(name: str) -> dict:
+    """Run one tier in a fresh process; its wall time and pytest's counts."""
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIERS[name]]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", tail)}
+    return {"tier": name, "command": " ".join(["pytest", "-q", *TIERS[name]]), "seconds": round(seconds, 1),
+            "exit_code": proc.returncode, "summary": tail, **counts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiers", default="default,slow")
+    ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "test_tiers.json"))
+    args = ap.parse_args()
+    rows = [run_tier(t) for t in args.tiers.split(",")]
+    print(f"{'tier':<8} {'wall':>9} {'passed':>7} {'failed':>7} {'skipped':>8}  command")
+    for r in rows:
+        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r.get('passed', 0):>7} {r.get('failed', 0):>7} "
+              f"{r.get('skipped', 0):>8}  {r['command']}")
+    out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+           "tiers": rows}
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    sys.exit(max(r["exit_code"] for r in rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The part protocol: every hook a recipe part may implement, each with the typed, frozen context it gets.
+
+A part is a frozen dataclass whose fields are its options. It joins the loop only through the
+methods below (any subset of them); the batch maker and the trainer call them in a fixed order and
+never ask which method a part belongs to. ``docs/parts.md`` is this table with examples.
+
+========================  ====================================================  ==========================
+hook                      when                                                  returns
+========================  ====================================================  ==========================
+``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
+``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
+``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
+``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
+Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
+``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
+``extend(RoundContext)``  after the first round is rewarded (and filtered)      Groups or None
+``score_batch(BatchContext)`` once per batch, before the advantages are shaped  metrics
+``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     adv or (adv, metrics)
+``loss_term(LossContext)`` every micro-batch, beside the policy loss            (loss, metrics)
+``after_step(UpdateContext)`` after a step's optimiser steps                    metrics or None
+========================  ====================================================  ==========================
+
+Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.rules.Rule`` per
+field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
+of :data:`NEEDS`).
+
+A part's data: ``ctx.state`` is the part's own state across steps (a dict, checkpointed; for a
+selector part the object its ``build(seed)`` made), ``ctx.cache`` its own per-run cache (not
+checkpointed: things recomputed from the run's inputs), and ``ctx.data`` its own channel on the
+step's batch (``batch.parts[key]``; a round's ``Groups.data`` lands there). A part reads another
+part's channel only by that part's key (``ctx.channels["teacher"]``). A round's groups are marked
+with its kind (``ctx.kind``: 0 is the first round), so two rounds in one recipe each find their own.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Sequence
+
+from torch import Tensor
+
+NEEDS = ("reference", "pool", "lora", "in_process")  # what a part may need the run to provide
+HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
+         "loss_term", "after_step")
+
+PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order
+
+
+def register_part(name: str) -> Callable[[type], type]:
+    """Class decorator: ``@register_part("correction")`` makes the class the part behind the config
+    section and recipe key ``name`` (``correction.p_max=0.5``, ``Recipe(correction=Correction())``)."""
+    def deco(cls: type) -> type:
+        if not dataclasses.is_dataclass(cls):
+            raise TypeError(f"part {name!r}: {cls.__name__} must be a (frozen) dataclass")
+        if PART_TYPES.get(name, cls) is not cls and PART_TYPES[name].__qualname__ != cls.__qualname__:
+            raise ValueError(f"part name {name!r} is taken by {PART_TYPES[name].__name__}")
+        PART_TYPES[name] = cls
+        return cls
+    return deco
+
+
+def part_needs(part: Any) -> frozenset[str]:
+    """What ``part`` needs of the run (its ``needs`` attribute or property; nothing when it has none)."""
+    out = frozenset(getattr(part, "needs", ()) or ())
+    unknown = out - set(NEEDS)
+    if unknown:
+        raise ValueError(f"{type(part).__name__}.needs has {sorted(unknown)}; valid: {', '.join(NEEDS)}")
+    return out
+
+
+class Parts(Mapping):
+    """A recipe's method parts by key: immutable, hashable, in registration order (so a part that
+    reads another's channel, TGPO the teacher's, always runs after it), unregistered keys last."""
+
+    def __init__(self, items: Mapping[str, Any] | Sequence[tuple[str, Any]] = ()):
+        pairs = dict(items.items() if isinstance(items, Mapping) else items)
+        order = {name: i for i, name in enumerate(PART_TYPES)}
+        keys = sorted((k for k, v in pairs.items() if v is not None), key=lambda k: (order.get(k, len(order)), 0))
+        self._items = tuple((k, pairs[k]) for k in keys)
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Parts) and self._items == other._items
+
+    def __repr__(self) -> str:
+        return f"Parts({dict(self._items)!r})"
+
+    def merged(self, changes: Mapping[str, Any]) -> "Parts":
+        """These parts with ``changes`` applied (a None value turns that part off)."""
+        return Parts({**dict(self._items), **changes})
+
+
+@dataclass
+class Channel:
+    """A part's data on one batch (``batch.parts[key]``): ``rows`` holds (R, ...) tensors, one row per
+    rollout row, cut with the batch's rows when a selector keeps some groups; ``values`` anything
+    else (FEST's demonstration pairs)."""
+    rows: dict[str, Tensor] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ contexts
+@dataclass(frozen=True)
+class TaskSetup:
+    """``wrap_task``: the run's task (already wrapped by earlier parts), its tokenizer, the seed."""
+    task: Any
+    tokenizer: Any
+    seed: int
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed."""
+    model: Any
+    lora: Any
+    seed: int
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """What a second round (``extend``) and ``before_step`` may use: the first round's groups (``batch``,
+    None before the step's rollouts), the run's facts, the part's own state and cache, and a narrow
+    sampling surface. Randomness is keyed by task positions: ``position`` is the task position after
+    this step's draws (a round's prompts take ``position - len(batch.items) + i``)."""
+    batch: Any  # the first round's Batch (kind-0 groups only), or None in before_step
+    task: Any
+    tok: Any
+    seed: int
+    step: int  # 0-based step being made
+    total_steps: int
+    position: int
+    group_size: int
+    pool: Sequence[Any] | None  # the finite train pool (data.pool=N), else None
+    state: Any
+    cache: dict
+    kind: int  # the kind this round's groups get in the batch
+    sampling: Any  # SamplingParams of the recipe (budget and reward needs applied)
+    micro: int  # rows per forward pass (memory only)
+    policy: Any  # the in-process policy model (None when rollouts run on remote workers)
+    device: Any
+    sample: Callable[..., Any]  # (items, prompts, tag, first, n=None) -> Rollouts, keyed by positions
+    branch: Callable[..., Any]  # (source_ro, rows, cuts, generator, contexts=None) -> Rollouts of continuations
+    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, G) rewards, correct, metrics
+    score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
+    advantage: Callable[[Tensor], Tensor]  # the recipe's estimator: (B, G) rewards -> advantages
+    reference: Callable[[], ContextManager[Any]] | None  # the run's reference model scope, when kept
+
+
+@dataclass(frozen=True)
+class BatchContext:
+    """``score_batch`` and ``shape_advantages``: one step's groups after their rewards (B groups of G)."""
+    rewards: Tensor  # (B, G) total reward
+    correct: Tensor  # (B, G) raw task accuracy
+    answers: list[list[Any]]  # (B, G) the task's extracted answers
+    rollouts: Any  # the batch's Rollouts (R = B * G rows)
+    items: list[Any]  # (B,)
+    task: Any
+    contexts: Tensor  # (B, G) sub-group of each row (NudgeRL hints; 0 elsewhere)
+    kinds: Tensor  # (B,) 0: first round, k: the k-th round's groups
+    step: int  # 0-based
+    temperature: float
+    policy: Any  # the policy model (no grad passes only)
+    tok: Any
+    micro: int
+    score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
+    char_offsets: Callable[[int], Any]  # row -> each completion token's (start, end) characters
+    set_extra_labels: Callable[[Tensor], None]  # (R, T) ids the policy's training forward also scores
+    channels: Mapping[str, Channel]  # every part's channel on the batch, by part key (read)
+    data: Channel  # this part's own channel (read and write)
+    state: Any
+    kind: int  # this part's round kind (-1: not a round)
+
+
+@dataclass(frozen=True)
+class LossContext:
+    """``loss_term``: one micro-batch (``rows`` of the batch, n of them) inside one optimiser step.
+    Normalise by the minibatch-global counts (``n_tokens``, ``n_seqs``) so that any micro-batch split
+    gives the same sum."""
+    logp: Tensor  # (n, T) the policy's log-probs of the rows' tokens, with grad
+    entropy: Tensor  # (n, T)
+    mask: Tensor  # (n, T) tokens the loss sees
+    rows: Tensor  # (n,) rows of the batch
+    batch: Any
+    model: Any
+    tok: Any
+    temperature: float
+    extra_logp: Tensor | None  # (n, T) log-probs at the batch's extra label ids (TGPO), else None
+    train_step: int  # 1-based step being trained
+    agg: str
+    norm_len: int
+    n_tokens: float
+    n_seqs: int
+    data: Channel  # this part's channel on the batch
+    state: Any
+    kind: int
+
+    def agg_kwargs(self) -> dict[str, Any]:
+        """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
+        return {"agg": self.agg, "norm_len": self.norm_len, "n_tokens": self.n_tokens, "n_seqs": self.n_seqs}
+
+
+@dataclass(frozen=True)
+class UpdateContext:
+    """``after_step``: the step's optimiser steps are done (EMA teachers, population training)."""
+    model: Any
+    optimizer: Any
+    step: int  # steps done, 1-based
+    total_steps: int
+    seed: int
+    state: Any
+    metrics: Mapping[str, float]  # the step's update metrics
+
+
+def first_round(kinds: Tensor) -> Tensor:
+    """(B,) kinds -> (B',) indices of the first round's groups."""
+    return (kinds == 0).nonzero().squeeze(-1)

@@ -1,0 +1,57 @@
+"""The loop's side of the part protocol (:mod:`reasonrl.parts.protocol`): each part's state across steps
+and its per-run cache, keyed by the part's key in the recipe, checkpointed and restored as a whole.
+
+A part's state is a plain dict the part fills (CIPO's replay ratio, SU-01's buffers, FEST's demo
+cursor, VPD's beta), or, for the recipe's selector part, the object its ``build(seed)`` made (LZE's
+per-prompt energies, D2Evo's pool), saved through its ``state_dict`` / ``load_state_dict``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UserError
+from .parts import Recipe
+
+
+class PartRuntime:
+    def __init__(self, recipe: Recipe, seed: int):
+        self.recipe = recipe
+        self.states: dict[str, Any] = {}
+        self.caches: dict[str, dict] = {}
+        found = recipe.data_selector
+        self.selector_key = None if found is None else found[0]
+        if found is not None:
+            self.states[found[0]] = found[1].build(seed)
+
+    def state(self, key: str) -> Any:
+        return self.states.setdefault(key, {})
+
+    def cache(self, key: str) -> dict:
+        return self.caches.setdefault(key, {})
+
+    @property
+    def selector(self) -> Any:
+        """The selector part's state (admit / observe / select), or None."""
+        return None if self.selector_key is None else self.states[self.selector_key]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every part state worth keeping (empty dicts are not), by part key."""
+        return {k: v.state_dict() if hasattr(v, "state_dict") else v for k, v in self.states.items()
+                if v or hasattr(v, "state_dict")}
+
+    def load_state_dict(self, saved: dict[str, Any], known: dict[str, str] | None) -> None:
+        """Restore from a checkpoint: every saved key must be a part of this recipe, and a selector's
+        state must be there (and describe this run's pool: ``known``, key -> prompt digest)."""
+        keys = {k for k, _ in self.recipe.hooked()}
+        foreign = sorted(set(saved) - keys)
+        if foreign:
+            raise UserError(f"the checkpoint holds the state of part(s) {foreign} that recipe {self.recipe.name!r} "
+                            f"does not have: resume with the run's recipe")
+        if self.selector_key is not None and self.selector_key not in saved:
+            raise UserError(f"the checkpoint has no state for the selector part {self.selector_key!r} of recipe "
+                            f"{self.recipe.name!r}: it was written by a run without it; resume with the run's recipe")
+        for key, value in saved.items():
+            if key == self.selector_key:
+                self.states[key].load_state_dict(value, known)
+            else:
+                self.states[key] = value

@@ -1,0 +1,99 @@
+"""Every registered recipe runs two training steps end to end on the CPU (the tiny model, its task, in
+process) and logs its own metrics: the default tier's one short end-to-end test per recipe. The
+longer runs of each method (run folders, resumes, several ranks, the readings of its metrics) are
+in its own test file, marked ``slow``."""
+import copy
+import dataclasses
+import math
+
+import pytest
+
+from reasonrl.config import DataOpts, Lora, TrainConfig
+from reasonrl.recipes import RECIPES, get_recipe
+from reasonrl.tasks import get_task, take_items
+from reasonrl.trainer import Trainer
+from reasonrl.validate import check_run
+
+from test_draft_task import write_drafts
+
+POLICY = ("loss/policy", "loss/clip_frac_low", "loss/clip_frac_high")
+# recipe -> (task, task options, metric keys the recipe's own parts log at every step)
+OWN = {
+    "grpo": ("arithmetic", {}, POLICY), "dr_grpo": ("arithmetic", {}, POLICY), "gspo": ("arithmetic", {}, POLICY),
+    "rloo": ("arithmetic", {}, POLICY), "reinforce_pp": ("arithmetic", {}, POLICY), "cispo": ("arithmetic", {}, POLICY),
+    "dapo": ("arithmetic", {}, ("dynamic/groups_kept", "dynamic/rounds", "reward/overlong/soft_frac")),
+    "edas": ("arithmetic", {}, ("dynamic/groups_kept", "reward/overlong/soft_frac")),
+    "mu_grpo": ("arithmetic", {}, ("veto/frac_rows", "veto/frac_tokens", "stage/staleness", "stage/fresh")),
+    "sage": ("arithmetic", {}, ("loss/kl", "loss/kl_term", "sage/q_mean", "sage/frac_shaped")),
+    "corr_po": ("arithmetic", {}, ("corr/mean", "corr/frac_defined", "reward/corr_po/mean")),
+    "nudgerl": ("arithmetic", {}, ("nudge/hinted_frac", "nudge/distill_term")),
+    "cipo": ("arithmetic", {}, ("cipo/selected", "cipo/groups", "cipo/rho")),
+    "stride": ("arithmetic", {}, ("stride/redirects", "stride/success_rate", "stride/unparsed")),
+    "physics_r1": ("multipart", {}, ("reward/physics_match/mean", "reward/physics_match/part_acc", "dynamic/rounds")),
+    "tempo": ("temporal", {}, ("reward/tempo/leak_rate", "reward/tempo/task_score", "reward/tempo/mean")),
+    "sapo": ("recommend", {}, ("steps/reward_level0", "steps/token_coverage")),
+    "sspo": ("diagnosis", {}, ("reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/mean")),
+    "codethinker": ("code", {}, ("beam/branches", "beam/budget", "reward/consistency/mean")),
+    "vspo": ("arithmetic", {"spaced_rate": 0.05}, ("steer/alpha_max", "reward/spaced/mean")),
+    "ssopd": ("arithmetic", {}, ("distill/pairs", "distill/frontier_weight", "distill/ssopd_term")),
+    "egrsd": ("arithmetic", {}, ("egrsd/rows",)), "cl_egrsd": ("arithmetic", {}, ("egrsd/rows",)),
+    "lze": ("arithmetic", {}, ("select/kept", "select/groups", "select/k")),
+    "d2evo": ("arithmetic", {}, ("d2evo/anchors", "d2evo/pool_size", "d2evo/iteration")),
+    "tgpo": ("arithmetic", {}, ("teacher/agree", "teacher/tgpo_coef")),
+    "tgpo_adv": ("arithmetic", {}, ("teacher/agree", "teacher/tgpo_coef", "teacher/tgpo_prob")),
+    "rkl_opd": ("arithmetic", {}, ("teacher/agree", "teacher/rkl")),
+    "kdrl": ("arithmetic", {}, ("teacher/agree", "teacher/kdrl_kl")),
+    "fest": ("arithmetic", {}, ("fest/demos", "fest/pairs", "fest/alpha", "fest/sup_term")),
+    "drafts": ("arithmetic", {}, ("drafts/with_draft_frac", "drafts/mismatched_frac")),
+    "vpd": ("arithmetic", {}, ("vpd/beta", "vpd/teacher_accuracy", "vpd/e_loss_term", "vpd/m_loss_term")),
+    "su01": ("arithmetic", {}, ("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
+}
+
+
+def small(name: str, task, tmp_path) -> tuple:
+    """(recipe, run-config changes) for a two-step run on ``task``: groups of 4, short completions, the
+    smallest settings of each part that still exercise it."""
+    r = get_recipe(name)
+    changes = {"group_size": 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
+    run = {}
+    if r.hints is not None:  # G = n_hints * per_hint
+        changes["hints"] = dataclasses.replace(r.hints, per_hint=2)
+    if r.steering is not None:  # the test model has 2 layers
+        changes["steering"] = dataclasses.replace(r.steering, layer=1)
+    if r.d2evo is not None:
+        changes["d2evo"] = dataclasses.replace(r.d2evo, estimate_samples=2, solver_samples=2, anchors_per_step=1)
+    if r.fest is not None:
+        changes["fest"] = dataclasses.replace(r.fest, n_demos=2, demos_per_step=2)
+    if r.drafts is not None:
+        path = write_drafts(tmp_path / "drafts.jsonl", take_items(task, "train", 8, seed=0), flags=True)
+        changes["drafts"] = dataclasses.replace(r.drafts, file=str(path))
+    if "pool" in r.needs:
+        run["data"] = DataOpts(pool=8)
+    if "lora" in r.needs:
+        run["lora"] = Lora(r=4, alpha=8.0)
+    return dataclasses.replace(r, **changes), run
+
+
+def test_every_registered_recipe_has_a_row():
+    assert set(OWN) == set(RECIPES)
+
+
+@pytest.mark.parametrize("name", sorted(OWN))
+def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, sharp_tiny, tmp_path):
+    task_name, options, keys = OWN[name]
+    # one-digit sums: the tiny model gets some right, so groups vary and every part has rows to act on
+    options = {"max_digits": 1, **options} if task_name == "arithmetic" else options
+    base = get_task(task_name, **options)
+    recipe, run = small(name, base, tmp_path)
+    cfg = TrainConfig(recipe=name, task=task_name, task_options=options, steps=2, prompts_per_step=2, eval_every=0,
+                      save_every=0, final_eval_problems=0, micro_batch_size=8, max_rows=64, **run)
+    check_run(cfg, recipe)
+    model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
+    task = recipe.wrap_task(base, tok, cfg.seed)
+    trainer = Trainer(model, tok, task, recipe, cfg, tmp_path)
+    rows = [trainer.train_step() for _ in range(2)]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        assert all(math.isfinite(v) for v in r.values() if isinstance(v, float)), r
+        assert {"reward/mean", "accuracy", "lr", "nonfinite", "time/update"} <= set(r)
+        assert set(keys) <= set(r), (r["step"], sorted(set(keys) - set(r)))

@@ -1,0 +1,163 @@
+"""The part protocol (parts/protocol.py), from the outside: a toy method defined in this file alone
+(registered, with a rule, a score, a shaper, a second round, a loss term and an after-step hook)
+joins the loop, the config, the validation and the checkpoints without a line changed anywhere
+else; two second rounds in one recipe each see their own groups."""
+import dataclasses
+from typing import ClassVar
+
+import pytest
+import torch
+
+from helpers import batch_context
+from reasonrl.batch import BatchMaker
+from reasonrl.config import TrainConfig, apply_overrides, split_config, valid_keys
+from reasonrl.errors import UserError
+from reasonrl.parts import Correction, Groups, Recipe
+from reasonrl.parts.protocol import HOOKS, NEEDS, PART_TYPES, Parts, register_part
+from reasonrl.recipes import get_recipe
+from reasonrl.rules import Rule, at_least
+from reasonrl.tasks import get_task
+from reasonrl.validate import check_run, problems
+
+from test_batch import FakeEngine, kind
+
+
+@register_part("toy")
+@dataclasses.dataclass(frozen=True)
+class Toy:
+    """A toy method: advantages of first-round groups times ``scale``; one extra group per first-round
+    group that has a wrong answer (its prompt again, tag "toy"); a loss term ``coef * (token-mean
+    log-prob of its own rows)``; a step counter in its state."""
+
+    scale: float = 2.0
+    coef: float = 0.5
+
+    RULES: ClassVar[dict[str, Rule]] = {"scale": at_least(0), "coef": Rule(lambda v, c: v >= 0 and c.get("scale") > 0,
+                                                                          "toy.coef >= 0 with toy.scale > 0")}
+
+    def score_batch(self, ctx):
+        ctx.data.rows["seen"] = torch.ones(len(ctx.rollouts.texts))  # (R,) per-row data, cut with the rows
+        return {"toy/rows": float(len(ctx.rollouts.texts))}
+
+    def shape_advantages(self, adv, ctx):
+        scale = torch.where(ctx.kinds == 0, self.scale, 1.0)  # (B,)
+        return adv * scale.view(-1, *([1] * (adv.dim() - 1))), {"toy/kind": float(ctx.kind)}
+
+    def extend(self, ctx):
+        b = ctx.batch
+        wrong = [i for i in range(len(b.items)) if b.correct[i].min() == 0]
+        ctx.state["extends"] = ctx.state.get("extends", 0) + 1
+        items = [b.items[i] for i in wrong]
+        ro = ctx.sample(items, [it.prompt for it in items], tag="toy", first=ctx.position - len(b.items))
+        rewards, correct, _ = ctx.reward(items, ro)
+        return Groups(items, ro, rewards, correct, metrics={"toy/groups": float(len(items))}, data={"note": "mine"})
+
+    def loss_term(self, ctx):
+        mine = (ctx.batch.group_kinds()[ctx.rows // ctx.batch.rewards.shape[1]] == ctx.kind).to(ctx.mask.dtype)  # (n,)
+        mask = ctx.mask * mine[:, None]
+        term = self.coef * (ctx.logp * mask).sum() / mask.sum().clamp(min=1)
+        return term, {"toy/term": float(term.detach()), "toy/note_seen": float(ctx.data.values["note"] == "mine")}
+
+    def after_step(self, ctx):
+        ctx.state["steps"] = ctx.state.get("steps", 0) + 1
+        return {"toy/after_step": float(ctx.step)}
+
+
+TOY = Recipe(name="toy", paper="a test", toy=Toy(), group_size=4)
+
+
+def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validation():
+    assert PART_TYPES["toy"] is Toy and TOY.toy == Toy() and TOY.parts == Parts({"toy": Toy()})
+    assert get_recipe("grpo").toy is None  # any registered part reads as None where a recipe lacks it
+    assert [k for k, _ in TOY.hooked("extend")] == ["toy"] and TOY.rounds == [("toy", Toy())]
+    assert "toy.coef" in valid_keys() and TOY.describe()["toy"] == {"scale": 2.0, "coef": 0.5}
+    # the config section comes from the registration: turned on over grpo, changed, off again
+    on = apply_overrides(get_recipe("grpo"), split_config({"toy": {"coef": "0.25"}})[1])
+    assert on.toy == Toy(coef=0.25) and apply_overrides(on, split_config({"toy": None})[1]).toy is None
+    with pytest.raises(UserError, match="unknown config key 'toy.coeff' \\(did you mean 'toy.coef'\\?\\)"):
+        split_config({"toy": {"coeff": 1}})
+    # its rule, read in its own section (scale), names the key
+    assert problems(TrainConfig(), dataclasses.replace(TOY, toy=Toy(coef=-1.0))) == [
+        "config key 'toy.coef' = -1.0 is out of range: must be toy.coef >= 0 with toy.scale > 0"]
+    check_run(TrainConfig(), TOY)
+    with pytest.raises(TypeError, match="unknown keyword 'toyy'"):
+        Recipe(name="x", toyy=Toy())
+
+
+def test_every_hook_is_in_the_protocol_and_the_needs_are_named():
+    assert set(HOOKS) == {"wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch",
+                          "shape_advantages", "loss_term", "after_step"}
+    assert set(NEEDS) == {"reference", "pool", "lora", "in_process"}
+    with pytest.raises(ValueError, match="unknown hook 'shape'"):
+        TOY.hooked("shape")
+
+
+def _maker(recipe):
+    task = get_task("arithmetic")
+    return BatchMaker(task, recipe, FakeEngine(task), budget=20, seed=0)
+
+
+def test_the_toy_round_score_and_shaper_join_a_step():
+    bm = _maker(dataclasses.replace(get_recipe("dr_grpo"), group_size=4, toy=Toy(scale=3.0)))  # r - mean(r)
+    b = bm.make(6)
+    wrong = [i for i, it in enumerate(b.items[:6]) if kind(it.prompt) != 0]
+    assert b.kinds.tolist() == [0] * 6 + [1] * len(wrong) and b.metrics["toy/groups"] == len(wrong)
+    assert b.parts["toy"].values == {"note": "mine"} and b.parts["toy"].rows["seen"].shape == (len(b.ro.texts),)
+    assert b.metrics["toy/rows"] == float(len(b.ro.texts)) and b.metrics["toy/kind"] == 1.0
+    r = b.rewards
+    # first-round groups: (r - mean r) x 3; the round's groups keep the estimator's r - mean r
+    assert torch.allclose(b.advantages.view(-1, 4)[:6], 3 * (r[:6] - r[:6].mean(-1, keepdim=True)))
+    assert torch.allclose(b.advantages.view(-1, 4)[6:], r[6:] - r[6:].mean(-1, keepdim=True))
+    assert bm.parts.state("toy") == {"extends": 1}
+
+
+def test_two_second_rounds_each_see_the_first_round_and_keep_their_own_kind():
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, correction=Correction(q0=1.0, p_max=1.0, rho=1.0),
+                                 toy=Toy())
+    assert [k for k, _ in recipe.rounds] == ["correction", "toy"]  # registration order: kinds 1 and 2
+    bm = _maker(recipe)
+    b = bm.make(6)
+    wrong = [i for i, it in enumerate(b.items[:6]) if kind(it.prompt) != 0]
+    kinds = b.kinds.tolist()
+    assert kinds[:6] == [0] * 6 and kinds.count(1) == len(wrong) and kinds.count(2) == len(wrong)
+    # the toy round saw the first round only: its groups are the first round's wrong prompts, once each
+    toy_items = [it for it, k in zip(b.items, kinds) if k == 2]
+    assert [it.key for it in toy_items] == [b.items[i].key for i in wrong]
+    assert (bm.kind_of("correction"), bm.kind_of("toy"), bm.kind_of("nothing")) == (1, 2, -1)
+
+
+def test_the_toy_part_trains_its_loss_term_and_its_state_is_checkpointed(tiny_dir, tmp_path):
+    from reasonrl.models import load_model
+    from reasonrl.trainer import Trainer
+
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=2, toy=Toy(),
+                                 sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12))
+    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=1,
+                      final_eval_problems=0, task_options={"max_digits": 1})
+
+    def trainer(steps):
+        model, tok = load_model(tiny_dir)
+        return Trainer(model, tok, get_task("arithmetic", max_digits=1), recipe,
+                       dataclasses.replace(cfg, steps=steps), tmp_path)
+
+    tr = trainer(2)
+    rows = [tr.train_step() for _ in range(2)]
+    assert [r["toy/after_step"] for r in rows] == [1.0, 2.0] and all(r["toy/note_seen"] == 1.0 for r in rows)
+    assert all(r["toy/term"] < 0 for r in rows if r.get("toy/groups"))  # coef x mean log-prob of its rows
+    tr.save()
+    assert tr.state()["parts"]["toy"] == {"extends": 2, "steps": 2}
+    again = trainer(3)
+    assert again.resume() == 2 and again.batches.parts.state("toy") == {"extends": 2, "steps": 2}
+    again.train_step()
+    assert again.batches.parts.state("toy") == {"extends": 3, "steps": 3}
+    # a checkpoint holding a part this recipe lacks is refused, naming the part
+    model, tok = load_model(tiny_dir)
+    plain = Trainer(model, tok, get_task("arithmetic", max_digits=1), get_recipe("grpo"), cfg, tmp_path)
+    with pytest.raises(UserError, match=r"state of part\(s\) \['toy'\] that recipe 'grpo' does not have"):
+        plain.resume()
+
+
+def test_a_batch_context_is_what_a_shaper_reads():
+    adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
+    out, m = Toy(scale=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]), kind=3))
+    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {"toy/kind": 3.0}
