@@ -16,7 +16,8 @@ def text_rollouts(prompts, texts, n, finish_reasons=None) -> Rollouts:
 
 
 def round_context(batch, *, task, sample=None, reward=None, state=None, seed=0, position=0, group_size=None, step=0,
-                  total_steps=1, pool=None, tok=None, score_under=None, advantage=None, policy=None, kind=1, cache=None,
+                  total_steps=1, pool=None, tok=None, score_under=None, advantage=None, policy=None, in_process=True,
+                  kind=1, cache=None,
                   branch=None, reference=None, micro=64, sampling=None, device="cpu"):
     """A RoundContext for a part's ``extend`` / ``before_step`` in a test, scripted by the callables given
     (what a BatchMaker would bind); ``state`` is the part's own state dict (or selector state)."""
@@ -31,7 +32,8 @@ def round_context(batch, *, task, sample=None, reward=None, state=None, seed=0, 
     return RoundContext(batch=batch, task=task, tok=tok or SimpleNamespace(pad_token_id=0), seed=seed, step=step,
                         total_steps=total_steps, position=position, group_size=G, pool=pool,
                         state={} if state is None else state, cache={} if cache is None else cache, kind=kind,
-                        sampling=sampling, micro=micro, policy=policy, device=device, sample=sample or refuse,
+                        sampling=sampling, micro=micro, policy=policy, in_process=in_process, device=device,
+                        sample=sample or refuse,
                         branch=branch or refuse, reward=reward or refuse, score_under=score_under or refuse,
                         advantage=advantage or refuse, reference=reference)
 

@@ -32,7 +32,7 @@ def kind(prompt: str) -> int:
 class FakeEngine:
     """Answers each group according to ``kind(prompt)``; sample 0 of a 'long' prompt is truncated."""
 
-    device = "cpu"
+    device, model = "cpu", None  # the Generator surface the batch maker reads (no model behind this fake)
 
     class tok:
         pad_token_id = 0

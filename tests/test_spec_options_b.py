@@ -176,7 +176,7 @@ class ScriptedEngine:
     """Round r answers prompt i of its call with a mixed group ([right, wrong, ...]) if
     ``script[r][i]``, else with a group all wrong (the filter drops it)."""
 
-    device = "cpu"
+    device, model = "cpu", None  # the Generator surface the batch maker reads (no model behind this fake)
 
     class tok:
         pad_token_id = 0

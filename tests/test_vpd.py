@@ -159,7 +159,7 @@ class FakeMaker:
         remote = getattr(self.engine, "push_weights", None) is not None
         return round_context(batch, task=self.task, sample=self.generate, reward=self.reward,
                              score_under=self.score_under, state=self.state, seed=self.seed, position=self.items_drawn,
-                             tok=self.engine.tok, group_size=G, policy=None if remote else self.engine.model)
+                             tok=self.engine.tok, group_size=G, policy=self.engine.model, in_process=not remote)
 
 
 def _first_round():
@@ -193,7 +193,7 @@ def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
 def test_extend_refuses_an_engine_without_the_model():
     model, _ = _peft_tiny()
     maker = FakeMaker(model)
-    maker.engine = SimpleNamespace(push_weights=lambda *a: None, tok=None)
+    maker.engine = SimpleNamespace(push_weights=lambda *a: None, tok=None, model=model)
     with pytest.raises(UserError, match="rollout.workers=0"):
         VPD().extend(maker.ctx(_first_round()))
 

@@ -202,13 +202,12 @@ class BatchMaker:
 
     def round_context(self, key: str, batch: Batch | None, kind: int) -> RoundContext:
         """What the part ``key`` sees in ``extend`` (``batch``: the first round) and ``before_step`` (None)."""
-        model = getattr(self.engine, "model", None)
-        in_process = model is not None and getattr(self.engine, "push_weights", None) is None
         return RoundContext(
             batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step,
             total_steps=self.total_steps, position=self.items_drawn, group_size=self.recipe.group_size, pool=self.pool,
             state=self.parts.state(key), cache=self.parts.cache(key), kind=kind, sampling=self._sampling_params(),
-            micro=self.micro, policy=model if in_process else None, device=self.engine.device, sample=self.sample,
+            micro=self.micro, policy=self.engine.model, in_process=getattr(self.engine, "push_weights", None) is None,
+            device=self.engine.device, sample=self.sample,
             branch=self.branch, reward=self.reward, score_under=self.score_under, advantage=self.recipe.advantage,
             reference=None if self.ref is None else self.ref.scoring)
 

@@ -151,7 +151,8 @@ class RoundContext:
     kind: int  # the kind this round's groups get in the batch
     sampling: Any  # SamplingParams of the recipe (budget and reward needs applied)
     micro: int  # rows per forward pass (memory only)
-    policy: Any  # the in-process policy model (None when rollouts run on remote workers)
+    policy: Any  # the trainer's policy model (no-grad passes; its adapters are the ones trained)
+    in_process: bool  # rollouts are sampled on the policy itself (False: on remote workers' copies)
     device: Any
     sample: Callable[..., Any]  # (items, prompts, tag, first, n=None) -> Rollouts, keyed by positions
     branch: Callable[..., Any]  # (source_ro, rows, cuts, generator, contexts=None) -> Rollouts of continuations

@@ -141,7 +141,7 @@ class VPD:
     # ---------------------------------------------------------------- the teacher's round
     def extend(self, ctx: RoundContext) -> Groups:
         """One teacher group per first-round group, sampled by the teacher adapter under the feedback prompt."""
-        if ctx.policy is None:
+        if not ctx.in_process:
             raise UserError("recipe part 'vpd' switches adapters on the trainer's own model: use the in-process "
                             "engine (rollout.workers=0)")
         batch = ctx.batch
