@@ -22,3 +22,12 @@ def tiny_dir(sharp_tiny, tmp_path_factory):
 
     model, tok = sharp_tiny
     return save_model(model, tok, tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tmp_path_factory):
+    """A real-format chat model directory (byte-level BPE, Qwen-style specials and template, two end
+    ids, a tiny random Qwen2), built in about a second (tests/chat_model.py)."""
+    from chat_model import build_chat_model_dir
+
+    return build_chat_model_dir(tmp_path_factory.mktemp("chat_model"))

@@ -19,6 +19,7 @@ LAYERS = {
     "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
     "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
     "eval.refine": 4,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
+    "models.chat": 1.9,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
     "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context
     "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files

@@ -17,6 +17,7 @@ import torch
 from .data.pool import epoch_of, pool_stream, take_pool
 from .data.selector import SelectContext, group_tokens, prompt_hash
 from .distill import ContextScores, encode_contexts, score_under_context
+from .models.chat import PLAIN, PromptFormatter
 from .models.scoring import score_completions
 from .parts import Recipe
 from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
@@ -90,9 +91,11 @@ def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> di
 
 class BatchMaker:
     def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, budget: int, seed: int, ref_model=None,
-                 micro_batch_size: int = 64, pool: int = 0):
+                 micro_batch_size: int = 64, pool: int = 0, formatter: PromptFormatter | None = None):
         # no RNG of its own: every rollout's randomness is keyed by the task position (``_generate``)
         self.task, self.recipe, self.engine, self.budget = task, recipe, engine, budget
+        # the run's prompt formatter (models.chat): every prompt and context is rendered by it before an engine
+        self.formatter = formatter or getattr(engine, "formatter", None) or PLAIN
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
         self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)
@@ -155,7 +158,7 @@ class BatchMaker:
     def _request(self, items: list[Item], first: int) -> GenRequest:
         return GenRequest(items=items, first=first, engine=self.engine, task=self.task, group_size=self.recipe.group_size,
                           sampling=self._sampling_params(), seed=self.seed, step=self.step, total_steps=self.total_steps,
-                          cache=self.parts.cache(self.strategy_key))
+                          cache=self.parts.cache(self.strategy_key), formatter=self.formatter)
 
     def _generate(self, items: list[Item], first: int) -> Rollouts:
         """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...) by the recipe's
@@ -179,23 +182,28 @@ class BatchMaker:
         self.stream, ahead = itertools.tee(self.stream)  # a tee of a tee copies it: no nesting per step
         items = list(itertools.islice(ahead, n_prompts))
         req = self._request(items, self.items_drawn)
-        return [it.prompt for it in items], self.recipe.group_size, req.sampling, req.seeds()
+        return self.formatter.render_all([it.prompt for it in items]), self.recipe.group_size, req.sampling, req.seeds()
 
     # ---------------------------------------------------------------- what second rounds use
-    def sample(self, items: list[Item], prompts: list[str], tag: str, first: int, n: int | None = None) -> Rollouts:
+    def sample(self, items: list[Item], prompts: list, tag: str, first: int, n: int | None = None) -> Rollouts:
         """``n`` (default G) plain samples for each of ``prompts`` (one per item, e.g. a correction
-        prompt), keyed by the item's task position ``first + i`` and ``tag`` (the round)."""
+        prompt; an item's own prompt or a context the formatter built), keyed by the item's task
+        position ``first + i`` and ``tag`` (the round)."""
         req = self._request(items, first)
-        return self.engine.generate(prompts, n or self.recipe.group_size, req.sampling, seeds=req.seeds(tag))
+        return self.engine.generate(self.formatter.render_all(prompts), n or self.recipe.group_size, req.sampling,
+                                    seeds=req.seeds(tag))
 
     def branch(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
                contexts: list[str] | None = None) -> Rollouts:
-        """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens (STRIDE's redirections)."""
+        """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens (STRIDE's redirections),
+        decoded under ``contexts`` (prompts the formatter built) when given."""
+        contexts = None if contexts is None else self.formatter.render_all(contexts)
         return branch(self.engine, source, rows, cuts, self._sampling_params(), generator, contexts=contexts)
 
-    def score_under(self, contexts: list[str], ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
-        """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
-        ids, mask = encode_contexts(self.engine.tok, contexts)
+    def score_under(self, contexts: list, ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
+        """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (items'
+        prompts or contexts the formatter built; no grad)."""
+        ids, mask = encode_contexts(self.engine.tok, self.formatter.render_all(contexts))
         return score_under_context(self.engine.model, ids, mask, ro.completion_ids[rows], ro.completion_mask[rows],
                                    temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,
                                    **reduce)
@@ -209,7 +217,7 @@ class BatchMaker:
             micro=self.micro, policy=self.engine.model, in_process=getattr(self.engine, "push_weights", None) is None,
             device=self.engine.device, sample=self.sample,
             branch=self.branch, reward=self.reward, score_under=self.score_under, advantage=self.recipe.advantage,
-            reference=None if self.ref is None else self.ref.scoring)
+            reference=None if self.ref is None else self.ref.scoring, formatter=self.formatter)
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
@@ -283,7 +291,7 @@ class BatchMaker:
             policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
             score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts,
             char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
-            data=Channel(), state=None, kind=-1)
+            data=Channel(), state=None, kind=-1, formatter=self.formatter)
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
         return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key))

@@ -134,6 +134,8 @@ def train_cmd(
     recipe: Optional[str] = typer.Option(None, help="Recipe name (`reasonrl recipes`); default grpo."),
     model: Optional[str] = typer.Option(None, help="HF model directory or hub id (default: the shipped base)."),
     task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
+    task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable); "
+                                                 "the same as task_options.key=value."),
     steps: Optional[int] = typer.Option(None, help="Training steps."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
@@ -143,6 +145,7 @@ def train_cmd(
     from .dist.group import launched_by_torchrun
     from .validate import check_inputs
 
+    args = [*(args or []), *(f"task_options.{pair}" for pair in task_opt or [])]
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
     check_inputs(cfg)  # all before the heavy imports (transformers) and before any model is loaded
 

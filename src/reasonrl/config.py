@@ -21,6 +21,8 @@ import yaml
 import torch
 
 from .errors import MissingPathError, UserError
+from .models.chat import FORMATS
+from .tasks.limits import OVERFLOW
 from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import IDENTITY, PART_TYPES, Recipe
 from .rules import SEED, Rule, at_least, one_of, within
@@ -146,6 +148,30 @@ class DataOpts:
     }
 
 
+@dataclass(frozen=True)
+class Prompting:
+    """How a task's prompts reach the model (:mod:`reasonrl.models.chat`) and how long they may be.
+    ``format``: ``auto`` (the chat template when the tokenizer has one and the model is a chat model:
+    its end ids include the template's end-of-turn token), ``chat`` or ``plain``; ``system_prompt``
+    adds a system turn; ``chat_template_kwargs`` go to the template (``enable_thinking``).
+    ``max_tokens``: the longest prompt, in tokens (None: the model's context length less the
+    generation budget); a longer prompt is dropped and counted (``overflow=drop``) or loses its first
+    tokens (``truncate_left``), :mod:`reasonrl.tasks.limits`."""
+    format: str = "auto"
+    system_prompt: str | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_tokens: int | None = None
+    overflow: str = "drop"
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "format": one_of(FORMATS),
+        "system_prompt": Rule(lambda v, c: c.get("format") != "plain",
+                              "unset with prompt.format=plain (a system turn needs the chat template)"),
+        "max_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for the context length less max_new_tokens"),
+        "overflow": one_of(OVERFLOW),
+    }
+
+
 @dataclass
 class TrainConfig:
     recipe: str = "grpo"
@@ -177,6 +203,7 @@ class TrainConfig:
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
     data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
+    prompt: Prompting = field(default_factory=Prompting)  # prompt.format=chat, prompt.max_tokens=N: prompts as the model sees them
     final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
     RULES: ClassVar[dict[str, Rule]] = {

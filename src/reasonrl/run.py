@@ -38,6 +38,7 @@ from .models.memory import weights_dtype
 from .parts import Recipe
 from .plots import plot_curves
 from .tasks import GuidedTask, get_task
+from .tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
 from .validate import check_run
 from .trainer import Trainer
@@ -67,7 +68,7 @@ def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | No
         return None, [], []
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=trainer.budget, max_rows=cfg.max_rows, temperature=cfg.final_eval_temperature)
-    return evaluate_items(trainer.engine, trainer.task, ev_cfg)
+    return evaluate_items(trainer.engine, trainer.task, ev_cfg, formatter=trainer.formatter)
 
 
 def prompt_reward_lines(step: int, batch) -> str:
@@ -127,6 +128,24 @@ def _start_message(trainer: Trainer, run_dir: Path, resume: bool) -> str:
         return (f"resumed from {where.relative_to(run_dir)} (step {trainer.step}): continuing at step "
                 f"{trainer.step + 1} of {trainer.cfg.steps}")
     return "no checkpoint in the run folder yet: starting at step 1" if resume else "starting at step 1"
+
+
+def prompt_report(trainer: Trainer) -> dict[str, Any]:
+    """How the run's prompts reached the model: the format and why, the prompt-token cap, and the
+    problems dropped or truncated by it (summary.json's ``prompts``)."""
+    fmt, task = trainer.formatter, trainer.task
+    out = {"format": "chat" if fmt.chat else "plain", "why": fmt.why}
+    return {**out, **(task.report() if isinstance(task, LimitedTask) else {})}
+
+
+def prompt_note(report: dict[str, Any]) -> str:
+    """The run's prompt handling in one line (printed at the start)."""
+    shape = "the chat template" if report["format"] == "chat" else "plain text"
+    if "max_prompt_tokens" not in report:
+        return f"prompts: {shape} ({report['why']}); no length limit"
+    fate = "dropped" if report["overflow"] == "drop" else "cut from the left"
+    return (f"prompts: {shape} ({report['why']}); at most {report['max_prompt_tokens']} tokens each, longer ones "
+            f"{fate} (counted in summary.json)")
 
 
 def task_for(cfg: TrainConfig):
@@ -189,6 +208,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     message = _start_message(trainer, run_dir, resume)
     if main:
         on_note(message)
+        on_note(prompt_note(prompt_report(trainer)))
         log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
                   items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
                   resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
@@ -216,7 +236,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     on_phase("evaluating the trained model")
     after, after_records, after_rows = _final_eval(trainer, cfg)
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
-               "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world}
+               "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world,
+               "prompts": prompt_report(trainer)}
     if main:
         log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
                   items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)

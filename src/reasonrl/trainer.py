@@ -34,6 +34,7 @@ from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
 from .errors import UserError
 from .tasks import Task
+from .tasks.limits import prepare_prompts
 from .tasks.base import stable_seed
 
 ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
@@ -53,6 +54,10 @@ class Trainer:
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
+        # prompts as the model sees them (prompt.*: chat template or plain) and only those that fit its context
+        self.formatter, task = prepare_prompts(task, tokenizer, model, cfg.prompt,
+                                               recipe.sampling.max_new_tokens or task_max_new_tokens(task),
+                                               cfg.model or "the shipped base")
         cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs,
                            new_tokens=recipe.sampling.max_new_tokens or task_max_new_tokens(task))
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
@@ -65,6 +70,8 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
+        if hasattr(self.engine, "formatter"):  # in-process: parts that hand it items' prompts (beam, steering) render as the run
+            self.engine.formatter = self.formatter
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         if group.world > 1:
             self.engine = ShardedEngine(self.engine, group)
@@ -77,7 +84,7 @@ class Trainer:
         # the reference, only when a KL term or a part (FEST's DPO) will use it: a frozen copy, or with LoRA the adapters off
         self.ref = Reference(model) if "reference" in recipe.needs else None
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
-                                  cfg.micro_batch_size, pool=cfg.data.pool)
+                                  cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
         # what this process did, apart from what a checkpoint carried over (resume reports prove it)
@@ -163,7 +170,8 @@ class Trainer:
             ctx = LossContext(logp=logp, entropy=ent, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
                               temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
                               train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
-                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key))
+                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key),
+                              formatter=self.formatter)
             a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
@@ -342,7 +350,8 @@ class Trainer:
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
                 ev, _ = evaluate(self.engine, self.task,  # the trainer's engine: split over ranks or workers
                                  EvalConfig(n_problems=self.cfg.eval_problems, samples_per_problem=0, seed=self.cfg.eval_seed,
-                                            max_new_tokens=self.budget, max_rows=self.cfg.max_rows))
+                                            max_new_tokens=self.budget, max_rows=self.cfg.max_rows),
+                                 formatter=self.formatter)
                 m["eval/pass@1"] = ev["pass@1"]
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):

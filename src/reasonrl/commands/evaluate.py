@@ -41,6 +41,16 @@ def eval_cmd(
     refine_verifier: str = typer.Option("self", "--refine-verifier", help="Who checks an answer in --refine: self "
                                         "(the model, yes/no + report) | format (the task's answer extraction) | oracle "
                                         "(the gold answer: an upper bound, reported apart)."),
+    prompt_format: str = typer.Option("auto", "--prompt-format", help="auto (the chat template for a chat model) | "
+                                      "chat | plain: how prompts reach the model (as training's prompt.format)."),
+    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="A system turn before every prompt "
+                                                "(chat template only)."),
+    template_kwarg: Optional[List[str]] = typer.Option(None, "--chat-template-kwarg", help="key=value passed to the "
+                                                       "chat template, e.g. enable_thinking=false (repeatable)."),
+    max_prompt_tokens: Optional[int] = typer.Option(None, "--max-prompt-tokens", help="Longest prompt in tokens "
+                                                    "(default: the context length less the generation budget)."),
+    prompt_overflow: str = typer.Option("drop", "--prompt-overflow", help="A longer prompt: drop (counted) | "
+                                        "truncate_left."),
 ) -> None:
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
@@ -50,28 +60,26 @@ def eval_cmd(
 
     cfg = _eval_config(old_n, problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed,
                        maj_equiv, refine, refine_verifier)
+    prompting = _prompting(prompt_format, system_prompt, template_kwarg, max_prompt_tokens, prompt_overflow)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
     from ..eval.paired import load_item_results, paired_by_key
-    from ..models import load_model
-    from ..rollout import HFEngine
 
     other = load_item_results(against) if against else None  # a bad file fails before the model loads
     quiet_transformers()
     torch.manual_seed(seed)
-    mdl, tok = load_model(model)
+    engine, the_task = _engine(model, the_task, cfg, prompting)
     with progress() as bar:
         job = bar.add_task("evaluating", total=problems * (1 + samples_per_problem), info="")
-        summary, records, rows = evaluate_items(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
-                                                progress=lambda m: bar.advance(job, m))
-    records += _refine(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
-                       summary) if refine else []
+        summary, records, rows = evaluate_items(engine, the_task, cfg, progress=lambda m: bar.advance(job, m),
+                                                formatter=engine.formatter)
+    records += _refine(engine, the_task, cfg, records, refine, refine_verifier, summary) if refine else []
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
         mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
         summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
         console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
-    settings = _settings(the_task.name, model, cfg, refine, refine_verifier)
+    settings = {**_settings(the_task.name, model, cfg, refine, refine_verifier), "prompts": _prompt_report(engine, the_task)}
     _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
 
 
@@ -88,6 +96,38 @@ def _eval_config(old_n: int | None, problems: int, n: int, k: str | None, temper
     _check_eval_options(problems, n, temperature, top_p, max_new_tokens, seed, sample_seed)
     return EvalConfig(n_problems=problems, samples_per_problem=n, ks=parse_ks(k, n), temperature=temperature,
                       top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, sample_seed=sample_seed, maj_equiv=maj_equiv)
+
+
+def _prompting(fmt: str, system_prompt: str | None, kwargs: list[str] | None, max_tokens: int | None, overflow: str):
+    """The prompt options as training's ``prompt.*`` section, checked before the model loads."""
+    from ..config import Prompting
+    from ..validate import OPTION_RULES, check_options
+
+    check_options({"--prompt-format": fmt, "--max-prompt-tokens": max_tokens, "--prompt-overflow": overflow},
+                  OPTION_RULES["eval"])
+    return Prompting(fmt, system_prompt, parse_options(kwargs), max_tokens, overflow)
+
+
+def _engine(model: str | None, task, cfg, prompting):
+    """The model behind an engine that renders prompts as ``prompting`` says, and the task limited
+    to the prompts that fit (:func:`reasonrl.tasks.limits.prepare_prompts`)."""
+    from ..eval.runner import task_max_new_tokens
+    from ..models import load_model
+    from ..rollout import HFEngine
+    from ..tasks.limits import prepare_prompts
+
+    mdl, tok = load_model(model)
+    fmt, task = prepare_prompts(task, tok, mdl, prompting, cfg.max_new_tokens or task_max_new_tokens(task),
+                                model or "the shipped base")
+    return HFEngine(mdl, tok, max_rows=cfg.max_rows, formatter=fmt), task
+
+
+def _prompt_report(engine, task) -> dict:
+    from ..tasks.limits import LimitedTask
+
+    fmt = engine.formatter
+    return {"format": "chat" if fmt.chat else "plain", "why": fmt.why,
+            **(task.report() if isinstance(task, LimitedTask) else {})}
 
 
 def _settings(task: str, model: str | None, cfg, refine: int, refine_verifier: str) -> dict:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import UserError
+from ..models.chat import prompt_text, user_text, with_user_text
 from ..seeds import stable_seed
 from ..tasks import Item, is_correct
 from ..tasks.base import epochs
@@ -33,9 +34,9 @@ UNIVERSE_SEED = 0  # the train stream the universe is looked up in (and `reasonr
 
 
 def problem_text(item: Item) -> str:
-    """What fills ``{problem}``: the task's prompt without its trailing whitespace (the arithmetic
-    prompt ends in a newline; the template's own blank line follows)."""
-    return item.prompt.rstrip()
+    """What fills ``{problem}``: the task's prompt (a conversation's last user turn) without its
+    trailing whitespace (the arithmetic prompt ends in a newline; the template's own blank line follows)."""
+    return user_text(item.prompt).rstrip()
 
 
 def find_universe(task: Any, keys: Sequence[str], source: str, max_draws: int | None = None) -> list[Item]:
@@ -45,7 +46,7 @@ def find_universe(task: Any, keys: Sequence[str], source: str, max_draws: int | 
     wanted, found = set(keys), {}
     limit = max_draws or 20 * len(wanted) + 5000
     for n, item in enumerate(task.iter_items("train", UNIVERSE_SEED)):
-        for k in (item.key, item.prompt):
+        for k in (item.key, prompt_text(item.prompt)):
             if k in wanted and k not in found:
                 found[k] = item
         if len(found) == len(wanted) or n + 1 >= limit:
@@ -97,7 +98,8 @@ class DraftTask:
         if row.draft is not None:
             info.update(source=universe[row.source].key, tier=row.tier, correct=row.draft.correct,
                         answer=task.extract_answer(row.draft.text))
-        return dataclasses.replace(item, prompt=row.prompt, meta={**item.meta, "draft": info})
+        return dataclasses.replace(item, prompt=with_user_text(item.prompt, row.prompt),
+                                   meta={**item.meta, "draft": info})
 
     def __getattr__(self, name: str) -> Any:  # the verifier's options, the budget: the task's own
         if name == "task":
@@ -112,7 +114,8 @@ class DraftTask:
     def _plain(self, item: Item) -> Item:
         """Spec 9 (b) 4: the no-draft variant and test time show ``Thinking: N/A``."""
         info = {"mode": "no_draft", "source": None, "tier": None, "correct": None, "answer": None}
-        return dataclasses.replace(item, prompt=draft_prompt(problem_text(item), None, self.template),
+        return dataclasses.replace(item, prompt=with_user_text(item.prompt, draft_prompt(problem_text(item), None,
+                                                                                          self.template)),
                                    meta={**item.meta, "draft": info})
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:

@@ -12,6 +12,7 @@ import random
 from typing import Any, Iterator
 
 from ..errors import UserError
+from ..models.chat import prompt_text
 from ..seeds import stable_seed
 
 MAX_DRAWS_PER_ITEM = 200  # a task with fewer distinct problems than asked fails loudly, never spins
@@ -21,14 +22,15 @@ def take_pool(stream: Iterator[Any], n: int, where: str) -> list[Any]:
     """The first ``n`` items of ``stream`` distinct by ``.key``. A key met again with another
     prompt text is a collision (two problems would share one selector state): refused by name."""
     out: list[Any] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, Any] = {}
     for draws, item in enumerate(stream):
         if draws >= MAX_DRAWS_PER_ITEM * n + 1000:
             break
         if item.key in seen:
             if seen[item.key] != item.prompt:
                 raise UserError(f"{where}: prompt key collision: key {item.key!r} names two prompts, "
-                                f"{seen[item.key][:80]!r} and {item.prompt[:80]!r}; give each distinct prompt its "
+                                f"{prompt_text(seen[item.key])[:80]!r} and {prompt_text(item.prompt)[:80]!r}; give "
+                                "each distinct prompt its "
                                 "own key (file tasks: its 'key' column, or distinct prompts)")
             continue
         seen[item.key] = item.prompt

@@ -26,6 +26,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import torch
 
 from ..errors import UserError
+from ..models.chat import prompt_text
 
 # FLOPs estimates (Kaplan et al. 2020, arXiv 2001.08361): a forward pass costs ~2 x params per
 # token and forward + backward ~6 x params per token; generation is forward passes only.
@@ -67,15 +68,17 @@ class Selector(Protocol):
     def build(self, seed: int) -> SelectorState: ...
 
 
-def prompt_hash(prompt: str) -> str:
-    """A short digest of a prompt: the state remembers which text a key stood for, not the text."""
-    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+def prompt_hash(prompt: Any) -> str:
+    """A short digest of a prompt (a conversation's canonical JSON): the state remembers which text a
+    key stood for, not the text."""
+    return hashlib.sha256(prompt_text(prompt).encode()).hexdigest()[:16]
 
 
-def check_same_prompt(key: str, prompt: str, seen: str | None) -> None:
+def check_same_prompt(key: str, prompt: Any, seen: str | None) -> None:
     """Two prompts under one key would share one per-prompt state: refused, naming the key."""
     if seen is not None and seen != prompt_hash(prompt):
-        raise UserError(f"prompt key collision: key {key!r} names two different prompts (this one: {prompt[:80]!r}); "
+        raise UserError(f"prompt key collision: key {key!r} names two different prompts (this one: "
+                        f"{prompt_text(prompt)[:80]!r}); "
                         "a selector keeps one state per key, so give every distinct prompt its own key")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import MissingPathError, UserError
+from ..models.chat import prompt_text
 from ..tasks import get_task, take_items
 from ..tasks.base import SPLITS
 from ..tasks.files import jsonl_rows
@@ -100,7 +101,7 @@ def _load_task(spec: str, name: str, split: str, n: int, seed: int) -> AuditItem
         raise UserError(f"{spec}: the number of items to draw must be >= 1, got {n}")
     task = get_task(name)
     items = take_items(task, split, n, seed=seed)
-    out = AuditItems(spec, "task", [it.key for it in items], [it.prompt for it in items])
+    out = AuditItems(spec, "task", [it.key for it in items], [prompt_text(it.prompt) for it in items])
     out.extra["answers"] = [it.answer for it in items]
     return out
 

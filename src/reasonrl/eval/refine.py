@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 from ..rollout import Generator, SamplingParams
 from ..tasks import Item, Task, is_correct
-from ..text import fill_slots
+from ..models.chat import PLAIN
 
 VERIFY_TEMPLATE = ("{prompt}{attempt}\nVerify the solution above step by step. Is it correct? Answer yes or no, "
                    "then name the first wrong step.\n")
@@ -52,7 +52,8 @@ class SelfVerifier:
 
     def __call__(self, engine: Generator, task: Task, items: Sequence[Item], attempts: Sequence[str],
                  budget: int) -> list[Verdict]:
-        prompts = [fill_slots(self.template, prompt=it.prompt, attempt=a) for it, a in zip(items, attempts)]
+        fmt = getattr(engine, "formatter", PLAIN)  # a chat model: the attempt as its turn, the check as the user's
+        prompts = [fmt.follow_up(it.prompt, self.template, a) for it, a in zip(items, attempts)]
         texts = engine.generate(prompts, 1, SamplingParams(temperature=0, max_new_tokens=budget)).texts
         return [Verdict(accepts(t), t) for t in texts]
 
@@ -98,7 +99,8 @@ def refine_loop(engine: Generator, task: Task, items: Sequence[Item], attempts: 
             if not v.ok:
                 todo.append((i, v.report))
         if todo:
-            prompts = [fill_slots(template, prompt=items[i].prompt, attempt=current[i], report=rep) for i, rep in todo]
+            fmt = getattr(engine, "formatter", PLAIN)
+            prompts = [fmt.follow_up(items[i].prompt, template, current[i], report=rep) for i, rep in todo]
             texts = engine.generate(prompts, 1, SamplingParams(temperature=0, max_new_tokens=budget)).texts
             for (i, _), t in zip(todo, texts):
                 current[i], refines[i] = t, refines[i] + 1

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 from ..errors import UserError
+from ..models.chat import PromptFormatter
 from ..rollout import Generator, HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
@@ -70,15 +71,18 @@ def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mod
     return out
 
 
-def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, mode, progress) -> list[dict]:
+def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, mode, progress,
+              formatter: PromptFormatter | None = None) -> list[dict]:
     """Records of ``n`` samples per item. Sampled rows are keyed by ``sampling.seed`` and the
-    problem's index, so the result does not depend on ``max_rows`` or on ranks sharing the work."""
+    problem's index, so the result does not depend on ``max_rows`` or on ranks sharing the work.
+    Prompts are rendered by ``formatter`` (the run's), else by the engine's own."""
     recs, step = [], max(1, getattr(engine, "max_rows", 512) // n)
     keyed = sampling.temperature > 0 and sampling.seed is not None
     for s in range(0, len(items), step):
         chunk = items[s:s + step]
         extra = {"seeds": [stable_seed(sampling.seed, "eval", s + i) for i in range(len(chunk))]} if keyed else {}
-        ro = engine.generate([it.prompt for it in chunk], n, sampling, **extra)
+        prompts = [it.prompt for it in chunk]
+        ro = engine.generate(formatter.render_all(prompts) if formatter else prompts, n, sampling, **extra)
         part = _records(chunk, ro.texts, ro.finish_reasons, ro.lengths.tolist(), task, n, mode)
         for rec in part:
             rec["problem"] += s
@@ -89,34 +93,39 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
 
 
 def evaluate_model(model, tokenizer, task: Task, cfg: EvalConfig = EvalConfig(),
-                   progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict]]:
+                   progress: Callable[[int], None] | None = None,
+                   formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict]]:
     """:func:`evaluate` with the HF engine over ``model``."""
-    return evaluate(HFEngine(model, tokenizer, max_rows=cfg.max_rows), task, cfg, progress)
+    return evaluate(HFEngine(model, tokenizer, max_rows=cfg.max_rows, formatter=formatter), task, cfg, progress)
 
 
 def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
-             progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict]]:
+             progress: Callable[[int], None] | None = None,
+             formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Summary dict (keys as ``reasonrl eval --json`` writes) and one record per sample."""
-    summary, records, _ = evaluate_items(engine, task, cfg, progress)
+    summary, records, _ = evaluate_items(engine, task, cfg, progress, formatter)
     return summary, records
 
 
 def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
-                   progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict], list[dict]]:
+                   progress: Callable[[int], None] | None = None,
+                   formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict], list[dict]]:
     """:func:`evaluate`, plus one row per problem (:func:`item_rows`, what ``NAME.items.jsonl`` holds).
+    ``formatter``: the run's prompt formatter (None: the engine renders prompts with its own).
 
     Summary: greedy ``pass@1``; with n = ``samples_per_problem`` > 0 also ``avg@n`` and, per k,
     unbiased pass@k (:func:`pass_key`) and ``maj@k``: each the unweighted mean of the rows' values.
     """
     items = take_items(task, "test", cfg.n_problems, seed=cfg.seed)
     budget = cfg.max_new_tokens or task_max_new_tokens(task)
-    greedy = _generate(engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress)
+    greedy = _generate(engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress,
+                       formatter)
     summary: dict[str, Any] = {"pass@1": sum(r["correct"] for r in greedy) / len(items), "n_problems": len(items)}
     n, sampled = cfg.samples_per_problem, []
     if n > 0:
         sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=budget,
                             seed=cfg.seed if cfg.sample_seed is None else cfg.sample_seed)
-        sampled = _generate(engine, items, n, sp, task, "sampled", progress)
+        sampled = _generate(engine, items, n, sp, task, "sampled", progress, formatter)
     rows = item_rows(greedy, sampled, n, cfg.k_values, MathEquivalence() if cfg.maj_equiv else exact_equal)
     if n > 0:
         summary["samples_per_problem"] = n

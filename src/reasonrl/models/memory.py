@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
+from .chat import prompt_text
 from .loading import resolve_dtype
 from .lora import base_model, is_lora
 
@@ -119,7 +120,7 @@ def free_device_bytes(device: torch.device) -> int:
 def prompt_tokens_estimate(task, tokenizer, seed: int) -> int:
     """The longest of the first :data:`PROMPT_SAMPLE` training prompts, in tokens, times :data:`PROMPT_MARGIN`."""
     prompts = [it.prompt for it in itertools.islice(task.iter_items("train", seed), PROMPT_SAMPLE)]
-    longest = max((len(tokenizer(p)["input_ids"]) for p in prompts), default=1)
+    longest = max((len(tokenizer(prompt_text(p))["input_ids"]) for p in prompts), default=1)  # chat: its JSON
     return math.ceil(longest * PROMPT_MARGIN)
 
 

@@ -122,7 +122,7 @@ class Correction:
         groups = [int(first[k]) for k in idx]
         items = [batch.items[g] for g in groups]
         failed = [batch.ro.texts[g * G + int(pick[k])] for g, k in zip(groups, idx)]
-        prompts = [correction_prompt(self.template, it.prompt, y) for it, y in zip(items, failed)]
+        prompts = [ctx.formatter.follow_up(it.prompt, self.template, y) for it, y in zip(items, failed)]
         # each correction prompt keyed by its group's task position (first-round groups end at items_drawn)
         ro = _generate(ctx, items, prompts, [ctx.position - len(first) + k for k in idx])
         rewards, ok, _ = ctx.reward(items, ro)  # (B', G) each; the reward metrics stay the first round's

@@ -222,7 +222,7 @@ class FEST:
         st["drawn"] = first + len(draws)
         items = [demos[i] for i, _ in draws]
         alpha = torch.tensor([self.weight(e) for _, e in draws])  # (k,)
-        chosen = encode_demos(ctx.tok, [it.prompt for it in items], [it.demo for it in items])
+        chosen = encode_demos(ctx.tok, ctx.formatter.render_all([it.prompt for it in items]), [it.demo for it in items])
         metrics = {"fest/demos": float(len(items)), "fest/pass": float(draws[0][1]), "fest/alpha": float(alpha.mean())}
         if self.sup_loss == "sft":
             pairs = FestPairs(chosen=chosen, alpha=alpha, demo=torch.arange(len(items)))

@@ -83,8 +83,8 @@ class HintSampling:
             pos = req.first + i  # the item's task position keys all its randomness
             chosen = self.choose_hints(task_hints(req.task, item), pos, req.seed, item)
             ids = self.contexts(pos, req.seed)  # (G,)
-            prompts += [item.prompt if c == 0 else self.template.format(hint=chosen[c - 1], prompt=item.prompt)
-                        for c in ids]
+            prompts += [req.formatter.render(item.prompt) if c == 0 else req.formatter.rewrite(
+                item.prompt, lambda p: self.template.format(hint=chosen[c - 1], prompt=p)) for c in ids]
             seeds += [stable_seed(req.seed, "sample", pos, "nudge", j) for j in range(G)]
             ctx += ids
         ro = req.engine.generate(prompts, 1, req.sampling, seeds=seeds)
@@ -139,7 +139,7 @@ class HintSampling:
         bare_logp = logp
         if hinted.any():
             sel = rows[hinted.cpu()]
-            ids, cmask = encode_contexts(ctx.tok, [batch.items[int(r) // G].prompt for r in sel])
+            ids, cmask = encode_contexts(ctx.tok, ctx.formatter.render_all([batch.items[int(r) // G].prompt for r in sel]))
             scored = score_under_context(model, ids, cmask, batch.ro.completion_ids[sel, :c_len],
                                          batch.ro.completion_mask[sel, :c_len], temperature=ctx.temperature, grad=True,
                                          chunk_rows=len(sel)).logprobs.to(dev, logp.dtype)  # (h, c_len)

@@ -24,6 +24,11 @@ Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.r
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
 of :data:`NEEDS`).
 
+Prompts: ``RoundContext``, ``BatchContext``, ``LossContext`` and ``GenRequest`` carry ``formatter``, the run's
+:class:`~reasonrl.models.chat.PromptFormatter`. A part that builds a prompt or a teacher context
+does it through it (``render``, ``rewrite``, ``follow_up``), so that a chat model sees templated
+turns; for plain prompts these give the part's template string exactly.
+
 A part's data: ``ctx.state`` is the part's own state across steps (a dict, checkpointed; for a
 selector part the object its ``build(seed)`` made), ``ctx.cache`` its own per-run cache (not
 checkpointed: things recomputed from the run's inputs), and ``ctx.data`` its own channel on the
@@ -39,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Sequence
 
 from torch import Tensor
+
+from ..models.chat import PLAIN, PromptFormatter
 
 NEEDS = ("reference", "pool", "lora", "in_process")  # what a part may need the run to provide
 HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
@@ -160,6 +167,7 @@ class RoundContext:
     score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
     advantage: Callable[[Tensor], Tensor]  # the recipe's estimator: (B, G) rewards -> advantages
     reference: Callable[[], ContextManager[Any]] | None  # the run's reference model scope, when kept
+    formatter: PromptFormatter = PLAIN  # renders prompts and builds contexts (models.chat); chat runs template them
 
 
 @dataclass(frozen=True)
@@ -185,6 +193,7 @@ class BatchContext:
     data: Channel  # this part's own channel (read and write)
     state: Any
     kind: int  # this part's round kind (-1: not a round)
+    formatter: PromptFormatter = PLAIN  # the run's prompt formatter (teacher contexts: rewrite / follow_up)
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,7 @@ class LossContext:
     data: Channel  # this part's channel on the batch
     state: Any
     kind: int
+    formatter: PromptFormatter = PLAIN  # the run's prompt formatter (a prompt re-scored under another context)
 
     def agg_kwargs(self) -> dict[str, Any]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""

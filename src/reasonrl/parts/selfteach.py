@@ -23,6 +23,7 @@ from torch import Tensor
 
 from ..distill import encode_contexts, score_under_context
 from ..losses.divergence import DIVERGENCES, token_divergence
+from ..models.chat import PLAIN, PromptFormatter
 from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
                                 ssopd_pairs)
 from ..rules import Rule, above, at_least, one_of, within
@@ -94,7 +95,7 @@ class SSOPD:
                 "w_rows": first[mixed] * G + w_star[mixed], "pair_weight": weight[mixed]}
 
     def teacher_student(self, batch: Any, c_rows: Tensor, w_rows: Tensor, model, tok,
-                        temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+                        temperature: float, formatter: PromptFormatter = PLAIN) -> tuple[Tensor, Tensor, Tensor]:
         """Logits at w*'s completion positions: teacher (N, T, V) without grad (context: the template
         with c*'s text), student (N, T, V) with grad (the plain prompt's own tokens), and the (N, T)
         mask of the distilled tokens (the loss mask, capped at ``max_prefix_tokens``)."""
@@ -104,8 +105,8 @@ class SSOPD:
         if self.max_prefix_tokens is not None:
             T = min(T, self.max_prefix_tokens)
         comp, cmask = ro.completion_ids[w_rows, :T], ro.completion_mask[w_rows, :T]  # (N, T)
-        texts = [self.template.format(prompt=ro.prompts[int(w)], solution=ro.texts[int(c)])
-                 for c, w in zip(c_rows, w_rows)]
+        texts = [formatter.rewrite(ro.prompts[int(w)], lambda p: self.template.format(
+            prompt=p, solution=ro.texts[int(c)])) for c, w in zip(c_rows, w_rows)]
         ctx_ids, ctx_mask = encode_contexts(tok, texts)  # (N, P') left-padded
         teacher = score_under_context(model, ctx_ids, ctx_mask, comp, cmask, temperature=temperature, grad=False,
                                       full=True, chunk_rows=len(texts)).logits  # (N, T, V) no grad
@@ -126,7 +127,7 @@ class SSOPD:
         div_sum, tokens = 0.0, 0.0
         if bool(here.any()):
             teacher, student, mask = self.teacher_student(batch, p["c_rows"][here], p["w_rows"][here], ctx.model,
-                                                          ctx.tok, temperature)
+                                                          ctx.tok, temperature, ctx.formatter)
             for i, w in enumerate(p["pair_weight"][here].tolist()):  # one token-mean per pair: 1/|y_w*| is per pair
                 d, m = token_divergence(student[i:i + 1], teacher[i:i + 1], mask[i:i + 1], kind=self.divergence,
                                         beta=self.beta, temperature=temperature, top_k=self.top_k, clip=self.clip)
@@ -184,8 +185,8 @@ class EGRSD:
         out = torch.zeros(cmask.shape, dtype=flat.dtype)  # (R, T)
         metrics = {"egrsd/rows": float(len(rows))}
         if len(rows):
-            texts = [self.template.format(prompt=items[int(r) // G].prompt,
-                                          solution=reference_solution(task, items[int(r) // G])) for r in rows]
+            texts = [ctx.formatter.rewrite(items[int(r) // G].prompt, lambda p: self.template.format(
+                prompt=p, solution=reference_solution(task, items[int(r) // G]))) for r in rows]
             sc = ctx.score_under(texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
             weights, m = egrsd_token_weights(
                 flat[rows], sc.logprobs.cpu(), ro.logprobs[rows].detach(), sc.entropy.cpu(), cmask[rows],

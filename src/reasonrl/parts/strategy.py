@@ -13,6 +13,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from ..models.chat import PLAIN, PromptFormatter
 from ..rollout import Rollouts, SamplingParams
 from ..seeds import stable_seed
 
@@ -22,7 +23,8 @@ class GenRequest:
     """What a strategy gets: the items (drawn at task positions ``first``, ``first + 1``, ...), the
     engine, the task, ``group_size`` rows to make per item, the sampling settings, the run's seed,
     the training progress (for schedules) and the part's own cache, which lives as long as the batch
-    maker (for things computed once from the initial model, e.g. a steering vector)."""
+    maker (for things computed once from the initial model, e.g. a steering vector), and the run's
+    prompt ``formatter`` (a strategy renders the prompts it hands the engine with it)."""
 
     items: Sequence[Any]
     first: int
@@ -34,6 +36,7 @@ class GenRequest:
     step: int = 0
     total_steps: int = 1
     cache: dict[str, Any] = field(default_factory=dict)
+    formatter: PromptFormatter = PLAIN
 
     def seeds(self, *tag: Any) -> list[int]:
         """One seed per item, keyed by its task position (and ``tag``): a resumed run, any split over
@@ -61,7 +64,8 @@ class PlainSampling:
     prefetchable = True
 
     def generate(self, req: GenRequest) -> Rollouts:
-        return req.engine.generate([it.prompt for it in req.items], req.group_size, req.sampling, seeds=req.seeds())
+        return req.engine.generate(req.formatter.render_all([it.prompt for it in req.items]), req.group_size,
+                                   req.sampling, seeds=req.seeds())
 
 
 @dataclass

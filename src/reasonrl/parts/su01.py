@@ -26,7 +26,6 @@ from ..data.refine_replay import extra_group_counts, pick_replay_row, pop_refine
 from ..rollout import Rollouts, concat_rollouts, select_rows
 from ..rules import Rule, at_least, within
 from ..seeds import stable_seed
-from .correction import correction_prompt
 from .protocol import RoundContext, register_part
 from .strategy import Groups
 
@@ -105,7 +104,7 @@ class RefineReplay:
         if not entries:
             return None
         items = [e["item"] for e in entries]
-        prompts = [correction_prompt(self.template, it.prompt, e["attempt"]) for it, e in zip(items, entries)]
+        prompts = [ctx.formatter.follow_up(it.prompt, self.template, e["attempt"]) for it, e in zip(items, entries)]
         ro = ctx.sample(items, prompts, tag="su01-refine", first=ctx.position)
         rewards, ok, _ = ctx.reward(items, ro)  # (B', G) each
         metrics = {"su01/refine_accuracy": float(ok.mean())}

@@ -156,7 +156,7 @@ class VPD:
         verdicts = [bool(batch.correct.view(-1)[r]) for r in rows]
         fn = feedback_fn(self.feedback)
         notes = [fn(ctx.task, it, a, ok) for it, a, ok in zip(items, attempts, verdicts)]
-        prompts = [teacher_prompt(self.template, it.prompt, a, f) for it, a, f in zip(items, attempts, notes)]
+        prompts = [ctx.formatter.follow_up(it.prompt, self.template, a, feedback=f) for it, a, f in zip(items, attempts, notes)]
         with use_adapter(ctx.policy, TEACHER):
             ro = ctx.sample(items, prompts, tag="vpd", first=ctx.position - len(items))
         ro.train_mask = torch.zeros_like(ro.completion_mask)  # the student's policy loss never sees these rows

@@ -30,6 +30,7 @@ from .consistency import ConsistencyReward
 from .sets import SetReward
 from .steps import SidExact, SidLevels
 from .temporal import TempoReward
+from .user import UserReward, is_reward_path
 
 __all__ = [
     "Reward",
@@ -53,6 +54,7 @@ __all__ = [
     "SetReward",
     "ConsistencyReward",
     "ComponentError",
+    "UserReward",
     "REWARDS",
     "get_reward",
     "normalize_number",
@@ -86,14 +88,20 @@ REWARDS: dict[str, Callable[..., Reward]] = {
 
 
 def get_reward(name: str, **kwargs: Any) -> Reward:
-    """Build the built-in reward registered as ``name`` with ``kwargs``.
+    """Build the built-in reward registered as ``name`` with ``kwargs``, or a user's function named
+    ``path/to/rewards.py:function`` (:mod:`.user`: TRL's contract; it takes no options).
 
     Raises:
         ValueError: ``name`` is not in :data:`REWARDS` (the message lists the valid names).
         TypeError: ``kwargs`` do not fit that reward's constructor (the message names it).
     """
+    if is_reward_path(name):
+        if kwargs:
+            raise TypeError(f"get_reward({name!r}): a reward function from a file takes no options, got {sorted(kwargs)}")
+        return UserReward(name)
     if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}")
+        raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}, or a function in a "
+                         "Python file: path/to/rewards.py:function")
     try:
         return REWARDS[name](**kwargs)
     except TypeError as err:

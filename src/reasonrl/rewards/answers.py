@@ -189,6 +189,12 @@ def extract_a_colon(text: str) -> str | None:
     return found[-1] if found else None
 
 
+def extract_answer_line(text: str) -> str | None:
+    """The rest of the last line that starts ``Answer:`` (DAPO-Math's "Answer: $Answer"), stripped."""
+    found = re.findall(r"(?m)^\s*Answer:\s*(.+?)\s*$", text)
+    return found[-1] if found else None
+
+
 def extract_whole(text: str) -> str | None:
     """The whole completion, stripped (``None`` if empty)."""
     return text.strip() or None
@@ -199,6 +205,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "answer_tag": extract_tag("answer"),
     "last_number": extract_last_number,
     "a_colon": extract_a_colon,
+    "answer_line": extract_answer_line,
     "none": extract_whole,
 }
 

@@ -6,11 +6,11 @@ tokens of a source row, decoded onwards by the same engine: the prefix tokens ke
 row's behaviour log-probs and statistics (same policy, same temperature), the new tokens get
 their own, so the whole row is an ordinary sample of the behaviour policy for the loss.
 
-STRIDE's redirection (arXiv 2605.18851) decodes the continuation under an extra context (a critique)
-placed between the prompt and the kept prefix (``contexts``): the row that comes back still holds
-its original prompt, so the loss trains it without the critique, and its ``train_mask`` covers the
-new suffix tokens only (their behaviour log-probs are those under the critique; the prefix keeps the
-source's).
+STRIDE's redirection (arXiv 2605.18851) decodes the continuation under another prompt (``contexts``:
+the prompt with a critique, built by the run's prompt formatter) followed by the kept prefix: the
+row that comes back still holds its original prompt, so the loss trains it without the critique,
+and its ``train_mask`` covers the new suffix tokens only (their behaviour log-probs are those under
+the critique; the prefix keeps the source's).
 """
 from __future__ import annotations
 
@@ -49,9 +49,10 @@ def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampl
            generator: torch.Generator | None = None, contexts: Sequence[str] | None = None) -> Rollouts:
     """One new completion per (row, cut): ``ro``'s row continued after its first ``cut`` tokens.
 
-    ``contexts`` (one text per row, e.g. STRIDE's critique): decoded as prompt + context + prefix,
-    returned as prompt + prefix + new tokens with ``train_mask`` on the new tokens only. Without it
-    the rows are whole samples (no ``train_mask``), as beam sampling wants.
+    ``contexts`` (one rendered prompt per row, e.g. the prompt with STRIDE's critique): decoded as
+    context + prefix, returned as the row's own prompt + prefix + new tokens with ``train_mask`` on
+    the new tokens only. Without it the rows are whole samples (no ``train_mask``), as beam sampling
+    wants.
 
     ``sampling.max_new_tokens`` is the budget of the *whole* completion (prefix included), so a
     branch is never longer than an ordinary sample. Rows come back in the order given.
@@ -66,10 +67,10 @@ def branch(engine, ro: Rollouts, rows: Sequence[int], cuts: Sequence[int], sampl
     if contexts is not None and len(contexts) != len(rows):
         raise ValueError(f"branch: {len(contexts)} contexts for {len(rows)} rows (one context text per row)")
     pad = engine.tok.pad_token_id
-    extra = [torch.zeros(0, dtype=torch.long)] * len(rows) if contexts is None else [
-        torch.tensor(engine.tok(c, add_special_tokens=False)["input_ids"], dtype=torch.long) for c in contexts]
-    seqs = [torch.cat([ro.prompt_ids[r][ro.prompt_mask[r].bool()], x.to(ro.prompt_ids), ro.completion_ids[r, :c]])
-            for r, c, x in zip(rows, cuts, extra)]
+    # the prompt each row is decoded under: its own, or its context encoded as the engine encodes prompts
+    heads = [ro.prompt_ids[r][ro.prompt_mask[r].bool()] for r in rows] if contexts is None else [
+        torch.tensor(engine.tok(c)["input_ids"], dtype=torch.long) for c in contexts]
+    seqs = [torch.cat([h.to(ro.prompt_ids), ro.completion_ids[r, :c]]) for r, c, h in zip(rows, cuts, heads)]
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad, dtype=torch.long)  # (N, L) left-padded prompt + prefix
     mask = torch.zeros_like(ids)

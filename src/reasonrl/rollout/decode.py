@@ -109,7 +109,7 @@ class Loop:
         self.live = torch.ones(R, dtype=torch.bool)  # host: original rows going at the last look
         self.pad, self.stop, self.checked = pad, stop, 0  # checked: steps before it are settled
 
-    def record(self, t: int, out, hidden: torch.Tensor | None, eos: int) -> torch.Tensor:
+    def record(self, t: int, out, hidden: torch.Tensor | None, eos: torch.Tensor | int) -> torch.Tensor:
         """Write step ``t`` of the current rows; returns the (rows,) tokens to feed next."""
         a, act = self.alive, self.active
         token = out.token.masked_fill(~act, self.pad)
@@ -117,7 +117,7 @@ class Loop:
         if hidden is not None:
             self.hidden[a, t] = hidden
         self.length[a] = torch.where(act, t + 1, self.length[a])
-        ended = act & (token == eos)
+        ended = act & torch.isin(token, eos)  # eos: every end id of the model (<|im_end|> and <|endoftext|>)
         self.reason[a] = torch.where(ended, EOS, self.reason[a])
         self.active = act & ~ended
         return token
@@ -214,7 +214,7 @@ def decode(engine, ids, mask, pos, n: int, sp, gen, u, opts: DecodeOpts) -> Deco
         draw = None if u is None else u[st.alive, t]  # (rows,) each row's own uniform
         out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p, uniform=draw)
         hidden = None if unembed is None else next_hidden_grad_norm(logits, out.token, sp.temperature, unembed)
-        token = st.record(t, out, hidden, tok.eos_token_id)
+        token = st.record(t, out, hidden, getattr(engine, "stop_ids", tok.eos_token_id))
         if seqs is not None:
             st.device_stops(t, seqs)
         if t == T - 1:

@@ -14,6 +14,7 @@ import torch
 
 from .base import Rollouts, SamplingParams, concat_rollouts
 from .decode import DecodeOpts, Decoded, decode
+from ..models.chat import PromptFormatter, stop_ids
 from ..seeds import stable_seed
 
 
@@ -30,11 +31,14 @@ def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 class HFEngine:
-    """Generator over any ``AutoModelForCausalLM``; ``max_rows`` bounds the rows decoded at once."""
+    """Generator over any ``AutoModelForCausalLM``; ``max_rows`` bounds the rows decoded at once.
+    Prompts are rendered by ``formatter`` (default: ``prompt.format=auto`` for this model and
+    tokenizer; text it already rendered passes as it is), and a row ends at any of the model's end
+    ids (:func:`reasonrl.models.chat.stop_ids`: ``generation_config.eos_token_id`` and the EOS)."""
 
     def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
                  check_every: int | None = None,
-                 static_cache: bool = False, compile: bool = False):
+                 static_cache: bool = False, compile: bool = False, formatter: PromptFormatter | None = None):
         if compile and not static_cache:
             raise ValueError("HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
                              "CUDA graphs need the fixed shapes of a static KV cache")
@@ -49,6 +53,8 @@ class HFEngine:
         self.opts = DecodeOpts(check_every, compact_below, static_cache, compile)
         self._cache_arg = cache_kwarg(model)
         self._compiled = None
+        self.formatter = formatter or PromptFormatter.build(tokenizer, model)
+        self.stop_ids = torch.tensor(stop_ids(model, tokenizer), device=self.device)  # (k,) ids that end a row
 
     @property
     def compact_below(self) -> float:
@@ -58,13 +64,14 @@ class HFEngine:
     def compact_below(self, value: float) -> None:  # steering keeps finished rows for a call (0)
         self.opts.compact_below = value
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
+    def generate(self, prompts: Sequence[str | list[dict]], n: int, sampling: SamplingParams,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
-        """``seeds`` (one per prompt) key each row's randomness by its prompt and sample index
+        """``prompts``: what task items carry (strings or chat messages) or text the run's formatter
+        rendered; the rollouts keep the rendered text. ``seeds`` (one per prompt) key each row's randomness by its prompt and sample index
         (:func:`row_uniforms`), so the rollouts do not depend on how prompts are split into calls,
         chunks, ranks or workers; otherwise ``generator`` (a trainer's own RNG) wins over
         ``sampling.seed``, and with neither, torch's global RNG."""
-        prompts = list(prompts)
+        prompts = self.formatter.render_all(prompts)
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one seed per prompt)")
         gen = generator

@@ -1,4 +1,5 @@
-"""Tasks: ``arithmetic`` (default), ``rg:<reasoning-gym name>``, and files (JSONL/Parquet/HF dir)."""
+"""Tasks: ``arithmetic`` (default), ``rg:<reasoning-gym name>``, ``hf:<repo>[:<config>]`` (a Hub
+dataset) and files (JSONL/Parquet/HF dir)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_colu
 from .files import FileTask
 from .guidance import Critique, GuidedTask, load_guidance
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
+from .hub import HubTask
 from .code import CodeTask
 from .diagnosis import DiagnosisTask
 from .multipart import MultipartTask
@@ -22,7 +24,8 @@ FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 def get_task(spec: str | None = None, **options: Any) -> Task:
-    """``arithmetic``, ``rg:<name>``, ``file:<path>`` or a path to a .jsonl/.parquet file or dataset dir.
+    """``arithmetic``, ``rg:<name>``, ``hf:<repo>[:<config>]``, ``file:<path>`` or a path to a
+    .jsonl/.parquet file or dataset dir.
 
     Every task checks its options and reads (so validates) its data when built, so a task that
     cannot be built is the user's doing: a ValueError or TypeError from its constructor becomes a
@@ -44,11 +47,13 @@ def _build(spec: str, options: dict[str, Any]) -> Task:
         return BUILTIN[spec](**options)
     if spec.startswith("rg:"):
         return ReasoningGymTask(spec[3:], **options)
+    if spec.startswith("hf:"):
+        return HubTask(spec[3:], **options)
     path = spec[5:] if spec.startswith("file:") else spec
     if spec.startswith("file:") or path.endswith(FILE_SUFFIXES) or Path(path).is_dir():
         return FileTask(path, **options)
     raise UserError(f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
-                    "or a .jsonl/.parquet file or dataset directory")
+                    "'hf:<repo>[:<config>]' (a Hub dataset), or a .jsonl/.parquet file or dataset directory")
 
 
 def list_tasks() -> list[dict[str, Any]]:
@@ -64,5 +69,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

@@ -1,8 +1,9 @@
 """A task from the user's own data: JSONL, Parquet or a local HF dataset directory.
 
-Columns are mapped by name (``prompt_column``, ``answer_column``, optional ``demo_column``); the
-reward that verifies a completion is chosen by name from :mod:`reasonrl.rewards` and sees the
-answer pulled out by ``extract``. Rows are validated when the file is opened, so a malformed row
+Columns are mapped by name (``prompt_column``, ``answer_column``, optional ``demo_column``;
+:mod:`.rows`: prompts may be chat messages); the reward that verifies a completion is chosen by
+name from :mod:`reasonrl.rewards` (or is a user's function in a Python file) and sees the answer
+pulled out by ``extract``. Rows are validated when the file is opened, so a malformed row
 is reported with its file and row number before any training starts. Without ``test_path`` the
 held-out split is a hash-of-prompt fraction of the rows.
 """
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..errors import MissingPathError, UserError
-from ..rewards import get_reward
+from ..rewards import UserReward, get_reward, score_rewards
 from ..rewards.answers import EXTRACTORS
 from .base import Item, epochs, split_user_items, user_splits
+from .rows import TRL_ROW, RowSpec
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
@@ -63,39 +65,42 @@ def jsonl_rows(path: Path, where: Callable[[int], str] | None = None) -> Iterato
 
 
 class FileTask:
+    """A task from rows: ``prompt_column`` (a string or chat messages; a ``messages`` column is read as
+    a conversation), ``answer_column`` (dots reach nested fields) turned into the reference by
+    ``answer_format``, an optional ``demo_column``; ``reward``: a built-in reward's name or a user's
+    function, ``path/to/rewards.py:function`` (TRL's contract, :mod:`reasonrl.rewards.user`)."""
+
     def __init__(self, path: str, *, prompt_column: str = "prompt", answer_column: str = "answer",
                  demo_column: str | None = None, reward: str = "exact_match", extract: str = "answer_tag",
-                 test_path: str | None = None, test_fraction: float = 0.1, **reward_options: Any):
+                 test_path: str | None = None, test_fraction: float = 0.1, answer_format: str = "as_is",
+                 prompt_suffix: str = "", **reward_options: Any):
+        self._setup(f"file:{path}", path, RowSpec(prompt_column, answer_column, demo_column, answer_format, prompt_suffix),
+                    reward, extract, test_fraction, reward_options)
+        self._rows = user_splits(path, test_path, lambda p: self.items_of(read_rows(p), str(p)))
+
+    def _setup(self, name: str, path: Any, spec: RowSpec, reward: str, extract: str, test_fraction: float,
+               reward_options: dict[str, Any]) -> None:
         if extract not in EXTRACTORS:
             raise UserError(f"unknown extract {extract!r}; valid: {sorted(EXTRACTORS)}")
-        self.name, self.path, self.test_fraction = f"file:{path}", path, test_fraction
-        self.columns = (prompt_column, answer_column, demo_column)
+        self.name, self.path, self.test_fraction, self.spec = name, path, test_fraction, spec
         self._extract = EXTRACTORS[extract]
         opts = dict(reward_options)
         if reward in ("exact_match", "numeric"):
             opts.setdefault("extract", self._extract)
         self.reward = get_reward(reward, **opts)
-        self._rows = user_splits(path, test_path, self._items)
 
-    def _items(self, path: str) -> list[Item]:
-        prompt_c, answer_c, demo_c = self.columns
-        items = []
-        for i, row in enumerate(read_rows(path)):
-            missing = [c for c in (prompt_c, answer_c, demo_c) if c and c not in row]
-            if missing:
-                raise UserError(f"{path} row {i}: missing column(s) {missing}; the row has {sorted(row)} "
-                                "(the task options prompt_column / answer_column / demo_column name them)")
-            if not isinstance(row[prompt_c], str) or not row[prompt_c]:
-                raise UserError(f"{path} row {i}: column {prompt_c!r} must be a non-empty string")
-            nulls = [c for c in (answer_c, demo_c) if c and row[c] is None]
-            if nulls:  # str(None) would make "None" the reference answer
-                raise UserError(f"{path} row {i}: column {nulls[0]!r} is null; every row needs a value there")
-            meta = {k: v for k, v in row.items() if k not in (prompt_c, answer_c, demo_c)}
-            demo = str(row[demo_c]) if demo_c else None
-            items.append(Item(key=row[prompt_c], prompt=row[prompt_c], answer=str(row[answer_c]), meta=meta, demo=demo))
-        if not items:
-            raise UserError(f"task file {path} has no rows")
-        return items
+    def items_of(self, rows: list[dict[str, Any]], source: str) -> list[Item]:
+        """The rows' items, each checked (a bad row is named by ``source`` and its index)."""
+        if not rows:
+            raise UserError(f"task file {source} has no rows")
+        spec, user = self.spec.for_rows(rows[0]), isinstance(self.reward, UserReward)
+        if user:  # the function sees the row's columns: it must take them (checked before training)
+            self.reward.check([c for c in rows[0] if c != spec.prompt_column])
+        return [spec.item(row, f"{source} row {i}", keep_row=user) for i, row in enumerate(rows)]
+
+    @property
+    def columns(self) -> tuple[str, str, str | None]:
+        return self.spec.prompt_column, self.spec.answer_column, self.spec.demo_column
 
     def split_items(self, split: str) -> list[Item]:
         return split_user_items(self.name, self._rows["train"], self._rows["test"], split, self.test_fraction,
@@ -105,7 +110,12 @@ class FileTask:
         return epochs(self.split_items(split), random.Random(f"{seed}:{split}"))
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        value = self.reward([""], [completion], answer=[answer], meta=[meta])[0]
+        if TRL_ROW in meta:  # a user's function: TRL's arguments, the row's own prompt and columns
+            row = meta[TRL_ROW]
+            cols = {k: [v] for k, v in row["columns"].items()}
+            value = score_rewards(self.reward, [row["prompt"]], [completion], cols, task=self.name).values[0]
+        else:
+            value = self.reward([""], [completion], answer=[answer], meta=[meta])[0]
         return 0.0 if value is None else float(value)
 
     def extract_answer(self, completion: str) -> str | None:

@@ -34,6 +34,7 @@ from typing import Any, Iterator, Protocol
 
 from ..advantages.subgroups import parse_first_error, parse_verdict
 from ..errors import MissingPathError, UserError
+from ..models.chat import prompt_text
 from .base import Item, take_items
 from .files import jsonl_rows
 
@@ -320,7 +321,7 @@ class GuidedTask:
 
     def _row(self, kind: str, item: Item) -> Any:
         path, table = self.files[kind]
-        for k in (item.key, item.prompt):
+        for k in (item.key, prompt_text(item.prompt)):
             if k in table:
                 return table[k]
         raise UserError(f"{kind} file {path} has no row for problem key {item.key!r}; "

@@ -1,0 +1,75 @@
+"""A user's own reward function from a Python file: ``reward=path/to/rewards.py:function``.
+
+TRL's contract (``reward_funcs``; verl's ``custom_reward_function`` alike): the function is called as
+``fn(prompts=..., completions=..., **columns)``, each a list with one entry per completion, the
+columns being the dataset row's own (everything but the prompt), and returns one float per
+completion (None: not applicable). When a prompt is conversational (a list of messages) its
+completion comes as messages too, ``[{"role": "assistant", "content": text}]``, as TRL hands them.
+
+The file is imported once. A file that does not exist, an import that fails, a missing function
+or one whose signature cannot take those arguments is one UserError line naming file and function.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..errors import MissingPathError, UserError
+from .base import Reward, RewardResult
+
+
+def is_reward_path(name: str) -> bool:
+    """``path/to/file.py:function`` (a user's reward) rather than a built-in reward's name."""
+    return ":" in name and name.rsplit(":", 1)[0].endswith(".py")
+
+
+def load_function(spec: str) -> Callable[..., Sequence[float | None]]:
+    """The callable ``function`` defined in the Python file of ``spec`` (``file.py:function``)."""
+    path_text, _, name = spec.rpartition(":")
+    path = Path(path_text)
+    if not path.is_file():
+        raise MissingPathError(f"reward {spec!r}: the file {path} does not exist")
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    module_spec = importlib.util.spec_from_file_location(f"reasonrl_user_reward_{digest}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:  # noqa: BLE001 - whatever the user's file raises on import is reported as one line
+        raise UserError(f"reward {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from err
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise UserError(f"reward {spec!r}: {path} defines no function {name!r} (its functions: {', '.join(found) or 'none'})")
+    return fn
+
+
+def check_signature(fn: Callable[..., Any], columns: Sequence[str], spec: str) -> None:
+    """``fn`` can be called as TRL calls a reward function with these dataset columns."""
+    args = {"prompts": [], "completions": [], **{c: [] for c in columns}}
+    try:
+        inspect.signature(fn).bind(**args)
+    except TypeError as err:
+        raise UserError(f"reward {spec!r} cannot be called as fn(prompts=..., completions=..., "
+                        f"{', '.join(f'{c}=...' for c in columns)}) ({err}); define it as "
+                        "def fn(prompts, completions, **kwargs)") from err
+
+
+class UserReward(Reward):
+    """A user's function behind the :class:`Reward` interface (TRL's arguments, see the module docs)."""
+
+    def __init__(self, spec: str):
+        self.spec, self.fn = spec, load_function(spec)
+        self.name = getattr(self.fn, "__name__", "user_reward")
+
+    def check(self, columns: Sequence[str]) -> "UserReward":
+        check_signature(self.fn, columns, self.spec)
+        return self
+
+    def score(self, prompts: Sequence[Any], completions: Sequence[str], **columns: Any) -> RewardResult:
+        shown = [[{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
+                 for p, c in zip(prompts, completions)]
+        return RewardResult(list(self.fn(prompts=list(prompts), completions=shown, **columns)))
