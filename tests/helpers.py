@@ -18,11 +18,12 @@ def text_rollouts(prompts, texts, n, finish_reasons=None) -> Rollouts:
 def round_context(batch, *, task, sample=None, reward=None, state=None, seed=0, position=0, group_size=None, step=0,
                   total_steps=1, pool=None, tok=None, score_under=None, advantage=None, policy=None, in_process=True,
                   kind=1, cache=None,
-                  branch=None, reference=None, micro=64, sampling=None, device="cpu"):
+                  branch=None, reference=None, micro=64, sampling=None, device="cpu", formatter=None):
     """A RoundContext for a part's ``extend`` / ``before_step`` in a test, scripted by the callables given
     (what a BatchMaker would bind); ``state`` is the part's own state dict (or selector state)."""
     from types import SimpleNamespace
 
+    from reasonrl.models.chat import PLAIN
     from reasonrl.parts.protocol import RoundContext
 
     def refuse(*_, **__):
@@ -35,7 +36,7 @@ def round_context(batch, *, task, sample=None, reward=None, state=None, seed=0, 
                         sampling=sampling, micro=micro, policy=policy, in_process=in_process, device=device,
                         sample=sample or refuse,
                         branch=branch or refuse, reward=reward or refuse, score_under=score_under or refuse,
-                        advantage=advantage or refuse, reference=reference)
+                        advantage=advantage or refuse, reference=reference, formatter=formatter or PLAIN)
 
 
 def loss_context(*, logp, batch, rows, mask=None, entropy=None, model=None, tok=None, temperature=1.0,
@@ -55,9 +56,10 @@ def batch_context(**fields):
     None (reading one it was not given fails loudly in the part)."""
     import dataclasses
 
+    from reasonrl.models.chat import PLAIN
     from reasonrl.parts.protocol import BatchContext, Channel
 
     base = {f.name: None for f in dataclasses.fields(BatchContext)}
-    base.update(data=Channel(), channels={}, kind=-1, step=0, temperature=1.0)
+    base.update(data=Channel(), channels={}, kind=-1, step=0, temperature=1.0, formatter=PLAIN)
     base.update(fields)
     return BatchContext(**base)

@@ -88,7 +88,9 @@ def test_branch_with_contexts_trains_the_suffix_under_the_plain_prompt(sharp_tin
     ro = engine.generate([PROMPT, "12+34=?\n"], 2, sp, generator=torch.Generator().manual_seed(1))
     rows, cuts = [0, 1, 3], [0, min(5, int(ro.lengths[1]) - 1), min(9, int(ro.lengths[3]) - 1)]
     crit = ["step 1: 5+7+0 is 12\n", "step 2: wrong\n", "check the carry\n"]
-    out = branch(engine, ro, rows, cuts, sp, torch.Generator().manual_seed(2), contexts=crit)
+    # contexts are whole prompts (the formatter's rewrite of the row's prompt): here prompt + critique
+    contexts = [ro.prompts[r] + c for r, c in zip(rows, crit)]
+    out = branch(engine, ro, rows, cuts, sp, torch.Generator().manual_seed(2), contexts=contexts)
     for i, (r, c) in enumerate(zip(rows, cuts)):
         n = int(out.lengths[i])
         assert out.prompts[i] == ro.prompts[r]  # the row keeps its original prompt (no critique)

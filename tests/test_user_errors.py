@@ -258,6 +258,7 @@ BOUNDARIES = [
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
     ("data.pool", 0, -1),
+    ("prompt.format", "plain", "template"), ("prompt.max_tokens", 1, 0), ("prompt.overflow", "truncate_left", "cut"),
     ("ssopd.coef", 0.0, -0.1), ("ssopd.template", "{prompt}{solution}", "{prompt} only"),
     ("ssopd.template", "{solution}{prompt}", "{prompt}{solution}{x}"), ("ssopd.divergence", "jsd", "kl"),
     ("ssopd.beta", 1.0, 1.01), ("ssopd.top_k", 1, 0), ("ssopd.clip", 1e-9, 0.0), ("ssopd.frontier", "mixed", "4p"),
@@ -307,7 +308,16 @@ def test_each_rule_passes_its_boundary_and_refuses_past_it(key, good, bad):
 
 def test_every_rule_has_a_boundary_test():
     untested = set(RULES) - {k for k, _, _ in BOUNDARIES}
-    assert untested == {"device", "sampling.min_p"}  # both tested below
+    assert untested == {"device", "sampling.min_p", "prompt.system_prompt"}  # all tested below
+
+
+def test_a_system_prompt_needs_the_chat_template():
+    cfg, recipe = with_value("prompt.system_prompt", "Be brief.")  # prompt.format=auto: allowed
+    check_run(cfg, recipe)
+    cfg = dataclasses.replace(cfg, prompt=dataclasses.replace(cfg.prompt, format="plain"))
+    with pytest.raises(UserError, match=r"'prompt.system_prompt' = 'Be brief.' is out of range: must be unset with "
+                                        r"prompt.format=plain"):
+        check_run(cfg, recipe)
 
 
 def test_device_rule_and_the_guarded_min_p_rule():
