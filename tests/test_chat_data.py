@@ -131,6 +131,18 @@ def test_a_broken_reward_file_is_one_line(tmp_path, source, function, message):
         get_task(str(data), reward=f"{tmp_path / 'none.py'}:f")
 
 
+def test_eval_prompt_options_are_the_run_config_keys():
+    from reasonrl.commands.evaluate import _prompting
+
+    got = _prompting(["format=chat", "chat_template_kwargs.enable_thinking=false", "max_tokens=64"])
+    assert (got.format, got.chat_template_kwargs, got.max_tokens, got.overflow) == ("chat", {"enable_thinking": False}, 64,
+                                                                                     "drop")
+    with pytest.raises(UserError, match=r"unknown config key 'prompt.formt' \(did you mean 'prompt.format'\?\)"):
+        _prompting(["formt=chat"])
+    with pytest.raises(UserError, match=r"option --prompt 'prompt.overflow' = 'cut' is out of range"):
+        _prompting(["overflow=cut"])
+
+
 def test_prompt_cap_against_the_context_length():
     assert prompt_cap(None, 64, 256) == 192  # 256 positions - 64 new tokens
     assert prompt_cap(100, 64, 256) == 100 and prompt_cap(None, 64, None) is None and prompt_cap(50, 64, None) == 50

@@ -58,10 +58,10 @@ def test_grpo_trains_and_evaluates_a_conversational_file_on_a_chat_model(tmp_pat
                                       "--task-opt", f"test_path={chat_data / 'test.jsonl'}", "--task-opt",
                                       f"reward={chat_data / 'rewards.py'}:close", "--problems", "4",
                                       "--samples-per-problem", "2", "--max-new-tokens", "12", "--json", str(report),
-                                      "--samples", str(samples)])
+                                      "--samples", str(samples), "--prompt", "format=chat"])
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     got = json.loads(report.read_text())
-    assert got["n_problems"] == 4 and got["settings"]["prompts"]["format"] == "chat"
+    assert got["n_problems"] == 4 and got["settings"]["prompts"]["why"] == "prompt.format=chat"
     records = [json.loads(line) for line in samples.read_text().splitlines()]
     assert len(records) == 4 * 3 and records[0]["prompt"][0] == {"role": "system", "content": "Answer with a number."}
 

@@ -94,8 +94,7 @@ class BatchMaker:
                  micro_batch_size: int = 64, pool: int = 0, formatter: PromptFormatter | None = None):
         # no RNG of its own: every rollout's randomness is keyed by the task position (``_generate``)
         self.task, self.recipe, self.engine, self.budget = task, recipe, engine, budget
-        # the run's prompt formatter (models.chat): every prompt and context is rendered by it before an engine
-        self.formatter = formatter or getattr(engine, "formatter", None) or PLAIN
+        self.formatter = formatter or getattr(engine, "formatter", None) or PLAIN  # renders what reaches the engine
         self.seed, self.ref, self.micro = seed, ref_model, micro_batch_size
         self.owns: Callable[[torch.Tensor], torch.Tensor] = lambda g: torch.ones_like(g, dtype=torch.bool)  # ranks
         self.reward_fn = TaskReward(task)
@@ -186,23 +185,20 @@ class BatchMaker:
 
     # ---------------------------------------------------------------- what second rounds use
     def sample(self, items: list[Item], prompts: list, tag: str, first: int, n: int | None = None) -> Rollouts:
-        """``n`` (default G) plain samples for each of ``prompts`` (one per item, e.g. a correction
-        prompt; an item's own prompt or a context the formatter built), keyed by the item's task
-        position ``first + i`` and ``tag`` (the round)."""
+        """``n`` (default G) plain samples for each of ``prompts`` (one per item: its own prompt, or a
+        context the formatter built), keyed by the item's task position ``first + i`` and ``tag``."""
         req = self._request(items, first)
         return self.engine.generate(self.formatter.render_all(prompts), n or self.recipe.group_size, req.sampling,
                                     seeds=req.seeds(tag))
 
     def branch(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
                contexts: list[str] | None = None) -> Rollouts:
-        """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens (STRIDE's redirections),
-        decoded under ``contexts`` (prompts the formatter built) when given."""
+        """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens, under ``contexts`` (STRIDE)."""
         contexts = None if contexts is None else self.formatter.render_all(contexts)
         return branch(self.engine, source, rows, cuts, self._sampling_params(), generator, contexts=contexts)
 
     def score_under(self, contexts: list, ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
-        """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (items'
-        prompts or contexts the formatter built; no grad)."""
+        """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
         ids, mask = encode_contexts(self.engine.tok, self.formatter.render_all(contexts))
         return score_under_context(self.engine.model, ids, mask, ro.completion_ids[rows], ro.completion_mask[rows],
                                    temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,

@@ -63,7 +63,7 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
-    table = Table(title=f"{len(rows)} tasks (plus any .jsonl / .parquet file or HF dataset directory)")
+    table = Table(title=f"{len(rows)} tasks (plus any .jsonl / .parquet file, HF dataset directory or hf:<repo>[:<config>])")
     for col in ("name", "kind", "options"):
         table.add_column(col)
     for row in rows:

@@ -150,13 +150,10 @@ class DataOpts:
 
 @dataclass(frozen=True)
 class Prompting:
-    """How a task's prompts reach the model (:mod:`reasonrl.models.chat`) and how long they may be.
-    ``format``: ``auto`` (the chat template when the tokenizer has one and the model is a chat model:
-    its end ids include the template's end-of-turn token), ``chat`` or ``plain``; ``system_prompt``
-    adds a system turn; ``chat_template_kwargs`` go to the template (``enable_thinking``).
-    ``max_tokens``: the longest prompt, in tokens (None: the model's context length less the
-    generation budget); a longer prompt is dropped and counted (``overflow=drop``) or loses its first
-    tokens (``truncate_left``), :mod:`reasonrl.tasks.limits`."""
+    """How prompts reach the model (``format``: auto | chat | plain, ``system_prompt``, the template's
+    ``chat_template_kwargs``; :mod:`reasonrl.models.chat`) and how long they may be (``max_tokens``,
+    None: the context length less the budget; a longer one: ``overflow`` drop | truncate_left,
+    :mod:`reasonrl.tasks.limits`). docs/models-and-data.md."""
     format: str = "auto"
     system_prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)

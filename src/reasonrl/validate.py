@@ -27,9 +27,7 @@ from .parts import Recipe
 from .parts.protocol import part_needs
 from .rewards.options import rewards_dict
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
-from .models.chat import FORMATS
 from .tasks import get_task
-from .tasks.limits import OVERFLOW
 
 
 @dataclass(frozen=True)
@@ -86,8 +84,7 @@ RULES = all_rules()  # every rule of the built-in parts (tests walk it); check_r
 OPTION_RULES: dict[str, dict[str, Rule]] = {
     "eval": {"--problems": at_least(1), "--samples-per-problem": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
              "--temperature": at_least(0), "--top-p": within(0, 1, open_lo=True), "--max-new-tokens": at_least(1),
-             "--seed": SEED, "--sample-seed": SEED, "--prompt-format": one_of(FORMATS),
-             "--max-prompt-tokens": at_least(1), "--prompt-overflow": one_of(OVERFLOW)},
+             "--seed": SEED, "--sample-seed": SEED},
     "pretrain": {"--steps": at_least(1), "--seconds": above(0), "--batch-size": at_least(1), "--lr": above(0),
                  "--eval-every": Rule(lambda v, _: v >= 0, ">= 0 (0: only at the end)"), "--eval-problems": at_least(1),
                  "--until-pass": within(0, 1), "--seed": SEED},

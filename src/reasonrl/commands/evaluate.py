@@ -41,16 +41,9 @@ def eval_cmd(
     refine_verifier: str = typer.Option("self", "--refine-verifier", help="Who checks an answer in --refine: self "
                                         "(the model, yes/no + report) | format (the task's answer extraction) | oracle "
                                         "(the gold answer: an upper bound, reported apart)."),
-    prompt_format: str = typer.Option("auto", "--prompt-format", help="auto (the chat template for a chat model) | "
-                                      "chat | plain: how prompts reach the model (as training's prompt.format)."),
-    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="A system turn before every prompt "
-                                                "(chat template only)."),
-    template_kwarg: Optional[List[str]] = typer.Option(None, "--chat-template-kwarg", help="key=value passed to the "
-                                                       "chat template, e.g. enable_thinking=false (repeatable)."),
-    max_prompt_tokens: Optional[int] = typer.Option(None, "--max-prompt-tokens", help="Longest prompt in tokens "
-                                                    "(default: the context length less the generation budget)."),
-    prompt_overflow: str = typer.Option("drop", "--prompt-overflow", help="A longer prompt: drop (counted) | "
-                                        "truncate_left."),
+    prompt: Optional[List[str]] = typer.Option(None, "--prompt", help="How prompts reach the model, as training's "
+                                               "prompt.* keys: format=chat, system_prompt=..., max_tokens=512, "
+                                               "chat_template_kwargs.enable_thinking=false (repeatable)."),
 ) -> None:
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
@@ -60,7 +53,7 @@ def eval_cmd(
 
     cfg = _eval_config(old_n, problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed,
                        maj_equiv, refine, refine_verifier)
-    prompting = _prompting(prompt_format, system_prompt, template_kwarg, max_prompt_tokens, prompt_overflow)
+    prompting = _prompting(prompt)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
 
     from ..eval.paired import load_item_results, paired_by_key
@@ -98,14 +91,20 @@ def _eval_config(old_n: int | None, problems: int, n: int, k: str | None, temper
                       top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, sample_seed=sample_seed, maj_equiv=maj_equiv)
 
 
-def _prompting(fmt: str, system_prompt: str | None, kwargs: list[str] | None, max_tokens: int | None, overflow: str):
-    """The prompt options as training's ``prompt.*`` section, checked before the model loads."""
-    from ..config import Prompting
-    from ..validate import OPTION_RULES, check_options
+def _prompting(pairs: list[str] | None):
+    """``--prompt key=value`` pairs as training's ``prompt.*`` section, checked (keys and rules) before
+    the model loads."""
+    import dataclasses
 
-    check_options({"--prompt-format": fmt, "--max-prompt-tokens": max_tokens, "--prompt-overflow": overflow},
-                  OPTION_RULES["eval"])
-    return Prompting(fmt, system_prompt, parse_options(kwargs), max_tokens, overflow)
+    from ..config import Prompting, build_part, check_section, dotted_to_nested
+    from ..validate import class_rules, range_problems
+
+    part = build_part(Prompting, None, check_section(Prompting, dotted_to_nested(parse_options(pairs)), "prompt"), "prompt")
+    found = range_problems({f"prompt.{k}": v for k, v in dataclasses.asdict(part).items()},
+                           class_rules(Prompting, "prompt"), "option --prompt")
+    if found:
+        raise UserError("\n".join(found))
+    return part
 
 
 def _engine(model: str | None, task, cfg, prompting):

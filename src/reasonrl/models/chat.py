@@ -27,6 +27,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from jinja2.exceptions import TemplateError
+
 from ..errors import UserError
 from ..text import fill_slots
 
@@ -115,7 +117,10 @@ def turn_end_id(tok: Any) -> int | None:
     """The special token the chat template closes an assistant turn with (``<|im_end|>``,
     ``<|eot_id|>``, ...): the first added token after an assistant message's content; None if none."""
     convo = [{"role": "user", "content": "u"}, {"role": "assistant", "content": _MARK}]
-    text = tok.apply_chat_template(convo, tokenize=False)
+    try:
+        text = tok.apply_chat_template(convo, tokenize=False)
+    except TemplateError:  # a template that refuses this conversation shows no end token: auto says so
+        return None
     tail = text[text.index(_MARK) + len(_MARK):] if _MARK in text else ""
     added = getattr(tok, "added_tokens_decoder", {}) or {}
     return next((i for i in tok(tail, add_special_tokens=False)["input_ids"] if i in added), None)
@@ -126,8 +131,10 @@ def is_chat_model(tok: Any, model: Any) -> tuple[bool, str]:
     if not getattr(tok, "chat_template", None):
         return False, "the tokenizer has no chat template"
     end, stops = turn_end_id(tok), stop_ids(model, tok)
-    name = None if end is None else tok.convert_ids_to_tokens(end)
-    if end is not None and end in stops:
+    if end is None:
+        return False, "the chat template shows no end-of-turn token after an assistant message"
+    name = tok.convert_ids_to_tokens(end)
+    if end in stops:
         return True, f"the tokenizer has a chat template and the model stops at its end-of-turn token {name!r}"
     return False, (f"the model's end ids {stops} miss the chat template's end-of-turn token {name!r}: a base model "
                    "(prompt.format=chat applies the template anyway)")
@@ -172,7 +179,7 @@ class PromptFormatter:
         """The template renders with the kwargs; what the tokenizer adds to every text is known."""
         try:
             self._template([{"role": "user", "content": "x"}])
-        except Exception as err:  # noqa: BLE001 - a template error (jinja) is the user's template or kwargs
+        except TemplateError as err:  # the model's template, or the kwargs given to it
             raise UserError(f"the chat template failed with prompt.chat_template_kwargs={dict(self.template_kwargs)}: "
                             f"{type(err).__name__}: {err}") from err
         bare, with_specials = (self.tok("x", add_special_tokens=s)["input_ids"] for s in (False, True))
