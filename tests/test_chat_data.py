@@ -183,3 +183,13 @@ def test_a_conversation_is_cut_in_its_first_turn_after_the_system_prompt():
     assert long[1]["content"].endswith(out[1]["content"]) and len(out[1]["content"]) < len(long[1]["content"])
     with pytest.raises(UserError, match="cannot be cut to 5 tokens from the left"):
         truncate_left(fmt, long, 5)  # the template alone is longer
+
+
+def test_drafts_go_into_the_user_turn_of_a_conversation(tmp_path):
+    from reasonrl.data.draft_task import DraftTask
+    from reasonrl.data.drafts import draft_prompt
+
+    task = get_task(str(write_jsonl(tmp_path / "c.jsonl", [{"prompt": Q, "answer": "7"}])), test_fraction=0.0)
+    item = next(DraftTask(task, None, "no_draft").iter_items("train", 0))
+    # the system turn stays; the user turn holds the drafts template around the question (Thinking: N/A)
+    assert item.prompt == [Q[0], {"role": "user", "content": draft_prompt("What is 3 plus 4?", None)}]

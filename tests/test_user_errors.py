@@ -230,6 +230,7 @@ BOUNDARIES = [
     ("kl.q_max", 0.6, 0.59),  # the default q_min is 0.6
     ("kl.guide", "random", "sage"), ("kl.n_cycles", 1, 0), ("kl.decay", 1.0, 0.0), ("kl.decay", 1e-9, 1.01),
     ("kl.norm", "zscore", "max"), ("kl.source", "ref", "old"),
+    ("prompt.format", "plain", "template"), ("prompt.max_tokens", 1, 0), ("prompt.overflow", "truncate_left", "cut"),
     ("sampling.temperature", 0.0, -0.1), ("sampling.top_p", 1.0, 1.01), ("sampling.top_p", 1e-9, 0.0),
     ("sampling.top_k", 0, -1), ("sampling.max_new_tokens", 1, 0),
     ("optim.lr", 1e-12, 0.0), ("optim.weight_decay", 0.0, -0.1), ("optim.beta1", 0.0, 1.0), ("optim.beta2", 0.999, 1.0),
@@ -258,7 +259,6 @@ BOUNDARIES = [
     ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
     ("data.pool", 0, -1),
-    ("prompt.format", "plain", "template"), ("prompt.max_tokens", 1, 0), ("prompt.overflow", "truncate_left", "cut"),
     ("ssopd.coef", 0.0, -0.1), ("ssopd.template", "{prompt}{solution}", "{prompt} only"),
     ("ssopd.template", "{solution}{prompt}", "{prompt}{solution}{x}"), ("ssopd.divergence", "jsd", "kl"),
     ("ssopd.beta", 1.0, 1.01), ("ssopd.top_k", 1, 0), ("ssopd.clip", 1e-9, 0.0), ("ssopd.frontier", "mixed", "4p"),

@@ -36,7 +36,7 @@ class Rollouts:
     token, when sampled, is part of the completion and of its mask (the model must learn to stop).
     """
 
-    prompts: list[str]  # (R,) the prompt text of each row
+    prompts: list[str]  # (R,) the prompt text of each row, as the model saw it (rendered: models.chat.Rendered)
     texts: list[str]  # (R,) decoded completions, specials and any stop string removed
     prompt_ids: torch.Tensor  # (R, P) left-padded
     prompt_mask: torch.Tensor  # (R, P) 1 = real token

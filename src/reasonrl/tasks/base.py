@@ -26,7 +26,7 @@ class Item:
     """One problem: what the model sees, the reference answer, and anything a verifier needs."""
 
     key: str  # canonical identity of the problem (decides the split)
-    prompt: str
+    prompt: str | list[dict[str, str]]  # text, or chat messages (TRL's conversational format; models.chat renders both)
     answer: str
     meta: dict[str, Any] = field(default_factory=dict)
     demo: str | None = None  # a correct completion (chain of thought + answer) for warm starts
