@@ -31,6 +31,7 @@ LAYERS = {
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "rules": 1,  # the config-value rule builders (validate and its per-method tables)
     "runtime": 4,  # the loop's side of the part protocol: each part's state and cache, checkpointed
+    "stepdata": 4,  # one step's Batch and the pure operations on it
     "schedule": 4,  # the trainer's LR factor and minibatch split
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
@@ -41,8 +42,8 @@ LAYERS = {
 # layer-4 module -> the other layer-4 modules it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
     "run": {"checkpoint", "dist", "eval.runner", "plots", "tracking", "trainer", "validate"},
-    "trainer": {"batch", "checkpoint", "dist", "eval.runner", "schedule"},
-    "batch": {"runtime"},
+    "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
+    "batch": {"runtime", "stepdata"},
     "sft": {"eval.runner", "schedule"},
     "diagnostics": {"checkpoint", "eval.runner"},
     "eval.runner": {"checkpoint"},

@@ -24,7 +24,8 @@ from .config import TrainConfig
 from .dist.group import Single
 from .dist.shard import ShardedEngine
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
-from .batch import Batch, BatchMaker, merge_metrics, step_stats
+from .batch import BatchMaker
+from .stepdata import Batch, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
