@@ -24,10 +24,11 @@ Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value head
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
-import threading
+import types
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,7 @@ SAMPLER_BYTES_PER_VOCAB = 48  # ~12 float32 (rows, V) tensors live at once in ro
 PROMPT_SAMPLE = 64  # training prompts tokenised to estimate the prompt length
 PROMPT_MARGIN = 1.25  # the longest sampled prompt times this: later prompts may be longer
 AUTOCAST_ATTR = "reasonrl_autocast_dtype"  # the decoder's autocast dtype, set by install_autocast
+TF32_ATTR = "reasonrl_tf32_head"  # set on the output head by install_tf32_head
 
 
 @dataclass(frozen=True)
@@ -185,33 +187,71 @@ def compute_dtype(model) -> torch.dtype:
     return getattr(base_model(model).get_decoder(), AUTOCAST_ATTR, None) or next(model.parameters()).dtype
 
 
-_stack = threading.local()  # the autocast contexts entered by the hooks below, innermost last (per thread)
-
-
 def install_autocast(model, dtype: torch.dtype) -> None:
     """Run the decoder under ``torch.autocast(dtype)`` on every call (generation, scoring, evaluation,
-    the reference's copy alike): a pre-hook enters the context, a hook that also runs when the forward
-    raises leaves it. Hooks, unlike a patched ``forward``, survive ``deepcopy`` (the KL reference) and
-    a peft wrapper (which calls the HF model's ``forward``, skipping its hooks, but the decoder through
-    ``__call__``). The output head stays float32 (its weights are, and the residual stream reaching it
-    is): bf16 logits of magnitude ~10 are rounded by up to 0.03, which is the largest source of the
-    gap between the sampler's and the learner's token probabilities (MiniMax-M1, arXiv:2506.13585,
-    keeps the LM head in fp32 for this reason; on the tiny model it cut the gap from 0.036 to 0.015)."""
+    the reference's copy alike): the decoder's ``forward`` is replaced, on the instance, by one that
+    runs the class's forward inside a ``with torch.autocast(...)`` block. ``torch.compile`` traces a
+    ``with`` block in one frame whole; the forward hooks this replaced entered the context in a
+    pre-hook and left it in a post-hook, and a compiled graph kept the enter's effect but not the
+    context object's state, so the exit failed (``'autocast' object has no attribute 'prev'``). The
+    bound method survives ``deepcopy`` (the KL reference: ``copy`` rebinds it to the copy) and a peft
+    wrapper (which calls the HF model's ``forward``, but the decoder through ``__call__``). The output
+    head stays float32 (its weights are, and the residual stream reaching it is): bf16 logits of
+    magnitude ~10 are rounded by up to 0.03, which is the largest source of the gap between the
+    sampler's and the learner's token probabilities (MiniMax-M1, arXiv:2506.13585, keeps the LM head
+    in fp32 for this reason; ``benchmarks/head_precision.py`` measures the gap for each head)."""
     decoder = base_model(model).get_decoder()
     if getattr(decoder, AUTOCAST_ATTR, None) is None:  # installed once
         setattr(decoder, AUTOCAST_ATTR, dtype)
-        decoder.register_forward_pre_hook(_enter_autocast)
-        decoder.register_forward_hook(_leave_autocast, always_call=True)
+        decoder.forward = types.MethodType(_autocast_forward, decoder)
 
 
-def _enter_autocast(module, args) -> None:
-    ctx = torch.autocast(next(module.parameters()).device.type, dtype=getattr(module, AUTOCAST_ATTR))
-    ctx.__enter__()
-    _stack.__dict__.setdefault("contexts", []).append(ctx)
+def _autocast_forward(self, *args, **kwargs):
+    with torch.autocast(next(self.parameters()).device.type, dtype=getattr(self, AUTOCAST_ATTR)):
+        return type(self).forward(self, *args, **kwargs)
 
 
-def _leave_autocast(module, args, output) -> None:
-    _stack.contexts.pop().__exit__(None, None, None)
+def install_tf32_head(model) -> None:
+    """On CUDA, the output head's float32 matmul runs in TF32 (inputs rounded to a 10-bit mantissa,
+    float32 products and sums): several times float32's tensor-core throughput, for the one float32
+    matmul left under mixed precision (the head: ~139 GFLOP a token at 512 rows and a 150k
+    vocabulary). ``benchmarks/head_precision.py`` measured the sampler/learner gap with TF32 emulated
+    on the CPU: the same as float32's (mean 3.06e-4 vs 3.04e-4, 99.9th percentile 0.0262 vs 0.0261),
+    where a bf16 head widens both by a third. Only the head: TF32 over the whole forward would also
+    round the rotary embedding's float32 angles (position x frequency) to 11 significant bits, ~0.5
+    rad at position 2048. The head's backward runs outside its forward and stays float32. Off CUDA
+    nothing changes. Installed by the trainer's engine (``rollout.tf32_head``) on a mixed-precision
+    policy; like :func:`install_autocast`, a bound method that survives ``deepcopy``."""
+    head = base_model(model).get_output_embeddings()
+    if not getattr(head, TF32_ATTR, False):  # installed once
+        setattr(head, TF32_ATTR, True)
+        head.forward = types.MethodType(_tf32_head_forward, head)
+
+
+def _tf32_head_forward(self, x):
+    if x.device.type != "cuda":  # TF32 is a CUDA matmul mode
+        return type(self).forward(self, x)
+    return _tf32_call(self, x)
+
+
+# eager, also inside a compiled decode step (a graph break): dynamo does not carry a matmul flag set
+# inside a compiled region into its graph (tests/test_gpu_path.py probes it on the CPU)
+@torch.compiler.disable
+def _tf32_call(head, x):
+    with tf32_matmuls():
+        return type(head).forward(head, x)
+
+
+@contextlib.contextmanager
+def tf32_matmuls():
+    """float32 matmuls on CUDA in TF32 inside the block (torch's ``fp32_precision`` API; the legacy
+    ``allow_tf32`` cannot be read once the new one is used)."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
 
 
 def enable_checkpointing(model) -> None:
