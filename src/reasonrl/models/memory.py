@@ -9,7 +9,11 @@ of the bytes one row needs; anywhere else the fixed :data:`CPU_DEFAULTS` (host R
 Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value heads of size d
 (kv = K * d), vocabulary V, b bytes per element of the compute dtype, P prompt and T new tokens:
 
-* decode (:func:`decode_bytes_per_row`): the KV cache, ``L * 2 * kv * (P + T) * b``; the prefill's
+* decode (:func:`decode_bytes_per_row`): the KV cache, ``L * 2 * kv * (P + T) * b``, keys and values
+  both in the compute dtype (``rollout/kvcache.py``; under mixed precision too), ``P + T`` rounded up
+  to a multiple of :data:`STATIC_WIDTH_MULTIPLE` with the static cache (measured on the tiny model in
+  ``tests/test_gpu_path.py``; the Qwen2-0.5B shape, L 24, kv 2 x 64, bf16: 12,288 bytes a token and
+  row, 1.5 GiB for 512 rows of 256 positions); the prefill's
   widest transient, one layer's MLP and a few hidden-size tensors, ``P * (2m + 4h) * b``; and the
   sampler's float32 (V,) vectors (logits, scaled, log-softmax, probabilities, top-p's sort, cumsum
   and mask: ~12 of them), ``SAMPLER_BYTES_PER_VOCAB * V``.
@@ -44,6 +48,7 @@ PROMPT_SAMPLE = 64  # training prompts tokenised to estimate the prompt length
 PROMPT_MARGIN = 1.25  # the longest sampled prompt times this: later prompts may be longer
 AUTOCAST_ATTR = "reasonrl_autocast_dtype"  # the decoder's autocast dtype, set by install_autocast
 TF32_ATTR = "reasonrl_tf32_head"  # set on the output head by install_tf32_head
+STATIC_WIDTH_MULTIPLE = 64  # a static KV cache's positions are a multiple of this (rollout.kvcache.WIDTH_MULTIPLE)
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,13 @@ def kv_cache_bytes(s: Shape, tokens: int, dtype_bytes: int) -> int:
     return s.layers * 2 * s.kv * tokens * dtype_bytes
 
 
-def decode_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int) -> int:
+def decode_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int,
+                         cache_multiple: int = 1) -> int:
+    """``cache_multiple``: the KV cache's positions are rounded up to a multiple of it
+    (:data:`STATIC_WIDTH_MULTIPLE` with the static cache, 1 with the dynamic one)."""
     prefill = prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * dtype_bytes
-    return kv_cache_bytes(s, prompt_tokens + new_tokens, dtype_bytes) + prefill + SAMPLER_BYTES_PER_VOCAB * s.vocab
+    positions = -(-(prompt_tokens + new_tokens) // cache_multiple) * cache_multiple
+    return kv_cache_bytes(s, positions, dtype_bytes) + prefill + SAMPLER_BYTES_PER_VOCAB * s.vocab
 
 
 def activation_values_per_token(s: Shape) -> int:
@@ -137,15 +146,16 @@ def resolve_rows(cfg, model, tokenizer, task, *, new_tokens: int, needs_referenc
     autocast = b if compute_dtype(model) != next(model.parameters()).dtype else 0  # its per-forward weight copies
     free = free_device_bytes(device) - training_state_bytes(model, needs_reference, autocast)
     chosen = plan_rows(auto, Shape.of(base_model(model).config), free, b, prompt_tokens_estimate(task, tokenizer, cfg.seed),
-                       new_tokens, cfg.memory.gradient_checkpointing, mixed=autocast > 0)
+                       new_tokens, cfg.memory.gradient_checkpointing, mixed=autocast > 0,
+                       cache_multiple=STATIC_WIDTH_MULTIPLE if cfg.rollout.static_cache else 1)
     return dataclasses.replace(cfg, **chosen)
 
 
 def plan_rows(auto: tuple[str, ...], shape: Shape, free_bytes: int, dtype_bytes: int, prompt_tokens: int,
-              new_tokens: int, checkpointing: bool, mixed: bool = False) -> dict[str, int]:
+              new_tokens: int, checkpointing: bool, mixed: bool = False, cache_multiple: int = 1) -> dict[str, int]:
     """Rows for each knob in ``auto`` (``max_rows``: decoding, ``micro_batch_size``: the update) that
     fit in :data:`FRACTION` of ``free_bytes``; a knob for which not one row fits is an error."""
-    per_row = {"max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes),
+    per_row = {"max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, cache_multiple),
                "micro_batch_size": update_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, checkpointing,
                                                     mixed)}
     chosen = {k: rows_that_fit(free_bytes, per_row[k]) for k in auto}
