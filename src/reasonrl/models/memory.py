@@ -228,8 +228,9 @@ def install_tf32_head(model) -> None:
     vocabulary). ``benchmarks/head_precision.py`` measured the sampler/learner gap with TF32 emulated
     on the CPU: the same as float32's (mean 3.06e-4 vs 3.04e-4, 99.9th percentile 0.0262 vs 0.0261),
     where a bf16 head widens both by a third. Only the head: TF32 over the whole forward would also
-    round the rotary embedding's float32 angles (position x frequency) to 11 significant bits, ~0.5
-    rad at position 2048. The head's backward runs outside its forward and stays float32. Off CUDA
+    round the inputs of the rotary embedding's float32 angle matmul (position x frequency) to 11
+    significant bits, up to 0.32 rad off at position 2048 (head size 64, base 10,000; 0.17 at base
+    1e6: computed with the emulation). The head's backward runs outside its forward and stays float32. Off CUDA
     nothing changes. Installed by the trainer's engine (``rollout.tf32_head``) on a mixed-precision
     policy; like :func:`install_autocast`, a bound method that survives ``deepcopy``."""
     head = base_model(model).get_output_embeddings()
@@ -245,7 +246,7 @@ def _tf32_head_forward(self, x):
 
 
 # eager, also inside a compiled decode step (a graph break): dynamo does not carry a matmul flag set
-# inside a compiled region into its graph (tests/test_gpu_path.py probes it on the CPU)
+# inside a compiled region into its graph (tests/test_precision.py probes it on the CPU)
 @torch.compiler.disable
 def _tf32_call(head, x):
     with tf32_matmuls():
