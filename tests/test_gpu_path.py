@@ -109,10 +109,13 @@ def test_the_inductor_compiled_path_runs_in_every_precision(sharp_tiny, precisio
 
 def test_float32_tokens_do_not_depend_on_the_path_or_the_chunking(sharp_tiny):
     model, tok = policy(sharp_tiny, "float32", False), sharp_tiny[1]
-    sp = SamplingParams(temperature=1.0, max_new_tokens=12)
+    sp = SamplingParams(temperature=1.0, max_new_tokens=10)
     fresh_compile()
+    # every path in one chunk, the dynamic and static ones also in 3-row chunks (a compiled one would
+    # trace a second row bucket: ~10 s more for what the static path already shows)
+    cases = [(kw, rows) for name, kw in PATHS.items() for rows in (512, 3) if not (name == "compiled" and rows == 3)]
     runs = [HFEngine(model, tok, check_every=4, max_rows=rows, **kw).generate(PROMPTS, 2, sp, seeds=SEEDS)
-            for kw in PATHS.values() for rows in (512, 3)]
+            for kw, rows in cases]
     for ro in runs[1:]:
         assert_same(ro, runs[0], exact=False)  # the same tokens; values to 1e-5 (other batch shapes round apart)
 
