@@ -74,6 +74,8 @@ class RolloutOpts:
     check_every: int | None = None  # decode steps between host looks (stop strings, dropping finished rows); None: 1 on a CPU, 8 on a GPU
     static_cache: bool = False  # transformers' StaticCache in the decode loop (fixed shapes; GPU)
     compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
+    # mixed precision on CUDA: the policy's float32 output head in TF32 (models.memory.install_tf32_head)
+    tf32_head: bool = True
 
     RULES: ClassVar[dict[str, Rule]] = {
         "workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .schedule import group_rows, lr_lambda, split_even
+from .schedule import clip_if_finite, group_rows, lr_lambda, split_even
 from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
@@ -193,8 +193,9 @@ class Trainer:
         if n_live == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
             for p in self.params:
                 p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in self.params if p.grad is not None]
-        finite = math.isfinite(total) and all(torch.isfinite(g).all() for g in grads)
+        # one host read: the total norm, non-finite when any gradient holds a NaN/inf; clipped when finite
+        norm = clip_if_finite(self.params, self.recipe.optim.max_grad_norm) if math.isfinite(total) else None
+        finite = norm is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
             parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
@@ -202,7 +203,7 @@ class Trainer:
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
         if finite:
-            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.recipe.optim.max_grad_norm))
+            out["grad_norm"] = norm
             self.opt.step()
         else:
             self.opt.zero_grad(set_to_none=True)
