@@ -229,22 +229,3 @@ def test_compile_needs_a_static_cache_and_check_every_is_positive(sharp_tiny):
         HFEngine(model, tok, compile=True)
     with pytest.raises(ValueError, match="check_every"):
         HFEngine(model, tok, check_every=0)
-
-
-@pytest.mark.slow
-def test_gpu_bench_smoke_prints_its_table(tmp_path):
-    # the GPU benchmark's code paths on a CPU (tiny shapes, one step): the table and the JSON
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_bench.py"
-    out = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(tmp_path / "b.json")],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "| run | s/step | generate s | new tokens/s | update s |" in out.stdout
-    for name in ("reasonrl-fp32", "reasonrl-fp32-static", "reasonrl-smoke-lora"):
-        assert f"| {name} |" in out.stdout
-    runs = json.loads((tmp_path / "b.json").read_text())["runs"]
-    assert all("error" not in r and r["s_per_step"] > 0 and r["mean_new_tokens"] > 0 for r in runs)

@@ -26,12 +26,13 @@ LAYERS = {
     "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "data.draft_files": 2.1, "data.draft_task": 2.2, "data.drafter": 2.3,  # drafts: loader, task wrapper, drafter (read tasks)
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
-    "config": 3, "recipes": 3,
+    "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
     "dist": 4,
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "rules": 1,  # the config-value rule builders (validate and its per-method tables)
     "runtime": 4,  # the loop's side of the part protocol: each part's state and cache, checkpointed
+    "stepdata": 4,  # one step's Batch and the pure operations on it
     "schedule": 4,  # the trainer's LR factor and minibatch split
     "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
@@ -42,8 +43,8 @@ LAYERS = {
 # layer-4 module -> the other layer-4 modules it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
     "run": {"checkpoint", "dist", "eval.runner", "plots", "tracking", "trainer", "validate"},
-    "trainer": {"batch", "checkpoint", "dist", "eval.runner", "schedule"},
-    "batch": {"runtime"},
+    "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
+    "batch": {"runtime", "stepdata"},
     "sft": {"eval.runner", "schedule"},
     "diagnostics": {"checkpoint", "eval.runner"},
     "eval.runner": {"checkpoint"},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
@@ -21,72 +20,14 @@ from .models.chat import PLAIN, PromptFormatter
 from .models.scoring import score_completions
 from .parts import Recipe
 from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
-from .parts.strategy import GenRequest, Groups
+from .parts.strategy import GenRequest
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
 from .rollout.branch import branch, token_char_offsets
 from .errors import UserError
 from .runtime import PartRuntime
+from .stepdata import Batch, join_groups, keep_groups, merge_metrics, step_stats  # noqa: F401 - the batch's types
 from .tasks import Item, Task, TaskReward, is_correct, reward_columns
-
-
-@dataclass
-class Batch:
-    """One step's data, rows in rollout order (B*G)."""
-
-    items: list[Item]
-    ro: Rollouts
-    rewards: torch.Tensor  # (B, G) total reward
-    correct: torch.Tensor  # (B, G) raw task accuracy, 0/1
-    advantages: torch.Tensor | None = None  # (R,) or (R, T)
-    loss_mask: torch.Tensor | None = None  # (R, T) tokens the loss sees (completion mask, minus filtered rows)
-    ref_logp: torch.Tensor | None = None  # (R, T)
-    metrics: dict[str, float] = field(default_factory=dict)
-    kinds: torch.Tensor | None = None  # (B,) 0: a first-round group, k: added by the recipe's k-th round
-    preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
-    weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
-    scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
-    extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
-    parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
-
-    def channel(self, key: str) -> Channel:
-        """The part ``key``'s channel on this batch (made empty on first use)."""
-        return self.parts.setdefault(key, Channel())
-
-    def group_kinds(self) -> torch.Tensor:  # (B,)
-        return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
-
-
-def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
-    """``b`` with a round's groups appended (group-major rows, as the first round's). Per-row channel
-    data is attached after the rounds (``score_batch``), so no channel holds rows yet."""
-    B, G, R = len(b.items), b.rewards.shape[1], len(b.ro.texts)
-    if any(c.rows for c in b.parts.values()):
-        raise RuntimeError("a round's groups joined a batch whose channels already hold per-row data")
-    nan = lambda n: torch.full((n, G), float("nan"))  # noqa: E731
-    ones = lambda n: torch.ones(n)  # noqa: E731
-    return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
-                 rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
-                 metrics={**b.metrics, **g.metrics}, parts=b.parts,
-                 kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
-                 preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
-                 weight=torch.cat([ones(R) if b.weight is None else b.weight,
-                                   ones(len(g.ro.texts)) if g.weight is None else g.weight]),
-                 # the selector's scores of the first groups; a round's groups have none (NaN)
-                 scores=None if b.scores is None else torch.cat([b.scores, torch.full((len(g.items),), float("nan"))]))
-
-
-def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
-    """Reward, accuracy, zero-variance groups, completion shape and the sampling policy's mean token
-    entropy (from the rollout, so it covers every row, trained or skipped)."""
-    lengths, mask = ro.lengths.float(), ro.completion_mask.float()
-    ent = {} if ro.entropies is None else {"entropy/mean": float((ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
-    return {**ent, "reward/mean": float(rewards.mean()),
-            "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-            "accuracy": float(correct.mean()),
-            "frac_zero_var_groups": float((rewards.std(-1, unbiased=False) == 0).float().mean()),
-            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-            "truncation_rate": float(ro.truncated.float().mean()), "tokens/generated": float(lengths.sum())}
 
 
 class BatchMaker:
@@ -384,22 +325,6 @@ def _check_pool(recipe: Recipe, pool: list[Item] | None, task: str) -> None:
                         f"needs prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
 
 
-def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
-    """``b`` with only ``groups`` (whole groups, in order): every per-group and per-row field sliced."""
-    rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)
-    g = torch.tensor(groups, dtype=torch.long)
-    pick = lambda x, idx: None if x is None else x[idx]  # noqa: E731
-    return Batch(items=[b.items[i] for i in groups], ro=select_rows(b.ro, rows.tolist()), rewards=b.rewards[g],
-                 correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
-                 ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
-                 weight=pick(b.weight, rows), scores=pick(b.scores, g),
-                 extra_labels=pick(b.extra_labels, rows),
-                 # per-row channel data (teacher scores) cut with the rows; the rest as it is (FEST's pairs find
-                 # their anchor rows from the sliced loss mask when they train)
-                 parts={k: Channel(rows={n: v[rows] for n, v in c.rows.items()}, values=c.values)
-                        for k, c in b.parts.items()})
-
-
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:
     """Refill-until-full (``max_rounds=None``) that hit its cap fails loudly rather than train on a
     short batch nobody asked for."""
@@ -410,20 +335,3 @@ def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -
             f"generated; every other group's {f.metric} was the same for all its samples): the prompts are too easy "
             f"or too hard for the model. Raise group_filter.max_rounds_cap, set a finite group_filter.max_rounds to "
             f"accept short batches, or train on prompts of matching difficulty.")
-
-
-def merge_metrics(parts: list[tuple[float, dict[str, float]]],
-                  additive: Callable[[str], bool] = lambda key: False) -> dict[str, float]:
-    """Combine weighted metric dicts: ``additive`` keys add up, keys with 'max' take the maximum,
-    everything else is a weighted mean (keys in sorted order, so logs are stable across runs)."""
-    out: dict[str, float] = {}
-    total = sum(w for w, _ in parts) or 1.0
-    for key in sorted({k for _, m in parts for k in m}):
-        vals = [(w, m[key]) for w, m in parts if key in m]
-        if additive(key):
-            out[key] = sum(v for _, v in vals)
-        elif "max" in key:
-            out[key] = max(v for _, v in vals)
-        else:
-            out[key] = sum(w * v for w, v in vals) / total
-    return out

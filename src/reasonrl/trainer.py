@@ -18,13 +18,14 @@ from typing import Any, Callable
 
 import torch
 
-from .schedule import group_rows, lr_lambda, split_even
+from .schedule import clip_if_finite, group_rows, lr_lambda, split_even
 from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
 from .dist.shard import ShardedEngine
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
-from .batch import Batch, BatchMaker, merge_metrics, step_stats
+from .batch import BatchMaker
+from .stepdata import Batch, merge_metrics, step_stats
 from .rollout import select_rows
 from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
@@ -54,12 +55,10 @@ class Trainer:
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
-        # prompts as the model sees them (prompt.*: chat template or plain) and only those that fit its context
-        self.formatter, task = prepare_prompts(task, tokenizer, model, cfg.prompt,
-                                               recipe.sampling.max_new_tokens or task_max_new_tokens(task),
-                                               cfg.model or "the shipped base")
-        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs,
-                           new_tokens=recipe.sampling.max_new_tokens or task_max_new_tokens(task))
+        budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
+        # prompts as the model sees them (prompt.*: the chat template or plain text), only those that fit its context
+        self.formatter, task = prepare_prompts(task, tokenizer, model, cfg.prompt, budget, cfg.model or "the shipped base")
+        cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs, new_tokens=budget)
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
         o = recipe.optim
@@ -70,7 +69,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
-        if hasattr(self.engine, "formatter"):  # in-process: parts that hand it items' prompts (beam, steering) render as the run
+        if hasattr(self.engine, "formatter"):  # in-process: items' prompts (beam, steering) rendered as the run's
             self.engine.formatter = self.formatter
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         if group.world > 1:
@@ -200,8 +199,9 @@ class Trainer:
         if n_live == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
             for p in self.params:
                 p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in self.params if p.grad is not None]
-        finite = math.isfinite(total) and all(torch.isfinite(g).all() for g in grads)
+        # one host read: the total norm, non-finite when any gradient holds a NaN/inf; clipped when finite
+        norm = clip_if_finite(self.params, self.recipe.optim.max_grad_norm) if math.isfinite(total) else None
+        finite = norm is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
             parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
@@ -209,7 +209,7 @@ class Trainer:
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
         if finite:
-            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.recipe.optim.max_grad_norm))
+            out["grad_norm"] = norm
             self.opt.step()
         else:
             self.opt.zero_grad(set_to_none=True)

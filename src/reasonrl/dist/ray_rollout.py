@@ -25,6 +25,7 @@ import torch
 
 from ..errors import UserError
 from ..models.lora import is_lora
+from ..models.memory import compute_dtype, install_tf32_head
 from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts
 
 INSTALL_HINT = "pip install ray (or pip install 'reasonrl[ray]')"
@@ -46,9 +47,12 @@ def import_ray():
 
 def make_engine(model, tok, cfg) -> Any:
     """The trainer's rollout engine: in-process (:class:`HFEngine`, it shares the trainer's model, so
-    no weights are ever pushed) for ``rollout.workers=0``, else a :class:`RayEngine`."""
+    no weights are ever pushed) for ``rollout.workers=0``, else a :class:`RayEngine`. Under mixed
+    precision with ``rollout.tf32_head`` the policy's output head computes in TF32 on CUDA."""
     ro = cfg.rollout
     decode = {"check_every": ro.check_every, "static_cache": ro.static_cache, "compile": ro.compile}
+    if ro.tf32_head and compute_dtype(model) != next(model.parameters()).dtype:  # mixed precision: the head is float32
+        install_tf32_head(model)  # the policy's: the sampler and the learner share it
     if ro.workers <= 0:
         return HFEngine(model, tok, max_rows=cfg.max_rows, **decode)
     return RayEngine(model, tok, workers=ro.workers, address=ro.address, max_rows=cfg.max_rows, decode=decode)

@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 from jinja2.exceptions import TemplateError
 
 from ..errors import UserError
+from ..run_sections import PROMPT_FORMATS as FORMATS
 from ..text import fill_slots
 
 ROLES = ("system", "user", "assistant")
-FORMATS = ("auto", "chat", "plain")
 _MARK = "\x00reasonrl-turn-end\x00"  # assistant content whose rendered tail shows the end-of-turn token
 
 

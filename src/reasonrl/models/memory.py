@@ -9,7 +9,11 @@ of the bytes one row needs; anywhere else the fixed :data:`CPU_DEFAULTS` (host R
 Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value heads of size d
 (kv = K * d), vocabulary V, b bytes per element of the compute dtype, P prompt and T new tokens:
 
-* decode (:func:`decode_bytes_per_row`): the KV cache, ``L * 2 * kv * (P + T) * b``; the prefill's
+* decode (:func:`decode_bytes_per_row`): the KV cache, ``L * 2 * kv * (P + T) * b``, keys and values
+  both in the compute dtype (``rollout/kvcache.py``; under mixed precision too), ``P + T`` rounded up
+  to a multiple of :data:`STATIC_WIDTH_MULTIPLE` with the static cache (measured on the tiny model in
+  ``tests/test_gpu_path.py``; the Qwen2-0.5B shape, L 24, kv 2 x 64, bf16: 12,288 bytes a token and
+  row, 1.5 GiB for 512 rows of 256 positions); the prefill's
   widest transient, one layer's MLP and a few hidden-size tensors, ``P * (2m + 4h) * b``; and the
   sampler's float32 (V,) vectors (logits, scaled, log-softmax, probabilities, top-p's sort, cumsum
   and mask: ~12 of them), ``SAMPLER_BYTES_PER_VOCAB * V``.
@@ -24,10 +28,11 @@ Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value head
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
-import threading
+import types
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +48,8 @@ SAMPLER_BYTES_PER_VOCAB = 48  # ~12 float32 (rows, V) tensors live at once in ro
 PROMPT_SAMPLE = 64  # training prompts tokenised to estimate the prompt length
 PROMPT_MARGIN = 1.25  # the longest sampled prompt times this: later prompts may be longer
 AUTOCAST_ATTR = "reasonrl_autocast_dtype"  # the decoder's autocast dtype, set by install_autocast
+TF32_ATTR = "reasonrl_tf32_head"  # set on the output head by install_tf32_head
+STATIC_WIDTH_MULTIPLE = 64  # a static KV cache's positions are a multiple of this (rollout.kvcache.WIDTH_MULTIPLE)
 
 
 @dataclass(frozen=True)
@@ -76,9 +83,13 @@ def kv_cache_bytes(s: Shape, tokens: int, dtype_bytes: int) -> int:
     return s.layers * 2 * s.kv * tokens * dtype_bytes
 
 
-def decode_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int) -> int:
+def decode_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int,
+                         cache_multiple: int = 1) -> int:
+    """``cache_multiple``: the KV cache's positions are rounded up to a multiple of it
+    (:data:`STATIC_WIDTH_MULTIPLE` with the static cache, 1 with the dynamic one)."""
     prefill = prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * dtype_bytes
-    return kv_cache_bytes(s, prompt_tokens + new_tokens, dtype_bytes) + prefill + SAMPLER_BYTES_PER_VOCAB * s.vocab
+    positions = -(-(prompt_tokens + new_tokens) // cache_multiple) * cache_multiple
+    return kv_cache_bytes(s, positions, dtype_bytes) + prefill + SAMPLER_BYTES_PER_VOCAB * s.vocab
 
 
 def activation_values_per_token(s: Shape) -> int:
@@ -136,15 +147,16 @@ def resolve_rows(cfg, model, tokenizer, task, *, new_tokens: int, needs_referenc
     autocast = b if compute_dtype(model) != next(model.parameters()).dtype else 0  # its per-forward weight copies
     free = free_device_bytes(device) - training_state_bytes(model, needs_reference, autocast)
     chosen = plan_rows(auto, Shape.of(base_model(model).config), free, b, prompt_tokens_estimate(task, tokenizer, cfg.seed),
-                       new_tokens, cfg.memory.gradient_checkpointing, mixed=autocast > 0)
+                       new_tokens, cfg.memory.gradient_checkpointing, mixed=autocast > 0,
+                       cache_multiple=STATIC_WIDTH_MULTIPLE if cfg.rollout.static_cache else 1)
     return dataclasses.replace(cfg, **chosen)
 
 
 def plan_rows(auto: tuple[str, ...], shape: Shape, free_bytes: int, dtype_bytes: int, prompt_tokens: int,
-              new_tokens: int, checkpointing: bool, mixed: bool = False) -> dict[str, int]:
+              new_tokens: int, checkpointing: bool, mixed: bool = False, cache_multiple: int = 1) -> dict[str, int]:
     """Rows for each knob in ``auto`` (``max_rows``: decoding, ``micro_batch_size``: the update) that
     fit in :data:`FRACTION` of ``free_bytes``; a knob for which not one row fits is an error."""
-    per_row = {"max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes),
+    per_row = {"max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, cache_multiple),
                "micro_batch_size": update_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, checkpointing,
                                                     mixed)}
     chosen = {k: rows_that_fit(free_bytes, per_row[k]) for k in auto}
@@ -186,33 +198,72 @@ def compute_dtype(model) -> torch.dtype:
     return getattr(base_model(model).get_decoder(), AUTOCAST_ATTR, None) or next(model.parameters()).dtype
 
 
-_stack = threading.local()  # the autocast contexts entered by the hooks below, innermost last (per thread)
-
-
 def install_autocast(model, dtype: torch.dtype) -> None:
     """Run the decoder under ``torch.autocast(dtype)`` on every call (generation, scoring, evaluation,
-    the reference's copy alike): a pre-hook enters the context, a hook that also runs when the forward
-    raises leaves it. Hooks, unlike a patched ``forward``, survive ``deepcopy`` (the KL reference) and
-    a peft wrapper (which calls the HF model's ``forward``, skipping its hooks, but the decoder through
-    ``__call__``). The output head stays float32 (its weights are, and the residual stream reaching it
-    is): bf16 logits of magnitude ~10 are rounded by up to 0.03, which is the largest source of the
-    gap between the sampler's and the learner's token probabilities (MiniMax-M1, arXiv:2506.13585,
-    keeps the LM head in fp32 for this reason; on the tiny model it cut the gap from 0.036 to 0.015)."""
+    the reference's copy alike): the decoder's ``forward`` is replaced, on the instance, by one that
+    runs the class's forward inside a ``with torch.autocast(...)`` block. ``torch.compile`` traces a
+    ``with`` block in one frame whole; the forward hooks this replaced entered the context in a
+    pre-hook and left it in a post-hook, and a compiled graph kept the enter's effect but not the
+    context object's state, so the exit failed (``'autocast' object has no attribute 'prev'``). The
+    bound method survives ``deepcopy`` (the KL reference: ``copy`` rebinds it to the copy) and a peft
+    wrapper (which calls the HF model's ``forward``, but the decoder through ``__call__``). The output
+    head stays float32 (its weights are, and the residual stream reaching it is): bf16 logits of
+    magnitude ~10 are rounded by up to 0.03, which is the largest source of the gap between the
+    sampler's and the learner's token probabilities (MiniMax-M1, arXiv:2506.13585, keeps the LM head
+    in fp32 for this reason; ``benchmarks/head_precision.py`` measures the gap for each head)."""
     decoder = base_model(model).get_decoder()
     if getattr(decoder, AUTOCAST_ATTR, None) is None:  # installed once
         setattr(decoder, AUTOCAST_ATTR, dtype)
-        decoder.register_forward_pre_hook(_enter_autocast)
-        decoder.register_forward_hook(_leave_autocast, always_call=True)
+        decoder.forward = types.MethodType(_autocast_forward, decoder)
 
 
-def _enter_autocast(module, args) -> None:
-    ctx = torch.autocast(next(module.parameters()).device.type, dtype=getattr(module, AUTOCAST_ATTR))
-    ctx.__enter__()
-    _stack.__dict__.setdefault("contexts", []).append(ctx)
+def _autocast_forward(self, *args, **kwargs):
+    with torch.autocast(next(self.parameters()).device.type, dtype=getattr(self, AUTOCAST_ATTR)):
+        return type(self).forward(self, *args, **kwargs)
 
 
-def _leave_autocast(module, args, output) -> None:
-    _stack.contexts.pop().__exit__(None, None, None)
+def install_tf32_head(model) -> None:
+    """On CUDA, the output head's float32 matmul runs in TF32 (inputs rounded to a 10-bit mantissa,
+    float32 products and sums): several times float32's tensor-core throughput, for the one float32
+    matmul left under mixed precision (the head: ~139 GFLOP a token at 512 rows and a 150k
+    vocabulary). ``benchmarks/head_precision.py`` measured the sampler/learner gap with TF32 emulated
+    on the CPU: the same as float32's (mean 3.06e-4 vs 3.04e-4, 99.9th percentile 0.0262 vs 0.0261),
+    where a bf16 head widens both by a third. Only the head: TF32 over the whole forward would also
+    round the inputs of the rotary embedding's float32 angle matmul (position x frequency) to 11
+    significant bits, up to 0.32 rad off at position 2048 (head size 64, base 10,000; 0.17 at base
+    1e6: computed with the emulation). The head's backward runs outside its forward and stays float32. Off CUDA
+    nothing changes. Installed by the trainer's engine (``rollout.tf32_head``) on a mixed-precision
+    policy; like :func:`install_autocast`, a bound method that survives ``deepcopy``."""
+    head = base_model(model).get_output_embeddings()
+    if not getattr(head, TF32_ATTR, False):  # installed once
+        setattr(head, TF32_ATTR, True)
+        head.forward = types.MethodType(_tf32_head_forward, head)
+
+
+def _tf32_head_forward(self, x):
+    if x.device.type != "cuda":  # TF32 is a CUDA matmul mode
+        return type(self).forward(self, x)
+    return _tf32_call(self, x)
+
+
+# eager, also inside a compiled decode step (a graph break): dynamo does not carry a matmul flag set
+# inside a compiled region into its graph (tests/test_precision.py probes it on the CPU)
+@torch.compiler.disable
+def _tf32_call(head, x):
+    with tf32_matmuls():
+        return type(head).forward(head, x)
+
+
+@contextlib.contextmanager
+def tf32_matmuls():
+    """float32 matmuls on CUDA in TF32 inside the block (torch's ``fp32_precision`` API; the legacy
+    ``allow_tf32`` cannot be read once the new one is used)."""
+    before = torch.backends.cuda.matmul.fp32_precision
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = before
 
 
 def enable_checkpointing(model) -> None:

@@ -7,17 +7,20 @@ token-id suffixes on the device. The host looks at the batch only every ``check_
 decodes the tails of the steps since its last look to find stop strings the device cannot see
 (any other tokenisation of them), cuts each such row at the first step whose decoded tail holds
 one (exactly where a per-token text check ends it), and drops finished rows (``compact_below``).
-One copy to the host at the end. The measured cost of the per-token host loop on a GPU is in
+Each look is one device-to-host read (everything it needs, packed into one tensor), and the end
+of a chunk two more: with a static cache, the host reads the device once per ``check_every``
+tokens (``tests/test_decode.py`` counts the reads). The measured cost of the per-token host loop on a GPU is in
 ``../shared/gpu/README.md`` (372 ms of CPU time against 55 ms of GPU time per 16 tokens).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-from transformers import DynamicCache, StaticCache
 
+from .kvcache import DecodeCache, bucket_rows, static_width
 from .sampling import next_hidden_grad_norm, sample_next
 
 REASONS = ("length", "eos", "stop")  # device codes of finish reasons
@@ -30,6 +33,9 @@ class DecodeOpts:
     compact_below: float = 0.5  # drop finished rows when fewer than this fraction are still going
     static_cache: bool = False  # transformers' StaticCache: fixed shapes, no row dropping
     compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step (needs static_cache)
+    # torch.compile's backend: "inductor" (with mode reduce-overhead: CUDA graphs on a GPU); the CPU
+    # tests trace the same graphs with "aot_eager" (inductor's C++ code generation is slow on 2 cores)
+    compile_backend: str = "inductor"
 
 
 @dataclass
@@ -95,18 +101,28 @@ def first_text_stop(tok, ids: list[list[int]], starts: list[int], ends: list[int
     return found
 
 
+def _split(xs: list, sizes: tuple[int, ...]) -> list[list]:
+    """Consecutive pieces of ``xs`` of the given sizes."""
+    ends = list(itertools.accumulate(sizes))
+    return [xs[e - n:e] for n, e in zip(sizes, ends)]
+
+
 class Loop:
     """One chunk's decoding state: device buffers indexed by original row, ``alive`` maps the
-    current batch rows (which shrink when finished rows are dropped) to original rows."""
+    current batch rows (which shrink when finished rows are dropped) to original rows. The host
+    keeps, as Python lists, what it read at its last look (:meth:`look`), its only read of the state."""
 
     def __init__(self, R: int, T: int, pad: int, device, stop: tuple[str, ...]):
         self.ids = torch.full((R, T), pad, dtype=torch.long, device=device)
-        self.logp, self.ent, self.p2, self.hidden = (torch.zeros(R, T, device=device) for _ in range(4))
+        self.floats = torch.zeros(4, R, T, device=device)  # one tensor, so the result is one copy to the host
+        self.logp, self.ent, self.p2, self.hidden = self.floats.unbind(0)  # (R, T) views
         self.length = torch.zeros(R, dtype=torch.long, device=device)
         self.reason = torch.zeros(R, dtype=torch.long, device=device)  # REASONS codes
         self.alive = torch.arange(R, device=device)
         self.active = torch.ones(R, dtype=torch.bool, device=device)  # current rows still going
-        self.live = torch.ones(R, dtype=torch.bool)  # host: original rows going at the last look
+        # host, as of the last look: original rows going, current rows going, lengths and reasons
+        self.live, self.host_active = [True] * R, [True] * R
+        self.host_length, self.host_reason = [0] * R, [LENGTH] * R
         self.pad, self.stop, self.checked = pad, stop, 0  # checked: steps before it are settled
 
     def record(self, t: int, out, hidden: torch.Tensor | None, eos: torch.Tensor | int) -> torch.Tensor:
@@ -127,82 +143,115 @@ class Loop:
         self.reason[self.alive] = torch.where(hit, STOP, self.reason[self.alive])
         self.active &= ~hit
 
-    def look(self, tok, t: int) -> None:
-        """The host look after step ``t``: settle steps ``checked .. t`` (text stops) and sync."""
-        if self.stop:
-            self._text_stops(tok, t)
-        self.checked = t + 1
-        alive, active = self.alive.cpu(), self.active.cpu()
-        self.live = torch.zeros_like(self.live)
-        self.live[alive[active]] = True
+    @property
+    def going(self) -> bool:
+        """Some current row was still going at the last look."""
+        return any(self.host_active)
 
-    def _text_stops(self, tok, t: int) -> None:
-        rows = self.live.nonzero().squeeze(-1)  # original rows going when steps checked.. began
-        lo = max(0, self.checked + 1 - window_tokens(self.stop))
-        ids = self.ids[:, lo:t + 1].cpu()[rows].tolist()
-        length, reason = self.length.cpu()[rows], self.reason.cpu()[rows]
-        ends = [int(n) - 1 if int(c) != LENGTH else t for n, c in zip(length, reason)]
+    def look(self, tok, t: int) -> None:
+        """The host look after step ``t``: one read of the device state (current rows, lengths,
+        reasons and, with stop strings, the token tails of the steps since the last look), then
+        settle steps ``checked .. t`` (text stops)."""
+        lo = max(0, self.checked + 1 - window_tokens(self.stop)) if self.stop else t + 1
+        R, a, w = len(self.length), len(self.alive), t + 1 - lo
+        packed = torch.cat([self.alive, self.active.long(), self.length, self.reason, self.ids[:, lo:t + 1].flatten()])
+        alive, active, self.host_length, self.host_reason, tails = _split(packed.tolist(), (a, a, R, R, R * w))
+        self.host_active = [bool(x) for x in active]  # packed.tolist(): the look's one device-to-host read
+        if self.stop:
+            self._text_stops(tok, t, lo, [tails[r * w:(r + 1) * w] for r in range(R)], alive)
+        self.checked = t + 1
+        self.live = [False] * R
+        for r, going in zip(alive, self.host_active):
+            self.live[r] = going
+
+    def _text_stops(self, tok, t: int, lo: int, ids: list[list[int]], alive: list[int]) -> None:
+        """``ids[r]``: original row r's tokens at steps ``lo .. t``; host lists as read by :meth:`look`."""
+        length, reason = self.host_length, self.host_reason
+        rows = [r for r, going in enumerate(self.live) if going]  # original rows going when steps checked.. began
+        ends = [length[r] - 1 if reason[r] != LENGTH else t for r in rows]
         # an EOS step is not text-checked (EOS wins at its own step, as a per-token check has it)
-        last = [e - 1 if int(c) == EOS else e for e, c in zip(ends, reason)]
-        found = first_text_stop(tok, ids, [self.checked] * len(rows), last, lo, self.stop)
-        cut_rows, cut_at = [], []
-        for i, s in enumerate(found):
-            if int(reason[i]) == STOP and s is None:
+        last = [e - 1 if reason[r] == EOS else e for r, e in zip(rows, ends)]
+        found = first_text_stop(tok, [ids[r] for r in rows], [self.checked] * len(rows), last, lo, self.stop)
+        cuts = {}
+        for r, e, s in zip(rows, ends, found):
+            if reason[r] == STOP and s is None:
                 raise RuntimeError(f"stop strings {self.stop!r}: a row's tokens matched one on the device but its "
                                    "decoded text does not hold it (the tokenizer decodes it differently in context); "
                                    "write the stop string without leading/trailing spaces")
-            if s is not None and not (int(reason[i]) == STOP and s == ends[i]):
-                cut_rows.append(int(rows[i])), cut_at.append(s)
-        if cut_rows:
-            self._cut(torch.tensor(cut_rows, device=self.ids.device), torch.tensor(cut_at, device=self.ids.device))
+            if s is not None and not (reason[r] == STOP and s == e):
+                cuts[r] = s
+        if cuts:
+            self._cut(cuts, alive)
 
-    def _cut(self, rows: torch.Tensor, at: torch.Tensor) -> None:
-        """End original ``rows`` at steps ``at`` with reason stop (tokens after it become padding)."""
-        steps = torch.arange(self.ids.shape[1], device=self.ids.device)
+    def _cut(self, cuts: dict[int, int], alive: list[int]) -> None:
+        """End original rows ``r`` at steps ``cuts[r]`` with reason stop (tokens after it become
+        padding), on the device and in the host's lists."""
+        dev = self.ids.device
+        rows, at = torch.tensor(list(cuts), device=dev), torch.tensor(list(cuts.values()), device=dev)
+        steps = torch.arange(self.ids.shape[1], device=dev)
         self.ids[rows] = self.ids[rows].masked_fill(steps[None] > at[:, None], self.pad)
         self.length[rows], self.reason[rows] = at + 1, STOP
-        current = torch.zeros(len(self.length), dtype=torch.bool, device=self.ids.device)
+        current = torch.zeros(len(self.length), dtype=torch.bool, device=dev)
         current[rows] = True
         self.active &= ~current[self.alive]
+        for r, s in cuts.items():
+            self.host_length[r], self.host_reason[r] = s + 1, STOP
+        self.host_active = [going and r not in cuts for r, going in zip(alive, self.host_active)]
 
     def result(self) -> Decoded:
-        """One copy to the host; values past each row's length zeroed (ids: padding)."""
-        steps = int(self.length.max()) if len(self.length) else 0
+        """Two copies to the host (ids, and the four float tensors at once); values past each row's
+        length zeroed (ids: padding). Lengths and reasons are the last look's (the loop ends on one)."""
+        steps = max(self.host_length, default=0)
         keep = torch.arange(steps, device=self.ids.device)[None] < self.length[:, None]  # (R, T')
-        cut = lambda x, fill=0: torch.where(keep, x[:, :steps], fill).cpu()  # noqa: E731
-        return Decoded(cut(self.ids, self.pad), cut(self.logp), cut(self.ent), cut(self.p2), cut(self.hidden),
-                       self.length.cpu(), [REASONS[int(c)] for c in self.reason.cpu()])
+        ids = torch.where(keep, self.ids[:, :steps], self.pad).cpu()
+        logp, ent, p2, hidden = torch.where(keep, self.floats[:, :, :steps], 0).cpu().unbind(0)
+        return Decoded(ids, logp, ent, p2, hidden, torch.tensor(self.host_length, dtype=torch.long),
+                       [REASONS[c] for c in self.host_reason])
 
 
-def prefill(model, cache_arg: str, ids, mask, pos, n: int, width: int, static: bool):
-    """Prefill the prompts once, repeat each prompt's cache ``n`` times; (cache, (R, V) logits).
-    With ``static``, the repeated keys/values are copied into a StaticCache of ``width`` positions."""
-    cache = DynamicCache()
+def prefill(model, cache_arg: str, ids, mask, pos, n: int):
+    """Prefill the prompts once, repeat each prompt's cache ``n`` times; (cache, (R, V) logits)."""
+    cache = DecodeCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
                 **{cache_arg: cache})
     cache.batch_repeat_interleave(n)
-    if static:
-        dense = cache
-        cache = StaticCache(config=model.config, max_cache_len=width)
-        for layer, src in zip(cache.layers, dense.layers):
-            layer.lazy_initialization(src.keys, src.values)
-            layer.update(src.keys, src.values)
     return cache, out.logits[:, -1].repeat_interleave(n, 0)
+
+
+@dataclass
+class Inputs:
+    """The model-side inputs of a chunk: the cache, the (rows, width) attention mask, (rows,) last
+    positions and tokens fed. With a static cache ``rows`` is the row bucket (>= R): rows past R are
+    fillers whose outputs are discarded."""
+    cache: object
+    attn: torch.Tensor  # (rows, width)
+    last_pos: torch.Tensor  # (rows,)
+    feed: torch.Tensor  # (rows,) the tokens fed at the next step
+    width: int
+
+
+def start(engine, ids, mask, pos, n: int, T: int, opts: DecodeOpts) -> tuple[Inputs, torch.Tensor]:
+    """Prefill and lay out the chunk's model inputs; (inputs, (R, V) first logits)."""
+    P = mask.shape[1]
+    dense, logits = prefill(engine.model, engine._cache_arg, ids, mask, pos, n)
+    R = len(logits)
+    rows, width = (bucket_rows(R, engine.max_rows), static_width(P + T)) if opts.static_cache else (R, P + T)
+    cache = engine.caches.filled(engine.model.config, dense, rows, width) if opts.static_cache else dense
+    attn = torch.zeros(rows, width, dtype=mask.dtype, device=ids.device)  # (rows, P+T) filled as tokens are fed
+    attn[:R, :P] = mask.repeat_interleave(n, 0)
+    attn[R:, :P] = attn[0, :P]  # filler rows attend as row 0 does (their cache repeats row 0's)
+    last_pos = pos[:, -1].repeat_interleave(n, 0)
+    last_pos = torch.cat([last_pos, last_pos[:1].expand(rows - R)])
+    feed = torch.full((rows,), engine.tok.pad_token_id, dtype=torch.long, device=ids.device)
+    return Inputs(cache, attn, last_pos, feed, width), logits
 
 
 def decode(engine, ids, mask, pos, n: int, sp, gen, u, opts: DecodeOpts) -> Decoded:
     """Decode one chunk (see the module docstring); ``u`` (R, T): each row's uniforms, or None."""
     T, P = sp.max_new_tokens, mask.shape[1]
     model, tok, dev = engine.model, engine.tok, ids.device
-    # a static cache's width is rounded up to a multiple of 64 positions, so that batches whose
-    # prompts differ a little in length share one compiled graph (extra positions stay masked)
-    full = -(-(P + T) // 64) * 64 if opts.static_cache else P + T
-    cache, logits = prefill(model, engine._cache_arg, ids, mask, pos, n, full, opts.static_cache)
-    R = len(logits)
-    attn = torch.zeros(R, full, dtype=mask.dtype, device=dev)  # (R, P+T) filled as tokens are fed
-    attn[:, :P] = mask.repeat_interleave(n, 0)
-    last_pos = pos[:, -1].repeat_interleave(n, 0)
-    st = Loop(R, T, tok.pad_token_id, dev, tuple(sp.stop))
+    b, logits = start(engine, ids, mask, pos, n, T, opts)
+    st = Loop(len(logits), T, tok.pad_token_id, dev, tuple(sp.stop))
     seqs = device_stop_seqs(tok, sp.stop, dev) if sp.stop else None
     # with a shared stream (a generator or torch's global RNG), which rows share the batch decides
     # every row's draw (torch.multinomial draws for the whole batch at once): the host looks
@@ -217,20 +266,19 @@ def decode(engine, ids, mask, pos, n: int, sp, gen, u, opts: DecodeOpts) -> Deco
         token = st.record(t, out, hidden, getattr(engine, "stop_ids", tok.eos_token_id))
         if seqs is not None:
             st.device_stops(t, seqs)
-        if t == T - 1:
+        if t == T - 1 or (t + 1 - st.checked) >= every:
             st.look(tok, t)
-            break
-        if (t + 1 - st.checked) >= every:
-            st.look(tok, t)
-            if not st.active.any():
+            if t == T - 1 or not st.going:
                 break
-            if not opts.static_cache and st.active.sum() < opts.compact_below * len(st.active):
-                keep = st.active.nonzero().squeeze(-1)  # drop finished rows from the batch
-                cache.batch_select_indices(keep)
-                st.alive, st.active, attn, last_pos = st.alive[keep], st.active[keep], attn[keep], last_pos[keep]
-                token = token[keep]
-        attn[:, P + t] = 1
-        last_pos = last_pos + 1
-        width = full if opts.static_cache else P + t + 1  # a static cache sees every position, masked
-        logits = step(token[:, None], attn[:, :width], last_pos[:, None], cache)
+            if not opts.static_cache and sum(st.host_active) < opts.compact_below * len(st.host_active):
+                keep = torch.tensor([i for i, going in enumerate(st.host_active) if going], device=dev)
+                b.cache.batch_select_indices(keep)  # drop finished rows from the batch
+                st.alive, st.active, b.attn = st.alive[keep], st.active[keep], b.attn[keep]
+                b.last_pos = b.last_pos[keep]
+                st.host_active, b.feed, token = [True] * len(keep), b.feed[keep], token[keep]
+        b.attn[:, P + t] = 1
+        b.last_pos = b.last_pos + 1
+        b.feed[:len(token)] = token
+        width = b.width if opts.static_cache else P + t + 1  # a static cache sees every position, masked
+        logits = step(b.feed[:, None], b.attn[:, :width], b.last_pos[:, None], b.cache)[:len(token)]
     return st.result()

@@ -14,6 +14,7 @@ import torch
 
 from .base import Rollouts, SamplingParams, concat_rollouts
 from .decode import DecodeOpts, Decoded, decode
+from .kvcache import StaticCaches
 from ..models.chat import PromptFormatter, stop_ids
 from ..seeds import stable_seed
 
@@ -38,7 +39,8 @@ class HFEngine:
 
     def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
                  check_every: int | None = None,
-                 static_cache: bool = False, compile: bool = False, formatter: PromptFormatter | None = None):
+                 static_cache: bool = False, compile: bool = False, compile_backend: str = "inductor",
+                 formatter: PromptFormatter | None = None):
         if compile and not static_cache:
             raise ValueError("HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
                              "CUDA graphs need the fixed shapes of a static KV cache")
@@ -50,11 +52,17 @@ class HFEngine:
         self.device = next(model.parameters()).device
         if check_every is None:  # on a CPU a host look costs no copy, and dropping rows at once is faster
             check_every = 1 if self.device.type == "cpu" else 8
-        self.opts = DecodeOpts(check_every, compact_below, static_cache, compile)
+        self.opts = DecodeOpts(check_every, compact_below, static_cache, compile, compile_backend)
         self._cache_arg = cache_kwarg(model)
         self._compiled = None
         self.formatter = formatter or PromptFormatter.build(tokenizer, model)
         self.stop_ids = torch.tensor(stop_ids(model, tokenizer), device=self.device)  # (k,) ids that end a row
+        # static KV caches kept between calls (reset in place): their memory stays held until free_caches()
+        self.caches = StaticCaches()
+
+    def free_caches(self) -> None:
+        """Drop the kept static caches (the next call allocates, and a compiled step records, anew)."""
+        self.caches.clear()
 
     @property
     def compact_below(self) -> float:
@@ -119,7 +127,12 @@ class HFEngine:
     def _step_fn(self, opts: DecodeOpts):
         """One decode forward: (rows, 1) tokens, mask, positions, cache -> (rows, V) logits. With
         ``compile``, torch.compile(mode="reduce-overhead") of it, built once per engine (CUDA graphs
-        replay it; the logits are cloned because a replay overwrites its outputs)."""
+        replay it; the logits are cloned because a replay overwrites its outputs). Under mixed
+        precision the decoder's own forward enters autocast (models.memory.install_autocast), inside
+        the traced region; on CUDA a TF32 output head (rollout.tf32_head) runs outside the graph,
+        one graph break. The graph is traced once per (row bucket, width): the static caches are
+        reused (rollout.kvcache), and dynamo's recompile limit (8 shapes by default) bounds how
+        many buckets one engine compiles."""
         def step(token, attn, pos, cache):
             out = self.model(input_ids=token, attention_mask=attn, position_ids=pos, use_cache=True,
                              **{self._cache_arg: cache})
@@ -127,7 +140,9 @@ class HFEngine:
         if not opts.compile:
             return step
         if self._compiled is None:
-            self._compiled = torch.compile(step, mode="reduce-overhead")
+            inductor = opts.compile_backend == "inductor"  # a mode is inductor's option alone
+            self._compiled = torch.compile(step, backend=opts.compile_backend,
+                                           mode="reduce-overhead" if inductor else None)
         return self._compiled
 
 

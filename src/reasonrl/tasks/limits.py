@@ -15,9 +15,8 @@ from typing import Any, Iterator
 
 from ..errors import UserError
 from ..models.chat import PromptFormatter, context_length, is_conversational, prompt_text
+from ..run_sections import PROMPT_OVERFLOW as OVERFLOW
 from .base import Item
-
-OVERFLOW = ("drop", "truncate_left")
 MAX_MISSES = 10_000  # prompts in a row that do not fit before a task counts as unusable (never spin)
 
 
