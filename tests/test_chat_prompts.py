@@ -49,6 +49,24 @@ def test_the_engine_feeds_the_ids_apply_chat_template_gives(chat):
     assert ids_of(ro, 0) == want and tok.decode(want).endswith("<think>\n\n</think>\n\n")
 
 
+def test_a_tokenizer_that_adds_its_own_bos_gets_one_bos():
+    # Llama 3's way: the tokenizer prepends a BOS when it encodes and the template writes one too;
+    # apply_chat_template encodes without specials, so the model sees one BOS, and so must the engine
+    from tokenizers import processors
+    from transformers import PreTrainedTokenizerFast
+
+    from chat_model import TEMPLATE
+
+    core = build_tokenizer().backend_tokenizer
+    core.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
+                                  pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tok.chat_template = "{{ bos_token }}" + TEMPLATE
+    assert tok("x")["input_ids"][0] == 0 != tok("x", add_special_tokens=False)["input_ids"][0]
+    ids = tok(PromptFormatter.build(tok, None, "chat").render(Q))["input_ids"]
+    assert ids == tok.apply_chat_template(Q, add_generation_prompt=True)["input_ids"] and ids[:2] == [0, 1]
+
+
 def test_generation_stops_at_the_chat_end_id(chat):
     model, tok = chat
     end = tok.convert_tokens_to_ids("<|im_end|>")

@@ -183,7 +183,7 @@ class PromptFormatter:
             raise UserError(f"the chat template failed with prompt.chat_template_kwargs={dict(self.template_kwargs)}: "
                             f"{type(err).__name__}: {err}") from err
         bare, with_specials = (self.tok("x", add_special_tokens=s)["input_ids"] for s in (False, True))
-        if with_specials[len(with_specials) - len(bare):] != bare:  # the tokenizer appends (an EOS): a rendered prompt would end early
+        if with_specials[len(with_specials) - len(bare):] != bare:  # it appends (an EOS): a prompt would end early
             raise UserError(f"the tokenizer appends {with_specials[-1]} to every text, so a templated prompt cannot "
                             "be encoded as apply_chat_template does; use prompt.format=plain")
         added = "".join(self.tok.convert_ids_to_tokens(with_specials[:len(with_specials) - len(bare)]))
