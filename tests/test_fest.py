@@ -194,7 +194,7 @@ def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     batch = SimpleNamespace(loss_mask=torch.ones(4, 3))  # anchors: rows 0, 1, 2
     data = Channel(values={"pairs": pairs})
     part = FEST(beta=0.2)
-    loss, m = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(4), model=model, data=data))
+    loss, m = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(4), model=model, data=data, n_seqs=4))
     eos = [tok.eos_token_id]
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"] + eos  # noqa: E731
     lc = [_seq_logp(model, tok, "1+2=?\n", enc("1+2=3\nA:3"))] * 2 + [_seq_logp(model, tok, "4+4=?\n", enc("A:8"))]
@@ -210,8 +210,8 @@ def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     model.zero_grad(set_to_none=True)
     # micro-batches {0, 3} and {1, 2}: pairs 0 and (1, 2) computed once each, the parts add up to the whole
-    a, ma = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([0, 3]), model=model, data=data))
-    b, mb = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([1, 2]), model=model, data=data))
+    a, ma = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([0, 3]), model=model, data=data, n_seqs=4))
+    b, mb = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([1, 2]), model=model, data=data, n_seqs=4))
     assert (a + b).item() == pytest.approx(loss.item(), rel=1e-5)
     assert ma["fest/accuracy_term"] + mb["fest/accuracy_term"] == pytest.approx(m["fest/accuracy_term"])
     # a batch without FEST's data (or no pair) adds nothing
@@ -226,7 +226,7 @@ def test_sft_loss_term_is_the_weighted_token_mean_nll(tiny):
     pairs = FestPairs(chosen=chosen, alpha=torch.tensor([1.0, 0.25]), demo=torch.arange(2))
     batch = SimpleNamespace(loss_mask=torch.ones(2, 1))
     loss, m = FEST(sup_loss="sft").loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(2), model=model,
-                                                          data=Channel(values={"pairs": pairs})))
+                                                          data=Channel(values={"pairs": pairs}), n_seqs=2))
     eos = [tok.eos_token_id]
     n0 = len(tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"]) + 1
     nll0 = -_seq_logp(model, tok, "1+2=?\n", tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"] + eos) / n0

@@ -89,7 +89,7 @@ def test_ssopd_term_matches_the_hand_formula(tiny):
     model, tok = tiny
     b, part, temp = make_batch(tok), SSOPD(coef=0.5), 0.8
     loss, m = part.loss_term(loss_context(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                             temperature=temp))
+                             temperature=temp, n_seqs=12))
     kls = [expected_pair_kl(model, tok, part.template.format(prompt=PROMPTS[w], solution=COMPLETIONS[c]),
                             PROMPTS[w], COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
     # lambda (1/N_x) sum_x w(x) D(x) = 0.5 * (1/3) * (8/9) * (D_0 + D_1)
@@ -104,7 +104,7 @@ def test_ssopd_term_matches_the_hand_formula(tiny):
 def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
     model, tok = tiny
     b, part = make_batch(tok), SSOPD()
-    kw = dict(batch=b, model=model, tok=tok, temperature=1.0)
+    kw = dict(batch=b, model=model, tok=tok, temperature=1.0, n_seqs=12)  # one minibatch: the whole batch
     whole, mw = part.loss_term(loss_context(logp=torch.zeros(1, 1), rows=torch.arange(12), **kw))
     model.zero_grad()
     whole.backward()
@@ -134,7 +134,7 @@ def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     assert teacher.shape == student.shape == (1, 3, student.shape[-1]) and mask.tolist() == [[1.0, 1.0, 1.0]]
     # the capped term is the hand formula on w*'s first 3 tokens ("2+3")
     loss, _ = SSOPD(max_prefix_tokens=3).loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
-                                                   model=model, tok=tok, temperature=1.0))
+                                                   model=model, tok=tok, temperature=1.0, n_seqs=12))
     ctx = SSOPD().template.format(prompt=PROMPTS[2], solution=COMPLETIONS[0])
     kl = expected_pair_kl(model, tok, ctx, PROMPTS[2], "2+3", 1.0)
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)

@@ -163,7 +163,8 @@ class Trainer:
             ctx = LossContext(logp=logp, entropy=ent, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
                               temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
                               train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
-                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key))
+                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key),
+                              reference=None if self.ref is None else self.ref.scoring)
             a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
