@@ -335,12 +335,11 @@ def test_fest_trains_end_to_end(tiny_dir, tmp_path):
     for r in rows:  # one incorrect rollout per demo with one, none for an all-correct demo
         assert r["fest/pairs"] == 2 - r["fest/demos_all_correct"]
         assert 0 <= r["fest/demo_accuracy"] <= 1
-    for r in acted:
-        assert r["fest/sup_term"] == pytest.approx(r["fest/alpha"] * r["fest/dpo_loss_term"], rel=1e-4)
-        assert 0 <= r["fest/accuracy_term"] <= 1
-    if rows[0]["fest/pairs"]:  # step 1: the policy is the initial model, so every margin is 0 and DPO = log 2
+    if rows[0]["fest/pairs"]:  # step 1: the policy is the initial model, so every margin is 0 and DPO = log 2;
+        # alpha = 1 on the first pass and one minibatch: the term is (1/P) sum_j 1 * log 2 = log 2
         assert rows[0]["fest/margin_term"] == pytest.approx(0.0, abs=1e-5)
         assert rows[0]["fest/dpo_loss_term"] == pytest.approx(math.log(2), abs=1e-5)
+        assert rows[0]["fest/sup_term"] == pytest.approx(math.log(2), abs=1e-5)
 
 
 @pytest.mark.slow
@@ -348,5 +347,4 @@ def test_fest_sft_switch_end_to_end(tiny_dir, tmp_path):
     rows = _run(tiny_dir, tmp_path, sup_loss="sft")
     for r in rows:  # every demonstration is a term; no rollouts of the demo prompts, no DPO metrics
         assert r["fest/pairs"] == 2 and "fest/demo_accuracy" not in r and "fest/dpo_loss_term" not in r
-        assert r["fest/sft_nll_term"] > 0
-        assert r["fest/sup_term"] == pytest.approx(r["fest/alpha"] * r["fest/sft_nll_term"], rel=1e-4)
+        assert r["fest/sft_nll_term"] > 0  # the values by hand: the SFT unit test above

@@ -186,7 +186,7 @@ def test_egrsd_token_advantages_by_hand():
     assert asked["contexts"][0].startswith(item.prompt + "Reference solution: " + item.demo)
     # metrics over the 3 real scored tokens: gates (0.645878, 1, 0.221802), magnitudes (1, 0, 1.5)
     assert m["egrsd/rows"] == 2.0 and m["egrsd/gate_mean"] == pytest.approx((0.645878 + 1 + 0.221802) / 3, abs=1e-6)
-    assert m["egrsd/magnitude_mean"] == pytest.approx(2.5 / 3) and 0.1 < m["egrsd/gate_mean"] <= 1.0
+    assert m["egrsd/magnitude_mean"] == pytest.approx(2.5 / 3)
 
 
 def test_egrsd_alpha_and_the_lookahead():
@@ -229,7 +229,7 @@ def test_ssopd_trains_end_to_end(tiny_dir, tmp_path):
     assert acted, [r["accuracy"] for r in rows]
     for r in acted:
         assert r["distill/ssopd_term"] > 0 and r["distill/divergence_term"] > 0 and r["distill/tokens_term"] >= 1
-        assert 0 < r["distill/frontier_weight"] <= 1
+        assert r["distill/frontier_weight"] > 0  # a pair needs a mixed group, whose weight 4p(1-p) is > 0
     assert not any(k.startswith("egrsd/") for r in rows for k in r)
 
 
@@ -241,8 +241,7 @@ def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
     acted = [r for r in rows if r["egrsd/rows"] > 0]
     assert acted, [r["accuracy"] for r in rows]
     for r in acted:
-        assert 0.1 < r["egrsd/gate_mean"] <= 1.0 and 0 <= r["egrsd/floor_frac"] <= 1 and r["egrsd/magnitude_mean"] >= 0
-        assert r["egrsd/tokens"] >= 1
+        assert r["egrsd/tokens"] >= 1  # the weights' values with the real teacher: tests/test_egrsd_teacher.py
     assert any(r["egrsd/lookahead_frac"] > 0 for r in acted) == (lookahead > 0)
     assert not any(k.startswith("distill/") for r in rows for k in r)
 
