@@ -386,3 +386,30 @@ def test_e_and_m_step_values_by_hand():
     assert m["vpd/m_loss_term"] == pytest.approx(mstep, rel=1e-4)
     assert abs(mstep - swapped) > 1e-3 * mstep  # the teacher's prompt matters, so a swap is seen
     assert float(loss.detach()) == pytest.approx(pg + 0.5 * kl + mstep, rel=1e-4)
+
+
+def test_teacher_warm_start_trains_the_teacher_adapter_alone_on_feedback_prompts():
+    # vpd.warm_steps (issue #26): the teacher reads (prompt, wrong attempt, its critique, prompt) and learns the
+    # demonstration; the student's adapter and the base stay as they were, so the student starts where GRPO does
+    from reasonrl.parts.vpd_warm import feedback_items
+
+    items = feedback_items(TASK, ITEMS, VPD().template, "critique", wrong_rate=1.0, seed=0)
+    for it, src in zip(items, ITEMS):
+        head, attempt_and_rest = it.prompt.split("Previous attempt:\n")
+        attempt, rest = attempt_and_rest.split("\nFeedback: ")
+        assert head == src.prompt and it.prompt.endswith("\n" + src.prompt) and it.demo == src.demo
+        assert attempt != src.demo and not TASK.verify(attempt, src.answer, src.meta)  # a wrong attempt
+        assert rest.split("\n")[0] == critique_feedback(TASK, src, attempt, False)
+    model, tok = _peft_tiny()
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    part = VPD(warm_steps=2, warm_batch=2)
+    assert part.setup_model(ModelSetup(model, Lora(r=2, alpha=4.0), 0, TASK, tok)) is model  # already has the teacher
+    from reasonrl.parts.vpd_warm import warm_teacher
+    m = warm_teacher(model, tok, TASK, TEACHER, template=part.template, feedback=part.feedback, steps=2, batch_size=2,
+                     lr=1e-2, wrong_rate=0.8, seed=0)
+    assert set(m) == {"vpd/warm_loss_first", "vpd/warm_loss_last"}
+    moved = {k for k, p in model.named_parameters() if not torch.equal(p.detach(), before[k])}
+    assert moved and all(f".{TEACHER}." in k for k in moved)  # the teacher's A and B only
+    assert all(p.requires_grad for k, p in model.named_parameters() if "lora_" in k)  # both adapters train after it
+    with pytest.raises(UserError, match="warm_steps"):
+        check_part(VPD(warm_steps=-1))

@@ -125,10 +125,13 @@ class TaskSetup:
 
 @dataclass(frozen=True)
 class ModelSetup:
-    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed."""
+    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed; the run's
+    task (as the parts present it) and tokenizer, for a part that warm-starts the modules it adds."""
     model: Any
     lora: Any
     seed: int
+    task: Any = None
+    tokenizer: Any = None
 
 
 @dataclass(frozen=True)
