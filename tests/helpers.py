@@ -41,14 +41,15 @@ def round_context(batch, *, task, sample=None, reward=None, state=None, seed=0, 
 
 def loss_context(*, logp, batch, rows, mask=None, entropy=None, model=None, tok=None, temperature=1.0,
                  extra_logp=None, train_step=1, agg="seq-mean-token-mean", norm_len=1, n_tokens=1.0, n_seqs=1,
-                 data=None, state=None, kind=-1):
-    """A LossContext for a part's ``loss_term`` in a test."""
+                 data=None, state=None, kind=-1, reference=None):
+    """A LossContext for a part's ``loss_term`` in a test. ``n_seqs`` is the minibatch's trained-row count:
+    give the batch's own (rows with a loss token) for a minibatch that is the whole batch."""
     from reasonrl.parts.protocol import Channel, LossContext
 
     return LossContext(logp=logp, entropy=entropy, mask=mask, rows=rows, batch=batch, model=model, tok=tok,
                        temperature=temperature, extra_logp=extra_logp, train_step=train_step, agg=agg, norm_len=norm_len,
                        n_tokens=n_tokens, n_seqs=n_seqs, data=Channel() if data is None else data,
-                       state={} if state is None else state, kind=kind)
+                       state={} if state is None else state, kind=kind, reference=reference)
 
 
 def batch_context(**fields):

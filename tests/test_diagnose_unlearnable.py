@@ -55,7 +55,10 @@ def _rollouts(tok, prompt: str, completions: list[str]) -> Rollouts:
 
 def test_spec_tiny_model_ratio_gradient_equals_minus_a_grad_mean_logp():
     # the per-rollout gradient via exp(lp - sg lp) must equal -A * grad mean_t lp, row by row, and
-    # mean_rollout_gradient is their mean; B is set non-zero so that the A matrices get gradient too
+    # mean_rollout_gradient is their mean; B is set non-zero so that the A matrices get gradient too.
+    # lp is the log-softmax of the RAW logits by default (the source's gradient pass; issue #26): the
+    # reference below reads model(...).logits directly, not through the scoring helper. Checked by
+    # making the default temperature 0.7 again: the default-temperature assertion fails.
     model, tok = build_tiny("tiny", seed=0)
     model = with_lora(model)
     with torch.no_grad():
@@ -65,18 +68,50 @@ def test_spec_tiny_model_ratio_gradient_equals_minus_a_grad_mean_logp():
     names = gradient_names(model)
     ro = _rollouts(tok, "12+34=?\n", ["46\nA: 46", "4 A: 47 x"])
     adv = torch.tensor([1.5, 0.5])
-    got = mean_rollout_gradient(model, names, ro, adv, temperature=0.7)
     params = dict(model.named_parameters())
-    from reasonrl.models.scoring import score_completions
-    want = torch.zeros_like(got)
-    for i in range(2):
-        lp, _ = score_completions(model, ro.prompt_ids[i:i + 1], ro.prompt_mask[i:i + 1], ro.completion_ids[i:i + 1],
-                                  ro.completion_mask[i:i + 1], temperature=0.7, entropies=False)
-        m = ro.completion_mask[i:i + 1].float()
-        g = torch.autograd.grad(-adv[i] * (lp * m).sum() / m.sum(), [params[n] for n in names])
-        want += torch.cat([x.reshape(-1) for x in g]) / 2
-    assert want.abs().max() > 0 and torch.allclose(got, want, rtol=1e-4, atol=1e-7)
+
+    def want(temperature: float) -> torch.Tensor:
+        out = 0
+        for i in range(2):
+            n = int(ro.completion_mask[i].sum())
+            ids = torch.cat([ro.prompt_ids[i], ro.completion_ids[i, :n]])[None]  # (1, P + n) no padding
+            logits = model(input_ids=ids).logits[0, -n - 1:-1] / temperature  # (n, V) predicting the completion
+            lp = logits.log_softmax(-1).gather(-1, ids[0, -n:, None]).squeeze(-1)  # (n,)
+            g = torch.autograd.grad(-adv[i] * lp.mean(), [params[k] for k in names])
+            out = out + torch.cat([x.reshape(-1) for x in g]) / 2
+        return out
+    raw, tempered = want(1.0), want(0.7)
+    got = mean_rollout_gradient(model, names, ro, adv)  # the default: raw logits
+    assert raw.abs().max() > 0 and torch.allclose(got, raw, rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(got, tempered, rtol=1e-2, atol=1e-6)  # 1/0.7 is not a no-op
+    assert torch.allclose(mean_rollout_gradient(model, names, ro, adv, temperature=0.7), tempered, rtol=1e-4, atol=1e-7)
     assert any("lora_A" in n for n in names) and all("mlp" not in n and "base_layer" not in n for n in names)
+
+
+def test_prompt_gradients_sample_at_the_sampling_temperature_and_score_raw_logits(monkeypatch):
+    # the rollouts are sampled at T = 0.7, their gradient pass uses T = 1 unless grad_temperature is given
+    from reasonrl.diagnostics import gradients
+    from reasonrl.tasks import Item
+
+    tok = build_tiny("tiny", seed=0)[1]
+    seen = {"sampled": [], "scored": []}
+
+    class Engine:
+        def __init__(self, model, tok_):
+            pass
+
+        def generate(self, prompts, n, sp, seeds):
+            seen["sampled"].append(sp.temperature)
+            return _rollouts(tok, prompts[0], ["5\nA:5", "4\nA:4"])
+
+    monkeypatch.setattr(gradients, "HFEngine", Engine)
+    monkeypatch.setattr(gradients, "mean_rollout_gradient",
+                        lambda model, names, ro, adv, t: seen["scored"].append(t) or torch.zeros(1))
+    item = Item(key="2+3", prompt="2+3=?\n", answer="5", meta={})
+    model = torch.nn.Linear(1, 1)
+    gradients.prompt_gradients(model, tok, get_task("arithmetic"), [item], rollouts=2)
+    gradients.prompt_gradients(model, tok, get_task("arithmetic"), [item], rollouts=2, grad_temperature=0.7)
+    assert seen == {"sampled": [0.7, 0.7], "scored": [1.0, 0.7]}
 
 
 # ---------------------------------------------------------------- own hand-computed tests

@@ -127,9 +127,11 @@ def test_drafts_part_wraps_with_a_tokenizer_cap_and_reports_the_batch_drafts(tmp
 def test_config_keys_and_their_checks(tmp_path):
     recipe = get_recipe("drafts")
     assert recipe.drafts == Drafts() and recipe.advantage.estimator == "dr_grpo"
-    assert problems(TrainConfig(), recipe) == []  # the file is needed when the task is built (DraftTask)
-    with pytest.raises(UserError, match="need a drafts file"):
-        recipe.wrap_task(TASK)
+    assert problems(TrainConfig(), recipe) == []
+    # without drafts.file the built-in drafter's drafts (made in memory): `reasonrl train --recipe drafts` runs alone
+    first = next(recipe.wrap_task(TASK).iter_items("train", 0))
+    info = first.meta["draft"]
+    assert info["mode"] == "mismatched_wrong" and info["source"] != first.key and info["correct"] is False
     bad = apply_overrides(recipe, {"drafts": {"file": "f.jsonl", "max_prompt_tokens": 0, "seed": -1}})
     found = problems(TrainConfig(), bad)
     assert any("'drafts.max_prompt_tokens' = 0" in p for p in found) and any("'drafts.seed' = -1" in p for p in found)
@@ -204,3 +206,24 @@ def test_drafts_recipe_trains_end_to_end(fresh_tiny_dir, tmp_path):
     train_run(dataclasses.replace(cfg, out=str(tmp_path / "none"), steps=1, final_eval_problems=0), none)
     row = _metrics(tmp_path / "none")[0]
     assert row["drafts/with_draft_frac"] == 0.0 and row["drafts/mismatched_frac"] == 0.0
+
+
+def test_builtin_drafter_by_hand():
+    # the first train problem of the universe stream is 55+187 (demo "5+7+0=12,5+8+1=14,0+1+1=2\nA:242");
+    # each draft changes digits of its steps one at a time until the verifier rejects it, so every
+    # draft differs from the demo, keeps its format (the step shapes and an "A:" line) and is wrong
+    # unless 8 changes all left the answer right
+    from reasonrl.data.drafter import MAX_EDITS, builtin_drafts, draft_table
+
+    drafts = builtin_drafts(TASK, n_problems=3, samples=2, seed=0)
+    assert [d.key for d in drafts][:2] == ["55+187", "55+187"] and len(drafts) == 6
+    demo = next(TASK.iter_items("train", 0)).demo
+    for d in drafts[:2]:
+        assert d.text != demo and len(d.text) == len(demo) and d.text.count(",") == 2 and "\nA:" in d.text
+        changed = sum(a != b for a, b in zip(d.text, demo))
+        assert 1 <= changed <= MAX_EDITS
+        assert d.correct is (d.text.split("A:")[1] == "242") and d.correct is False
+    assert builtin_drafts(TASK, n_problems=3, samples=2, seed=0) == drafts  # the same on every call
+    assert builtin_drafts(TASK, n_problems=3, samples=2, seed=1) != drafts
+    table = draft_table(drafts)
+    assert list(table) == [d.key for d in drafts][::2] and [e.row for e in table["55+187"]] == [1, 2]

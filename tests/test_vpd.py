@@ -232,8 +232,9 @@ def test_vpd_trains_three_steps_end_to_end(tiny_dir, tmp_path):
     for r in rows:
         assert r["vpd/beta"] == pytest.approx(beta) and r["vpd/feedback_count"] == 2.0  # one feedback per prompt
         assert 0 <= r["vpd/feedback_on_wrong"] <= 2 and 0.0 <= r["vpd/teacher_accuracy"] <= 1.0
-        assert r["vpd/e_kl_term"] >= 0 and r["vpd/m_loss_term"] >= 0 and r["vpd/e_loss_term"] == pytest.approx(
-            r["vpd/e_pg_term"] + beta * r["vpd/e_kl_term"], abs=1e-5)  # E-step = GRPO + beta KL
+        # the teacher reads the feedback prompt, the student the plain one: they differ from step 1 on
+        # (the values themselves: test_e_and_m_step_values_by_hand)
+        assert r["vpd/e_kl_term"] > 0 and r["vpd/m_loss_term"] > 0
         assert r["update/rows_skipped_frac"] == 0.5  # the teacher's rows never reach the student's loss
         beta = r["vpd/beta_next"]
         assert beta in (r["vpd/beta"] * 2, r["vpd/beta"] / 2, r["vpd/beta"]) or beta in (0.001, 10.0)
@@ -339,3 +340,76 @@ def test_checkpoint_loading_reads_every_adapter_and_names_a_missing_one(tmp_path
     _load_adapter(tmp_path / "one", apply_lora(build_tiny("tiny")[0], Lora(r=2, alpha=4.0), seed=3))
     with pytest.raises(RuntimeError, match="adapter 'teacher'"):
         _load_adapter(tmp_path / "one", b)
+
+
+def _hand_logp(model, adapter, prompt_ids, comp_ids):
+    """(n, V) log-softmax of ``adapter``'s logits predicting ``comp_ids`` after ``prompt_ids`` (one unpadded forward)."""
+    ids = torch.tensor([list(prompt_ids) + list(comp_ids)])
+    with torch.no_grad(), use_adapter(model, adapter):
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1]
+    return logits.log_softmax(-1)
+
+
+def test_e_and_m_step_values_by_hand():
+    # E-step on teacher rows 4-7 (prompt [8, 9]): PPO-clip 0.2 on the teacher's log-probs against the
+    # behaviour -2, plus beta 0.5 x the exact KL(teacher(.|[8, 9]) || student(.|[3, 4])) on the teacher's tokens;
+    # M-step on student rows 0-3: reverse KL(student(.|[3, 4]) || teacher(.|[8, 9])) on the STUDENT's tokens,
+    # the teacher reading its feedback prompt. Each is a sum of row token-means / n_seqs = 4. Checked to fail
+    # with the M-step's teacher scored under the student's prompt (ro.prompt_ids[s_rows] in VPD.m_step).
+    model, _ = _peft_tiny()
+    with torch.no_grad():  # adapters that differ, so the teacher is not the student
+        for k, p in model.named_parameters():
+            if "lora_B" in k:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
+    b = _loss_batch()
+    loss, m = VPD().loss_term(loss_context(logp=torch.zeros(4, 4), batch=b, rows=torch.arange(4), model=model,
+                                           temperature=1.0, n_seqs=4, kind=1, data=Channel(values={"beta": 0.5})))
+    student_prompt, teacher_prompt_ids = [3, 4], [8, 9]
+    pg, kl, mstep, swapped = 0.0, 0.0, 0.0, 0.0
+    for s, t in zip(range(4), range(4, 8)):
+        n_t, n_s = int(b.ro.completion_mask[t].sum()), int(b.ro.completion_mask[s].sum())
+        y_t, y_s = b.ro.completion_ids[t, :n_t].tolist(), b.ro.completion_ids[s, :n_s].tolist()
+        q = _hand_logp(model, TEACHER, teacher_prompt_ids, y_t)
+        pi = _hand_logp(model, "default", student_prompt, y_t)
+        ratio = torch.exp(q[torch.arange(n_t), y_t] + 2.0)
+        a = float(b.advantages[t])
+        surrogate = torch.minimum(ratio * a, ratio.clamp(0.8, 1.2) * a)
+        pg += -float(surrogate.mean()) / 4
+        kl += float((q.exp() * (q - pi)).sum(-1).mean()) / 4
+        ps = _hand_logp(model, "default", student_prompt, y_s)
+        qs = _hand_logp(model, TEACHER, teacher_prompt_ids, y_s)
+        mstep += float((ps.exp() * (ps - qs)).sum(-1).mean()) / 4
+        qw = _hand_logp(model, TEACHER, student_prompt, y_s)  # the swap: the teacher without its feedback prompt
+        swapped += float((ps.exp() * (ps - qw)).sum(-1).mean()) / 4
+    assert m["vpd/e_pg_term"] == pytest.approx(pg, rel=1e-4, abs=1e-6)
+    assert m["vpd/e_kl_term"] == pytest.approx(kl, rel=1e-4) and kl > 1e-4
+    assert m["vpd/m_loss_term"] == pytest.approx(mstep, rel=1e-4)
+    assert abs(mstep - swapped) > 1e-3 * mstep  # the teacher's prompt matters, so a swap is seen
+    assert float(loss.detach()) == pytest.approx(pg + 0.5 * kl + mstep, rel=1e-4)
+
+
+def test_teacher_warm_start_trains_the_teacher_adapter_alone_on_feedback_prompts():
+    # vpd.warm_steps (issue #26): the teacher reads (prompt, wrong attempt, its critique, prompt) and learns the
+    # demonstration; the student's adapter and the base stay as they were, so the student starts where GRPO does
+    from reasonrl.parts.vpd_warm import feedback_items
+
+    items = feedback_items(TASK, ITEMS, VPD().template, "critique", wrong_rate=1.0, seed=0)
+    for it, src in zip(items, ITEMS):
+        head, attempt_and_rest = it.prompt.split("Previous attempt:\n")
+        attempt, rest = attempt_and_rest.split("\nFeedback: ")
+        assert head == src.prompt and it.prompt.endswith("\n" + src.prompt) and it.demo == src.demo
+        assert attempt != src.demo and not TASK.verify(attempt, src.answer, src.meta)  # a wrong attempt
+        assert rest.split("\n")[0] == critique_feedback(TASK, src, attempt, False)
+    model, tok = _peft_tiny()
+    before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    part = VPD(warm_steps=2, warm_batch=2)
+    assert part.setup_model(ModelSetup(model, Lora(r=2, alpha=4.0), 0, TASK, tok)) is model  # already has the teacher
+    from reasonrl.parts.vpd_warm import warm_teacher
+    m = warm_teacher(model, tok, TASK, TEACHER, template=part.template, feedback=part.feedback, steps=2, batch_size=2,
+                     lr=1e-2, wrong_rate=0.8, seed=0)
+    assert set(m) == {"vpd/warm_loss_first", "vpd/warm_loss_last"}
+    moved = {k for k, p in model.named_parameters() if not torch.equal(p.detach(), before[k])}
+    assert moved and all(f".{TEACHER}." in k for k in moved)  # the teacher's A and B only
+    assert all(p.requires_grad for k, p in model.named_parameters() if "lora_" in k)  # both adapters train after it
+    with pytest.raises(UserError, match="warm_steps"):
+        check_part(VPD(warm_steps=-1))

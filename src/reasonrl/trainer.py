@@ -51,7 +51,7 @@ class Trainer:
                  log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
         for _, setup in recipe.calls("setup_model"):  # parts that add trainable modules (a second adapter) first
-            model = setup(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed))
+            model = setup(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed, task=task, tokenizer=tokenizer))
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
@@ -170,7 +170,7 @@ class Trainer:
                               temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
                               train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
                               state=self.batches.parts.state(key), kind=self.batches.kind_of(key),
-                              formatter=self.formatter)
+                              formatter=self.formatter, reference=None if self.ref is None else self.ref.scoring)
             a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics

@@ -24,6 +24,8 @@ def unlearnable_cmd(
     max_correct: int = typer.Option(20, help="Correct rollouts averaged per prompt, at most (a seeded random pick)."),
     per_class: int = typer.Option(100, help="Prompts drawn per block (easy, learnable, unlearnable) for the heatmap."),
     temperature: float = typer.Option(0.7, help="Sampling temperature of the rollouts."),
+    grad_temperature: float = typer.Option(1.0, help="Temperature of the log-probs in the gradients (1: raw logits, "
+                                                     "as the source's gradient pass)."),
     tau: float = typer.Option(0.1, help="pass@1 threshold of the classes."),
     seed: int = typer.Option(0, help="Seed of the drawn prompts, the rollouts and the pick of correct ones."),
 ) -> None:
@@ -35,6 +37,7 @@ def unlearnable_cmd(
     if not dirs:
         raise UserError("--runs: give run folders, comma-separated")
     cfg = DiagnoseConfig(rollouts=rollouts, max_correct=max_correct, per_class=per_class, temperature=temperature,
+                         grad_temperature=grad_temperature,
                          tau=tau, seed=seed)
     quiet_transformers()
     with progress() as bar:

@@ -24,7 +24,8 @@ drafts_app = typer.Typer(help="Drafts for the `drafts` recipe: make them with a 
 
 @drafts_app.command("make")
 def make_cmd(
-    model: str = typer.Option(..., help="The drafter: an HF model directory (e.g. a tiny warm start)."),
+    model: str = typer.Option("builtin", help="The drafter: an HF model directory (e.g. a tiny warm start), or "
+                                              "builtin: the task's demonstrations with one digit changed, no model."),
     out: Path = typer.Option(Path("drafts.jsonl"), help="The drafts JSONL to write."),
     task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
     task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
@@ -35,7 +36,7 @@ def make_cmd(
     seed: int = typer.Option(0, help="Seed of the drafts' sampling."),
 ) -> None:
     """Sample drafts for the train problems and judge each with the task's verifier."""
-    from ..data.drafter import draft_lines, drafter_summary, make_drafts
+    from ..data.drafter import BUILTIN, builtin_drafts, draft_lines, drafter_summary, make_drafts
     from ..models import load_model
     from ..tasks import get_task
 
@@ -43,11 +44,14 @@ def make_cmd(
         raise UserError(f"drafts make: need --problems >= 2 (a derangement needs two), --samples >= 1, "
                         f"--temperature >= 0 and 0 < --top-p <= 1; got {problems}, {samples}, {temperature}, {top_p}")
     the_task = get_task(task, **parse_options(task_opt))
-    quiet_transformers()
-    mdl, tok = load_model(model)
-    with progress() as bar:
-        bar.add_task(f"drafting {problems} problems x {samples}", total=None, info="")
-        drafts = make_drafts(mdl, tok, the_task, problems, samples, temperature, top_p, seed=seed)
+    if model == BUILTIN:
+        drafts = builtin_drafts(the_task, problems, samples, seed=seed)
+    else:
+        quiet_transformers()
+        mdl, tok = load_model(model)
+        with progress() as bar:
+            bar.add_task(f"drafting {problems} problems x {samples}", total=None, info="")
+            drafts = make_drafts(mdl, tok, the_task, problems, samples, temperature, top_p, seed=seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(draft_lines(drafts), encoding="utf-8")
     summary = drafter_summary(drafts)

@@ -66,10 +66,11 @@ def _as_draft(task: Any, item: Item, e: DraftEntry) -> Draft:
 
 class DraftTask:
     """``task`` with drafts in its train prompts (``mode``, one of :data:`~reasonrl.data.drafts.MODES`)
-    and the ``N/A`` template at evaluation. ``drafts``: a JSONL path (:mod:`.draft_files`) or None
-    (``no_draft`` only). ``modes`` (warm starts): several modes, one per problem by a seeded hash."""
+    and the ``N/A`` template at evaluation. ``drafts``: a JSONL path (:mod:`.draft_files`), its rows
+    by key (what ``load_drafts`` returns: the built-in drafter's), or None (``no_draft`` only).
+    ``modes`` (warm starts): several modes, one per problem by a seeded hash."""
 
-    def __init__(self, task: Any, drafts: str | Path | None, mode: str = "mismatched_wrong", *, seed: int = 0,
+    def __init__(self, task: Any, drafts: str | Path | dict | None, mode: str = "mismatched_wrong", *, seed: int = 0,
                  max_prompt_tokens: int | None = MAX_PROMPT_TOKENS, template: str = TEMPLATE,
                  encode: Callable[[str], Sequence[int]] = list, decode: Callable[[Sequence[int]], str] = "".join,
                  modes: tuple[str, ...] | None = None):
@@ -82,8 +83,8 @@ class DraftTask:
         self.task, self.name, self.modes, self.seed, self.template = task, task.name, modes, seed, template
         self.rows: list[Item] | None = None
         if drafts is not None:
-            table = load_drafts(drafts)
-            universe = find_universe(task, list(table), str(drafts))
+            table = drafts if isinstance(drafts, dict) else load_drafts(drafts)
+            universe = find_universe(task, list(table), "(built-in drafts)" if isinstance(drafts, dict) else str(drafts))
             problems, keys = [problem_text(it) for it in universe], [it.key for it in universe]
             lists = [[_as_draft(task, it, e) for e in table[k]] for it, k in zip(universe, table)]
             built = {m: build_draft_dataset(problems, lists, m, seed=seed, max_tokens=max_prompt_tokens, encode=encode,

@@ -14,7 +14,7 @@ from ..rewards.answers import extract_last_number, normalize_number
 from ..rollout import HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, is_correct, take_items
-from .draft_files import draft_line
+from .draft_files import DraftEntry, draft_line
 from .draft_task import UNIVERSE_SEED
 
 
@@ -50,6 +50,54 @@ def make_drafts(model, tokenizer, task: Any, n_problems: int, samples: int, temp
     return out
 
 
+BUILTIN = "builtin"  # `drafts make --model builtin`, and the drafts recipe without drafts.file
+BUILTIN_PROBLEMS, BUILTIN_SAMPLES = 512, 4  # `drafts make`'s defaults
+MAX_EDITS = 8  # digit changes of a built-in draft at most
+
+
+def builtin_drafts(task: Any, n_problems: int = BUILTIN_PROBLEMS, samples: int = BUILTIN_SAMPLES,
+                   seed: int = 0) -> list[DraftSample]:
+    """The built-in weak drafter, no model: each draft is the problem's own demonstration with digits
+    of its steps changed one at a time (:func:`reasonrl.tasks.guidance.corrupt_digit`, seeded by the
+    problem's key and the sample) until the verifier rejects it, at most ``MAX_EDITS`` changes (a
+    change inside the working alone leaves the answer right); judged by the verifier as a model's
+    draft is. It stands in for the spec's small math model (9 (b) 1) where none is at hand: a
+    formatted, wrong draft that is instant and the same on every machine. [inferred here]"""
+    import random
+
+    items: list[Item] = take_items(task, "train", n_problems, seed=UNIVERSE_SEED)
+    out = []
+    for it in items:
+        if not it.demo:
+            raise ValueError(f"the built-in drafter needs the task's demonstrations; item {it.key!r} has none")
+        for j in range(samples):
+            text, correct = wrong_version(task, it, random.Random(stable_seed(seed, "builtin-draft", it.key, j)))
+            out.append(DraftSample(it.key, text, correct, correct or quasi_correct(text, it.answer)))
+    return out
+
+
+def wrong_version(task: Any, item: Item, rng: Any) -> tuple[str, bool]:
+    """``item``'s demonstration with digits of its steps changed one at a time until the verifier
+    rejects it (at most ``MAX_EDITS`` changes), and whether it is still correct."""
+    from ..tasks import guidance
+
+    text, correct = item.demo, True
+    for _ in range(MAX_EDITS):
+        text = guidance.corrupt_digit(task, text, rng)
+        correct = is_correct(task.verify(text, item.answer, item.meta))
+        if not correct:
+            break
+    return text, correct
+
+
+def draft_table(drafts: list[DraftSample]) -> dict[str, list[DraftEntry]]:
+    """Drafts as :func:`reasonrl.data.draft_files.load_drafts` returns a file's rows (by key, in order)."""
+    out: dict[str, list[DraftEntry]] = {}
+    for n, d in enumerate(drafts, 1):
+        out.setdefault(d.key, []).append(DraftEntry(d.text, d.correct, d.quasi, n))
+    return out
+
+
 def drafter_summary(drafts: list[DraftSample]) -> dict[str, float]:
     """Draft accuracy (strict), the quasi-only share, and per problem: the share with a definitely
     wrong draft (tier 1 of a wrong pick) and with only correct drafts (tier 3)."""
@@ -68,4 +116,5 @@ def draft_lines(drafts: list[DraftSample]) -> str:
     return "".join(draft_line(d.key, d.text, d.correct, d.quasi) for d in drafts)
 
 
-__all__ = ["DraftSample", "draft_lines", "drafter_summary", "make_drafts", "quasi_correct"]
+__all__ = ["BUILTIN", "DraftSample", "builtin_drafts", "wrong_version", "draft_lines", "draft_table", "drafter_summary", "make_drafts",
+           "quasi_correct"]

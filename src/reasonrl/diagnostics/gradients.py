@@ -4,7 +4,9 @@ For each prompt: sample rollouts at T = 0.7, group-normalise the rewards (a prom
 all agree has no gradient and is dropped), keep at most ``max_correct`` correct rollouts (a seeded
 random pick), backpropagate each kept rollout's loss -A * mean_t exp(lp - sg lp) on its own, and
 average: the prompt's gradient, over the adapter parameters whose names hold neither "base_layer"
-nor "mlp", stored in float16 as the source saves it.
+nor "mlp", stored in float16 as the source saves it. ``lp`` is the log-softmax of the *raw* logits
+(``grad_temperature = 1``), as the source's ``compute_gradients_batch`` scores the rollouts; the
+sampling temperature is only the rollouts' (``grad_temperature`` = T is an option, not the default).
 """
 from __future__ import annotations
 
@@ -57,9 +59,10 @@ def rollout_losses(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor) ->
     return -adv * (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
-def mean_rollout_gradient(model, names: Sequence[str], ro, adv: torch.Tensor, temperature: float) -> torch.Tensor:
+def mean_rollout_gradient(model, names: Sequence[str], ro, adv: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Mean over ``ro``'s rows of each row's own gradient (one backward per row, the graph kept
-    between them), flattened over ``names`` in order: (D,) float32."""
+    between them), flattened over ``names`` in order: (D,) float32. ``temperature`` divides the
+    logits of the scoring pass (1: raw logits, the source's)."""
     params = dict(model.named_parameters())
     wanted = [params[n] for n in names]
     logp, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
@@ -89,10 +92,11 @@ def pick_correct(correct: Sequence[bool], at_most: int, seed: int) -> list[int]:
 
 def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts: int = 16, max_correct: int = 20,
                      temperature: float = 0.7, max_new_tokens: int = 64, seed: int = 0,
-                     progress=None) -> PromptGradients:
+                     grad_temperature: float = 1.0, progress=None) -> PromptGradients:
     """Per-prompt mean gradient of its correct rollouts, at ``model`` (already LoRA-wrapped). The
-    rollouts of all prompts are sampled in one call, each prompt's keyed by its own seed (so a
-    prompt's rollouts do not depend on the others)."""
+    rollouts of all prompts are sampled in one call at ``temperature``, each prompt's keyed by its own
+    seed (so a prompt's rollouts do not depend on the others); their log-probs in the gradient are of
+    the logits divided by ``grad_temperature`` (1, raw logits: the source's)."""
     names = gradient_names(model)
     out = PromptGradients(names)
     if not items:
@@ -112,7 +116,8 @@ def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts:
         else:
             adv = group_advantages(rewards)  # (G,)
             rows = pick_correct(correct, max_correct, stable_seed(seed, "pick", item.key))
-            g = mean_rollout_gradient(model, names, select_rows(ro, [mine[r] for r in rows]), adv[rows], temperature)
+            g = mean_rollout_gradient(model, names, select_rows(ro, [mine[r] for r in rows]), adv[rows],
+                                      grad_temperature)
             out.grads[item.key], out.kept[item.key] = g.half(), len(rows)
         if progress:
             progress(1)

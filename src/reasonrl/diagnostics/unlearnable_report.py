@@ -27,7 +27,8 @@ class DiagnoseConfig:
     rollouts: int = 16  # per prompt (the paper: about 1000; a CPU takes a few)
     max_correct: int = 20  # correct rollouts averaged per prompt (the source's cap)
     per_class: int = 100  # prompts drawn per block for the heatmap (the paper's 100)
-    temperature: float = 0.7
+    temperature: float = 0.7  # of the sampled rollouts (the source's)
+    grad_temperature: float = 1.0  # of the gradient's log-probs: 1 = raw logits, as the source's gradient pass
     tau: float = TAU
     seed: int = 0  # the prompts drawn per block, the rollouts and the pick of correct ones
 
@@ -37,6 +38,8 @@ class DiagnoseConfig:
                 raise UserError(f"--{name.replace('_', '-')} = {getattr(self, name)}: needs >= {low}")
         if self.temperature <= 0:
             raise UserError(f"--temperature = {self.temperature}: needs > 0 (rollouts are sampled)")
+        if self.grad_temperature <= 0:
+            raise UserError(f"--grad-temperature = {self.grad_temperature}: needs > 0 (it divides the logits)")
 
 
 def sample_blocks(blocks: dict[str, str], per_class: int, seed: int) -> list[str]:
@@ -111,12 +114,13 @@ def diagnose_unlearnable(run_dirs: Sequence[str | Path], model: str | None, out:
 
     cache = out.with_suffix(".gradients.pt")
     setting = {"model": model, "rollouts": cfg.rollouts, "max_correct": cfg.max_correct,
-               "temperature": cfg.temperature, "seed": cfg.seed}
+               "temperature": cfg.temperature, "grad_temperature": cfg.grad_temperature, "seed": cfg.seed}
     pg = load_gradients(cache, setting)
     todo = [it for it in items if it.key not in pg.grads and it.key not in pg.dropped]
     tick(len(items) - len(todo))
     new = prompt_gradients(policy, tok, task, todo, rollouts=cfg.rollouts, max_correct=cfg.max_correct,
                            temperature=cfg.temperature, max_new_tokens=task_max_new_tokens(task), seed=cfg.seed,
+                           grad_temperature=cfg.grad_temperature,
                            progress=tick)
     pg = merge_gradients(pg, new)
     out.parent.mkdir(parents=True, exist_ok=True)

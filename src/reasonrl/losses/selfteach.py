@@ -44,24 +44,29 @@ def _same_shape(**tensors: Tensor) -> None:
         raise ValueError(f"expected (N, T) tensors of one shape, got {shapes}")
 
 
-def ssopd_pairs(correct: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+def ssopd_pairs(correct: Tensor, lengths: Tensor, eligible: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """SSOPD's (shortest correct, longest wrong) pair per group (arXiv 2605.17497, rule from the abstract).
 
     Args:
         correct: (B, G) 0/1 outcome per rollout.
         lengths: (B, G) completion lengths (tokens).
+        eligible: (B, G) bool, the rows that may be w* (None: every wrong row). ``ssopd.w_star=eos``
+            passes the rows that ended by EOS: a truncated row is the longest by construction, so
+            without this rule w* is a runaway whenever one exists (issue #26, docs/selfteach.md).
 
     Returns ``(c_star, w_star)``, each (B,) long: ``c* = argmin_{i correct} |y_i|`` and
-    ``w* = argmax_{i wrong} |y_i|``, ties to the lowest index (``torch.argmin``/``argmax`` return the
-    first extremum); both are -1 in a group that is not mixed (no correct or no wrong rollout).
+    ``w* = argmax_{i wrong, eligible} |y_i|``, ties to the lowest index (``torch.argmin``/``argmax``
+    return the first extremum); both are -1 in a group without a correct or an eligible wrong rollout.
     """
     ok = _binary(correct)  # (B, G)
-    if lengths.shape != ok.shape:
-        raise ValueError(f"lengths {tuple(lengths.shape)} must match correct {tuple(ok.shape)}")
+    if lengths.shape != ok.shape or (eligible is not None and eligible.shape != ok.shape):
+        raise ValueError(f"lengths {tuple(lengths.shape)} and eligible "
+                         f"{None if eligible is None else tuple(eligible.shape)} must match correct {tuple(ok.shape)}")
+    wrong = ~ok if eligible is None else ~ok & eligible.bool()  # (B, G) candidates for w*
     lens = lengths.to(torch.float64)  # (B, G) exact for any realistic integer length
     c_idx = torch.where(ok, lens, torch.full_like(lens, math.inf)).argmin(dim=1)  # (B,)
-    w_idx = torch.where(~ok, lens, torch.full_like(lens, -math.inf)).argmax(dim=1)  # (B,)
-    mixed = ok.any(dim=1) & (~ok).any(dim=1)  # (B,)
+    w_idx = torch.where(wrong, lens, torch.full_like(lens, -math.inf)).argmax(dim=1)  # (B,)
+    mixed = ok.any(dim=1) & wrong.any(dim=1)  # (B,)
     none = torch.full_like(c_idx, -1)
     return torch.where(mixed, c_idx, none), torch.where(mixed, w_idx, none)
 

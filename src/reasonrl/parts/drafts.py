@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..data.draft_task import DraftTask, draft_metrics
+from ..data.drafter import builtin_drafts, draft_table
 from ..data.drafts import MAX_PROMPT_TOKENS, MODES, TEMPLATE, template_problem
 from ..rules import SEED, Rule, one_of
 from .protocol import BatchContext, TaskSetup, register_part
@@ -20,7 +21,9 @@ from .protocol import BatchContext, TaskSetup, register_part
 @dataclass(frozen=True)
 class Drafts:
     """``drafts.mode``: no_draft | matched_wrong | mismatched_wrong (the paper's) | mismatched_correct;
-    ``drafts.file``: the drafts JSONL (``reasonrl drafts make``; needed by every mode but no_draft);
+    ``drafts.file``: the drafts JSONL (``reasonrl drafts make``); null: the built-in drafter's drafts
+    of the first 512 train problems, made in memory when the task is built (no model, a second or so:
+    :func:`reasonrl.data.drafter.builtin_drafts`), so ``reasonrl train --recipe drafts`` runs alone;
     ``drafts.seed``: the derangement's and the tier choice's seed (spec: 0); ``drafts.max_prompt_tokens``:
     the prompt cap met by cutting the draft alone (spec: 3072; null: no cap); ``drafts.template``:
     the prompt, with the fields {problem} and {draft} (spec's exact text by default)."""
@@ -30,7 +33,6 @@ class Drafts:
     max_prompt_tokens: int | None = MAX_PROMPT_TOKENS
     template: str = TEMPLATE
 
-    # a mode but no_draft without drafts.file fails when the task is built
     RULES: ClassVar[dict[str, Rule]] = {
         "mode": one_of(MODES),
         "seed": SEED,
@@ -46,7 +48,10 @@ class Drafts:
         codec = {} if tokenizer is None else {
             "encode": lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
             "decode": lambda ids: tokenizer.decode(ids, skip_special_tokens=True)}
-        return DraftTask(task, self.file, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
+        drafts = self.file
+        if drafts is None and self.mode != "no_draft":  # the built-in drafter, in memory (its own seed stream)
+            drafts = draft_table(builtin_drafts(task, seed=self.seed))
+        return DraftTask(task, drafts, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
                          template=self.template, **codec)
 
     def score_batch(self, ctx: BatchContext) -> dict[str, float]:

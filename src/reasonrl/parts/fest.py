@@ -277,18 +277,21 @@ class FEST:
             return zero, {"fest/sup_term": 0.0}
         j = here.nonzero().squeeze(-1)  # (n,)
         alpha = pairs.alpha[pairs.demo[j]].to(device)  # (n,)
+        # P pairs, times this minibatch's share of the batch: the policy loss is normalised per
+        # minibatch, so a fixed P would weigh the term 1/M as much with M minibatches (issue #26)
+        n_pairs = pairs.n_pairs * ctx.minibatch_share()
         lp_c, mask_c = _logp(model, pairs.chosen.rows(pairs.demo[j]), self.temperature, len(j))  # (n, T) with grad
         if self.sup_loss == "sft":
             per = sft_nll(lp_c, mask_c)  # (n,)
-            loss = (alpha * per).sum() / pairs.n_pairs
+            loss = (alpha * per).sum() / n_pairs
             return loss, {"fest/sup_term": float(loss.detach()),
-                          "fest/sft_nll_term": float(per.detach().sum()) / pairs.n_pairs}
+                          "fest/sft_nll_term": float(per.detach().sum()) / n_pairs}
         pol_c = sequence_logp(lp_c, mask_c, self.length_norm)  # (n,)
         pol_r = sequence_logp(*_logp(model, pairs.rejected.rows(j), self.temperature, len(j)), self.length_norm)  # (n,)
         per, m = dpo_sigmoid(pol_c, pairs.ref_chosen[j].to(device), pol_r, pairs.ref_rejected[j].to(device), self.beta)
-        loss = (alpha * per).sum() / pairs.n_pairs
-        out = {"fest/sup_term": float(loss.detach()), "fest/dpo_loss_term": float(per.detach().sum()) / pairs.n_pairs}
-        out.update({f"fest/{k}_term": float(v.sum()) / pairs.n_pairs for k, v in m.items()})
+        loss = (alpha * per).sum() / n_pairs
+        out = {"fest/sup_term": float(loss.detach()), "fest/dpo_loss_term": float(per.detach().sum()) / n_pairs}
+        out.update({f"fest/{k}_term": float(v.sum()) / n_pairs for k, v in m.items()})
         return loss, out
 
 

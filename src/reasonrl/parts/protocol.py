@@ -132,10 +132,13 @@ class TaskSetup:
 
 @dataclass(frozen=True)
 class ModelSetup:
-    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed."""
+    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed; the run's
+    task (as the parts present it) and tokenizer, for a part that warm-starts the modules it adds."""
     model: Any
     lora: Any
     seed: int
+    task: Any = None
+    tokenizer: Any = None
 
 
 @dataclass(frozen=True)
@@ -219,10 +222,20 @@ class LossContext:
     state: Any
     kind: int
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (a prompt re-scored under another context)
+    reference: Callable[[], ContextManager[Any]] | None = None  # the run's initial model scope, when kept
 
     def agg_kwargs(self) -> dict[str, Any]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
         return {"agg": self.agg, "norm_len": self.norm_len, "n_tokens": self.n_tokens, "n_seqs": self.n_seqs}
+
+    def minibatch_share(self) -> float:
+        """This minibatch's share of the batch's trained rows: ``n_seqs`` / the rows of ``batch`` with a
+        token the loss sees (1 with ``optim.minibatches=1``). A term whose normaliser is a count over
+        the whole batch (SSOPD's prompts, FEST's pairs) divides by ``count * share``: the policy loss is
+        normalised per minibatch, so without it the term's weight relative to the policy loss would
+        fall as 1/M with M minibatches (issue #26)."""
+        live = int((self.batch.loss_mask.sum(-1) > 0).sum())
+        return min(self.n_seqs / live, 1.0) if live else 1.0
 
 
 @dataclass(frozen=True)

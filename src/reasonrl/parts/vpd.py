@@ -45,6 +45,7 @@ from ..seeds import stable_seed
 from ..text import fill_slots
 from .protocol import BatchContext, LossContext, ModelSetup, RoundContext, register_part
 from .strategy import Groups
+from .vpd_warm import warm_teacher
 
 TEACHER = "teacher"  # the teacher adapter's name; the student is peft's "default"
 ATTEMPTS = ("first_wrong", "first")
@@ -105,6 +106,12 @@ class VPD:
     m_divergence: str = "reverse_kl"  # reverse_kl (spec) | forward_kl | sampled
     m_coef: float = 1.0  # weight of the M-step term
     alpha: float = 1.0  # weight of the student's own GRPO term (spec: 1)
+    # [inferred here] SFT steps of the teacher adapter alone on (feedback prompt -> demonstration) before
+    # training (parts/vpd_warm.py; 0: none, the spec's), with their batch, lr and share of wrong attempts
+    warm_steps: int = 0
+    warm_batch: int = 32
+    warm_lr: float = 1e-3
+    warm_wrong_rate: float = 0.8
 
     RULES: ClassVar[dict[str, Rule]] = {
         "feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),
@@ -123,6 +130,10 @@ class VPD:
         "m_divergence": one_of(M_DIVERGENCES),
         "m_coef": at_least(0),
         "alpha": at_least(0),
+        "warm_steps": at_least(0),
+        "warm_batch": at_least(1),
+        "warm_lr": above(0),
+        "warm_wrong_rate": Rule(lambda v, _: 0 <= v <= 1, "in [0, 1]"),
     }
     # two adapters on one backbone, switched on the trainer's own model
     needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process"})
@@ -136,7 +147,14 @@ class VPD:
                             "backbone. Set lora.r > 0 (e.g. lora.r=8).")
         if TEACHER in model.peft_config:  # a resumed trainer given the wrapped model
             return model
-        return add_adapter(model, TEACHER, stable_seed(ctx.seed, "vpd-teacher"))
+        model = add_adapter(model, TEACHER, stable_seed(ctx.seed, "vpd-teacher"))
+        if self.warm_steps:  # a resumed run redoes it, then loads the checkpoint's adapters over it
+            if ctx.task is None or ctx.tokenizer is None:
+                raise RuntimeError("vpd.warm_steps > 0 needs the run's task and tokenizer in ModelSetup")
+            warm_teacher(model, ctx.tokenizer, ctx.task, TEACHER, template=self.template, feedback=self.feedback,
+                         steps=self.warm_steps, batch_size=self.warm_batch, lr=self.warm_lr,
+                         wrong_rate=self.warm_wrong_rate, seed=stable_seed(ctx.seed, "vpd-warm"))
+        return model
 
     # ---------------------------------------------------------------- the teacher's round
     def extend(self, ctx: RoundContext) -> Groups:
