@@ -69,6 +69,7 @@ class SSOPD:
     frontier: str = "4p(1-p)"  # [inferred form] or "mixed" = 1[0 < p < 1]
     max_prefix_tokens: int | None = None  # [inferred option] distil only w*'s first K tokens; None: all
 
+    needs: ClassVar[frozenset[str]] = frozenset({"policy_in_loss"})  # teacher and student passes in the loss term
     RULES: ClassVar[dict[str, Rule]] = {
         "coef": at_least(0),
         "template": TEMPLATE,

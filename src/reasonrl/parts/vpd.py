@@ -125,7 +125,7 @@ class VPD:
         "alpha": at_least(0),
     }
     # two adapters on one backbone, switched on the trainer's own model
-    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process"})
+    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "policy_in_loss"})
 
     # ---------------------------------------------------------------- the model: a second adapter
     def setup_model(self, ctx: ModelSetup):
