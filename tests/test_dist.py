@@ -159,3 +159,45 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, tiny_dir):
     starts = [e for e in events if e["event"] == "start"]
     assert [(e["world"], e["resumed_from"]) for e in starts] == [(2, None), (1, "step-000002")]
     _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+
+
+# ---------------------------------------------------------------- FSDP2: sharded over 2 processes vs 1
+# micro_batch_size=4 (one group per micro-batch, in both runs): when the ranks own unequal numbers of
+# live groups (DAPO keeps an odd number), the rank with fewer runs zero-weight passes (dist/fsdp.py)
+FSDP = ["dist.strategy=fsdp", "micro_batch_size=4"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["grpo", "dapo"])
+def test_fsdp_over_two_processes_logs_the_metrics_of_one(tmp_path, tiny_dir, name):
+    extra = [f"--model={tiny_dir}", "micro_batch_size=4", *RECIPES[name]]
+    one, two = _train(tmp_path, name, 1, extra), _train(tmp_path, name, 2, extra + FSDP)
+    _same_metrics(one, two)
+    assert any(m["grad_norm"] > 0 for m in one)
+    summaries = [json.loads((tmp_path / f"{name}-{n}" / "summary.json").read_text()) for n in (1, 2)]
+    assert summaries[0]["after"] == summaries[1]["after"] and summaries[1]["world"] == 2
+    # the final model, gathered from the shards, is the single process's
+    from safetensors.torch import load_file
+
+    w1, w2 = (load_file(str(tmp_path / f"{name}-{n}" / "final" / "model.safetensors")) for n in (1, 2))
+    assert all(torch.allclose(w2[k], w1[k], atol=1e-5) for k in w1)
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path, tiny_dir):
+    # 2 sharded ranks write step 2; 1 process resumes it to step 3; 2 sharded ranks load step 3 into
+    # their shards and finish: the metrics of one straight process (constant LR: the same schedule
+    # whatever --steps each part was given; a KL term: the reference is saved and restored too)
+    extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0", "kl.coef=0.04",
+             "micro_batch_size=4"]
+    straight = _train(tmp_path, "grpo", 1, extra)
+    out = tmp_path / "grpo-fsdp"
+    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *SMALL, *extra, *FSDP]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for more in (["--steps=2", "--nproc=2"], ["--steps=3", "--resume"], ["--steps=4", "--nproc=2", "--resume"]):
+        res = subprocess.run(base + more, capture_output=True, text=True, env=env, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    starts = [(e["world"], e["resumed_from"]) for e in events if e["event"] == "start"]
+    assert starts == [(2, None), (1, "step-000002"), (2, "step-000003")]
+    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])

@@ -48,6 +48,7 @@ TRAINER_SIDE = {
     "sft": {"eval.runner", "schedule"},
     "diagnostics": {"checkpoint", "eval.runner"},
     "eval.runner": {"checkpoint"},
+    "dist": {"checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)
 }
 
 

@@ -59,14 +59,18 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
-                    keep_last: int = 2) -> Path:
+                    keep_last: int = 2, weights: dict[str, torch.Tensor] | None = None,
+                    optimizer_state: dict[str, Any] | None = None) -> Path:
+    """``weights`` / ``optimizer_state``: what to write instead of the model's and the optimiser's own
+    state dicts (a sharded model's, gathered whole: :mod:`reasonrl.dist.fsdp`)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an earlier killed save
     tmp.mkdir()
-    model.save_pretrained(tmp, safe_serialization=True)
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "state": state},
+    model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+    optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
+    torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "state": state},
                tmp / "trainer_state.pt")
     _fsync_dir(tmp)
     if final.exists():  # re-saving the same step (after a resume): replace it whole
@@ -113,6 +117,11 @@ def _load_weights(path: Path, model) -> None:
 
     weights = load_file(str(Path(path) / "model.safetensors"))
     missing, unexpected = model.load_state_dict(weights, strict=False)
+    check_weights(path, model, missing, unexpected)
+
+
+def check_weights(path: Path, model, missing: list[str], unexpected: list[str]) -> None:
+    """Loaded weights matched the model: every key, but a tied output head (saved once, as the embedding)."""
     tied = {k for k in missing if "lm_head" in k} if getattr(model.config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
         raise RuntimeError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")

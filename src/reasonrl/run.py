@@ -80,9 +80,11 @@ def prompt_reward_lines(step: int, batch) -> str:
                    for b, item in enumerate(batch.items) if first[b])
 
 
-def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_records: list[dict]) -> None:
-    """The end of a run folder: the model, the per-item results of the final eval, summary, curves."""
-    save_model(model, tok, run_dir / "final")
+def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_records: list[dict],
+                 weights: dict[str, torch.Tensor] | None = None) -> None:
+    """The end of a run folder: the model (``weights``: a sharded model's, gathered whole), the
+    per-item results of the final eval, summary, curves."""
+    save_model(model, tok, run_dir / "final", state_dict=weights)
     if after_records:  # none when final_eval_problems=0
         atomic_write_text(run_dir / "after_items.jsonl", item_lines(after_records))
         atomic_write_text(run_dir / "samples.jsonl", sample_lines(after_records))
@@ -238,10 +240,11 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
                "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world,
                "prompts": prompt_report(trainer)}
+    weights = trainer.dist.full_weights(model)  # FSDP: gathered to rank 0 (every rank takes part); else None
     if main:
         log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
                   items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
-        _write_final(run_dir, model, tok, summary, after_records)
+        _write_final(run_dir, model, tok, summary, after_records, weights)
         if after_rows:
             write_jsonl(after_rows, run_dir / "after.items.jsonl")
     group.barrier()  # the other ranks return once the run folder is complete

@@ -54,13 +54,14 @@ class Memory:
 @dataclass(frozen=True)
 class Dist:
     """Data-parallel training over torch.distributed (launched by torchrun, or ``--nproc N``).
-    ``strategy``: ``ddp`` replicates the model and all-reduces gradients; ``fsdp`` shards it (FSDP2).
-    ``backend``: ``auto`` is NCCL on GPUs and gloo on the CPU."""
+    ``strategy``: ``ddp`` replicates the model and all-reduces gradients; ``fsdp`` shards parameters,
+    gradients and optimiser state over the ranks (FSDP2, ``reasonrl.dist.fsdp``; in one process there
+    is nothing to shard and it is the plain model). ``backend``: ``auto`` is NCCL on GPUs and gloo on the CPU."""
     strategy: str = "ddp"
     backend: str = "auto"
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "strategy": Rule(lambda v, _: v == "ddp", "ddp (fsdp, FSDP2 sharding, is not built yet)"),
+        "strategy": one_of(("ddp", "fsdp")),
         "backend": one_of(("auto", "gloo", "nccl")),
     }
 

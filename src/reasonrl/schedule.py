@@ -41,7 +41,8 @@ def clip_if_finite(params, max_norm: float) -> float | None:
     model). ``torch.nn.utils.clip_grad_norm_`` is these two calls with the read in between."""
     grads = [p.grad for p in params if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)  # 0-dim; tensor(0.) when there are no gradients
-    value = float(norm)  # the step's one device-to-host read
+    # FSDP's sharded gradients give a DTensor of partial norms: full_tensor() combines the ranks' parts
+    value = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # the step's one device-to-host read
     if not math.isfinite(value):
         return None
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)

@@ -19,10 +19,11 @@ from typing import Any, Callable
 import torch
 
 from .schedule import clip_if_finite, group_rows, lr_lambda, split_even
-from .checkpoint import atomic_write, latest_checkpoint, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from .checkpoint import atomic_write, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
 from .dist.shard import ShardedEngine
+from .dist.strategy import make_strategy
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, merge_metrics, step_stats
@@ -59,29 +60,29 @@ class Trainer:
         # prompts as the model sees them (prompt.*: the chat template or plain text), only those that fit its context
         self.formatter, task = prepare_prompts(task, tokenizer, model, cfg.prompt, budget, cfg.model or "the shipped base")
         cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs, new_tokens=budget)
+        self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
+        if hasattr(self.engine, "formatter"):  # in-process: items' prompts (beam, steering) rendered as the run's
+            self.engine.formatter = self.formatter
+        # the reference, only when a KL term or a part (FEST's DPO) will use it: a frozen copy of the
+        # initial model (taken before any sharding), or with LoRA the adapters off
+        self.ref = Reference(model) if "reference" in recipe.needs else None
+        self.dist = make_strategy(cfg.dist.strategy, group)  # the model replicated on every rank, or FSDP shards
+        model = self.dist.wrap(model)  # in place: the engine's model is this one
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
-        self.run_dir, self.log = Path(run_dir), log
-        o = recipe.optim
-        # the trainable parameters alone: frozen base weights get no gradient, AdamW state or decay
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.run_dir, self.log, o = Path(run_dir), log, recipe.optim
+        self.params = self.dist.trainable  # the trainable parameters (FSDP: this rank's shards)
         self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
-        self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
-        if hasattr(self.engine, "formatter"):  # in-process: items' prompts (beam, steering) rendered as the run's
-            self.engine.formatter = self.formatter
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
-        if group.world > 1:
-            self.engine = ShardedEngine(self.engine, group)
+        self.engine = ShardedEngine(self.engine, group) if group.world > 1 else self.engine
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
-        # the reference, only when a KL term or a part (FEST's DPO) will use it: a frozen copy, or with LoRA the adapters off
-        self.ref = Reference(model) if "reference" in recipe.needs else None
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
@@ -101,10 +102,11 @@ class Trainer:
                 "parts": self.batches.parts.state_dict()}  # each part's state (buffers, pools, ratings, selector)
 
     def save(self) -> Path:
-        """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
-        path = None
+        """Rank 0 writes (the ranks hold the same state, FSDP's gathered whole); every rank gets the path."""
+        path, (weights, optim) = None, self.dist.full_state(self.model, self.opt)  # every rank takes part
         if self.group.is_main:
-            path = save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(), self.cfg.keep_last)
+            path = save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(),
+                                   self.cfg.keep_last, weights=weights, optimizer_state=optim)
         return self.group.broadcast(path)
 
     def resume(self) -> int | None:
@@ -112,7 +114,7 @@ class Trainer:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return None
-        st = load_checkpoint(path, self.model, self.opt, self.sched)
+        st = self.dist.load_checkpoint(path, self.model, self.opt, self.sched)
         if self.ref is not None and self.ref.has_weights:  # the run's *initial* model, saved beside the checkpoints
             self.ref.frozen.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
@@ -182,19 +184,23 @@ class Trainer:
         n_tokens, n_seqs = float(mask.sum()), int((mask.sum(-1) > 0).sum())
         self.opt.zero_grad(set_to_none=True)
         total, parts = 0.0, []
-        live = self._rows_with_gradient(b, rows)
-        live = live[self.group.owns(live // self.recipe.group_size)]  # this rank's groups (all of them in one process)
+        every = self._rows_with_gradient(b, rows)
+        live = every[self.group.owns(every // self.recipe.group_size)]  # this rank's groups (all of them in one process)
         # micro-batches of similar lengths pad less; the global normalisers keep the sum exact
         live = live[torch.argsort(b.ro.completion_mask[live].sum(-1), stable=True)]
         # a stochastic loss term's noise, drawn once for the whole batch: the micro-batch split cannot change it
         draws = self.recipe.kl.draws(tuple(b.loss_mask.shape), self.loss_rng) if b.ref_logp is not None else {}
-        for micro in live.split(self.cfg.micro_batch_size) if len(live) else ():  # split() of nothing gives one empty part
+        # FSDP adds zero-weight passes over one live row, so every rank runs the same collectives
+        for micro, weight in self.dist.micro_batches(live, every[:1], self.cfg.micro_batch_size):
             loss, m = self._micro_loss(b, micro, n_tokens, n_seqs, draws)
+            if not weight:
+                (loss * 0.0).backward()
+                continue
             loss.backward()
             total += float(loss.detach())
             parts.append((float(b.loss_mask[micro].sum()), m))
         # ranks: gradients, loss and live-row counts summed; the micro-batches' metrics gathered
-        total, n_live = self.group.sum_grads(self.params, [total, float(len(live))])
+        total, n_live = self.dist.reduce(self.params, [total, float(len(live))])
         parts = [part for rank_parts in self.group.gather(parts) for part in rank_parts]
         if n_live == 0:  # nothing to learn from: a zero gradient, so AdamW's step is what it would be
             for p in self.params:
@@ -242,13 +248,14 @@ class Trainer:
                 minibatches += split_even(order, o.minibatches)
         self.model.train()
         results = []
-        for rows in minibatches:
-            if len(rows):
-                results.append(self._optimizer_step(b, rows))
-            else:
-                with warnings.catch_warnings():  # skipping a slot of the schedule is the point here
-                    warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
-                    self.sched.step()
+        with self.dist.updating(self.model):  # FSDP: sharded for the optimiser steps, gathered again after
+            for rows in minibatches:
+                if len(rows):
+                    results.append(self._optimizer_step(b, rows))
+                else:
+                    with warnings.catch_warnings():  # skipping a slot of the schedule is the point here
+                        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+                        self.sched.step()
         out = merge_metrics([(1.0, r) for r in results])  # mean over optimiser steps
         out["nonfinite"] = float(sum(r["nonfinite"] for r in results))
         self._push_weights()

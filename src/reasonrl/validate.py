@@ -157,7 +157,7 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
-            + rollout_problems(values, recipe.name))
+            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe))
 
 
 def _shown(key: str) -> str:
@@ -181,6 +181,25 @@ def need_problems(values: Values, recipe: Recipe) -> list[str]:
         if "in_process" in needs and isinstance(workers, int) and workers > 0:
             out.append(f"config key 'rollout.workers' = {workers} needs plain sampling; recipe {recipe.name!r} uses "
                        f"{key} ({key}'s rollouts run on the trainer's model): set rollout.workers=0")
+    return out
+
+
+def fsdp_problems(values: Values, recipe: Recipe) -> list[str]:
+    """What ``dist.strategy=fsdp`` (FSDP2 shards, :mod:`reasonrl.dist.fsdp`) does not hold, one line each."""
+    if values.get("dist.strategy") != "fsdp":
+        return []
+    out, r = [], values.get("lora.r")
+    if isinstance(r, int) and r > 0:
+        out.append(f"config key 'lora.r' = {r} with dist.strategy=fsdp: LoRA adapters are not sharded (peft's modules "
+                   "and adapter checkpoints are not built for FSDP2); use dist.strategy=ddp (adapters are small to "
+                   "replicate) or lora.r=0")
+    for key, part in recipe.hooked():
+        if hasattr(part, "setup_model"):
+            out.append(f"recipe part {key!r} adds modules to the model (setup_model), which dist.strategy=fsdp does not "
+                       "shard: use dist.strategy=ddp")
+        if "policy_in_loss" in part_needs(part):
+            out.append(f"recipe part {key!r} runs the policy inside its loss term a data-dependent number of times, and "
+                       "dist.strategy=fsdp needs every rank to run the same forwards: use dist.strategy=ddp")
     return out
 
 

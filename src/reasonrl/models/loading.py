@@ -101,16 +101,20 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
     return model.to(device), tok
 
 
-def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None) -> Path:
+def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None,
+               state_dict: dict[str, torch.Tensor] | None = None) -> Path:
     """Save as a plain HF directory (safetensors); ``dtype`` converts a copy (e.g. fp16 to ship). A
     LoRA model saves its adapter (peft's directory) and, in ``out/merged``, a plain HF model with the
-    adapters merged in, which loads without peft."""
+    adapters merged in, which loads without peft. ``state_dict``: the weights to write instead of the
+    model's own (a sharded model's, gathered whole; with neither LoRA nor ``dtype``)."""
+    if state_dict is not None and (dtype is not None or is_lora(model)):
+        raise ValueError("save_model(state_dict=...) writes the given weights as they are: no dtype, no LoRA")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     if is_lora(model):
         save_model(merged_copy(model), tokenizer, out / "merged", dtype=dtype)
     to_save = model if dtype is None or is_lora(model) else _converted_copy(model, dtype)
-    to_save.save_pretrained(out, safe_serialization=True)
+    to_save.save_pretrained(out, safe_serialization=True, state_dict=state_dict)
     tokenizer.save_pretrained(out)
     return out
 

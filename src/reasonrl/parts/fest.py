@@ -180,8 +180,10 @@ class FEST:
 
     @property
     def needs(self) -> frozenset[str]:
-        """DPO against the initial model: the trainer keeps it (a frozen copy, or LoRA's adapters off)."""
-        return frozenset({"reference"}) if self.sup_loss == "dpo" and self.reference == "initial" else frozenset()
+        """DPO against the initial model: the trainer keeps it (a frozen copy, or LoRA's adapters off); the
+        supervised term scores the demonstrations with the policy inside the loss."""
+        ref = self.sup_loss == "dpo" and self.reference == "initial"
+        return frozenset({"reference", "policy_in_loss"} if ref else {"policy_in_loss"})
 
     def weight(self, passes: int) -> float:
         return demo_weight(passes, self.coef, self.gamma, self.decay, self.decay_passes)

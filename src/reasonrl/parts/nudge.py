@@ -54,6 +54,7 @@ class HintSampling:
     distill_coef: float = 0.1
     template: str = HINT_TEMPLATE
 
+    needs: ClassVar[frozenset[str]] = frozenset({"policy_in_loss"})  # the distillation term re-scores hinted rows
     RULES: ClassVar[dict[str, Rule]] = {
         "n_hints": at_least(1),
         # a group is spent on M hints x K rollouts: G = M * K exactly

@@ -47,7 +47,9 @@ from torch import Tensor
 
 from ..models.chat import PLAIN, PromptFormatter
 
-NEEDS = ("reference", "pool", "lora", "in_process")  # what a part may need the run to provide
+# what a part may need the run to provide; policy_in_loss: its loss term runs the policy on inputs of its own
+# (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks)
+NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss")
 HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
          "loss_term", "after_step")
 

@@ -85,6 +85,7 @@ class SSOPD:
     teacher: str = "live"  # [inferred; spec: current weights, "option: pi_old or EMA"] live | initial | ema
     ema_decay: float = 0.99  # [inferred] teacher=ema: e <- decay e + (1 - decay) theta after each step
 
+    needs: ClassVar[frozenset[str]] = frozenset({"policy_in_loss"})  # teacher and student passes in the loss term
     RULES: ClassVar[dict[str, Rule]] = {
         "coef": at_least(0),
         "template": TEMPLATE,
