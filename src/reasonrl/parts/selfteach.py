@@ -85,7 +85,6 @@ class SSOPD:
     teacher: str = "live"  # [inferred; spec: current weights, "option: pi_old or EMA"] live | initial | ema
     ema_decay: float = 0.99  # [inferred] teacher=ema: e <- decay e + (1 - decay) theta after each step
 
-    needs: ClassVar[frozenset[str]] = frozenset({"policy_in_loss"})  # teacher and student passes in the loss term
     RULES: ClassVar[dict[str, Rule]] = {
         "coef": at_least(0),
         "template": TEMPLATE,
@@ -102,8 +101,9 @@ class SSOPD:
 
     @property
     def needs(self) -> frozenset[str]:
-        """``teacher=initial`` scores under the run's initial model: the trainer keeps it."""
-        return frozenset({"reference"}) if self.teacher == "initial" else frozenset()
+        """Teacher and student passes in the loss term (policy_in_loss); ``teacher=initial`` scores under
+        the run's initial model: the trainer keeps it."""
+        return frozenset({"policy_in_loss", "reference"} if self.teacher == "initial" else {"policy_in_loss"})
 
     def before_step(self, ctx: RoundContext) -> None:
         """``teacher=ema``: the average starts at the initial weights (a resumed run has it in its state)."""
