@@ -10,6 +10,7 @@ hook                      when                                                  
 ``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
 ``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
 ``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
+``draw(RoundContext, n)`` instead of the task's stream (one part at most)       n Items (self-play tasks)
 ``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
 Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
 ``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
@@ -41,7 +42,7 @@ from typing import Any, Callable, ContextManager, Sequence
 from torch import Tensor
 
 NEEDS = ("reference", "pool", "lora", "in_process")  # what a part may need the run to provide
-HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
+HOOKS = ("wrap_task", "setup_model", "before_step", "draw", "generate", "extend", "score_batch", "shape_advantages",
          "loss_term", "after_step")
 
 PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order
