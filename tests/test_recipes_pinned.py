@@ -58,6 +58,8 @@ GRPO_ROW = {
     "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
     "drafts": None,  # drafts in the prompt: (mode, seed, max_prompt_tokens, template starts with "Problem: ")
     "azr": None,  # AZR's self-play: (proposals, estimate_samples, types, capacity, min_inputs)
+    "evoenv": None,  # EvoEnv: (proposals, estimate_instances, estimate_samples, p_lo, p_hi, reward, review,
+    #                   review_samples, novelty_tau, capacity, ema, patience)
     "run_defaults": {},  # run settings the recipe brings to the command line
 }
 
@@ -202,6 +204,12 @@ TABLE = {
     "azr": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                group_size=4, extra_rewards=(("AZRShaping", 1.0, {"wrong": -0.5, "bad_format": -1.0}),),
                azr=(2, 4, "deduction,abduction,induction", 512, 4), run_defaults={"task": "azr"}),
+    # EvoEnv (spec section 2, [inferred] but for the four checks and the ten seeds): per-role TRR++, no KL; L5 from
+    # 4 instances x 2 answers in [0.1, 0.8], learnability reward, the policy's review (3 votes), novelty tau 0.8
+    # (the spec's 0.5 rejects the tiny model's short modules on their boilerplate), pool of 64, EMA 0.2, patience 3
+    "evoenv": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                  group_size=4, evoenv=(2, 4, 2, 0.1, 0.8, "learnability", "policy", 3, 0.8, 64, 0.2, 3),
+                  run_defaults={"task": "evoenv"}),
 }
 
 
@@ -269,6 +277,9 @@ def _actual(recipe, expected):
             "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
         "azr": None if r.azr is None else tuple(getattr(r.azr, k) for k in (
             "proposals", "estimate_samples", "types", "capacity", "min_inputs")),
+        "evoenv": None if r.evoenv is None else tuple(getattr(r.evoenv, k) for k in (
+            "proposals", "estimate_instances", "estimate_samples", "p_lo", "p_hi", "reward", "review", "review_samples",
+            "novelty_tau", "capacity", "ema", "patience")),
         "run_defaults": dict(r.run_defaults),
     }
 

@@ -56,8 +56,8 @@ class Validation:
     output: str = ""
 
 
-def banned_names(code: str) -> list[str]:
-    """The banned modules and names a parsed program uses (imports, names, attributes), in order."""
+def banned_names(code: str, banned: Sequence[str] = BANNED) -> list[str]:
+    """The ``banned`` modules and names a parsed program uses (imports, names, attributes), in order."""
     found: list[str] = []
     for node in ast.walk(ast.parse(code)):
         names: list[str] = []
@@ -69,7 +69,7 @@ def banned_names(code: str) -> list[str]:
             names = [node.id]
         elif isinstance(node, ast.Attribute):
             names = [node.attr]
-        found += [n for n in names if n in BANNED and n not in found]
+        found += [n for n in names if n in banned and n not in found]
     return found
 
 
