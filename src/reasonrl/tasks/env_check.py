@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from ..eval.audit_sim import jaccard, shingles
-from ..rules import Rule, above, at_least, within
 from .azr_world import BANNED, banned_names
 from .env_runtime import call_envs
 
@@ -55,9 +54,6 @@ class EnvCheck:
     leak_max: float = 0.8
     call_limit: float = 1.0  # seconds per call, in the sandbox
 
-    RULES = {"seeds": at_least(2), "difficulties": at_least(1), "max_chars": at_least(100),
-             "min_distinct": within(0, 1), "degenerate_max": within(0, 1), "leak_max": within(0, 1),
-             "call_limit": above(0)}
 
 
 @dataclass(frozen=True)
