@@ -87,6 +87,19 @@ def test_a_renamed_copy_of_a_seed_is_not_novel():
     assert novel(["a b c d e g"], ["a b c d e f"], tau=0.3) == [(False, pytest.approx(1 / 3))]
 
 
+def test_novelty_by_embedding_cosine():
+    # texts with no shared 5-gram (Jaccard 0); fixed embeddings: the pool at (1, 0); "near" at (0.95, 0.3122)
+    # has cosine 0.95 / |(0.95, 0.3122)| = 0.95 / 1.0000 = 0.95 >= 0.9: rejected; "far" at (0, 1): cosine 0
+    vectors = {"pool text one two three": [1.0, 0.0], "near text four five six": [0.95, 0.3122],
+               "far text seven eight nine": [0.0, 1.0]}
+    embed = lambda texts: [vectors[t] for t in texts]  # noqa: E731
+    got = novel(["near text four five six", "far text seven eight nine"], ["pool text one two three"], embed=embed)
+    assert [f for f, _ in got] == [False, True] and got[0][1] == pytest.approx(0.95, abs=1e-4)
+    # the batch counts too: a second "far" is a near-duplicate of the first (cosine 1)
+    assert [f for f, _ in novel(["far text seven eight nine", "far text seven eight nine"], [], embed=embed)] == \
+        [True, False]
+
+
 # ------------------------------------------------------------------ rewards and the pool by hand
 
 def test_generator_reward_by_level_and_mode():
@@ -257,6 +270,10 @@ def test_rotation_from_the_solvers_rollouts_and_per_role_advantages():
 def test_options_names_and_the_task_it_needs():
     with pytest.raises(UserError, match="'evoenv.reward' = 'max'"):
         check_part(EvoEnv(reward="max"))
+    with pytest.raises(UserError, match="evoenv.p_hi"):
+        check_part(EvoEnv(p_lo=0.5, p_hi=0.4))
+    with pytest.raises(UserError, match="evoenv.judge"):
+        check_part(EvoEnv(review="judge"))
     with pytest.raises(UserError, match="--task evoenv"):
         EvoEnv().draw(round_context(None, task=get_task("arithmetic"), state={}), 1)
     assert env_name(SEED_ENVS["lis"]) == "lis" and env_name("class Q(Env):\n  pass\n") == "Q"

@@ -31,6 +31,7 @@ import torch
 from ..advantages.buckets import role_task_advantages
 from ..errors import UserError
 from ..rewards.evoenv import GENERATOR_REWARDS, evoenv_generator_reward, in_band
+from ..eval.audit_models import make_embedder
 from ..rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks import Item
@@ -73,17 +74,23 @@ class EvoEnv:
     p_lo: float = 0.1
     p_hi: float = 0.8
     reward: str = "learnability"  # or band
-    review: str = "policy"  # L4 by the policy itself, or off
+    review: str = "policy"  # L4 by the policy itself, by a judge callable, or off
     review_samples: int = 3
+    judge: str = ""  # review=judge: "file.py:function", (code, two rendered instances) -> bool
     novelty_tau: float = 0.5  # the spec's tau_J
+    embed: str = "off"  # also novelty by embedding cosine: off | minilm (the audit's) | a sentence-transformers dir
+    embed_tau: float = 0.9  # the spec's tau_cos
     capacity: int = 64
     ema: float = 0.2
     patience: int = 3
 
     RULES: ClassVar[dict[str, Rule]] = {
         "proposals": at_least(1), "estimate_instances": at_least(1), "estimate_samples": at_least(1),
-        "p_lo": within(0, 1), "p_hi": within(0, 1), "reward": one_of(GENERATOR_REWARDS),
-        "review": one_of(("policy", "off")), "review_samples": at_least(1), "novelty_tau": within(0, 1, open_lo=True),
+        "p_lo": within(0, 1),
+        "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [evoenv.p_lo = {c.get('p_lo')}, 1]"), "reward": one_of(GENERATOR_REWARDS),
+        "review": one_of(("policy", "judge", "off")), "review_samples": at_least(1),
+        "judge": Rule(lambda v, c: c.get("review") != "judge" or ":" in v, "'file.py:function' when review=judge"),
+        "novelty_tau": within(0, 1, open_lo=True), "embed_tau": within(0, 1, open_lo=True),
         "capacity": at_least(1), "ema": within(0, 1, open_lo=True), "patience": at_least(1),
     }
 
@@ -130,9 +137,11 @@ class EvoEnv:
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"evoenv-generate-{ctx.step}", first=0)
         codes = [t.strip("\n") + "\n" for t in ro.texts]
         reports = check_envs(codes, EnvCheck())
-        self._novelty(codes, reports, pool)
+        self._novelty(ctx, codes, reports, pool)
         if self.review == "policy":
             self._review(ctx, codes, reports)
+        elif self.review == "judge":
+            self._judge(ctx, codes, reports)
         p_hat = self._calibrate(ctx, task, codes, reports)
         rewards = torch.tensor([evoenv_generator_reward(rep.level, p_hat.get(r), self.reward, self.p_lo, self.p_hi)
                                 for r, rep in enumerate(reports)])
@@ -157,12 +166,32 @@ class EvoEnv:
                               meta={"role": "generate"}))
         return items
 
-    def _novelty(self, codes: list[str], reports: list[EnvReport], pool: EnvPool) -> None:
+    def _novelty(self, ctx: RoundContext, codes: list[str], reports: list[EnvReport], pool: EnvPool) -> None:
         live = [r for r, rep in enumerate(reports) if rep.ok]
-        verdicts = novel([codes[r] for r in live], [e["code"] for e in pool.entries], tau=self.novelty_tau)
+        embed = None
+        if self.embed != "off" and live:
+            if "embedder" not in ctx.cache:  # loaded once per run
+                ctx.cache["embedder"] = make_embedder(None if self.embed == "minilm" else self.embed)
+            embed = ctx.cache["embedder"]
+        verdicts = novel([codes[r] for r in live], [e["code"] for e in pool.entries], tau=self.novelty_tau,
+                         embed=embed, cos_tau=self.embed_tau)
         for r, (fresh, top) in zip(live, verdicts):
             if not fresh:
-                reports[r] = EnvReport(False, "novelty", f"similarity {top:.2f} >= {self.novelty_tau}")
+                reports[r] = EnvReport(False, "novelty", f"similarity {top:.2f}")
+
+    def _judge(self, ctx: RoundContext, codes: list[str], reports: list[EnvReport]) -> None:
+        """L4 by the user's judge callable (an LLM client, a rule): (code, two rendered instances) -> bool."""
+        if "judge" not in ctx.cache:
+            from ..rewards.user import load_function  # a user's file, as for a user's reward
+
+            ctx.cache["judge"] = load_function(self.judge)
+        for r, rep in enumerate(reports):
+            if rep.ok:
+                verdict = ctx.cache["judge"](codes[r], list(rep.samples[:2]))
+                if not isinstance(verdict, bool):
+                    raise UserError(f"evoenv.judge {self.judge!r} returned {verdict!r}, not True or False")
+                if not verdict:
+                    reports[r] = EnvReport(False, "review", "the judge says no")
 
     def _review(self, ctx: RoundContext, codes: list[str], reports: list[EnvReport]) -> None:
         """L4: the policy, as reviewer, says yes or no on the code and two rendered instances (majority)."""

@@ -30,6 +30,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
+from ..eval.audit_models import EmbedFn, embed_texts
 from ..eval.audit_sim import jaccard, shingles
 from .azr_world import BANNED, banned_names
 from .env_runtime import call_envs
@@ -180,16 +183,31 @@ def check_envs(codes: Sequence[str], c: EnvCheck = EnvCheck()) -> list[EnvReport
     return [r for r in reports if r is not None]
 
 
-def novel(codes: Sequence[str], pool: Sequence[str], tau: float = 0.5, k: int = 5) -> list[tuple[bool, float]]:
+def novel(codes: Sequence[str], pool: Sequence[str], tau: float = 0.5, k: int = 5, embed: EmbedFn | None = None,
+          cos_tau: float = 0.9) -> list[tuple[bool, float]]:
     """(novel, max similarity) of each candidate: word ``k``-gram Jaccard of its normalised code against
     every pool module and every earlier novel candidate of the batch (batch dedup keeps the first of a
-    near-duplicate pair); novel when the maximum is below ``tau``."""
+    near-duplicate pair); novel when the maximum is below ``tau`` and, with an ``embed`` function
+    (texts -> (n, d) rows, e.g. the audit's MiniLM), the maximum cosine is below ``cos_tau``. The
+    similarity reported is the Jaccard one, or the cosine when that is what rejects."""
     kept = [shingles(p, k) for p in pool]
+    vecs = _unit(embed, list(pool) + list(codes)) if embed is not None else None  # (P + N, d)
+    kept_rows = list(range(len(pool)))
     out = []
-    for code in codes:
+    for i, code in enumerate(codes):
         mine = shingles(code, k)
         top = max((jaccard(mine, other) for other in kept), default=0.0)
-        out.append((top < tau, top))
-        if top < tau:
+        cos = float(max(vecs[kept_rows] @ vecs[len(pool) + i])) if vecs is not None and kept_rows else 0.0
+        fresh = top < tau and cos < cos_tau
+        out.append((fresh, top if top >= tau or cos < cos_tau else cos))
+        if fresh:
             kept.append(mine)
+            kept_rows.append(len(pool) + i)
     return out
+
+
+def _unit(embed: EmbedFn, texts: list[str]) -> np.ndarray:
+    """Unit rows of the embeddings of ``texts`` (checked: one finite row per text)."""
+    rows = embed_texts(embed, texts, "environment")  # (n, d)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
