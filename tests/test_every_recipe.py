@@ -47,6 +47,8 @@ OWN = {
     "drafts": ("arithmetic", {}, ("drafts/with_draft_frac", "drafts/mismatched_frac")),
     "vpd": ("arithmetic", {}, ("vpd/beta", "vpd/teacher_accuracy", "vpd/e_loss_term", "vpd/m_loss_term")),
     "su01": ("arithmetic", {}, ("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
+    "azr": ("azr", {}, ("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets", "reward/azr_format/format_rate")),
+    "evoenv": ("evoenv", {}, ("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size", "evoenv/retired_total")),
 }
 
 
@@ -71,6 +73,11 @@ def small(name: str, task, tmp_path) -> tuple:
         run["data"] = DataOpts(pool=8)
     if "lora" in r.needs:
         run["lora"] = Lora(r=4, alpha=8.0)
+    if r.azr is not None:
+        changes["azr"] = dataclasses.replace(r.azr, proposals=1, estimate_samples=2)
+    if r.evoenv is not None:
+        changes["evoenv"] = dataclasses.replace(r.evoenv, proposals=1, estimate_instances=2, estimate_samples=1,
+                                                review_samples=1)
     return dataclasses.replace(r, **changes), run
 
 

@@ -57,6 +57,10 @@ GRPO_ROW = {
     "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
     "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
     "drafts": None,  # drafts in the prompt: (mode, seed, max_prompt_tokens, template starts with "Problem: ")
+    "azr": None,  # AZR's self-play: (proposals, estimate_samples, types, capacity, min_inputs)
+    "evoenv": None,  # EvoEnv: (proposals, estimate_instances, estimate_samples, p_lo, p_hi, reward, review,
+    #                   review_samples, novelty_tau, capacity, ema, patience)
+    "run_defaults": {},  # run settings the recipe brings to the command line
 }
 
 
@@ -161,11 +165,13 @@ TABLE = {
     # LZE (arXiv 2605.17003; spec section 10): the example scripts' ratio 0.4 and no warm-up, no std division;
     # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
     # solved epochs, replay 10%)
-    "lze": row(advantage=("grpo", "none"), selector=(0.4, 0.3, 0.9, 0.3, 0.05, 0.05, 0, True, 2, 0.1)),
+    "lze": row(advantage=("grpo", "none"), selector=(0.4, 0.3, 0.9, 0.3, 0.05, 0.05, 0, True, 2, 0.1),
+               run_defaults={"data.pool": 128}),  # the pool of the measured 3-seed compares
     # D2Evo (arXiv 2605.17037; spec section 11, all [inferred]): n = 8 samples to estimate and to judge, band
     # [0.2, 0.8], p* 0.5, eta 0.5, invalid -1, majority floor 0.3 (no gold), character 3-grams; G_Q = G = 4,
     # 4 anchors per step, 10 steps per iteration, a question is the longest leading expression (ours)
-    "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix")),
+    "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix"),
+                 run_defaults={"data.pool": 128}),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
     # TGPO (arXiv 2605.13230, released code helldog-star/TGPO): PPO-clip 0.2 with token-mean, entropy 0.001,
@@ -185,12 +191,25 @@ TABLE = {
     "fest": row(fest=(1.0, 0.5, "exponential", 0.1, "dpo", "initial", False, 32, 4, "one", "skip")),
     # VPD (arXiv 2605.15113; spec section 4, all [inferred]): the task's critique as feedback, beta0 0.1, target
     # 0.05 nats/token, x2 / /2 outside [delta/1.5, 1.5 delta], exact E-step KL, reverse-KL M-step weight 1, GRPO alpha 1
-    "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0)),
+    "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0),
+               run_defaults={"lora.r": 8}),  # the rank of the measured compare
     # SU-01 (arXiv 2605.13301, spec section 13): GSPO eps 1e-3 / 1e-3, no KL, 4 optimizer steps per rollout batch,
     # zero-std filtering (3 rounds), refine prompts 20% and replay 25% of the batch from groups with mean reward < 0.5
     # (samples < 0.9) and successes above reward 0; buffer 256 and filtering of extra groups [inferred]
     "su01": row(loss=("sequence", 1e-3, 1e-3, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 4),
                 group_filter=("accuracy", 3), refine_replay=(0.2, 0.25, 0.5, 0.9, 0.0, 256, True)),
+    # AZR (arXiv 2505.03335, released code): TRR++ over REINFORCE++ (the estimator named, the part overrides it
+    # by bucket), no KL, the solver's 1 / -0.5 / -1 format shaping as an extra reward of weight 1; the program
+    # world's task; 2 proposal prompts per type, p_hat from 4 solver samples (code: 8), all three types
+    "azr": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+               group_size=4, extra_rewards=(("AZRShaping", 1.0, {"wrong": -0.5, "bad_format": -1.0}),),
+               azr=(2, 4, "deduction,abduction,induction", 512, 4), run_defaults={"task": "azr"}),
+    # EvoEnv (spec section 2, [inferred] but for the four checks and the ten seeds): per-role TRR++, no KL; L5 from
+    # 4 instances x 2 answers in [0.1, 0.8], learnability reward, the policy's review (3 votes), novelty tau 0.8
+    # (the spec's 0.5 rejects the tiny model's short modules on their boilerplate), pool of 64, EMA 0.2, patience 3
+    "evoenv": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                  group_size=4, evoenv=(2, 4, 2, 0.1, 0.8, "learnability", "policy", 3, 0.8, 64, 0.2, 3),
+                  run_defaults={"task": "evoenv"}),
 }
 
 
@@ -256,6 +275,12 @@ def _actual(recipe, expected):
             "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
         "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
             "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
+        "azr": None if r.azr is None else tuple(getattr(r.azr, k) for k in (
+            "proposals", "estimate_samples", "types", "capacity", "min_inputs")),
+        "evoenv": None if r.evoenv is None else tuple(getattr(r.evoenv, k) for k in (
+            "proposals", "estimate_instances", "estimate_samples", "p_lo", "p_hi", "reward", "review", "review_samples",
+            "novelty_tau", "capacity", "ema", "patience")),
+        "run_defaults": dict(r.run_defaults),
     }
 
 
@@ -302,7 +327,7 @@ def test_extra_rewards_keep_their_config_names():
     names = {n: [reward_name(fn) for fn, _ in r.extra_rewards] for n, r in RECIPES.items() if r.extra_rewards}
     assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
                      "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"],
-                     "physics_r1": ["physics_match", "overlong"]}
+                     "physics_r1": ["physics_match", "overlong"], "azr": ["azr_format"]}
 
 
 def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():

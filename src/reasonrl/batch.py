@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -41,6 +41,7 @@ class BatchMaker:
         self.reward_fn = TaskReward(task)
         self.strategy = recipe.strategy  # plain, beam, steered, hinted, ...: one generate() for all
         self.strategy_key = next((k for k, _ in recipe.hooked("generate")), "sampling")
+        self.source = _one_source(recipe)  # (key, part) whose draw() replaces the task's stream (self-play), or None
         self.seconds = {"generate": 0.0, "score": 0.0}  # phase timings of the current step
         self.items_drawn = 0
         self.short_batches = 0  # batches that came out short of groups after the filter's rounds (trainer state)
@@ -72,6 +73,10 @@ class BatchMaker:
         self.step, self.total_steps = step, total_steps
 
     def draw(self, n: int) -> list[Item]:
+        if self.source is not None:  # a self-play part supplies the items; positions still count for seeding
+            items = self.source[1].draw(self.round_context(self.source[0], None, self.kind_of(self.source[0])), n)
+            self.items_drawn += len(items)
+            return items
         if self.selector is not None:
             return self._draw_admitted(n)
         self.items_drawn += n
@@ -117,8 +122,8 @@ class BatchMaker:
         """The ``generate`` request (prompts, group size, sampling, seeds) of the next ``rollout(n_prompts)``
         with plain sampling, without drawing its items: an asynchronous engine starts it early
         (``rollout.async``). None for any other strategy."""
-        if not getattr(self.strategy, "prefetchable", False) or self.selector is not None:
-            return None  # a selector's admissions depend on the rewards still to come
+        if not getattr(self.strategy, "prefetchable", False) or self.selector is not None or self.source is not None:
+            return None  # a selector's admissions (a source's items) depend on the rewards still to come
         self.stream, ahead = itertools.tee(self.stream)  # a tee of a tee copies it: no nesting per step
         items = list(itertools.islice(ahead, n_prompts))
         req = self._request(items, self.items_drawn)
@@ -315,6 +320,14 @@ class BatchMaker:
     def known_prompts(self) -> dict[str, str] | None:
         """key -> prompt digest of every item the run can draw (its pool), for a resumed selector's check."""
         return None if self.pool is None else {it.key: prompt_hash(it.prompt) for it in self.pool}
+
+
+def _one_source(recipe: Recipe) -> tuple[str, Any] | None:
+    """The part whose ``draw`` supplies the first round's items; two of them are an error."""
+    found = recipe.hooked("draw")
+    if len(found) > 1:
+        raise ValueError(f"a recipe can draw its items from one part, got {', '.join(k for k, _ in found)}")
+    return found[0] if found else None
 
 
 def _check_pool(recipe: Recipe, pool: list[Item] | None, task: str) -> None:

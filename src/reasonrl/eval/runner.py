@@ -18,6 +18,7 @@ from ..models.chat import PromptFormatter
 from ..rollout import Generator, HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
+from ..tasks.base import prepare_verify
 from .majority import Equivalence, MathEquivalence, exact_equal, majority_vote_grouped
 from .metrics import pass_at_k
 
@@ -61,6 +62,7 @@ def task_max_new_tokens(task: Task) -> int:
 
 
 def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mode: str) -> list[dict]:
+    prepare_verify(task, texts, [items[r // n].meta for r in range(len(texts))])
     out = []
     for r, text in enumerate(texts):
         item = items[r // n]

@@ -10,6 +10,7 @@ hook                      when                                                  
 ``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
 ``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
 ``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
+``draw(RoundContext, n)`` instead of the task's stream (one part at most)       n Items (self-play tasks)
 ``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
 Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
 ``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
@@ -50,7 +51,7 @@ from ..models.chat import PLAIN, PromptFormatter
 # what a part may need the run to provide; policy_in_loss: its loss term runs the policy on inputs of its own
 # (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks)
 NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss")
-HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
+HOOKS = ("wrap_task", "setup_model", "before_step", "draw", "generate", "extend", "score_batch", "shape_advantages",
          "loss_term", "after_step")
 
 PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order

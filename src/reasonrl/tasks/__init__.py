@@ -12,6 +12,8 @@ from .files import FileTask
 from .guidance import Critique, GuidedTask, load_guidance
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
 from .hub import HubTask
+from .azr import AZRTask
+from .evoenv import EvoEnvTask
 from .code import CodeTask
 from .diagnosis import DiagnosisTask
 from .multipart import MultipartTask
@@ -19,7 +21,7 @@ from .recommend import RecommendTask
 from .temporal import TemporalTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "code": CodeTask, "diagnosis": DiagnosisTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 

@@ -48,6 +48,8 @@ class Task(Protocol):
     # Optional: ``diagnostics(completions, metas, scores) -> dict[str, float]``, task-specific rates of
     # greedy held-out outputs (``scores``: their ``verify`` results) that evaluation reports beside
     # pass@1 (e.g. the temporal task's leak rate and leak-free accuracy).
+    # Optional: ``prepare(completions, metas)``, called before a batch of ``verify`` calls so a task
+    # that runs programs can run the whole batch in one sandbox call (the ``azr`` task).
 
 
 def in_test_split(key: str, test_fraction: float, salt: str = "reasonrl-split-v1") -> bool:
@@ -128,9 +130,17 @@ class TaskReward(Reward):
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
         answers, metas = columns["answer"], columns.get("meta") or [{}] * len(completions)
+        prepare_verify(self.task, completions, metas)
         values = [float(self.task.verify(c, a, m)) for c, a, m in zip(completions, answers, metas)]
         unparsed = sum(self.task.extract_answer(c) is None for c in completions) / max(len(completions), 1)
         return RewardResult(values, {f"reward/{self.name}/unparsed_frac": unparsed})
+
+
+def prepare_verify(task: Any, completions: Sequence[str], metas: Sequence[dict[str, Any]]) -> None:
+    """Let a task prepare a batch of verifications (its optional ``prepare``; nothing otherwise)."""
+    prepare = getattr(task, "prepare", None)
+    if prepare is not None:
+        prepare(list(completions), list(metas))
 
 
 def reward_columns(items: Sequence[Item]) -> dict[str, list[Any]]:

@@ -173,29 +173,32 @@ def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: in
 
 
 def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, timeout: float = 5.0,
-                   memory_mb: int = 256, runner: Runner | None = None) -> list[dict]:
+                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True) -> list[dict]:
     """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair.
 
     Returns one result per pair (see the module docstring). A program that fails has ``error``
     set; the caller decides whether that is fatal. A sandbox timeout or kill is returned but not
-    cached: it depends on the machine's load, unlike the trace itself."""
+    cached: it depends on the machine's load, unlike the trace itself. ``cache=False`` runs every
+    pair afresh and stores nothing (a determinism check compares two such runs)."""
     fresh: dict[tuple[str, str], dict] = {}
-    todo = list(dict.fromkeys(p for p in programs if p not in _CACHE))
+    todo = list(dict.fromkeys(p for p in programs if not cache or p not in _CACHE))
     runner = (runner or _sandbox_runner()) if todo else None
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
         results = _trace_batch([{"code": c, "input": i} for c, i in chunk], runner, timeout, memory_mb)
         for key, result in zip(chunk, results):
             fresh[key] = result
-            if not result.pop("transient", False):
+            if not result.pop("transient", False) and cache:
                 _CACHE[key] = result
                 if len(_CACHE) > _CACHE_SIZE:
                     _CACHE.popitem(last=False)
     out = []
     for p in programs:
-        if p in _CACHE:
-            _CACHE.move_to_end(p)
-        out.append(fresh[p] if p in fresh else _CACHE[p])
+        if p in fresh:
+            out.append(fresh[p])
+            continue
+        _CACHE.move_to_end(p)
+        out.append(_CACHE[p])
     return out
 
 

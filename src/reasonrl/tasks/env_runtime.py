@@ -1,0 +1,151 @@
+"""Running model-written environments (EvoEnv, spec envs-selfplay-eval.md section 2) in the sandbox only.
+
+An environment is one Python module defining one subclass of :data:`PRELUDE`'s ``Env``::
+
+    class E(Env):
+        name = "sum%7"                            # what the task is (the default prompt shows it)
+        def sample(self, seed, difficulty): ...   # a JSON-serialisable instance (seeded: ``R(seed)``)
+        def prompt(self, instance): ...           # the question; default: ``name`` and the instance, ``=?``
+        def reference(self, instance): ...        # the oracle answer (None: verify-only, then score checks)
+        def score(self, instance, answer): ...    # in [0, 1]; default: answer == str(reference)
+
+The pseudo-method ``@render`` (args ``seed, difficulty``) returns ``{"instance", "prompt", "reference"}``
+in one call (the reference as a string, or None), so drawing an instance is one round trip.
+
+The module is never imported by the trainer: :func:`call_envs` sends (module code, method calls) jobs to
+the sandbox (:func:`reasonrl.rewards.sandbox.run_python`), where a trusted runner executes each module in
+a fresh namespace after the prelude and makes each call under a wall-clock alarm; every result must be
+JSON. One sandbox process runs a batch; when the sandbox itself kills a batch (memory, time, output),
+the batch is bisected so the failure is pinned on its module. Results come back as
+``{"ok": bool, "value" | "error"}`` per call, or one ``{"ok": False, "error"}`` per call when the
+module does not load.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+__all__ = ["MARK", "PRELUDE", "call_envs"]
+
+MARK = "@@REASONRL-ENV@@"
+# what every environment module may use: a seeded generator and an exact-match default score
+PRELUDE = '''
+import random
+
+class Env:
+    name = "env"
+    description = ""
+
+    def sample(self, seed, difficulty):
+        raise NotImplementedError("sample")
+
+    def prompt(self, instance):
+        return "%s %s=?" % (self.name, show(instance))
+
+    def reference(self, instance):
+        return None
+
+    def score(self, instance, answer):
+        ref = self.reference(instance)
+        return float(ref is not None and str(answer).strip() == str(ref).strip())
+
+def R(seed):
+    return random.Random(seed)
+
+def show(x):
+    if isinstance(x, dict):
+        return " ".join("%s=%s" % (k, show(v)) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        flat = not any(isinstance(v, (list, tuple, dict)) for v in x)
+        return (" " if flat else ",").join(show(v) for v in x)
+    return str(x)
+'''
+
+RUNNER = r'''
+import json, signal, sys
+PRELUDE, MARK = %r, %r
+
+class CallTimeout(BaseException):
+    pass
+
+def _alarm(*_):
+    raise CallTimeout("the call ran past its time limit")
+
+signal.signal(signal.SIGALRM, _alarm)
+
+def load(code):
+    ns = {"__name__": "env_module"}
+    exec(PRELUDE, ns)
+    base = ns["Env"]
+    exec(compile(code, "<env>", "exec"), ns)
+    found = [v for k, v in ns.items() if isinstance(v, type) and issubclass(v, base) and v is not base]
+    if len(found) != 1:
+        raise ValueError("the module defines %%d Env subclasses, not 1" %% len(found))
+    return found[0]()
+
+def render(env, seed, difficulty):
+    inst = env.sample(seed, difficulty)
+    json.dumps(inst)
+    prompt, ref = env.prompt(inst), env.reference(inst)
+    if not isinstance(prompt, str):
+        raise TypeError("prompt() returned %%s, not str" %% type(prompt).__name__)
+    return {"instance": inst, "prompt": prompt, "reference": None if ref is None else str(ref)}
+
+def call(env, method, args, limit):
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        value = render(env, *args) if method == "@render" else getattr(env, method)(*args)
+        if method == "score":  # a score is a number in [0, 1], or the call failed
+            value = float(value)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError("score %%r is outside [0, 1]" %% value)
+        json.dumps(value)
+        return {"ok": True, "value": value}
+    except BaseException as err:  # the module's own failure, reported per call (the runner goes on)
+        return {"ok": False, "error": "%%s: %%s" %% (type(err).__name__, err)}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+out = []
+for job in json.loads(sys.stdin.read()):
+    try:
+        signal.setitimer(signal.ITIMER_REAL, job["limit"])
+        env = load(job["code"])
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException as err:  # a module that does not load fails every call it was given
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        out.append([{"ok": False, "error": "load: %%s: %%s" %% (type(err).__name__, err)}] * len(job["calls"]))
+        continue
+    out.append([call(env, m, a, job["limit"]) for m, a in job["calls"]])
+sys.stdout.write(MARK + json.dumps(out) + "\n")
+''' % (PRELUDE, MARK)
+
+
+def _runner():
+    from ..rewards.sandbox import run_python  # the sandbox is the only place an environment runs
+
+    return run_python
+
+
+def _run_batch(jobs: list[dict], timeout: float, memory_mb: int) -> list[list[dict]]:
+    res = _runner()(RUNNER, stdin=json.dumps(jobs), timeout=timeout, memory_mb=memory_mb)
+    if res.status == "ok" and not getattr(res, "stdout_truncated", False) and MARK in res.stdout:
+        out = json.loads(res.stdout[res.stdout.rfind(MARK) + len(MARK):])
+        if len(out) == len(jobs):
+            return out
+    if len(jobs) > 1:  # bisect: the module that brought the sandbox down fails alone
+        half = len(jobs) // 2
+        return _run_batch(jobs[:half], timeout, memory_mb) + _run_batch(jobs[half:], timeout, memory_mb)
+    why = f"sandbox: {res.status} (returncode {res.returncode}) {res.stderr[-200:]}".strip()
+    return [[{"ok": False, "error": why}] * len(jobs[0]["calls"])]
+
+
+def call_envs(jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]], *, limit: float = 1.0,
+              timeout: float = 20.0, memory_mb: int = 256, batch: int = 32) -> list[list[dict]]:
+    """Run ``(module code, [(method, args), ...])`` jobs in the sandbox, ``batch`` modules per process;
+    each call has ``limit`` seconds. Returns, per job, one result dict per call."""
+    payload = [{"code": code, "calls": [[m, list(a)] for m, a in calls], "limit": limit} for code, calls in jobs]
+    out: list[list[dict]] = []
+    for start in range(0, len(payload), batch):
+        out += _run_batch(payload[start:start + batch], timeout, memory_mb)
+    return out
