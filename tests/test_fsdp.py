@@ -13,7 +13,8 @@ from fsdp_ranks import sharded_step_worker
 from reasonrl.config import TrainConfig
 from reasonrl.dist.fsdp import indexed, named
 from reasonrl.dist.group import Single
-from reasonrl.dist.strategy import Replicated, make_strategy
+from reasonrl.dist.choose import make_strategy
+from reasonrl.dist.strategy import Replicated
 from reasonrl.recipes import get_recipe
 from reasonrl.run_sections import Dist, Lora
 from reasonrl.validate import problems

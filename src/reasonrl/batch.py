@@ -76,11 +76,21 @@ class BatchMaker:
         if self.source is not None:  # a self-play part supplies the items; positions still count for seeding
             items = self.source[1].draw(self.round_context(self.source[0], None, self.kind_of(self.source[0])), n)
             self.items_drawn += len(items)
-            return items
+            return [self._fitted(item) for item in items]
         if self.selector is not None:
             return self._draw_admitted(n)
         self.items_drawn += n
         return [next(self.stream) for _ in range(n)]
+
+    def _fitted(self, item: Item) -> Item:
+        """A self-play item under the run's prompt limit (tasks.limits), truncated by prompt.overflow=
+        truncate_left; one that would be dropped stops the run (the part's roles are per item)."""
+        fit = getattr(self.task, "fit", None)
+        fitted = item if fit is None else fit(item, "train")
+        if fitted is None:
+            raise UserError(f"self-play prompt {item.key!r} is longer than the prompt limit ({self.task.cap} tokens); "
+                            "raise prompt.max_tokens, lower sampling.max_new_tokens or use prompt.overflow=truncate_left")
+        return fitted
 
     def _draw_admitted(self, n: int) -> list[Item]:
         """``n`` items the selector admits (it skips e.g. pruned prompts), drawing at most two

@@ -23,7 +23,7 @@ from .checkpoint import atomic_write, latest_checkpoint, rng_state, save_checkpo
 from .config import TrainConfig
 from .dist.group import Single
 from .dist.shard import ShardedEngine
-from .dist.strategy import make_strategy
+from .dist.choose import make_strategy
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, merge_metrics, step_stats

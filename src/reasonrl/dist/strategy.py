@@ -59,13 +59,3 @@ class Replicated:
 
     def load_checkpoint(self, path: Path, model, optimizer, scheduler) -> dict[str, Any]:
         return load_checkpoint(path, model, optimizer, scheduler)
-
-
-def make_strategy(name: str, group: Single) -> Replicated:
-    """``fsdp`` shards only over several processes: in one there is nothing to shard, and the plain
-    model is what FSDP over one rank would compute (so a sharded run's checkpoint resumes in one)."""
-    if name == "fsdp" and group.world > 1:
-        from .fsdp import Sharded
-
-        return Sharded(group)
-    return Replicated(group)

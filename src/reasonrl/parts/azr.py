@@ -32,6 +32,7 @@ from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, format_ok, parse_inputs, parse_proposal, propose_prompt, solve_item
 from ..tasks.azr_world import IDENTITY, TYPES, run_programs, validate_programs
+from ..tasks.limits import unwrapped
 from .protocol import BatchContext, RoundContext, register_part
 from .strategy import Groups
 
@@ -75,9 +76,10 @@ class AZR:
         return self.types.split(",")
 
     def _task(self, ctx: Any) -> AZRTask:
-        if not isinstance(ctx.task, AZRTask):
-            raise UserError(f"recipe part 'azr' plays AZR's program world: train it on --task azr, not {ctx.task.name!r}")
-        return ctx.task
+        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
+        if not isinstance(task, AZRTask):
+            raise UserError(f"recipe part 'azr' plays AZR's program world: train it on --task azr, not {task.name!r}")
+        return task
 
     def _buffers(self, ctx: Any) -> dict[str, list[dict]]:
         c = self._task(ctx).config

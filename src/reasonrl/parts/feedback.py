@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..tasks import guidance
+from ..text import fill_slots
 
 FeedbackFn = Callable[[Any, Any, str, bool], str]
 
@@ -53,3 +54,8 @@ def feedback_fn(spec: str | FeedbackFn) -> FeedbackFn:
         raise ValueError(f"unknown feedback {spec!r}; valid: {', '.join(FEEDBACK)} (or a callable "
                          "fn(task, item, attempt, correct) -> str)")
     return FEEDBACK[spec]
+
+
+def teacher_prompt(template: str, prompt: str, attempt: str, feedback: str) -> str:
+    """``template`` with its three slots filled in one pass (braces inside the texts stay as they are)."""
+    return fill_slots(template, prompt=prompt, attempt=attempt, feedback=feedback)

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..distill import score_under_context
-from .feedback import FEEDBACK, feedback_fn
+from .feedback import FEEDBACK, feedback_fn, teacher_prompt  # noqa: F401 - the round's prompt builder, re-exported
 from ..errors import UserError
 from ..losses.policy import policy_loss
 from ..losses.vpd import (E_KL_ESTIMATORS, M_DIVERGENCES, adapt_beta, exact_token_kl, k3_token_kl,
@@ -42,7 +42,6 @@ from ..models.lora import add_adapter, is_lora, use_adapter
 from ..models.scoring import trim_padding
 from ..rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
-from ..text import fill_slots
 from .protocol import BatchContext, LossContext, ModelSetup, RoundContext, register_part
 from .strategy import Groups
 from .vpd_warm import warm_teacher
@@ -51,11 +50,6 @@ TEACHER = "teacher"  # the teacher adapter's name; the student is peft's "defaul
 ATTEMPTS = ("first_wrong", "first")
 # [inferred] the attempt and its feedback, then the prompt again so the text ends as the task's prompt
 DEFAULT_TEMPLATE = "{prompt}Previous attempt:\n{attempt}\nFeedback: {feedback}\n{prompt}"
-
-
-def teacher_prompt(template: str, prompt: str, attempt: str, feedback: str) -> str:
-    """``template`` with its three slots filled in one pass (braces inside the texts stay as they are)."""
-    return fill_slots(template, prompt=prompt, attempt=attempt, feedback=feedback)
 
 
 def pick_attempts(correct: Tensor, rule: str) -> Tensor:

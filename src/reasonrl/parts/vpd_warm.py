@@ -21,11 +21,11 @@ from typing import Any
 import torch
 
 from ..data.drafter import wrong_version
+from ..data.sft_rows import sft_batch
 from ..models.lora import adapter_parameters, use_adapter
 from ..seeds import stable_seed
-from ..sft import sft_batch
 from ..tasks import Item, is_correct, take_items
-from .feedback import feedback_fn
+from .feedback import feedback_fn, teacher_prompt
 
 __all__ = ["feedback_items", "warm_teacher"]
 
@@ -33,8 +33,6 @@ __all__ = ["feedback_items", "warm_teacher"]
 def feedback_items(task: Any, items: list[Item], template: str, feedback: str, wrong_rate: float,
                    seed: int) -> list[Item]:
     """``items`` with the teacher's prompt (attempt + feedback) and their own demonstration as target."""
-    from .vpd import teacher_prompt  # the round's own prompt builder
-
     fn, out = feedback_fn(feedback), []
     for it in items:
         rng = random.Random(stable_seed(seed, "vpd-warm", it.key))

@@ -42,6 +42,11 @@ def limit_prompts(task: Any, formatter: PromptFormatter, cap: int | None, overfl
     return task if cap is None else LimitedTask(task, formatter, cap, overflow)
 
 
+def unwrapped(task: Any) -> Any:
+    """The task a :class:`LimitedTask` limits (a part that plays a task of its own type checks this one)."""
+    return task.task if isinstance(task, LimitedTask) else task
+
+
 class LimitedTask:
     """A task's items with prompts of at most ``cap`` tokens; ``counts`` says how many were dropped or
     truncated, per split (distinct problems)."""
