@@ -24,6 +24,7 @@ LAYERS = {
     "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files
     "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "data.draft_files": 2.1, "data.draft_task": 2.2, "data.drafter": 2.3,  # drafts: loader, task wrapper, drafter (read tasks)
+    "prompting": 2.2,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
     "population": 1,  # PopuLoRA's operators, ratings and PBT plan: numpy and openskill only
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
