@@ -49,6 +49,10 @@ OWN = {
     "su01": ("arithmetic", {}, ("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
     "azr": ("azr", {}, ("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets", "reward/azr_format/format_rate")),
     "evoenv": ("evoenv", {}, ("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size", "evoenv/retired_total")),
+    "populora": ("azr", {}, ("populora/games", "populora/teacher_reward", "populora/buckets", "populora/pbt_replaced",
+                             "populora/skill_t0")),
+    "prompt_policy": ("arithmetic", {}, ("prompt_policy/worker_calls", "prompt_policy/best_reward",
+                                         "prompt_policy/distill_term")),
 }
 
 
@@ -78,6 +82,11 @@ def small(name: str, task, tmp_path) -> tuple:
     if r.evoenv is not None:
         changes["evoenv"] = dataclasses.replace(r.evoenv, proposals=1, estimate_instances=2, estimate_samples=1,
                                                 review_samples=1)
+    if r.populora is not None:  # two of each, PBT at every step
+        changes["populora"] = dataclasses.replace(r.populora, teachers=2, students=2, estimate_samples=2,
+                                                  types="deduction", pbt_every=1, pbt_frac=0.5)
+    if r.prompt_policy is not None:
+        changes["prompt_policy"] = dataclasses.replace(r.prompt_policy, instances=2)
     return dataclasses.replace(r, **changes), run
 
 

@@ -27,6 +27,8 @@ LAYERS = {
     "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "data.draft_files": 2.1, "data.draft_task": 2.2, "data.drafter": 2.3,  # drafts: loader, task wrapper, drafter (read tasks)
     "data.sft_rows": 2.1,  # supervised rows of tasks' items (reasonrl sft, VPD's warm start)
+    "prompting": 2.2,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
+    "population": 1,  # PopuLoRA's operators, ratings and PBT plan: numpy and openskill only
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,

@@ -60,6 +60,10 @@ GRPO_ROW = {
     "azr": None,  # AZR's self-play: (proposals, estimate_samples, types, capacity, min_inputs)
     "evoenv": None,  # EvoEnv: (proposals, estimate_instances, estimate_samples, p_lo, p_hi, reward, review,
     #                   review_samples, novelty_tau, capacity, ema, patience)
+    "populora": None,  # PopuLoRA: (teachers, students, proposals, estimate_samples, types, zero_when_unsolved, pfsp,
+    #                     pbt_every, pbt_frac, operators, mutation_sigma, interp, offspring_sigma, (mu0, sigma0, beta, tau))
+    "prompt_policy": None,  # prompt-policy RL: (worker, contexts, instances, renderer, k_top, k_bottom, capacity,
+    #                          critic, distill_coef)
     "run_defaults": {},  # run settings the recipe brings to the command line
 }
 
@@ -210,6 +214,20 @@ TABLE = {
     "evoenv": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                   group_size=4, evoenv=(2, 4, 2, 0.1, 0.8, "learnability", "policy", 3, 0.8, 64, 0.2, 3),
                   run_defaults={"task": "evoenv"}),
+    # PopuLoRA (spec section 4): the paper's 4 + 4 adapters on AZR's game (the azr recipe's loss, shaping and G);
+    # the teacher reward 1 - s_hat with AZR's 0 at s_hat = 0; TrueSkill's defaults (mu0 25, sigma0 25/3, beta 25/6,
+    # tau 25/300); PFSP p(1-p); PBT [inferred]: every 10 steps the bottom quarter, the four operators, sigma_m 0.1,
+    # a = 0.5, offspring sigma >= 25/6
+    "populora": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                    group_size=4, extra_rewards=(("AZRShaping", 1.0, {"wrong": -0.5, "bad_format": -1.0}),),
+                    populora=(4, 4, 1, 4, "deduction,abduction,induction", True, "balanced", 10, 0.25,
+                              "gaussian,spectral,modulewise,svd", 0.1, 0.5, 25 / 6, (25.0, 25 / 3, 25 / 6, 25 / 300)),
+                    run_defaults={"task": "azr", "lora.r": 8}),
+    # prompt-policy RL (spec section 5, [inferred] but the structure): GRPO on the prompter, the shipped base as the
+    # worker, one context, M = 4 instances, the task's hints as fragments, history of the 2 best and 2 worst of 64,
+    # the failure critic, distillation weight 1
+    "prompt_policy": row(prompt_policy=("base", "task", 4, "hints", 2, 2, 64, "failures", 1.0),
+                         run_defaults={"task": "arithmetic"}),
 }
 
 
@@ -280,6 +298,12 @@ def _actual(recipe, expected):
         "evoenv": None if r.evoenv is None else tuple(getattr(r.evoenv, k) for k in (
             "proposals", "estimate_instances", "estimate_samples", "p_lo", "p_hi", "reward", "review", "review_samples",
             "novelty_tau", "capacity", "ema", "patience")),
+        "populora": None if r.populora is None else (*(getattr(r.populora, k) for k in (
+            "teachers", "students", "proposals", "estimate_samples", "types", "zero_when_unsolved", "pfsp", "pbt_every",
+            "pbt_frac", "operators", "mutation_sigma", "interp", "offspring_sigma")),
+            (r.populora.mu0, r.populora.sigma0, r.populora.beta, r.populora.tau)),
+        "prompt_policy": None if r.prompt_policy is None else tuple(getattr(r.prompt_policy, k) for k in (
+            "worker", "contexts", "instances", "renderer", "k_top", "k_bottom", "capacity", "critic", "distill_coef")),
         "run_defaults": dict(r.run_defaults),
     }
 
@@ -327,7 +351,8 @@ def test_extra_rewards_keep_their_config_names():
     names = {n: [reward_name(fn) for fn, _ in r.extra_rewards] for n, r in RECIPES.items() if r.extra_rewards}
     assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
                      "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"],
-                     "physics_r1": ["physics_match", "overlong"], "azr": ["azr_format"]}
+                     "physics_r1": ["physics_match", "overlong"], "azr": ["azr_format"],
+                     "populora": ["azr_format"]}
 
 
 def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():

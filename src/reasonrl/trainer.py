@@ -28,7 +28,7 @@ from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, merge_metrics, step_stats
 from .rollout import select_rows
-from .models.lora import Reference, apply_lora
+from .models.lora import Reference, apply_lora, score_by_adapter
 from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions, trim_padding
 from .parts import Recipe, entropy_term, kl_term
@@ -151,8 +151,12 @@ class Trainer:
         tokens = trim_padding(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
         c_len = tokens[2].shape[1]
         extra = None if b.extra_labels is None else b.extra_labels[rows, :c_len]  # a part's second label set (TGPO)
-        logp, ent, *extra_logp = score_completions(self.model, *tokens, temperature=r.sampling.temperature or 1.0,
-                                                   chunk_rows=len(rows), extra_labels=extra)
+        pick = lambda t, idx: t if idx is None or t is None else t[idx]  # noqa: E731
+        # each row under the adapter it was sampled with (a population of adapters), else all under the active one
+        logp, ent, *extra_logp = score_by_adapter(self.model, None if ro.adapters is None else [
+            ro.adapters[i] for i in rows.tolist()], lambda idx: score_completions(
+                self.model, *(pick(t, idx) for t in tokens), temperature=r.sampling.temperature or 1.0,
+                chunk_rows=len(rows), extra_labels=pick(extra, idx)))
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]

@@ -7,9 +7,10 @@ off: no second copy of the weights. Full fine-tuning keeps a frozen deep copy, a
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import Any, Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 
 
@@ -116,3 +117,77 @@ class Reference:
                 yield self.policy
         finally:
             self.policy.train(was_training)
+
+
+# ------------------------------------------------------------------ a population of adapters (PopuLoRA)
+def add_adapters(model, names, seed_of) -> Any:
+    """Adapters ``names`` (besides ``default``) on a peft ``model``, each configured as ``default`` with
+    its A matrices drawn from ``seed_of(name)`` (:func:`add_adapter`); those already there are kept."""
+    for name in names:
+        if name != "default" and name not in model.peft_config:
+            add_adapter(model, name, seed_of(name))
+    return model
+
+
+def adapter_modules(model, name: str) -> dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+    """Adapter ``name``'s factor pairs by adapted module (layer x projection): module path ->
+    (``lora_A`` weight (r, k), ``lora_B`` weight (d, r)); delta W = (alpha / r) B A. The pair of a
+    module is always handled together (a B is meaningless without its A)."""
+    found: dict[str, dict[str, torch.nn.Parameter]] = {}
+    for key, p in model.named_parameters():
+        for side in ("lora_A", "lora_B"):
+            if f".{side}.{name}." in key:
+                found.setdefault(key.split(f".{side}.")[0], {})[side] = p
+    broken = [m for m, pair in found.items() if len(pair) != 2]
+    if not found or broken:
+        raise ValueError(f"adapter {name!r}: no LoRA modules" if not found else f"adapter {name!r}: {broken[0]} "
+                         "lacks its A or B factor")
+    return {m: (pair["lora_A"], pair["lora_B"]) for m, pair in found.items()}
+
+
+def adapter_factors(model, name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Float64 numpy copies of adapter ``name``'s (A (r, k), B (d, r)) per module (the operators' input)."""
+    return {m: (a.detach().cpu().double().numpy(), b.detach().cpu().double().numpy())
+            for m, (a, b) in adapter_modules(model, name).items()}
+
+
+def set_adapter_factors(model, name: str, factors: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write ``factors`` (module -> (A, B), as :func:`adapter_factors` gives) into adapter ``name`` in place
+    (the parameters keep their identity, so the optimiser still holds them); every module, same shapes."""
+    modules = adapter_modules(model, name)
+    if set(factors) != set(modules):
+        raise ValueError(f"adapter {name!r}: factors for {len(factors)} modules, the model has {len(modules)}")
+    with torch.no_grad():
+        for m, (a, b) in modules.items():
+            new_a, new_b = factors[m]
+            if tuple(new_a.shape) != tuple(a.shape) or tuple(new_b.shape) != tuple(b.shape):
+                raise ValueError(f"adapter {name!r} module {m}: shapes {new_a.shape}, {new_b.shape} != "
+                                 f"{tuple(a.shape)}, {tuple(b.shape)} (the rank must stay the same)")
+            a.copy_(torch.from_numpy(np.ascontiguousarray(new_a)).to(a))
+            b.copy_(torch.from_numpy(np.ascontiguousarray(new_b)).to(b))
+
+
+def reset_optimizer_state(optimizer, params) -> int:
+    """Forget the optimiser's state (AdamW's moments and step count) of ``params``: they restart as if
+    new (a PBT offspring). Returns how many had state. The optimiser's checkpoint then lacks them too,
+    so a resumed run restarts them the same way."""
+    dropped = 0
+    for p in params:
+        dropped += int(optimizer.state.pop(p, None) is not None)
+    return dropped
+
+
+def score_by_adapter(model, adapters: Sequence[str | None] | None, score: Callable[[torch.Tensor | None], tuple]):
+    """``score(idx)`` (a tuple of (m, ...) tensors or None for the rows ``idx``; None: all rows) run once per
+    adapter on that adapter's rows, under it, and put back in row order. ``adapters`` None (or all None):
+    one call on every row, under the active adapter. Gradients flow through the reassembly."""
+    if adapters is None or all(a is None for a in adapters):
+        return score(None)
+    outs, rows = [], []
+    for name in dict.fromkeys(adapters):
+        idx = torch.tensor([i for i, a in enumerate(adapters) if a == name])  # (m,)
+        with use_adapter(model, name) if name is not None else nullcontext():
+            outs.append(score(idx))
+        rows.append(idx)
+    back = torch.argsort(torch.cat(rows))  # (n,) where each original row sits in the concatenation
+    return tuple(None if parts[0] is None else torch.cat(parts)[back.to(parts[0].device)] for parts in zip(*outs))

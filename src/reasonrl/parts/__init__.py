@@ -34,6 +34,8 @@ from .vpd import VPD
 from .su01 import RefineReplay
 from .azr import AZR
 from .evoenv import EvoEnv
+from .populora import PopuLoRA
+from .prompt_policy import PromptPolicy
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
@@ -41,7 +43,7 @@ __all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSa
            "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
            "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
            "Stages", "Steering", "StepCredit", "VPD", "Veto", "entropy_term", "kl_term", "register_part",
-           "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv"]
+           "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]
 
 IDENTITY = ("name", "paper", "inferred")  # what names a recipe; no part, no option
 NOT_HOOKED = IDENTITY + ("extra_rewards", "run_defaults")  # fields that hold no part with hooks

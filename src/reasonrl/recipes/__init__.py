@@ -11,6 +11,8 @@ from ..errors import UserError
 from ..parts import Recipe
 from .azr import AZR_RECIPE
 from .evoenv import EVOENV_RECIPE
+from .populora import POPULORA_RECIPE
+from .prompt_policy import PROMPT_POLICY_RECIPE
 from .cipo import CIPO
 from .d2evo import D2EVO
 from .fest import FEST_RECIPE
@@ -37,7 +39,8 @@ def register(recipe: Recipe) -> Recipe:
 
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
-           FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE):
+           FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE, POPULORA_RECIPE,
+           PROMPT_POLICY_RECIPE):
     register(_r)
 
 

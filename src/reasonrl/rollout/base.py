@@ -55,6 +55,9 @@ class Rollouts:
     # the completion tokens the loss may see (STRIDE trains a redirected row on its regenerated suffix
     # only); None: the whole completion (completion_mask)
     train_mask: torch.Tensor | None = None  # (R, T)
+    # the LoRA adapter each row was sampled under and is trained under (a population of adapters on one
+    # backbone, PopuLoRA); None: every row under the model's active adapter
+    adapters: list[str] | None = None  # (R,)
 
     @property
     def lengths(self) -> torch.Tensor:  # (R,)
@@ -77,7 +80,8 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx],
                     hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx],
                     context_ids=None if ro.context_ids is None else ro.context_ids[idx],
-                    train_mask=None if ro.train_mask is None else ro.train_mask[idx])
+                    train_mask=None if ro.train_mask is None else ro.train_mask[idx],
+                    adapters=None if ro.adapters is None else pick(ro.adapters))
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -112,6 +116,9 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         hidden_grad_norm=cat_optional("hidden_grad_norm"),
         context_ids=None if all(p.context_ids is None for p in parts) else torch.cat(contexts),
         train_mask=None if all(p.train_mask is None for p in parts) else torch.cat(train),
+        # rows of parts without adapters keep the active one (None)
+        adapters=None if all(p.adapters is None for p in parts)
+        else sum((p.adapters if p.adapters is not None else [None] * len(p.texts) for p in parts), []),
     )
 
 

@@ -1,0 +1,147 @@
+"""PopuLoRA (T teachers + S students) against a compute-matched single AZR agent on AZR's program world (issue
+#30; spec envs-selfplay-eval.md 4: "report the population mean, worst and best member, against a compute-matched
+single agent (same steps per adapter)").
+
+Both train from the same model with LoRA of the same rank for the same number of steps; per step each PopuLoRA
+student gets as many solver problems as the single agent and each teacher as many proposal prompts as the agent's
+proposer (``--items`` and ``--proposals``), so every adapter sees the agent's data volume. Measured per seed:
+greedy held-out accuracy (AZR's three types, the same held-out problems) of every student and of the agent; the
+proposed tasks' program length (characters) and AST depth, early (first half of the steps) and late (second half);
+wall-clock seconds. Prints a table and writes JSON.
+
+    python benchmarks/populora_compare.py --model runs/azr_base --steps 30 --seeds 0,1,2
+    python benchmarks/populora_compare.py --smoke          # a fresh tiny model, 2 steps, 2 + 2: the code paths only
+
+The model should be warm-started on the azr task (``reasonrl pretrain --task azr --out runs/azr_base``): from a
+model that never saw the six prompts every completion has the wrong format and no run learns.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from reasonrl.config import Lora, TrainConfig
+from reasonrl.eval.runner import EvalConfig, evaluate
+from reasonrl.models import build_tiny, load_model
+from reasonrl.models.lora import use_adapter
+from reasonrl.parts import AZR, PopuLoRA
+from reasonrl.parts.populora import adapter_of
+from reasonrl.recipes import get_recipe
+from reasonrl.tasks import get_task
+from reasonrl.trainer import Trainer
+
+
+def recipes(a) -> dict:
+    """The two recipes, compute-matched: each student as many items, each teacher as many proposals, as the agent."""
+    pop, azr = get_recipe("populora"), get_recipe("azr")
+    sampling = dataclasses.replace(pop.sampling, max_new_tokens=a.max_new)
+    pop = dataclasses.replace(pop, sampling=sampling, populora=PopuLoRA(
+        teachers=a.teachers, students=a.students, proposals=a.proposals, estimate_samples=a.estimate,
+        types=a.types, pbt_every=a.pbt_every))
+    azr = dataclasses.replace(azr, sampling=sampling, azr=AZR(proposals=a.proposals, estimate_samples=a.estimate,
+                                                              types=a.types))
+    return {"populora": (pop, a.items * a.students), "azr": (azr, a.items)}
+
+
+def train(name: str, recipe, items: int, seed: int, a, out: Path) -> tuple[Trainer, list[dict], float]:
+    model, tok = build_tiny("tiny", seed=0) if a.smoke else load_model(a.model)
+    cfg = TrainConfig(recipe=name, task="azr", steps=a.steps, prompts_per_step=items, seed=seed, eval_every=0,
+                      save_every=0, final_eval_problems=0, lora=Lora(r=a.rank, alpha=2.0 * a.rank))
+    t0, logs = time.perf_counter(), []
+    trainer = Trainer(model.train(), tok, get_task("azr"), recipe, cfg, out / f"{name}-{seed}")
+    for _ in range(a.steps):
+        logs.append(trainer.train_step())
+    return trainer, logs, time.perf_counter() - t0
+
+
+def held_out(trainer: Trainer, adapter: str, a) -> dict:
+    cfg = EvalConfig(n_problems=a.eval_problems, samples_per_problem=0, max_new_tokens=a.max_new, seed=1234)
+    with use_adapter(trainer.model, adapter), torch.no_grad():
+        summary, _ = evaluate(trainer.engine, trainer.task, cfg)
+    return {k: v for k, v in summary.items() if k == "pass@1" or k.endswith("_acc")}
+
+
+def complexity(logs: list[dict], key: str) -> tuple[float, float]:
+    """Mean of ``key`` over the steps that logged it, in the first and the second half of training (NaN: none)."""
+    half = len(logs) // 2 or 1
+
+    def mean(rows):
+        vals = [r[key] for r in rows if key in r]
+        return statistics.fmean(vals) if vals else math.nan
+    return mean(logs[:half]), mean(logs[half:])
+
+
+def one_seed(seed: int, a, out: Path) -> dict:
+    row: dict = {"seed": seed}
+    for name, (recipe, items) in recipes(a).items():
+        trainer, logs, secs = train(name, recipe, items, seed, a, out)
+        members = ([f"s{i}" for i in range(a.students)] if name == "populora" else ["default"])
+        accs = {m: held_out(trainer, adapter_of(m) if name == "populora" else m, a) for m in members}
+        row[name] = {"seconds": secs, "held_out": accs,
+                     "program_chars": complexity(logs, "azr/program_chars"), "ast_depth": complexity(logs, "azr/ast_depth"),
+                     "proposer_reward": statistics.fmean(r.get("azr/proposer_reward", math.nan) for r in logs)}
+        if name == "populora":
+            last = logs[-1]
+            row[name]["skill"] = {k.split("_", 1)[1]: v for k, v in last.items() if k.startswith("populora/skill_")}
+            row[name]["pbt_total"] = last.get("populora/pbt_total", 0.0)
+    pop = [v["pass@1"] for v in row["populora"]["held_out"].values()]
+    row["summary"] = {"pop_best": max(pop), "pop_mean": statistics.fmean(pop), "pop_worst": min(pop),
+                      "azr": row["azr"]["held_out"]["default"]["pass@1"],
+                      "wall_ratio": row["populora"]["seconds"] / row["azr"]["seconds"]}
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| seed | pop best | pop mean | pop worst | single AZR | AST depth pop (early>late) | AST depth AZR | "
+            "chars pop (early>late) | chars AZR | wall ratio |")
+    lines = [head, "|" + "---|" * 10]
+    f = lambda x: "nan" if x != x else f"{x:.3f}"  # noqa: E731
+    g = lambda p: f"{f(p[0])}>{f(p[1])}"  # noqa: E731
+    for r in rows:
+        s, p, z = r["summary"], r["populora"], r["azr"]
+        lines.append(f"| {r['seed']} | {f(s['pop_best'])} | {f(s['pop_mean'])} | {f(s['pop_worst'])} | {f(s['azr'])} | "
+                     f"{g(p['ast_depth'])} | {g(z['ast_depth'])} | {g(p['program_chars'])} | {g(z['program_chars'])} | "
+                     f"{s['wall_ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="base", help="a model warm-started on the azr task")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--teachers", type=int, default=4)
+    ap.add_argument("--students", type=int, default=4)
+    ap.add_argument("--items", type=int, default=3, help="solver problems per step per student (= the agent's)")
+    ap.add_argument("--proposals", type=int, default=1, help="proposal prompts per type per step per teacher")
+    ap.add_argument("--estimate", type=int, default=4)
+    ap.add_argument("--types", default="deduction,abduction,induction")
+    ap.add_argument("--pbt-every", type=int, default=10)
+    ap.add_argument("--rank", type=int, default=8)
+    ap.add_argument("--max-new", type=int, default=96)
+    ap.add_argument("--eval-problems", type=int, default=150)
+    ap.add_argument("--runs", default="runs/populora_compare")
+    ap.add_argument("--json", default=None, help="default: benchmarks/results/populora/compare[_smoke].json")
+    ap.add_argument("--smoke", action="store_true", help="a fresh tiny model, 2 steps, 2 + 2, 4 held-out problems")
+    a = ap.parse_args()
+    if a.smoke:
+        a.steps, a.seeds, a.teachers, a.students, a.items, a.estimate = 2, "0", 2, 2, 1, 2
+        a.types, a.pbt_every, a.rank, a.max_new, a.eval_problems = "deduction", 1, 4, 24, 4
+    torch.set_num_threads(1)
+    rows = [one_seed(int(s), a, Path(a.runs)) for s in a.seeds.split(",")]
+    print(table(rows))
+    path = Path(a.json or Path(__file__).parent / "results" / "populora" / f"compare{'_smoke' if a.smoke else ''}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Prompt-policy RL: a small prompter trained by policy gradient to write prompts for a frozen black-box worker,
+with a contrastive experience buffer and iterative distillation into one-shot prompting.
+
+Spec: shared/specs/envs-selfplay-eval.md section 5 (the abstract fixes the structure: a trainable prompter, a
+frozen worker, a buffer of prompts with scores and critiques, GRPO on the prompter's tokens, distillation of
+the history-conditioned refinement into the history-free prompter; everything else is [inferred]). The part is
+:class:`~reasonrl.parts.PromptPolicy`; the run's ``--task`` is the worker's task.
+"""
+import dataclasses
+
+from ..parts import PromptPolicy
+from .grpo import GRPO
+
+PROMPT_POLICY_RECIPE = dataclasses.replace(
+    GRPO,
+    name="prompt_policy",
+    paper="Prompt-policy RL by iterative distillation of experience with a black-box worker (the spec's section 5)",
+    inferred=(
+        "the run's model is the prompter; the worker (prompt_policy.worker=base: the shipped model, frozen, greedy; "
+        "or a model directory / hub id, or module:attr for a user's Worker or function) answers the run's task",
+        "contexts: the whole task (prompt_policy.contexts=task) or instances grouped by meta fields (meta:f1,f2); "
+        "a step's items are contexts in turn, each scored on M=4 train instances (prompt_policy.instances)",
+        "the prompter's prompt: 'task: <context>' + 'tried:' and the history, one line per entry "
+        "'<score>: <prompt> | <critique>' + 'prompt:'; history = the k_top=2 best and k_bottom=2 worst entries of "
+        "the context (ties in a seeded order), best first; buffer of 64 entries per context, oldest dropped",
+        "renderer prompt_policy.renderer=hints: the digits 1-9 of the prompter's first line pick the instance's task "
+        "hints by number (at most 2), no digit is no prompt (a fragment vocabulary a tiny prompter can write); "
+        "renderer=text takes the first line verbatim; the worker reads '<prompt>\\n<instance prompt>'",
+        "reward: R(p) = the worker's mean success over the M instances (G x M worker calls per context and step, "
+        "counted, capped by prompt_policy.max_worker_calls); GRPO group z-score on the prompter's tokens",
+        "critic prompt_policy.critic=failures: the number of failed instances and the first failure's trace (no "
+        "model); critiques enter the history",
+        "distillation: distill_coef=1 x the token-mean NLL of the best prompt found so far for each of the step's "
+        "contexts under the history-free prompt (rejection-sampling fine-tuning), every step beside GRPO",
+        "group_size=8 prompts per context, sampling T=0.8 and AdamW lr 5e-5 as grpo; no KL",
+    ),
+    prompt_policy=PromptPolicy(),
+    run_defaults=(("task", "arithmetic"),),
+)
