@@ -45,6 +45,7 @@ from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, propose_prompt, solve_item
 from ..tasks.azr_world import TYPES
+from ..tasks.limits import unwrapped
 from .azr import AZR, initial_buffers
 from .protocol import BatchContext, ModelSetup, RoundContext, UpdateContext, register_part
 from .strategy import GenRequest, Groups
@@ -117,10 +118,11 @@ class PopuLoRA:
                       RatingModel(self.mu0, self.sigma0, self.beta, self.tau), self.pfsp)
 
     def _task(self, ctx: Any) -> AZRTask:
-        if not isinstance(ctx.task, AZRTask):
+        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
+        if not isinstance(task, AZRTask):
             raise UserError(f"recipe part 'populora' plays AZR's program world: train it on --task azr, not "
-                            f"{ctx.task.name!r}")
-        return ctx.task
+                            f"{task.name!r}")
+        return task
 
     def _buffers(self, ctx: Any) -> dict[str, dict[str, list[dict]]]:
         c = self._task(ctx).config
