@@ -9,6 +9,7 @@ hook                      when                                                  
 ========================  ====================================================  ==========================
 ``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
 ``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
+``setup_modules(ModelSetup)`` once, after ``setup_model``                        {name: PartModule}
 ``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
 ``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
 Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
@@ -22,7 +23,13 @@ Selector ``admit`` /      before rollout / after each round's rewards /         
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
-of :data:`NEEDS`).
+of :data:`NEEDS`; ``hidden``: the trainer's forward also hands the policy's last hidden states to
+``loss_term``, ``LossContext.hidden``).
+
+A part's own trainable modules (``setup_modules``: a critic, a value head, a log-Z head) are not
+the policy's: each gets its own AdamW parameter group (its lr, betas, weight decay) and its own
+gradient-norm clip, its weights are checkpointed beside the policy's and restored exactly, and
+they never reach ``final/`` or rollout workers. Hooks find them in ``ctx.modules`` (name -> module).
 
 A part's data: ``ctx.state`` is the part's own state across steps (a dict, checkpointed; for a
 selector part the object its ``build(seed)`` made), ``ctx.cache`` its own per-run cache (not
@@ -40,9 +47,9 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from torch import Tensor
 
-NEEDS = ("reference", "pool", "lora", "in_process")  # what a part may need the run to provide
-HOOKS = ("wrap_task", "setup_model", "before_step", "generate", "extend", "score_batch", "shape_advantages",
-         "loss_term", "after_step")
+NEEDS = ("reference", "pool", "lora", "in_process", "hidden")  # what a part may need the run to provide
+HOOKS = ("wrap_task", "setup_model", "setup_modules", "before_step", "generate", "extend", "score_batch",
+         "shape_advantages", "loss_term", "after_step")
 
 PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order
 
@@ -132,6 +139,21 @@ class ModelSetup:
 
 
 @dataclass(frozen=True)
+class PartModule:
+    """What ``setup_modules`` returns per name: a trainable module the part owns beside the policy,
+    and its optimiser settings. The trainer gives it an AdamW parameter group of its own (so, AdamW
+    being per-parameter, an optimiser of its own) and clips its gradient norm on its own, so a large
+    critic gradient never scales the policy's down (verl and OpenRLHF give the critic its own
+    optimiser for the same reason). ``schedule=False``: a constant lr (no warm-up, no decay)."""
+    module: Any  # torch.nn.Module on the policy's device
+    lr: float
+    weight_decay: float = 0.0
+    betas: tuple[float, float] | None = None  # None: the recipe's (optim.beta1, optim.beta2)
+    max_grad_norm: float | None = None  # None: the recipe's optim.max_grad_norm
+    schedule: bool = False  # follow the recipe's LR schedule (optim.warmup_steps, optim.schedule)
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """What a second round (``extend``) and ``before_step`` may use: the first round's groups (``batch``,
     None before the step's rollouts), the run's facts, the part's own state and cache, and a narrow
@@ -185,6 +207,7 @@ class BatchContext:
     data: Channel  # this part's own channel (read and write)
     state: Any
     kind: int  # this part's round kind (-1: not a round)
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules (setup_modules), by name
 
 
 @dataclass(frozen=True)
@@ -209,6 +232,8 @@ class LossContext:
     data: Channel  # this part's channel on the batch
     state: Any
     kind: int
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules, with grad
+    hidden: Tensor | None = None  # (n, T, H) the policy's last hidden states before each token (needs "hidden"), with grad
 
     def agg_kwargs(self) -> dict[str, Any]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
@@ -225,6 +250,7 @@ class UpdateContext:
     seed: int
     state: Any
     metrics: Mapping[str, float]  # the step's update metrics
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules
 
 
 def first_round(kinds: Tensor) -> Tensor:
