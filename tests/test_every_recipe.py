@@ -47,6 +47,8 @@ OWN = {
     "drafts": ("arithmetic", {}, ("drafts/with_draft_frac", "drafts/mismatched_frac")),
     "vpd": ("arithmetic", {}, ("vpd/beta", "vpd/teacher_accuracy", "vpd/e_loss_term", "vpd/m_loss_term")),
     "su01": ("arithmetic", {}, ("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
+    "ppo": ("arithmetic", {}, ("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac",
+                               "grad_norm/critic.value")),
 }
 
 

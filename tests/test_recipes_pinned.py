@@ -57,6 +57,7 @@ GRPO_ROW = {
     "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
     "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
     "drafts": None,  # drafts in the prompt: (mode, seed, max_prompt_tokens, template starts with "Problem: ")
+    "critic": None,  # PPO's critic: (model, lr, gamma, lam, whiten, value_clip, vf_coef, warmup_steps)
 }
 
 
@@ -191,6 +192,11 @@ TABLE = {
     # (samples < 0.9) and successes above reward 0; buffer 256 and filtering of extra groups [inferred]
     "su01": row(loss=("sequence", 1e-3, 1e-3, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 4),
                 group_filter=("accuracy", 3), refine_replay=(0.2, 0.25, 0.5, 0.9, 0.0, 256, True)),
+    # PPO + GAE (arXiv 1707.06347, 1506.02438; verl's defaults): gamma = lam = 1, whitened advantages, value clip
+    # 0.5, token-mean loss, no KL; a separate critic copied from the policy, lr 10x the actor's (GRLO's 1e-5 / 1e-6
+    # on the tiny actor lr 5e-5); REINFORCE's A = r as the estimator the critic replaces; G = 8 as grpo
+    "ppo": row(advantage=("reinforce", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+               critic=("policy", 5e-4, 1.0, 1.0, True, 0.5, 1.0, 0)),
 }
 
 
@@ -254,6 +260,8 @@ def _actual(recipe, expected):
             "use_gold", "ngram", "anchors_per_step", "parse")),
         "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
             "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
+        "critic": None if r.critic is None else tuple(getattr(r.critic, k) for k in (
+            "model", "lr", "gamma", "lam", "whiten", "value_clip", "vf_coef", "warmup_steps")),
         "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
             "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
     }
