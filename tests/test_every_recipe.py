@@ -10,6 +10,7 @@ import pytest
 
 from reasonrl.config import DataOpts, Lora, TrainConfig
 from reasonrl.recipes import RECIPES, get_recipe
+from reasonrl.rewards.base import reward_name
 from reasonrl.tasks import get_task, take_items
 from reasonrl.trainer import Trainer
 from reasonrl.validate import check_run
@@ -49,6 +50,7 @@ OWN = {
     "su01": ("arithmetic", {}, ("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
     "ppo": ("arithmetic", {}, ("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac",
                                "grad_norm/critic.value")),
+    "grlo": ("explain", {"max_digits": 1}, ("critic/value_loss_term", "reward/rm/score", "reward/rm/mean")),
 }
 
 
@@ -56,7 +58,7 @@ def small(name: str, task, tmp_path) -> tuple:
     """(recipe, run-config changes) for a two-step run on ``task``: groups of 4, short completions, the
     smallest settings of each part that still exercise it."""
     r = get_recipe(name)
-    changes = {"group_size": 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
+    changes = {"group_size": 1 if r.group_size == 1 else 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
     run = {}
     if r.hints is not None:  # G = n_hints * per_hint
         changes["hints"] = dataclasses.replace(r.hints, per_hint=2)
@@ -73,6 +75,14 @@ def small(name: str, task, tmp_path) -> tuple:
         run["data"] = DataOpts(pool=8)
     if "lora" in r.needs:
         run["lora"] = Lora(r=4, alpha=8.0)
+    if any(reward_name(fn) == "rm" for fn, _ in r.extra_rewards):  # an untrained reward model: the plumbing only
+        from reasonrl.rm_train import new_reward_model
+
+        rm = new_reward_model("tiny:tiny", seed=0)
+        rm.model.save_pretrained(tmp_path / "rm")
+        rm.tok.save_pretrained(tmp_path / "rm")
+        changes["extra_rewards"] = tuple((dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm"
+                                          else fn, w) for fn, w in r.extra_rewards)
     return dataclasses.replace(r, **changes), run
 
 

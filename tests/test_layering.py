@@ -24,9 +24,11 @@ LAYERS = {
     "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files
     "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
     "data.draft_files": 2.1, "data.draft_task": 2.2, "data.drafter": 2.3,  # drafts: loader, task wrapper, drafter (read tasks)
+    "data.preferences": 2.3,  # preference pairs: a scripted judge's, sampled with rollout engines (reads tasks)
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
+    "rm_train": 4,  # Bradley-Terry reward-model training (reasonrl rm train), beside sft
     "dist": 4,
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "rules": 1,  # the config-value rule builders (validate and its per-method tables)
@@ -45,6 +47,7 @@ TRAINER_SIDE = {
     "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
     "batch": {"runtime", "stepdata"},
     "sft": {"eval.runner", "schedule"},
+    "rm_train": {"checkpoint", "schedule"},
     "diagnostics": {"checkpoint", "eval.runner"},
     "eval.runner": {"checkpoint"},
 }

@@ -157,7 +157,13 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
-            + rollout_problems(values, recipe.name))
+            + rollout_problems(values, recipe.name) + reward_problems(recipe))
+
+
+def reward_problems(recipe: Recipe) -> list[str]:
+    """What an extra reward can tell is wrong before any model loads (its ``problems()``: one line
+    each; a reward model's unset or missing directory)."""
+    return [line for fn, _ in recipe.extra_rewards for line in (getattr(fn, "problems", None) or list)()]
 
 
 def _shown(key: str) -> str:

@@ -12,12 +12,13 @@ from .guidance import Critique, GuidedTask, load_guidance
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
 from .code import CodeTask
 from .diagnosis import DiagnosisTask
+from .explain import ExplainTask
 from .multipart import MultipartTask
 from .recommend import RecommendTask
 from .temporal import TemporalTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "code": CodeTask, "diagnosis": DiagnosisTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "code": CodeTask, "diagnosis": DiagnosisTask, "explain": ExplainTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -64,5 +65,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]
