@@ -59,6 +59,27 @@ def test_critic_warmup_zeroes_the_actors_advantages_only_in_its_steps():
     assert bool((after != 0).any()) and m["critic/warmup"] == 0.0
 
 
+def test_the_hidden_state_before_each_token_is_the_one_its_logits_come_from():
+    # score_completions(hidden=True): h_t is the decoder's output at the position whose logits score
+    # completion token t (prompt length 3, left-padded to 4; completion 2 tokens, right-padded to 3),
+    # so lm_head(h_t) reproduces log p(token t); the critic's own probe (policy_hidden) reads the same states
+    from reasonrl.models.critic import policy_hidden
+    from reasonrl.models.scoring import score_completions
+
+    model, _ = build_tiny("tiny", seed=0)
+    pi, pm = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]]), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    ci, cm = torch.tensor([[12, 13, 0], [14, 15, 16]]), torch.tensor([[1, 1, 0], [1, 1, 1]])
+    with torch.no_grad():
+        lp, _, h = score_completions(model, pi, pm, ci, cm, hidden=True)
+        assert h.shape == (2, 3, 128) and bool((h[0, 2] == 0).all())  # padding zeroed
+        want = torch.log_softmax(model.lm_head(h), -1).gather(-1, ci[..., None]).squeeze(-1) * cm
+        assert torch.allclose(lp, want, atol=1e-5)
+        # row 1 (no padding): the state before completion token 0 is the last prompt position (index 3)
+        full = model.model(input_ids=torch.cat([pi, ci], 1)[1:], attention_mask=torch.cat([pm, cm], 1)[1:]).last_hidden_state
+        assert torch.allclose(h[1], full[0, 3:6], atol=1e-5)
+        assert torch.allclose(policy_hidden(model, pi, pm, ci, cm), h, atol=1e-5)
+
+
 def _trainer(tmp_path, recipe, steps=2, **cfg):
     base = get_recipe(recipe) if isinstance(recipe, str) else recipe
     r = dataclasses.replace(base, group_size=2, sampling=dataclasses.replace(base.sampling, max_new_tokens=6))
