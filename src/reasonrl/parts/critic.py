@@ -28,6 +28,7 @@ detached hidden states then, so the shared backbone does not move either.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -62,7 +63,8 @@ class Critic:
     max_grad_norm: float = 1.0  # the critic's own clip (the actor keeps optim.max_grad_norm)
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "model": Rule(lambda v, _: bool(v), "policy, head, or an HF model directory"),
+        "model": Rule(lambda v, _: v in SOURCES or (Path(v) / "config.json").is_file(),
+                      "policy, head, or an HF model directory (a folder with config.json)"),
         "lr": above(0),
         "gamma": within(0, 1),
         "lam": within(0, 1),
