@@ -108,11 +108,11 @@ def test_invalid_arguments():
 
 
 def test_registry():
-    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"}
+    assert set(ESTIMATORS) == {"grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp", "reinforce_pp_baseline"}
     assert get_estimator("rloo") is rloo
     assert get_estimator("reinforce_pp") is reinforce_pp
     assert get_estimator("reinforce_pp_baseline") is reinforce_pp_group
-    with pytest.raises(ValueError, match="dr_grpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo"):
+    with pytest.raises(ValueError, match="dr_grpo, grpo, reinforce, reinforce_pp, reinforce_pp_baseline, rloo"):
         get_estimator("ppo")
 
 
@@ -157,3 +157,12 @@ def test_reinforce_pp_baseline_constant_group_is_exactly_zero():
     adv = reinforce_pp_group(t([[0.1, 0.1, 0.1], [1, 0, 0]]))
     assert torch.equal(adv[0], torch.zeros(3, dtype=torch.float64)) and adv[1, 0] > 0
     assert torch.equal(reinforce_pp_group(t([[1, 1], [0, 0]])), torch.zeros(2, 2, dtype=torch.float64))
+
+
+def test_reinforce_is_the_reward_itself_and_allows_groups_of_one():
+    # REINFORCE without a baseline: A = r, even in a constant group (a critic supplies the baseline)
+    from reasonrl.advantages import group_relative
+    from reasonrl.advantages.estimators import reinforce
+
+    assert reinforce(t([[1, 1], [0, 2]])).tolist() == [[1.0, 1.0], [0.0, 2.0]]
+    assert not group_relative("reinforce") and group_relative("grpo")

@@ -10,6 +10,7 @@ import pytest
 
 from reasonrl.config import DataOpts, Lora, TrainConfig
 from reasonrl.recipes import RECIPES, get_recipe
+from reasonrl.rewards.base import reward_name
 from reasonrl.tasks import get_task, take_items
 from reasonrl.trainer import Trainer
 from reasonrl.validate import check_run
@@ -53,6 +54,9 @@ OWN = {
                              "populora/skill_t0")),
     "prompt_policy": ("arithmetic", {}, ("prompt_policy/worker_calls", "prompt_policy/best_reward",
                                          "prompt_policy/distill_term")),
+    "ppo": ("arithmetic", {}, ("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac",
+                               "grad_norm/critic.value")),
+    "grlo": ("explain", {"max_digits": 1}, ("critic/value_loss_term", "reward/rm/score", "reward/rm/mean")),
 }
 
 
@@ -60,7 +64,7 @@ def small(name: str, task, tmp_path) -> tuple:
     """(recipe, run-config changes) for a two-step run on ``task``: groups of 4, short completions, the
     smallest settings of each part that still exercise it."""
     r = get_recipe(name)
-    changes = {"group_size": 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
+    changes = {"group_size": 1 if r.group_size == 1 else 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
     run = {}
     if r.hints is not None:  # G = n_hints * per_hint
         changes["hints"] = dataclasses.replace(r.hints, per_hint=2)
@@ -87,6 +91,14 @@ def small(name: str, task, tmp_path) -> tuple:
                                                   types="deduction", pbt_every=1, pbt_frac=0.5)
     if r.prompt_policy is not None:
         changes["prompt_policy"] = dataclasses.replace(r.prompt_policy, instances=2)
+    if any(reward_name(fn) == "rm" for fn, _ in r.extra_rewards):  # an untrained reward model: the plumbing only
+        from reasonrl.rm_train import new_reward_model
+
+        rm = new_reward_model("tiny:tiny", seed=0)
+        rm.model.save_pretrained(tmp_path / "rm")
+        rm.tok.save_pretrained(tmp_path / "rm")
+        changes["extra_rewards"] = tuple((dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm"
+                                          else fn, w) for fn, w in r.extra_rewards)
     return dataclasses.replace(r, **changes), run
 
 

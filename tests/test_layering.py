@@ -29,9 +29,11 @@ LAYERS = {
     "data.sft_rows": 2.1,  # supervised rows of tasks' items (reasonrl sft, VPD's warm start)
     "prompting": 2.2,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
     "population": 1,  # PopuLoRA's operators, ratings and PBT plan: numpy and openskill only
+    "data.preferences": 2.3,  # preference pairs: a scripted judge's, sampled with rollout engines (reads tasks)
     "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
     "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
     "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
+    "rm_train": 4,  # Bradley-Terry reward-model training (reasonrl rm train), beside sft
     "dist": 4,
     "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "rules": 1,  # the config-value rule builders (validate and its per-method tables)
@@ -50,6 +52,7 @@ TRAINER_SIDE = {
     "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
     "batch": {"runtime", "stepdata"},
     "sft": {"eval.runner", "schedule"},
+    "rm_train": {"checkpoint", "schedule"},
     "diagnostics": {"checkpoint", "eval.runner"},
     "eval.runner": {"checkpoint"},
     "dist": {"checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)

@@ -13,7 +13,7 @@ from reasonrl.batch import BatchMaker
 from reasonrl.config import TrainConfig, apply_overrides, split_config, valid_keys
 from reasonrl.errors import UserError
 from reasonrl.parts import Correction, Groups, Recipe
-from reasonrl.parts.protocol import HOOKS, NEEDS, PART_TYPES, Parts, register_part
+from reasonrl.parts.protocol import HOOKS, NEEDS, PART_TYPES, PartModule, Parts, register_part
 from reasonrl.recipes import get_recipe
 from reasonrl.rules import Rule, at_least
 from reasonrl.tasks import get_task
@@ -85,9 +85,9 @@ def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validat
 
 
 def test_every_hook_is_in_the_protocol_and_the_needs_are_named():
-    assert set(HOOKS) == {"wrap_task", "setup_model", "before_step", "draw", "generate", "extend", "score_batch",
-                          "shape_advantages", "loss_term", "after_step"}
-    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss"}
+    assert set(HOOKS) == {"wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend",
+                          "score_batch", "shape_advantages", "loss_term", "after_step"}
+    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden"}
     with pytest.raises(ValueError, match="unknown hook 'shape'"):
         TOY.hooked("shape")
 
@@ -161,3 +161,67 @@ def test_a_batch_context_is_what_a_shaper_reads():
     adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
     out, m = Toy(scale=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]), kind=3))
     assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {"toy/kind": 3.0}
+
+
+@register_part("toy_head")
+@dataclasses.dataclass(frozen=True)
+class ToyHead:
+    """A part with a module of its own: a linear head on the policy's last hidden states (``needs``
+    "hidden"), its own lr and clip, trained toward 1 by its loss term (a value head's shape)."""
+
+    lr: float = 0.01
+
+    needs: ClassVar[frozenset[str]] = frozenset({"hidden"})
+
+    def setup_modules(self, ctx):
+        gen = torch.Generator().manual_seed(ctx.seed)
+        head = torch.nn.Linear(ctx.model.config.hidden_size, 1)
+        with torch.no_grad():
+            head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.1)
+        return {"head": PartModule(head, lr=self.lr, max_grad_norm=0.5)}
+
+    def loss_term(self, ctx):
+        v = ctx.modules["head"](ctx.hidden).squeeze(-1)  # (n, T, H) -> (n, T)
+        term = (((v - 1.0) ** 2) * ctx.mask).sum() / ctx.n_tokens
+        return term, {"toy_head/hidden_dim": float(ctx.hidden.shape[-1]), "toy_head/fit_term": float(term.detach())}
+
+
+def test_a_part_module_gets_its_own_group_clip_and_exact_checkpoint(tmp_path):
+    from reasonrl.models import build_tiny
+    from reasonrl.trainer import Trainer
+
+    grpo = get_recipe("grpo")
+    recipe = dataclasses.replace(grpo, group_size=2, toy_head=ToyHead(),
+                                 sampling=dataclasses.replace(grpo.sampling, max_new_tokens=6))
+    cfg = TrainConfig(steps=2, prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0,
+                      task_options={"max_digits": 1})
+
+    def trainer():
+        model, tok = build_tiny("tiny", seed=0)
+        return Trainer(model, tok, get_task("arithmetic", max_digits=1), recipe, cfg, tmp_path)
+
+    tr = trainer()
+    names = [g["name"] for g in tr.opt.param_groups]
+    assert names == ["policy", "toy_head.head"] and tr.opt.param_groups[1]["max_grad_norm"] == 0.5
+    head = tr.modules["toy_head"]["head"].module
+    before = head.weight.detach().clone()
+    first = tr.train_step()
+    # the policy's lr warms up (optim.warmup_steps=5), the module's stays its own constant lr
+    assert tr.opt.param_groups[1]["lr"] == 0.01 and tr.opt.param_groups[0]["lr"] < grpo.optim.lr
+    assert first["toy_head/hidden_dim"] == 128.0 and "grad_norm/toy_head.head" in first
+    assert not torch.equal(head.weight, before)  # trained by its own loss term through the policy's hidden states
+    tr.save()
+    straight = tr.train_step()
+    again = trainer()
+    assert again.resume() == 1
+    resumed = again.train_step()
+    assert resumed["toy_head/fit_term"] == straight["toy_head/fit_term"]
+    assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(),
+                                                 again.modules["toy_head"]["head"].module.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(tr.model.state_dict().values(), again.model.state_dict().values()))
+    # the module lives in the checkpoint, never in the policy's own files
+    ckpt = tmp_path / "checkpoints" / "step-000001"
+    assert (ckpt / "modules" / "toy_head.head.safetensors").is_file()
+    plain = Trainer(*build_tiny("tiny", seed=0), get_task("arithmetic", max_digits=1), grpo, cfg, tmp_path)
+    with pytest.raises(UserError, match=r"holds the part modules \['toy_head.head'\] but this run has \[\]"):
+        plain.resume()

@@ -65,6 +65,7 @@ GRPO_ROW = {
     "prompt_policy": None,  # prompt-policy RL: (worker, contexts, instances, renderer, k_top, k_bottom, capacity,
     #                          critic, distill_coef)
     "run_defaults": {},  # run settings the recipe brings to the command line
+    "critic": None,  # PPO's critic: (model, lr, gamma, lam, whiten, value_clip, vf_coef, warmup_steps)
 }
 
 
@@ -228,6 +229,18 @@ TABLE = {
     # the failure critic, distillation weight 1
     "prompt_policy": row(prompt_policy=("base", "task", 4, "hints", 2, 2, 64, "failures", 1.0),
                          run_defaults={"task": "arithmetic"}),
+    # PPO + GAE (arXiv 1707.06347, 1506.02438; verl's defaults): gamma = lam = 1, whitened advantages, value clip
+    # 0.5, token-mean loss, no KL; a separate critic copied from the policy, lr 10x the actor's (GRLO's 1e-5 / 1e-6
+    # on the tiny actor lr 5e-5); REINFORCE's A = r as the estimator the critic replaces; G = 8 as grpo
+    "ppo": row(advantage=("reinforce", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+               critic=("policy", 5e-4, 1.0, 1.0, True, 0.5, 1.0, 0)),
+    # GRLO (spec envs-selfplay-eval 8 (b), train.sh): verl PPO + GAE gamma = lam = 1 from the base, n = 1, no KL, a BT
+    # reward model's score alone (style_mix off), 4 PPO mini-batches per batch, actor / critic lr 1:10 (1e-6 / 1e-5
+    # there; 2e-5 / 2e-4 on the tiny reasoner)
+    "grlo": row(advantage=("reinforce", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
+                group_size=1, optim=(2e-5, 1, 4), task_reward_weight=0.0,
+                extra_rewards=(("RMReward", 1.0, {"model": "", "length_coef": 0.0, "length_target": 64}),),
+                critic=("policy", 2e-4, 1.0, 1.0, True, 0.5, 1.0, 0)),
 }
 
 
@@ -291,6 +304,8 @@ def _actual(recipe, expected):
             "use_gold", "ngram", "anchors_per_step", "parse")),
         "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
             "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
+        "critic": None if r.critic is None else tuple(getattr(r.critic, k) for k in (
+            "model", "lr", "gamma", "lam", "whiten", "value_clip", "vf_coef", "warmup_steps")),
         "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
             "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
         "azr": None if r.azr is None else tuple(getattr(r.azr, k) for k in (
@@ -352,7 +367,7 @@ def test_extra_rewards_keep_their_config_names():
     assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
                      "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"],
                      "physics_r1": ["physics_match", "overlong"], "azr": ["azr_format"],
-                     "populora": ["azr_format"]}
+                     "populora": ["azr_format"], "grlo": ["rm"]}
 
 
 def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():

@@ -246,7 +246,8 @@ class BatchMaker:
             data=Channel(), state=None, kind=-1, formatter=self.formatter)
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
-        return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key))
+        return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key),
+                                   modules=self.parts.modules_of(key))
 
     def kind_of(self, key: str) -> int:
         """The kind a part's round gives its groups (1, 2, ... in recipe order); -1 for a part with no round."""

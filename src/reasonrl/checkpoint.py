@@ -4,7 +4,8 @@ A checkpoint is written into ``checkpoints/.tmp-step-N`` and renamed to ``checkp
 only when complete (a rename within one filesystem is atomic), so a process killed mid-save
 leaves the previous checkpoint as the latest. It holds the model (HF safetensors, float32; with
 LoRA the adapter weights alone, as peft's ``adapter_model.safetensors``), the
-optimiser and scheduler, every RNG state and the trainer's own counters (step, task position).
+optimiser and scheduler, every RNG state and the trainer's own counters (step, task position), and
+the parts' own modules (a critic: ``modules/<part>.<name>.safetensors``, float32 as trained).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from .errors import UserError
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 
@@ -60,15 +63,17 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
                     keep_last: int = 2, weights: dict[str, torch.Tensor] | None = None,
-                    optimizer_state: dict[str, Any] | None = None) -> Path:
+                    optimizer_state: dict[str, Any] | None = None, modules: dict[str, Any] | None = None) -> Path:
     """``weights`` / ``optimizer_state``: what to write instead of the model's and the optimiser's own
-    state dicts (a sharded model's, gathered whole: :mod:`reasonrl.dist.fsdp`)."""
+    state dicts (a sharded model's, gathered whole: :mod:`reasonrl.dist.fsdp`); ``modules``: the parts'
+    own modules (``modules/<key>.<name>.safetensors``)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step-{step:06d}", root / f".tmp-step-{step:06d}"
     shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an earlier killed save
     tmp.mkdir()
     model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+    save_modules(tmp / "modules", modules or {})
     optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
     torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "state": state},
                tmp / "trainer_state.pt")
@@ -100,12 +105,13 @@ def prune(root: Path, keep_last: int) -> None:
         shutil.rmtree(path)
 
 
-def load_checkpoint(path: Path, model, optimizer, scheduler) -> dict[str, Any]:
-    """Restore model, optimiser and scheduler in place; return the trainer state dict."""
+def load_checkpoint(path: Path, model, optimizer, scheduler, modules: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Restore model, part modules, optimiser and scheduler in place; return the trainer state dict."""
     if (Path(path) / "adapter_model.safetensors").exists():
         _load_adapter(path, model)
     else:
         _load_weights(path, model)
+    load_modules(Path(path) / "modules", modules or {})
     blob = torch.load(Path(path) / "trainer_state.pt", weights_only=False)
     optimizer.load_state_dict(blob["optimizer"])
     scheduler.load_state_dict(blob["scheduler"])
@@ -150,3 +156,31 @@ def _load_adapter(path: Path, model) -> None:
             raise RuntimeError(f"checkpoint {path} does not match the model's adapter {name!r}: missing "
                                f"{sorted(missing)}, unexpected {result.unexpected_keys}, {len(weights)} saved vs "
                                f"{len(adapters)} in the model")
+
+
+def save_modules(folder: Path, modules: dict[str, Any]) -> None:
+    """Each module's weights as ``folder/<name>.safetensors`` (shared tensors handled by safetensors'
+    ``save_model``); nothing (no folder) when there are none."""
+    if not modules:
+        return
+    from safetensors.torch import save_model
+
+    folder.mkdir()
+    for name, module in modules.items():
+        save_model(module, str(folder / f"{name}.safetensors"))
+
+
+def load_modules(folder: Path, modules: dict[str, Any]) -> None:
+    """Restore every module of ``modules`` from ``folder`` (strict: every weight, nothing else); a
+    checkpoint without one of them, or holding a module the run lacks, is refused by name."""
+    from safetensors.torch import load_model
+
+    saved = {p.name.removesuffix(".safetensors") for p in folder.glob("*.safetensors")} if folder.is_dir() else set()
+    if saved != set(modules):
+        raise UserError(f"checkpoint {folder.parent} holds the part modules {sorted(saved)} but this run has "
+                        f"{sorted(modules)}: resume with the run's recipe")
+    for name, module in modules.items():
+        missing, unexpected = load_model(module, str(folder / f"{name}.safetensors"), strict=False)
+        if missing or unexpected:
+            raise UserError(f"checkpoint {folder.parent}: part module {name!r} does not match (missing {missing}, "
+                            f"unexpected {unexpected}); resume with the run's settings")

@@ -18,6 +18,7 @@ class PartRuntime:
         self.recipe = recipe
         self.states: dict[str, Any] = {}
         self.caches: dict[str, dict] = {}
+        self.modules: dict[str, dict[str, Any]] = {}  # part key -> {name: PartModule} (setup_modules; the trainer's)
         found = recipe.data_selector
         self.selector_key = None if found is None else found[0]
         if found is not None:
@@ -28,6 +29,14 @@ class PartRuntime:
 
     def cache(self, key: str) -> dict:
         return self.caches.setdefault(key, {})
+
+    def modules_of(self, key: str) -> dict[str, Any]:
+        """The part's own trainable modules by name (empty for a part without ``setup_modules``)."""
+        return {name: pm.module for name, pm in self.modules.get(key, {}).items()}
+
+    def named_modules(self) -> dict[str, Any]:
+        """Every part module as ``<part key>.<name>`` -> module (what checkpoints hold)."""
+        return {f"{key}.{name}": pm.module for key, mods in self.modules.items() for name, pm in mods.items()}
 
     @property
     def selector(self) -> Any:
@@ -55,3 +64,15 @@ class PartRuntime:
                 self.states[key].load_state_dict(value, known)
             else:
                 self.states[key] = value
+
+    def restore(self, checkpoint_state: dict[str, Any], known: dict[str, str] | None) -> dict[str, Any]:
+        """Every part's state from a trainer checkpoint's state (a selector's per-prompt state and RNGs
+        checked against this run's pool, ``known``); returns what the resume restored beyond the step."""
+        st = checkpoint_state
+        if "parts" not in st and (st.get("rounds") or st.get("selector")):
+            raise UserError("the checkpoint was written before the part protocol (its part state is in 'rounds' / "
+                            "'selector'): this version cannot resume it exactly; start a new run")
+        self.load_state_dict(st.get("parts", {}), known)
+        if self.selector_key is None:
+            return {}
+        return {"selector_prompts": len(st["parts"][self.selector_key].get("prompts", ()))}

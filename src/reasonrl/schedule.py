@@ -47,3 +47,45 @@ def clip_if_finite(params, max_norm: float) -> float | None:
         return None
     torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm)
     return value
+
+
+def param_groups(policy_params: list, modules: dict[str, dict], optim) -> list[dict]:
+    """AdamW's parameter groups: the policy's (the recipe's ``optim``) first, then one per part module
+    (``{part key: {name: PartModule}}``, :class:`reasonrl.parts.protocol.PartModule`) with its own lr,
+    betas, weight decay and gradient clip. Each group carries its ``name``, ``max_grad_norm`` and
+    ``scheduled`` (whether the recipe's LR schedule scales it); a parameter in two groups is an error."""
+    groups = [{"params": policy_params, "name": "policy", "max_grad_norm": optim.max_grad_norm, "scheduled": True}]
+    seen = {id(p) for p in policy_params}
+    for key, mods in modules.items():
+        for name, pm in mods.items():
+            params = [p for p in pm.module.parameters() if p.requires_grad]
+            if any(id(p) in seen for p in params):
+                raise ValueError(f"part module '{key}.{name}' shares parameters with the policy or another part "
+                                 "module: a module a part owns must hold its own parameters")
+            seen.update(id(p) for p in params)
+            groups.append({"params": params, "name": f"{key}.{name}", "lr": pm.lr, "weight_decay": pm.weight_decay,
+                           "betas": pm.betas or (optim.beta1, optim.beta2),
+                           "max_grad_norm": pm.max_grad_norm or optim.max_grad_norm, "scheduled": pm.schedule})
+    return groups
+
+
+def group_lambdas(groups: list[dict], factor: Callable[[int], float]) -> list[Callable[[int], float]]:
+    """The LR factor of each group: the recipe's schedule, or a constant 1 for an unscheduled part module."""
+    return [factor if g["scheduled"] else _constant for g in groups]
+
+
+def _constant(_step: int) -> float:
+    return 1.0
+
+
+def clip_groups(groups: list[dict]) -> dict[str, float] | None:
+    """Clip each parameter group's gradient to its own ``max_grad_norm`` (:func:`clip_if_finite`) and
+    return each group's norm before clipping by name, or None when one is not finite (the step is
+    then skipped whole). One host read per group."""
+    norms: dict[str, float] = {}
+    for g in groups:
+        norm = clip_if_finite(g["params"], g["max_grad_norm"])
+        if norm is None:
+            return None
+        norms[g["name"]] = norm
+    return norms

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .schedule import clip_if_finite, group_rows, lr_lambda, split_even
+from .schedule import clip_groups, group_lambdas, group_rows, lr_lambda, param_groups, split_even
 from .checkpoint import atomic_write, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
@@ -34,7 +34,6 @@ from .models.scoring import score_completions, trim_padding
 from .parts import Recipe, entropy_term, kl_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
-from .errors import UserError
 from .tasks import Task
 from .tasks.limits import prepare_prompts
 from .tasks.base import stable_seed
@@ -70,10 +69,16 @@ class Trainer:
         model = self.dist.wrap(model)  # in place: the engine's model is this one
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log, o = Path(run_dir), log, recipe.optim
-        self.params = self.dist.trainable  # the trainable parameters (FSDP: this rank's shards)
-        self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        # the parts' own trainable modules (a critic): their own parameter groups, clips and checkpoint files
+        self.modules = {key: dict(make(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed, task=task, tokenizer=tokenizer)))
+                        for key, make in recipe.calls("setup_modules")}
+        # the policy's trainable parameters (FSDP: this rank's shards), then each part module's group
+        groups = param_groups(self.dist.trainable, self.modules, o)
+        self.params = [p for g in groups for p in g["params"]]
+        self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
+        factor = lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, group_lambdas(groups, factor))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         self.engine = ShardedEngine(self.engine, group) if group.world > 1 else self.engine
@@ -86,6 +91,7 @@ class Trainer:
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
+        self.batches.parts.modules = self.modules
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
         # what this process did, apart from what a checkpoint carried over (resume reports prove it)
         self.resumed_from: Path | None = None
@@ -106,7 +112,8 @@ class Trainer:
         path, (weights, optim) = None, self.dist.full_state(self.model, self.opt)  # every rank takes part
         if self.group.is_main:
             path = save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(),
-                                   self.cfg.keep_last, weights=weights, optimizer_state=optim)
+                                   self.cfg.keep_last, weights=weights, optimizer_state=optim,
+                                   modules=self.batches.parts.named_modules())
         return self.group.broadcast(path)
 
     def resume(self) -> int | None:
@@ -114,30 +121,20 @@ class Trainer:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return None
-        st = self.dist.load_checkpoint(path, self.model, self.opt, self.sched)
+        st = self.dist.load_checkpoint(path, self.model, self.opt, self.sched, modules=self.batches.parts.named_modules())
         if self.ref is not None and self.ref.has_weights:  # the run's *initial* model, saved beside the checkpoints
             self.ref.frozen.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
         self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
-        self._resume_parts(st)
+        self.resume_info = self.batches.parts.restore(st, self.batches.known_prompts())  # every part's state
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
         self.resumed_from = path
         self._push_weights()
         return self.step
-
-    def _resume_parts(self, st: dict[str, Any]) -> None:
-        """Every part's state (a selector's per-prompt state and RNGs checked against this run's pool)."""
-        if "parts" not in st and (st.get("rounds") or st.get("selector")):
-            raise UserError("the checkpoint was written before the part protocol (its part state is in 'rounds' / "
-                            "'selector'): this version cannot resume it exactly; start a new run")
-        runtime = self.batches.parts
-        runtime.load_state_dict(st.get("parts", {}), self.batches.known_prompts())
-        if runtime.selector_key is not None:
-            self.resume_info = {"selector_prompts": len(st["parts"][runtime.selector_key].get("prompts", ()))}
 
     # ---------------------------------------------------------------- update
     @property
@@ -152,11 +149,12 @@ class Trainer:
         c_len = tokens[2].shape[1]
         extra = None if b.extra_labels is None else b.extra_labels[rows, :c_len]  # a part's second label set (TGPO)
         pick = lambda t, idx: t if idx is None or t is None else t[idx]  # noqa: E731
+        hidden = "hidden" in r.needs  # a part reads the policy's last hidden states (a value head)
         # each row under the adapter it was sampled with (a population of adapters), else all under the active one
-        logp, ent, *extra_logp = score_by_adapter(self.model, None if ro.adapters is None else [
+        logp, ent, *more = score_by_adapter(self.model, None if ro.adapters is None else [
             ro.adapters[i] for i in rows.tolist()], lambda idx: score_completions(
                 self.model, *(pick(t, idx) for t in tokens), temperature=r.sampling.temperature or 1.0,
-                chunk_rows=len(rows), extra_labels=pick(extra, idx)))
+                chunk_rows=len(rows), extra_labels=pick(extra, idx), hidden=hidden))
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
@@ -173,10 +171,11 @@ class Trainer:
             loss, metrics = loss + eb, {**metrics, **m}
         for key, term in r.calls("loss_term"):  # auxiliary terms; teacher terms score rows under other prompts
             ctx = LossContext(logp=logp, entropy=ent, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
-                              temperature=r.sampling.temperature or 1.0, extra_logp=extra_logp[0] if extra_logp else None,
+                              temperature=r.sampling.temperature or 1.0, extra_logp=more[0] if extra is not None else None,
                               train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
                               state=self.batches.parts.state(key), kind=self.batches.kind_of(key),
-                              formatter=self.formatter, reference=None if self.ref is None else self.ref.scoring)
+                              formatter=self.formatter, reference=None if self.ref is None else self.ref.scoring,
+                              modules=self.batches.parts.modules_of(key), hidden=more[-1] if hidden else None)
             a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
         return loss, metrics
@@ -210,8 +209,8 @@ class Trainer:
             for p in self.params:
                 p.grad = torch.zeros_like(p)
         # one host read: the total norm, non-finite when any gradient holds a NaN/inf; clipped when finite
-        norm = clip_if_finite(self.params, self.recipe.optim.max_grad_norm) if math.isfinite(total) else None
-        finite = norm is not None
+        norms = clip_groups(self.opt.param_groups) if math.isfinite(total) else None  # each group its own clip
+        finite = norms is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
             parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
@@ -219,7 +218,7 @@ class Trainer:
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
         if finite:
-            out["grad_norm"] = norm
+            out.update({"grad_norm" if k == "policy" else f"grad_norm/{k}": v for k, v in norms.items()})
             self.opt.step()
         else:
             self.opt.zero_grad(set_to_none=True)
@@ -331,7 +330,8 @@ class Trainer:
         out: dict[str, float] = {}
         for key, hook in self.recipe.calls("after_step"):
             ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, total_steps=self.cfg.steps,
-                                seed=self.cfg.seed, state=self.batches.parts.state(key), metrics=upd)
+                                seed=self.cfg.seed, state=self.batches.parts.state(key), metrics=upd,
+                                modules=self.batches.parts.modules_of(key))
             out.update(hook(ctx) or {})
         return out
 

@@ -157,7 +157,13 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
-            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe))
+            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe))
+
+
+def reward_problems(recipe: Recipe) -> list[str]:
+    """What an extra reward can tell is wrong before any model loads (its ``problems()``: one line
+    each; a reward model's unset or missing directory)."""
+    return [line for fn, _ in recipe.extra_rewards for line in (getattr(fn, "problems", None) or list)()]
 
 
 def _shown(key: str) -> str:
@@ -194,9 +200,10 @@ def fsdp_problems(values: Values, recipe: Recipe) -> list[str]:
                    "and adapter checkpoints are not built for FSDP2); use dist.strategy=ddp (adapters are small to "
                    "replicate) or lora.r=0")
     for key, part in recipe.hooked():
-        if hasattr(part, "setup_model"):
-            out.append(f"recipe part {key!r} adds modules to the model (setup_model), which dist.strategy=fsdp does not "
-                       "shard: use dist.strategy=ddp")
+        for hook, what in (("setup_model", "adds modules to the model"), ("setup_modules", "trains modules of its own")):
+            if hasattr(part, hook):
+                out.append(f"recipe part {key!r} {what} ({hook}), which dist.strategy=fsdp does not shard: use "
+                           "dist.strategy=ddp")
         if "policy_in_loss" in part_needs(part):
             out.append(f"recipe part {key!r} runs the policy inside its loss term a data-dependent number of times, and "
                        "dist.strategy=fsdp needs every rank to run the same forwards: use dist.strategy=ddp")

@@ -10,10 +10,13 @@ the loss gives to every token of that response.
 * :func:`rloo` -- leave-one-out baseline (Ahmadian et al. 2024, arXiv 2402.14740).
 * :func:`reinforce_pp` -- REINFORCE++ global batch normalisation (Hu 2025, arXiv 2501.03262).
 * :func:`reinforce_pp_group` -- REINFORCE++-baseline: group mean subtracted, then one batch std.
+* :func:`reinforce` -- the reward itself, no baseline (REINFORCE, Williams 1992): the estimator a
+  critic part (PPO's GAE, :mod:`reasonrl.parts.critic`) replaces, so groups of one are allowed.
 
 A group whose rewards are all equal carries no learning signal; every estimator returns exactly
-0 for it (not a rounding residue divided by ``eps``) -- except :func:`reinforce_pp`, which has no
-group baseline by design: only a batch whose rewards are all equal gets exactly 0 there.
+0 for it (not a rounding residue divided by ``eps``) -- except :func:`reinforce` and :func:`reinforce_pp`,
+which have no group baseline by design (reinforce_pp gives exactly 0 only to a batch whose rewards are all
+equal; reinforce never centres).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_group", "SCALES", "ESTIMATORS",
+__all__ = ["grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp", "reinforce_pp_group", "SCALES", "ESTIMATORS",
            "get_estimator"]
 
 SCALES = ("group", "batch", "none")
@@ -150,6 +153,15 @@ def reinforce_pp_group(rewards: Tensor, eps: float = 1e-6, unbiased: bool = True
     return centred / (std + eps)
 
 
+def reinforce(rewards: Tensor) -> Tensor:
+    """REINFORCE's advantage: the reward itself, ``A = r`` (Williams 1992; no baseline): (B, G) -> (B, G).
+
+    Compares nothing inside a group, so G = 1 is fine. Its use here is as the placeholder a critic
+    part overwrites with GAE (PPO: the learned value is the baseline); alone it is high-variance.
+    """
+    return _check_rewards(rewards).clone()
+
+
 Estimator = Callable[..., Tensor]
 
 ESTIMATORS: dict[str, Estimator] = {
@@ -158,6 +170,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "rloo": rloo,
     "reinforce_pp": reinforce_pp,
     "reinforce_pp_baseline": reinforce_pp_group,
+    "reinforce": reinforce,
 }
 
 

@@ -136,9 +136,12 @@ class Sharded(Replicated):
         self._gather()
         return weights if self.group.is_main else None
 
-    def load_checkpoint(self, path: Path, model, optimizer, scheduler) -> dict[str, Any]:
+    def load_checkpoint(self, path: Path, model, optimizer, scheduler, modules: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every rank reads the checkpoint whole (the run folder is on a filesystem they share) and
-        keeps its shards of the weights and of AdamW's state."""
+        keeps its shards of the weights and of AdamW's state. ``modules``: none (parts that own modules
+        are refused with fsdp before the run starts, validate.fsdp_problems)."""
+        if modules:
+            raise RuntimeError(f"dist.strategy=fsdp does not hold part modules ({', '.join(modules)})")
         from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)

@@ -57,5 +57,5 @@ class Replicated:
     def full_weights(self, model) -> dict[str, torch.Tensor] | None:
         return None
 
-    def load_checkpoint(self, path: Path, model, optimizer, scheduler) -> dict[str, Any]:
-        return load_checkpoint(path, model, optimizer, scheduler)
+    def load_checkpoint(self, path: Path, model, optimizer, scheduler, modules: dict[str, Any] | None = None) -> dict[str, Any]:
+        return load_checkpoint(path, model, optimizer, scheduler, modules=modules)

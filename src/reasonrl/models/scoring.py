@@ -9,8 +9,13 @@ float32 copies of the whole (rows, T, V) block never exist at once, and the grad
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from .lora import base_model
 
 LOGIT_CHUNK_ELEMENTS = 2**26  # logits per float32 log-softmax slice: 256 MB a float32 copy
 
@@ -65,51 +70,60 @@ def _chunked_with_extra(logits, targets, extra, temperature: float, step: int):
 
 def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                       completion_mask: torch.Tensor, *, temperature: float = 1.0, chunk_rows: int = 64,
-                      entropies: bool = True, extra_labels: torch.Tensor | None = None):
+                      entropies: bool = True, extra_labels: torch.Tensor | None = None, hidden: bool = False):
     """(R, P) left-padded prompts + (R, T) right-padded completions -> (R, T) log-probs and (R, T)
     entropies (None if not asked), zero on padding. Gradients flow if grad mode is on.
 
     ``extra_labels`` (R, T) ids: a third output, the (R, T) log-probs of those ids at the same
-    positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token)."""
-    if extra_labels is not None:
-        return _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion_mask, extra_labels,
-                                 temperature, chunk_rows, entropies)
+    positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token).
+    ``hidden``: a last output, the (R, T, H) final hidden states (after the decoder's last norm) at
+    the positions whose logits score each completion token, i.e. the state s_t before token t (a
+    value head's input, :mod:`reasonrl.models.critic`), zero on padding, from the same forward."""
     T = completion_ids.shape[1]
-    device = next(model.parameters()).device
-    out_lp, out_ent = [], []
-    for s in range(0, len(prompt_ids), chunk_rows):
-        ids = torch.cat([prompt_ids[s:s + chunk_rows], completion_ids[s:s + chunk_rows]], 1).to(device)
-        mask = torch.cat([prompt_mask[s:s + chunk_rows], completion_mask[s:s + chunk_rows]], 1).to(device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
-                       logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V): position p predicts token p+1
-        lp, ent = chunked_logprobs_and_entropy(logits, ids[:, -T:], temperature)
-        cm = mask[:, -T:].to(lp.dtype)
-        out_lp.append(lp * cm)
-        out_ent.append(ent * cm if entropies else None)
-    lp = torch.cat(out_lp)
-    return lp, (torch.cat(out_ent) if entropies else None)
-
-
-def _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion_mask, extra_labels,
-                      temperature: float, chunk_rows: int, entropies: bool):
-    """:func:`score_completions` with a second label set: (R, T) log-probs, entropies (or None), extra log-probs."""
-    T = completion_ids.shape[1]
-    if extra_labels.shape != completion_ids.shape:
+    if extra_labels is not None and extra_labels.shape != completion_ids.shape:
         raise ValueError(f"extra_labels must have the completions' shape {tuple(completion_ids.shape)}, "
                          f"got {tuple(extra_labels.shape)}")
     device = next(model.parameters()).device
-    out: list[tuple[torch.Tensor, ...]] = []
+    out: list[list[torch.Tensor]] = []
     for s in range(0, len(prompt_ids), chunk_rows):
         ids = torch.cat([prompt_ids[s:s + chunk_rows], completion_ids[s:s + chunk_rows]], 1).to(device)
         mask = torch.cat([prompt_mask[s:s + chunk_rows], completion_mask[s:s + chunk_rows]], 1).to(device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
-                       logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V)
-        extra = extra_labels[s:s + chunk_rows].to(device)  # (r, T)
-        lp, ent, xlp = chunked_logprobs_and_entropy(logits, ids[:, -T:], temperature, extra=extra)
-        cm = mask[:, -T:].to(lp.dtype)  # (r, T)
-        out.append((lp * cm, ent * cm, xlp * cm))
-    lp, ent, xlp = (torch.cat([o[i] for o in out]) for i in range(3))
-    return lp, (ent if entropies else None), xlp
+        with capture_last_hidden(model, on=hidden) as seen:
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
+                           logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V): position p predicts token p+1
+        extra = None if extra_labels is None else extra_labels[s:s + chunk_rows].to(device)  # (r, T)
+        cm = mask[:, -T:]  # (r, T)
+        row = [x * cm.to(x.dtype) for x in chunked_logprobs_and_entropy(logits, ids[:, -T:], temperature, extra=extra)]
+        if hidden:  # (r, P + T, H) -> (r, T, H) at the positions of the logits above
+            h = seen[0][:, -(T + 1):-1]
+            row.append(h * cm[..., None].to(h.dtype))
+        out.append(row)
+    cols = [torch.cat([o[i] for o in out]) for i in range(len(out[0]))]  # (R, T) log-probs, entropies, ...
+    if not entropies:
+        cols[1] = None
+    return tuple(cols)
+
+
+@contextmanager
+def capture_last_hidden(model, on: bool = True) -> Iterator[list[torch.Tensor]]:
+    """Inside the block, the decoder's output (the last hidden state, after its final norm) of each
+    forward of ``model`` is appended to the yielded list (a forward hook on the HF decoder under any
+    adapters; nothing is captured with ``on=False``). The CausalLM's own forward runs unchanged, so
+    logit scaling or soft-capping of any architecture stays as the model defines it."""
+    seen: list[torch.Tensor] = []
+    if not on:
+        yield seen
+        return
+    decoder = base_model(model).get_decoder()
+
+    def hook(_module, _args, output):
+        seen.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+    handle = decoder.register_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
 
 
 def trim_padding(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor | None = None,

@@ -9,6 +9,7 @@ hook                      when                                                  
 ========================  ====================================================  ==========================
 ``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
 ``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
+``setup_modules(ModelSetup)`` once, after ``setup_model``                        {name: PartModule}
 ``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
 ``draw(RoundContext, n)`` instead of the task's stream (one part at most)       n Items (self-play tasks)
 ``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
@@ -23,7 +24,13 @@ Selector ``admit`` /      before rollout / after each round's rewards /         
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
-of :data:`NEEDS`).
+of :data:`NEEDS`; ``hidden``: the trainer's forward also hands the policy's last hidden states to
+``loss_term``, ``LossContext.hidden``).
+
+A part's own trainable modules (``setup_modules``: a critic, a value head, a log-Z head) are not
+the policy's: each gets its own AdamW parameter group (its lr, betas, weight decay) and its own
+gradient-norm clip, its weights are checkpointed beside the policy's and restored exactly, and
+they never reach ``final/`` or rollout workers. Hooks find them in ``ctx.modules`` (name -> module).
 
 Prompts: ``RoundContext``, ``BatchContext``, ``LossContext`` and ``GenRequest`` carry ``formatter``, the run's
 :class:`~reasonrl.models.chat.PromptFormatter`. A part that builds a prompt or a teacher context
@@ -49,10 +56,11 @@ from torch import Tensor
 from ..models.chat import PLAIN, PromptFormatter
 
 # what a part may need the run to provide; policy_in_loss: its loss term runs the policy on inputs of its own
-# (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks)
-NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss")
-HOOKS = ("wrap_task", "setup_model", "before_step", "draw", "generate", "extend", "score_batch", "shape_advantages",
-         "loss_term", "after_step")
+# (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks);
+# hidden: the trainer's forward also hands the policy's last hidden states to loss_term
+NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden")
+HOOKS = ("wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend", "score_batch",
+         "shape_advantages", "loss_term", "after_step")
 
 PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order
 
@@ -145,6 +153,21 @@ class ModelSetup:
 
 
 @dataclass(frozen=True)
+class PartModule:
+    """What ``setup_modules`` returns per name: a trainable module the part owns beside the policy,
+    and its optimiser settings. The trainer gives it an AdamW parameter group of its own (so, AdamW
+    being per-parameter, an optimiser of its own) and clips its gradient norm on its own, so a large
+    critic gradient never scales the policy's down (verl and OpenRLHF give the critic its own
+    optimiser for the same reason). ``schedule=False``: a constant lr (no warm-up, no decay)."""
+    module: Any  # torch.nn.Module on the policy's device
+    lr: float
+    weight_decay: float = 0.0
+    betas: tuple[float, float] | None = None  # None: the recipe's (optim.beta1, optim.beta2)
+    max_grad_norm: float | None = None  # None: the recipe's optim.max_grad_norm
+    schedule: bool = False  # follow the recipe's LR schedule (optim.warmup_steps, optim.schedule)
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """What a second round (``extend``) and ``before_step`` may use: the first round's groups (``batch``,
     None before the step's rollouts), the run's facts, the part's own state and cache, and a narrow
@@ -200,6 +223,7 @@ class BatchContext:
     state: Any
     kind: int  # this part's round kind (-1: not a round)
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (teacher contexts: rewrite / follow_up)
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules (setup_modules), by name
 
 
 @dataclass(frozen=True)
@@ -226,6 +250,8 @@ class LossContext:
     kind: int
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (a prompt re-scored under another context)
     reference: Callable[[], ContextManager[Any]] | None = None  # the run's initial model scope, when kept
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules, with grad
+    hidden: Tensor | None = None  # (n, T, H) the policy's last hidden states before each token (needs "hidden"), with grad
 
     def agg_kwargs(self) -> dict[str, Any]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
@@ -251,6 +277,7 @@ class UpdateContext:
     seed: int
     state: Any
     metrics: Mapping[str, float]  # the step's update metrics
+    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules
 
 
 def first_round(kinds: Tensor) -> Tensor:

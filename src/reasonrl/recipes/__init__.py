@@ -21,6 +21,7 @@ from .grpo import DR_GRPO, GRPO
 from .lze import LZE
 from .nudge import NUDGERL
 from .physics import PHYSICS_R1
+from .ppo import GRLO, PPO
 from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
 from .selfteach import SELFTEACH_RECIPES
 from .stride import STRIDE
@@ -40,7 +41,7 @@ def register(recipe: Recipe) -> Recipe:
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
            FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE, POPULORA_RECIPE,
-           PROMPT_POLICY_RECIPE):
+           PROMPT_POLICY_RECIPE, PPO, GRLO):
     register(_r)
 
 
