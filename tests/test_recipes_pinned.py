@@ -240,7 +240,8 @@ TABLE = {
     "grlo": row(advantage=("reinforce", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                 group_size=1, optim=(2e-5, 1, 4), task_reward_weight=0.0,
                 extra_rewards=(("RMReward", 1.0, {"model": "", "length_coef": 0.0, "length_target": 64}),),
-                critic=("policy", 2e-4, 1.0, 1.0, True, 0.5, 1.0, 0)),
+                critic=("policy", 2e-4, 1.0, 1.0, True, 0.5, 1.0, 0),
+                run_defaults={"task": "explain", "prompts_per_step": 64}),
 }
 
 
