@@ -224,7 +224,8 @@ class BatchMaker:
             policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
             score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts,
             char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
-            data=Channel(), state=None, kind=-1)
+            data=Channel(), state=None, kind=-1, seed=self.seed,
+            reference=None if self.ref is None else self.ref.scoring)
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
         return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key))

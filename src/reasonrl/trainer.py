@@ -27,10 +27,11 @@ from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, merge_metrics, step_stats
 from .rollout import select_rows
+from .models.heads import load_side_state, param_groups, side_parameters, side_state
 from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions, trim_padding
-from .parts import Recipe, entropy_term, kl_term
+from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
 from .errors import UserError
@@ -59,9 +60,10 @@ class Trainer:
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log = Path(run_dir), log
         o = recipe.optim
-        # the trainable parameters alone: frozen base weights get no gradient, AdamW state or decay
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
+        # the trainable parameters alone (frozen base weights get no gradient, AdamW state or decay), and the
+        # side modules parts added (a log Z head: models.heads), each in its own AdamW group with its own lr
+        self.params = [p for p in model.parameters() if p.requires_grad] + side_parameters(model)
+        self.opt = torch.optim.AdamW(param_groups(model, o.lr, o.weight_decay), lr=o.lr, betas=(o.beta1, o.beta2))
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio))
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
@@ -93,7 +95,8 @@ class Trainer:
         return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
                 "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
                 "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches,
-                "parts": self.batches.parts.state_dict()}  # each part's state (buffers, pools, ratings, selector)
+                "parts": self.batches.parts.state_dict(),  # each part's state (buffers, pools, ratings, selector)
+                "side_modules": side_state(self.model)}  # the weights of the parts' side modules (a log Z head)
 
     def save(self) -> Path:
         """Rank 0 writes (every rank holds the same state); every rank gets the checkpoint's path."""
@@ -115,6 +118,7 @@ class Trainer:
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
         self._resume_parts(st)
+        load_side_state(self.model, st.get("side_modules", {}))
         set_rng_state(st["rng"], self.sampler)
         if "loss_rng" in st:  # absent only in checkpoints written before any loss term drew noise
             self.loss_rng.set_state(st["loss_rng"])
@@ -150,8 +154,8 @@ class Trainer:
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
         norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
-        loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
-        agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
+        loss, metrics = policy_term(r.loss, logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
+        agg = {**loss_agg(r.loss, self.budget), "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
             mine = {k: v[rows.to(v.device), :c_len] for k, v in (draws or {}).items()}  # this micro-batch's noise
             kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(),
@@ -198,7 +202,8 @@ class Trainer:
         finite = norm is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
-            parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
+            parts = [(1.0, policy_term(self.recipe.loss, z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs,
+                                       norm_len=self.budget)[1])]
         out = merge_metrics(parts, additive=_additive)
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)

@@ -54,7 +54,7 @@ def eval_cmd(
 
     from ..eval.paired import load_item_results, paired_by_key
     from ..models import load_model
-    from ..rollout import HFEngine
+    from ..rollout import engine_for
 
     other = load_item_results(against) if against else None  # a bad file fails before the model loads
     quiet_transformers()
@@ -62,9 +62,9 @@ def eval_cmd(
     mdl, tok = load_model(model)
     with progress() as bar:
         job = bar.add_task("evaluating", total=problems * (1 + samples_per_problem), info="")
-        summary, records, rows = evaluate_items(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
+        summary, records, rows = evaluate_items(engine_for(mdl, tok, max_rows=cfg.max_rows), the_task, cfg,
                                                 progress=lambda m: bar.advance(job, m))
-    records += _refine(HFEngine(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
+    records += _refine(engine_for(mdl, tok, max_rows=cfg.max_rows), the_task, cfg, records, refine, refine_verifier,
                        summary) if refine else []
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 from ..errors import UserError
-from ..rollout import Generator, HFEngine, SamplingParams
+from ..rollout import Generator, SamplingParams, engine_for
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
 from .majority import Equivalence, MathEquivalence, exact_equal, majority_vote_grouped
@@ -90,8 +90,8 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
 
 def evaluate_model(model, tokenizer, task: Task, cfg: EvalConfig = EvalConfig(),
                    progress: Callable[[int], None] | None = None) -> tuple[dict[str, Any], list[dict]]:
-    """:func:`evaluate` with the HF engine over ``model``."""
-    return evaluate(HFEngine(model, tokenizer, max_rows=cfg.max_rows), task, cfg, progress)
+    """:func:`evaluate` with the in-process engine of ``model`` (the diffusion sampler for a masked-diffusion LM)."""
+    return evaluate(engine_for(model, tokenizer, max_rows=cfg.max_rows), task, cfg, progress)
 
 
 def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),

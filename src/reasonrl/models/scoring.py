@@ -70,7 +70,14 @@ def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     entropies (None if not asked), zero on padding. Gradients flow if grad mode is on.
 
     ``extra_labels`` (R, T) ids: a third output, the (R, T) log-probs of those ids at the same
-    positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token)."""
+    positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token).
+
+    A model that scores its own completions (a masked-diffusion LM, :mod:`reasonrl.models.diffusion`:
+    d1's one-step estimate) is asked to, with the same arguments."""
+    own = getattr(model, "score_completions", None)
+    if own is not None:
+        return own(prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=temperature,
+                   chunk_rows=chunk_rows, entropies=entropies, extra_labels=extra_labels)
     if extra_labels is not None:
         return _score_with_extra(model, prompt_ids, prompt_mask, completion_ids, completion_mask, extra_labels,
                                  temperature, chunk_rows, entropies)

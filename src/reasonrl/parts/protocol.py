@@ -185,6 +185,8 @@ class BatchContext:
     data: Channel  # this part's own channel (read and write)
     state: Any
     kind: int  # this part's round kind (-1: not a round)
+    seed: int = 0  # the run's seed (a part's per-batch noise: stable_seed(seed, tag, step))
+    reference: Callable[[], ContextManager[Any]] | None = None  # the run's reference model scope (needs "reference")
 
 
 @dataclass(frozen=True)
