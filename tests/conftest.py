@@ -22,3 +22,12 @@ def tiny_dir(sharp_tiny, tmp_path_factory):
 
     model, tok = sharp_tiny
     return save_model(model, tok, tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def sharp_mdlm():
+    """The shipped masked-diffusion LM (``builtin:diffusion``: warm-started on arithmetic, a few MB)."""
+    from reasonrl.models import load_model
+
+    model, tok = load_model("builtin:diffusion")
+    return model.eval(), tok

@@ -27,6 +27,7 @@ from .commands.audit import audit_cmd
 from .commands.report import report_cmd
 from .commands.drafts import drafts_app
 from .commands.diagnose import diagnose_app
+from .commands.disa import disa_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
@@ -231,6 +232,7 @@ app.command("audit")(audit_cmd)
 app.command("report")(report_cmd)
 app.add_typer(drafts_app, name="drafts")
 app.add_typer(diagnose_app, name="diagnose")
+app.add_typer(disa_app, name="disa")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

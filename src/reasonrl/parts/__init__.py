@@ -32,11 +32,13 @@ from .fest import FEST
 from .drafts import Drafts
 from .vpd import VPD
 from .su01 import RefineReplay
+from .balance import TrajectoryBalance
+from .diffusion import Diffusion
 from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term, loss_agg, \
     policy_term
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
-__all__ = ["D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction",
+__all__ = ["Diffusion", "TrajectoryBalance", "D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction",
            "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
            "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
            "Stages", "Steering", "StepCredit", "VPD", "Veto", "entropy_term", "kl_term", "loss_agg", "policy_term",

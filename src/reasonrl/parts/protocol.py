@@ -156,7 +156,7 @@ class RoundContext:
     device: Any
     sample: Callable[..., Any]  # (items, prompts, tag, first, n=None) -> Rollouts, keyed by positions
     branch: Callable[..., Any]  # (source_ro, rows, cuts, generator, contexts=None) -> Rollouts of continuations
-    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, G) rewards, correct, metrics
+    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, n) rewards, correct, metrics
     score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
     advantage: Callable[[Tensor], Tensor]  # the recipe's estimator: (B, G) rewards -> advantages
     reference: Callable[[], ContextManager[Any]] | None  # the run's reference model scope, when kept
