@@ -31,3 +31,12 @@ def chat_model_dir(tmp_path_factory):
     from chat_model import build_chat_model_dir
 
     return build_chat_model_dir(tmp_path_factory.mktemp("chat_model"))
+
+
+@pytest.fixture(scope="session")
+def sharp_mdlm():
+    """The shipped masked-diffusion LM (``builtin:diffusion``: warm-started on arithmetic, a few MB)."""
+    from reasonrl.models import load_model
+
+    model, tok = load_model("builtin:diffusion")
+    return model.eval(), tok

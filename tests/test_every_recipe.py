@@ -57,6 +57,10 @@ OWN = {
     "ppo": ("arithmetic", {}, ("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac",
                                "grad_norm/critic.value")),
     "grlo": ("explain", {"max_digits": 1}, ("critic/value_loss_term", "reward/rm/score", "reward/rm/mean")),
+    "flowrl": ("arithmetic", {}, ("balance/loss_term", "balance/log_z_term", "balance/w_term", "balance/delta_std")),
+    "disa": ("arithmetic", {}, ("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs")),
+    "trafl": ("arithmetic", {}, ("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
+    "diffu_grpo": ("arithmetic", {}, POLICY + ("loss/kl",)),
 }
 
 
@@ -99,6 +103,8 @@ def small(name: str, task, tmp_path) -> tuple:
         rm.tok.save_pretrained(tmp_path / "rm")
         changes["extra_rewards"] = tuple((dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm"
                                           else fn, w) for fn, w in r.extra_rewards)
+    if r.balance is not None and r.balance.log_z == "table":  # DISA's in-run table: 2 proposals per pool prompt
+        changes["balance"] = dataclasses.replace(r.balance, proposals=2)
     return dataclasses.replace(r, **changes), run
 
 
@@ -107,7 +113,7 @@ def test_every_registered_recipe_has_a_row():
 
 
 @pytest.mark.parametrize("name", sorted(OWN))
-def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, sharp_tiny, tmp_path):
+def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, request, tmp_path):
     task_name, options, keys = OWN[name]
     # one-digit sums: the tiny model gets some right, so groups vary and every part has rows to act on
     options = {"max_digits": 1, **options} if task_name == "arithmetic" else options
@@ -116,7 +122,10 @@ def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, sharp_tiny, tmp_pa
     cfg = TrainConfig(recipe=name, task=task_name, task_options=options, steps=2, prompts_per_step=2, eval_every=0,
                       save_every=0, final_eval_problems=0, micro_batch_size=8, max_rows=64, **run)
     check_run(cfg, recipe)
-    model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
+    # the diffusion recipes' own model (run_defaults: the shipped masked-diffusion LM), else the warmed-up tiny one
+    diffusion = dict(recipe.run_defaults).get("model") == "builtin:diffusion"
+    start = request.getfixturevalue("sharp_mdlm" if diffusion else "sharp_tiny")
+    model, tok = copy.deepcopy(start[0]).train(), start[1]
     task = recipe.wrap_task(base, tok, cfg.seed)
     trainer = Trainer(model, tok, task, recipe, cfg, tmp_path)
     rows = [trainer.train_step() for _ in range(2)]

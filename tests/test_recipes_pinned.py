@@ -66,6 +66,9 @@ GRPO_ROW = {
     #                          critic, distill_coef)
     "run_defaults": {},  # run settings the recipe brings to the command line
     "critic": None,  # PPO's critic: (model, lr, gamma, lam, whiten, value_clip, vf_coef, warmup_steps)
+    "balance": None,  # trajectory balance: (beta, reward, length_norm, weight, clip_low, clip_high, log_z, z_lr, z_layers,
+    #                   z_dropout, z_detach, proposals, missing, surrogate, mc, mask_t, t_min)
+    "diffusion": None,  # the masked-diffusion policy's sampler: (steps, block_length, remasking), None = the model's
 }
 
 
@@ -242,6 +245,22 @@ TABLE = {
                 extra_rewards=(("RMReward", 1.0, {"model": "", "length_coef": 0.0, "length_target": 64}),),
                 critic=("policy", 2e-4, 1.0, 1.0, True, 0.5, 1.0, 0),
                 run_defaults={"task": "explain", "prompts_per_step": 64}),
+    # FlowRL (arXiv 2509.15207, verl recipe/flowrl): no policy loss, the trajectory-balance residual with beta 15 on
+    # the GRPO advantage, token-mean log-probs, w clipped to the spec's [0.8, 1.2], a 3-layer log Z head (dropout
+    # 0.1) with grad into the backbone; its own lr 1e-3 [inferred]
+    "flowrl": row(loss=None, balance=(15.0, "group", True, "clip", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
+                                      "token", 1, None, 1e-3)),
+    # DISA (arXiv 2605.17295, spec section 7): the same residual with the raw reward and a frozen table log Z_hat
+    # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail
+    "disa": row(loss=None, balance=(15.0, "raw", True, "clip", 0.2, 0.2, "table", 1e-3, 3, 0.1, False, 8, "error",
+                                    "token", 1, None, 1e-3), run_defaults={"data.pool": 128}),
+    # TraFL (arXiv 2605.13935, spec section 8): the residual on the masked-diffusion LM with the ELBO surrogate (K_mc 1,
+    # t ~ U(1e-3, 1], coupled masks), w = 1, a learned log Z; the shipped diffusion model, its own sampler settings
+    "trafl": row(loss=None, balance=(15.0, "group", True, "one", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
+                                     "elbo", 1, None, 1e-3), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
+    # diffu-GRPO (d1, arXiv 2504.12216): GRPO's clipped loss on the one-step per-token log-probs, KL 0.04 (k3) to the
+    # warm start, on the shipped diffusion model
+    "diffu_grpo": row(kl=(0.04, "k3", None), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
 }
 
 
@@ -260,7 +279,8 @@ def _actual(recipe, expected):
     st, c = r.steering, r.correction
     return {
         "advantage": (r.advantage.estimator, r.advantage.scale),
-        "loss": (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region, loss.agg, loss.norm_len),
+        "loss": None if loss is None else (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region,
+                                           loss.agg, loss.norm_len),
         "kl": (kl.coef, kl.estimator, kl.guide),
         "sage": None if kl.guide is None else (kl.ratio, kl.threshold, kl.q_min, kl.q_max),
         "entropy_coef": r.entropy_coef,
@@ -271,7 +291,7 @@ def _actual(recipe, expected):
         "mask_truncated": r.mask_truncated,
         "group_filter": None if r.group_filter is None else (r.group_filter.metric, r.group_filter.max_rounds),
         "stages": None if r.stages is None else r.stages.count,
-        "veto": None if loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
+        "veto": None if loss is None or loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
         "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
         "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
         "hints": None if r.hints is None else (r.hints.n_hints, r.hints.per_hint, r.hints.p_drop, r.hints.sampler,
@@ -321,6 +341,10 @@ def _actual(recipe, expected):
         "prompt_policy": None if r.prompt_policy is None else tuple(getattr(r.prompt_policy, k) for k in (
             "worker", "contexts", "instances", "renderer", "k_top", "k_bottom", "capacity", "critic", "distill_coef")),
         "run_defaults": dict(r.run_defaults),
+        "balance": None if r.balance is None else tuple(getattr(r.balance, k) for k in (
+            "beta", "reward", "length_norm", "weight", "clip_low", "clip_high", "log_z", "z_lr", "z_layers", "z_dropout",
+            "z_detach", "proposals", "missing", "surrogate", "mc", "mask_t", "t_min")),
+        "diffusion": None if r.diffusion is None else (r.diffusion.steps, r.diffusion.block_length, r.diffusion.remasking),
     }
 
 
@@ -350,8 +374,8 @@ def test_the_cli_listing_reports_the_pinned_numbers():
         got = listed[name]
         loss = got["loss"]
         assert (got["advantage"]["estimator"], got["advantage"]["scale"]) == exp["advantage"], name
-        assert (loss["ratio"], loss["clip_low"], loss["clip_high"], loss["dual_clip"], loss["trust_region"],
-                loss["agg"], loss["norm_len"]) == exp["loss"], name
+        assert (None if loss is None else (loss["ratio"], loss["clip_low"], loss["clip_high"], loss["dual_clip"],
+                                           loss["trust_region"], loss["agg"], loss["norm_len"])) == exp["loss"], name
         assert (got["kl"]["coef"], got["kl"]["estimator"], got["kl"]["guide"]) == exp["kl"], name
         assert (got["group_size"], got["sampling"]["temperature"], got["task_reward_weight"]) == \
             (exp["group_size"], exp["temperature"], exp["task_reward_weight"]), name

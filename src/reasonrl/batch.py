@@ -172,8 +172,10 @@ class BatchMaker:
             reference=None if self.ref is None else self.ref.scoring, formatter=self.formatter)
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-        """(B, G) total rewards, (B, G) raw correctness, reward metrics."""
-        t0, G, rows = time.perf_counter(), self.recipe.group_size, [it for it in items for _ in range(self.recipe.group_size)]
+        """(B, n) total rewards, (B, n) raw correctness, reward metrics, for ``ro`` holding n rows per item
+        (G for a round; DISA's offline stage samples N proposals)."""
+        G = len(ro.texts) // max(len(items), 1)
+        t0, rows = time.perf_counter(), [it for it in items for _ in range(G)]
         cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(), "truncated": ro.truncated.tolist(),
                 "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows),
                 "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
@@ -243,7 +245,8 @@ class BatchMaker:
             policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
             score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts,
             char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
-            data=Channel(), state=None, kind=-1, formatter=self.formatter)
+            data=Channel(), state=None, kind=-1, formatter=self.formatter, seed=self.seed,
+            reference=None if self.ref is None else self.ref.scoring)
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
         return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key),

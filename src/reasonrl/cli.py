@@ -28,6 +28,7 @@ from .commands.report import report_cmd
 from .commands.drafts import drafts_app
 from .commands.diagnose import diagnose_app
 from .commands.rm import rm_app
+from .commands.disa import disa_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
@@ -77,6 +78,10 @@ def pretrain_cmd(
     task: Optional[str] = typer.Option(None, help="Task whose demonstrations to learn (default: arithmetic)."),
     task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
     size: str = typer.Option("small", help="Size of a fresh tiny reasoner: tiny | small."),
+    arch: str = typer.Option("causal", help="causal: the autoregressive reasoner; diffusion: a masked-diffusion LM "
+                             "(LLaDA's masked-token objective; reasonrl.models.diffusion)."),
+    canvas: Optional[int] = typer.Option(None, help="diffusion: canvas positions (default: the task's budget, rounded "
+                                         "up to a multiple of the 8-position block)."),
     model: Optional[str] = typer.Option(None, help="Start from this model directory instead of a fresh tiny one."),
     steps: int = typer.Option(400, help="Optimiser steps (the cosine schedule spans them)."),
     seconds: Optional[float] = typer.Option(None, help="Wall-clock budget instead (constant lr after warmup)."),
@@ -113,7 +118,13 @@ def pretrain_cmd(
     if contexts:  # the self-teacher contexts mixed into the demonstrations
         from .warmstart import context_mix
         the_task = context_mix(the_task, contexts, context_rate, seed)
-    mdl, tok = load_model(model or f"tiny:{size}")
+    if arch not in ("causal", "diffusion"):
+        raise UserError(f"--arch {arch!r} is not one of causal, diffusion")
+    mdl, tok = load_model(model or (f"tiny:{size}" if arch == "causal" else f"diffusion:{size}"))
+    if arch == "diffusion" and model is None:  # a fresh canvas: the task's budget, whole blocks
+        from .eval.runner import task_max_new_tokens
+        from .models.diffusion import set_canvas
+        set_canvas(mdl, canvas or task_max_new_tokens(the_task))
     cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
                     eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass,
                     curriculum=curriculum)
@@ -209,8 +220,10 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
     for col in ("name", "paper", "parts", "inferred choices"):
         table.add_column(col)
     for r in rows:
-        parts = f"adv={r['advantage']['estimator']} ratio={r['loss']['ratio']} agg={r['loss']['agg']} " \
-                f"clip=({r['loss']['clip_low']},{r['loss']['clip_high']}) kl={r['kl']['coef']} G={r['group_size']}"
+        loss = r["loss"]  # None: no policy loss (a distribution-matching recipe's part is the objective)
+        policy = "loss=none" if loss is None else \
+            f"ratio={loss['ratio']} agg={loss['agg']} clip=({loss['clip_low']},{loss['clip_high']})"
+        parts = f"adv={r['advantage']['estimator']} {policy} kl={r['kl']['coef']} G={r['group_size']}"
         table.add_row(r["name"], r["paper"], parts, "\n".join(f"- {i}" for i in r["inferred"]))
     console.print(table)
 
@@ -224,6 +237,7 @@ app.command("report")(report_cmd)
 app.add_typer(drafts_app, name="drafts")
 app.add_typer(diagnose_app, name="diagnose")
 app.add_typer(rm_app, name="rm")
+app.add_typer(disa_app, name="disa")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

@@ -36,12 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import yaml
 
 from .checkpoint import atomic_write_text
 from .errors import UserError
-from .eval.metrics import mean_std, welch_t_test
-from .eval.paired import load_item_results, pair_by_key, paired_tests
+from .eval.metrics import mean_std, pass_at_k, welch_t_test
+from .eval.paired import load_item_results, pair_by_key, paired_bootstrap_values_ci, paired_tests
 from .tracking import read_metrics
 
 
@@ -59,6 +60,7 @@ class RunResult:
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
     items: dict[str, bool] = field(default_factory=dict)  # problem key -> final greedy correct (after_items.jsonl)
     after: dict[str, Any] = field(default_factory=dict)  # the run's final evaluation summary (summary.json "after")
+    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # key -> n, c, distinct correct (after.items.jsonl)
 
 
 def parse_variant(entry: str) -> tuple[str, list[str]]:
@@ -133,7 +135,65 @@ def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
     items = load_item_results(items_path) if items_path.exists() else {}
     return RunResult(recipe, seed, run_dir, ok=True, final=final, auc=area_under(curve),
                      seconds=summary["train_seconds"], tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
-                     curve=curve, items=items, after=after)
+                     curve=curve, items=items, after=after, samples=load_samples(run_dir / "after.items.jsonl"))
+
+
+def load_samples(path: Path) -> dict[str, dict[str, int]]:
+    """The final eval's sampled counts per problem key (``n``, ``c``, ``correct_chains``, ``correct_answers``);
+    empty when the run sampled none (final_eval_k=0) or wrote no per-problem rows."""
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    keep = ("n", "c", "correct_chains", "correct_answers")
+    return {r["key"]: {k: int(r[k]) for k in keep if k in r} for r in rows if "n" in r}
+
+
+def seed_passk(samples: dict[str, dict[str, int]], ks: list[int]) -> dict[str, Any]:
+    """One run's pass@k for each k (the unbiased estimator from its n samples, meaned over problems) and
+    its distinct correct chains / answers per problem."""
+    rows = list(samples.values())
+    return {"pass": [float(np.mean([pass_at_k(r["n"], r["c"], k) for r in rows])) for k in ks],
+            "chains": float(np.mean([r.get("correct_chains", 0) for r in rows])),
+            "answers": float(np.mean([r.get("correct_answers", 0) for r in rows]))}
+
+
+def passk_report(results: list[RunResult], recipes: list[str]) -> dict[str, Any] | None:
+    """pass@k for k = 1 .. n (n the runs' samples per problem) per recipe (mean over seeds), distinct correct
+    chains and answers per problem, and against the first recipe at k = 1 and k = n: Welch over seed means and a
+    paired bootstrap CI over (seed, problem) pairs of per-problem pass@k, as :func:`paired_vs_first` pairs items."""
+    runs = {(r.recipe, r.seed): r for r in results if r.ok and r.samples}
+    if not runs:
+        return None
+    n = min(row["n"] for r in runs.values() for row in r.samples.values())
+    ks = list(range(1, n + 1))
+    out: dict[str, Any] = {"n": n, "ks": ks, "recipes": {}}
+    for name in recipes:
+        per_seed = [seed_passk(r.samples, ks) for (rn, _), r in sorted(runs.items()) if rn == name]
+        if not per_seed:
+            continue
+        row = {"seeds": len(per_seed), "pass_at_k": [float(np.mean([p["pass"][i] for p in per_seed])) for i in range(n)],
+               "correct_chains": float(np.mean([p["chains"] for p in per_seed])),
+               "correct_answers": float(np.mean([p["answers"] for p in per_seed]))}
+        if name != recipes[0]:
+            row["vs_first"] = {f"pass@{k}": _paired_passk(runs, name, recipes[0], n, k) for k in sorted({1, n})}
+        out["recipes"][name] = row
+    return out
+
+
+def _paired_passk(runs: dict, name: str, first: str, n: int, k: int) -> dict[str, Any] | None:
+    seeds = sorted(s for (rn, s) in runs if rn == name and (first, s) in runs)
+    x, y = [], []
+    for s in seeds:
+        mine, other = runs[(name, s)].samples, runs[(first, s)].samples
+        for key in sorted(set(mine) & set(other)):
+            x.append(pass_at_k(mine[key]["n"], mine[key]["c"], k))
+            y.append(pass_at_k(other[key]["n"], other[key]["c"], k))
+    if not x:
+        return None
+    ci = paired_bootstrap_values_ci(x, y)
+    means = {r: [seed_passk(runs[(r, s)].samples, [k])["pass"][0] for s in seeds] for r in (name, first)}
+    welch = welch_t_test(means[name], means[first])[1] if len(seeds) >= 2 else None
+    return {"diff": ci.diff, "ci_low": ci.low, "ci_high": ci.high, "pairs": len(x), "seeds": seeds, "welch_p": welch}
 
 
 def paired_vs_first(results: list[RunResult], recipe: str, first: str, B: int = 10_000,
@@ -210,8 +270,9 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
             results.append(res)
     rows = table_rows(results, recipes)
     report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
-              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items", "after")}, "run_dir": str(r.run_dir)}
-                       for r in results]}
+              "passk": passk_report(results, recipes),
+              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items", "after", "samples")},
+                        "run_dir": str(r.run_dir)} for r in results]}
     (out / "compare.json").write_text(json.dumps(_json_safe(report), indent=2, default=str, allow_nan=False))
     atomic_write_text(out / "compare_items.jsonl", items_lines(results))
     plot_compare(results, recipes, out / "compare.png")

@@ -50,7 +50,9 @@ def recipe_sections(recipe: Recipe | None = None) -> dict[str, type]:
 
 def optional_sections() -> tuple[str, ...]:
     """The sections a recipe may lack (None turns the part off, a mapping turns it on)."""
-    return tuple(f.name for f in dataclasses.fields(Recipe) if f.default is None) + tuple(PART_TYPES)
+    hints = typing.get_type_hints(Recipe)  # a field typed "X | None" may be turned off (loss=null)
+    return tuple(f.name for f in dataclasses.fields(Recipe)
+                 if f.default is None or type(None) in typing.get_args(hints[f.name])) + tuple(PART_TYPES)
 
 
 def recipe_scalars() -> tuple[str, ...]:

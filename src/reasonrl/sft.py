@@ -74,6 +74,18 @@ def curriculum_stream(model, tokenizer, task: Task, cfg: SFTConfig) -> tuple[Ite
     return iter([pool[i] for i in order]), [ppl[i] for i in order]
 
 
+def demo_loss(model, tokenizer, items: list[Item], generator: torch.Generator) -> torch.Tensor:
+    """The warm start's loss on a batch: next-token cross-entropy on the completions, or for a model
+    with its own objective (a masked-diffusion LM: LLaDA's masked-token loss) that one."""
+    own = getattr(model, "demo_loss", None)
+    if own is None:
+        return model(**sft_batch(items, tokenizer), use_cache=False).loss
+    missing = [it.key for it in items if it.demo is None]
+    if missing:
+        raise ValueError(f"item {missing[0]!r} has no demonstration; pretraining needs a task that provides them")
+    return own([it.prompt for it in items], [it.demo for it in items], tokenizer, generator)
+
+
 def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None] = lambda m: None) -> dict:
     """Train in place; returns the last eval summary (or {} if none ran)."""
     torch.manual_seed(cfg.seed)
@@ -82,11 +94,11 @@ def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None
     schedule = lr_lambda(cfg.warmup, cfg.steps, "constant" if cfg.seconds else "cosine", min_ratio=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
     stream, ppl = curriculum_stream(model, tokenizer, task, cfg)
+    masks = torch.Generator().manual_seed(cfg.seed)  # a masked-diffusion model's noise (demo_loss)
     start, last_eval = time.perf_counter(), {}
     for step in range(cfg.steps):
         model.train()
-        batch = sft_batch([next(stream) for _ in range(cfg.batch_size)], tokenizer)
-        loss = model(**batch, use_cache=False).loss
+        loss = demo_loss(model, tokenizer, [next(stream) for _ in range(cfg.batch_size)], masks)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"SFT loss is {loss.item()} at step {step}; lower the learning rate ({cfg.lr})")
         opt.zero_grad(set_to_none=True)

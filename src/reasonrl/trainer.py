@@ -31,7 +31,7 @@ from .rollout import select_rows
 from .models.lora import Reference, apply_lora, score_by_adapter
 from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_completions, trim_padding
-from .parts import Recipe, entropy_term, kl_term
+from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
 from .tasks import Task
@@ -159,8 +159,8 @@ class Trainer:
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
         norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
-        loss, metrics = r.loss(logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
-        agg = {"agg": r.loss.agg, "norm_len": r.loss.norm_len or self.budget, "n_tokens": n_tokens, "n_seqs": n_seqs}
+        loss, metrics = policy_term(r.loss, logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
+        agg = {**loss_agg(r.loss, self.budget), "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
             mine = {k: v[rows.to(v.device), :c_len] for k, v in (draws or {}).items()}  # this micro-batch's noise
             kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(),
@@ -213,7 +213,8 @@ class Trainer:
         finite = norms is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
-            parts = [(1.0, self.recipe.loss(z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs, norm_len=self.budget)[1])]
+            parts = [(1.0, policy_term(self.recipe.loss, z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs,
+                                       norm_len=self.budget)[1])]
         out = merge_metrics(parts, additive=_additive)
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)

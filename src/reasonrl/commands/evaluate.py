@@ -112,13 +112,13 @@ def _engine(model: str | None, task, cfg, prompting):
     to the prompts that fit (:func:`reasonrl.tasks.limits.prepare_prompts`)."""
     from ..eval.runner import task_max_new_tokens
     from ..models import load_model
-    from ..rollout import HFEngine
+    from ..rollout import engine_for
     from ..tasks.limits import prepare_prompts
 
     mdl, tok = load_model(model)
     fmt, task = prepare_prompts(task, tok, mdl, prompting, cfg.max_new_tokens or task_max_new_tokens(task),
                                 model or "the shipped base")
-    return HFEngine(mdl, tok, max_rows=cfg.max_rows, formatter=fmt), task
+    return engine_for(mdl, tok, max_rows=cfg.max_rows, formatter=fmt), task
 
 
 def _prompt_report(engine, task) -> dict:
@@ -222,6 +222,8 @@ def compare_cmd(
     out: Path = typer.Option(Path("runs/compare"), help="Folder for the runs, compare.json and compare.png."),
     resume: bool = typer.Option(False, "--resume", help="Reuse finished runs already in --out (their config.yaml must "
                                 "match) and continue killed ones: add seeds or recipes to a compare, or finish it."),
+    pass_k: int = typer.Option(0, "--pass-k", help="Sample N completions per held-out problem in each run's final eval "
+                               "(final_eval_k=N) and report pass@k for k = 1..N and distinct correct chains (0: off)."),
     args: Optional[List[str]] = typer.Argument(None, help="key=value overrides given to every run."),
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
@@ -229,8 +231,10 @@ def compare_cmd(
     from ..validate import check_inputs
 
     names = [r.strip() for r in recipes.split(",") if r.strip()]
-    if not names or seeds < 1:
-        raise UserError(f"compare needs at least one recipe and --seeds >= 1, got --recipes {recipes!r} --seeds {seeds}")
+    if not names or seeds < 1 or pass_k < 0:
+        raise UserError(f"compare needs at least one recipe, --seeds >= 1 and --pass-k >= 0, got --recipes {recipes!r} "
+                        f"--seeds {seeds} --pass-k {pass_k}")
+    args = [*(args or []), *([f"final_eval_k={pass_k}"] if pass_k else [])]
     inputs, runs = {}, {}
     for entry in names:  # fail before any run on an unknown name, a malformed override or a bad value
         name, own = parse_variant(entry)
@@ -247,9 +251,11 @@ def compare_cmd(
             bar.advance(job)
             bar.update(job, info=info)
 
-        report = compare(names, seeds, steps, out, task=task, extra=list(args or []), on_run=on_run,
+        report = compare(names, seeds, steps, out, task=task, extra=args, on_run=on_run,
                          expected=_expected_config(runs) if resume else None)
     console.print(_compare_table(report, out))
+    if report.get("passk"):
+        console.print(_passk_table(report["passk"]))
 
 
 def _expected_config(runs: dict[str, Any]):
@@ -281,6 +287,22 @@ def _compare_table(report: dict[str, Any], out: Path) -> Table:
         table.add_row(row["recipe"], f"{row['final_mean']:.3f} ± {row['final_std']:.3f}", f"{row['best']:.3f}",
                       f"{row['auc']:.3f}", f"{row['seconds']:.0f}", f"{row['tokens']:.0f}",
                       "" if p is None else f"{p:.3g}", diff, mcnemar, f"{row['runs_ok']} ok / {row['runs_failed']} failed")
+    return table
+
+
+def _passk_table(passk: dict[str, Any]) -> Table:
+    """pass@k at k = 1, 2, 4, ... n (means over seeds), distinct correct chains per problem, and the paired
+    difference at k = n against the first recipe."""
+    n = passk["n"]
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256) if k <= n] + ([n] if n & (n - 1) else [])
+    table = Table(title=f"pass@k from n = {n} samples per problem (unbiased estimator), mean over seeds")
+    for col in ("recipe", *(f"pass@{k}" for k in ks), "correct chains", "correct answers", f"Δ pass@{n} [95% CI]"):
+        table.add_column(col, justify="left" if col == "recipe" else "right")
+    for name, row in passk["recipes"].items():
+        vs = (row.get("vs_first") or {}).get(f"pass@{n}")
+        diff = "" if vs is None else f"{vs['diff']:+.3f} [{vs['ci_low']:+.3f}, {vs['ci_high']:+.3f}]"
+        table.add_row(name, *(f"{row['pass_at_k'][k - 1]:.3f}" for k in ks), f"{row['correct_chains']:.2f}",
+                      f"{row['correct_answers']:.2f}", diff)
     return table
 
 

@@ -26,7 +26,7 @@ import torch
 from ..errors import UserError
 from ..models.lora import is_lora
 from ..models.memory import compute_dtype, install_tf32_head
-from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts
+from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, engine_for, is_diffusion
 
 INSTALL_HINT = "pip install ray (or pip install 'reasonrl[ray]')"
 
@@ -53,6 +53,10 @@ def make_engine(model, tok, cfg) -> Any:
     decode = {"check_every": ro.check_every, "static_cache": ro.static_cache, "compile": ro.compile}
     if ro.tf32_head and compute_dtype(model) != next(model.parameters()).dtype:  # mixed precision: the head is float32
         install_tf32_head(model)  # the policy's: the sampler and the learner share it
+    if is_diffusion(model):  # the diffusion sampler: in process only
+        if ro.workers > 0:
+            raise UserError("a masked-diffusion model samples in the trainer's process: set rollout.workers=0")
+        return engine_for(model, tok, max_rows=cfg.max_rows)
     if ro.workers <= 0:
         return HFEngine(model, tok, max_rows=cfg.max_rows, **decode)
     return RayEngine(model, tok, workers=ro.workers, address=ro.address, max_rows=cfg.max_rows, decode=decode)

@@ -29,7 +29,8 @@ import numpy as np
 
 from ..errors import UserError
 
-__all__ = ["discordant", "sign_test", "mcnemar_exact", "paired_bootstrap_ci", "BootstrapCI", "paired_tests",
+__all__ = ["discordant", "sign_test", "mcnemar_exact", "paired_bootstrap_ci", "paired_bootstrap_values_ci", "BootstrapCI",
+           "paired_tests",
            "paired_by_key", "pair_by_key", "load_item_results"]
 
 ALTERNATIVES = ("greater", "less", "two-sided")
@@ -125,11 +126,27 @@ def paired_bootstrap_ci(x: Sequence[Any], y: Sequence[Any], B: int = 10_000, see
         ValueError: on unpaired or non-0/1 inputs, ``B < 1`` or ``level`` outside (0, 1).
     """
     xa, ya = _paired_flags(x, y)
+    return _bootstrap(xa.astype(np.float64) - ya.astype(np.float64), B, seed, level)  # (n,) differences in {-1, 0, 1}
+
+
+def paired_bootstrap_values_ci(x: Sequence[float], y: Sequence[float], B: int = 10_000, seed: int = 0,
+                               level: float = 0.95) -> BootstrapCI:
+    """:func:`paired_bootstrap_ci` of ``mean(x) - mean(y)`` over per-item values in [0, 1] (a problem's
+    pass@k estimated from its n samples), resampled the same way (same seed, same indices)."""
+    xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if xa.ndim != 1 or xa.shape != ya.shape or not xa.size:
+        raise ValueError(f"paired values need two flat sequences of the same items, got shapes {xa.shape}, {ya.shape}")
+    if not (np.all((xa >= 0) & (xa <= 1)) and np.all((ya >= 0) & (ya <= 1))):
+        raise ValueError("paired values must lie in [0, 1] (per-item pass@k or accuracy)")
+    return _bootstrap(xa - ya, B, seed, level)
+
+
+def _bootstrap(d: np.ndarray, B: int, seed: int, level: float) -> BootstrapCI:
+    """The percentile bootstrap CI of the mean of per-item differences ``d`` (n,)."""
     if B < 1:
         raise ValueError(f"paired_bootstrap_ci needs B >= 1 resamples, got {B}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"paired_bootstrap_ci needs 0 < level < 1, got {level}")
-    d = xa.astype(np.float64) - ya.astype(np.float64)  # (n,) per-item difference in {-1, 0, 1}
     n, rng = d.size, np.random.default_rng(seed)
     rows = max(1, (1 << 22) // n)  # about 32 MiB of int64 indices per block
     means = np.empty(B, dtype=np.float64)  # (B,) resampled differences of accuracy

@@ -15,7 +15,7 @@ import numpy as np
 from ..checkpoint import atomic_write_text
 from ..errors import UserError
 from ..models.chat import PromptFormatter
-from ..rollout import Generator, HFEngine, SamplingParams
+from ..rollout import Generator, SamplingParams, engine_for
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
 from ..tasks.base import prepare_verify
@@ -97,8 +97,8 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
 def evaluate_model(model, tokenizer, task: Task, cfg: EvalConfig = EvalConfig(),
                    progress: Callable[[int], None] | None = None,
                    formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict]]:
-    """:func:`evaluate` with the HF engine over ``model``."""
-    return evaluate(HFEngine(model, tokenizer, max_rows=cfg.max_rows, formatter=formatter), task, cfg, progress)
+    """:func:`evaluate` with the in-process engine of ``model`` (the diffusion sampler for a masked-diffusion LM)."""
+    return evaluate(engine_for(model, tokenizer, max_rows=cfg.max_rows, formatter=formatter), task, cfg, progress)
 
 
 def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
@@ -160,7 +160,7 @@ def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ..
         if n > 0:
             mine = sampled[p * n:(p + 1) * n]
             c = sum(bool(r["correct"]) for r in mine)
-            row.update({"n": n, "c": c, f"avg@{n}": c / n})
+            row.update({"n": n, "c": c, f"avg@{n}": c / n, **distinct_correct(mine)})
             row.update({pass_key(k): pass_at_k(n, c, k) for k in ks})
             for k in ks:
                 answer, ok = majority_vote_grouped([r["extracted"] for r in mine[:k]],
@@ -168,6 +168,16 @@ def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ..
                 row.update({f"maj@{k}": int(ok), f"maj_answer@{k}": answer})
         rows.append(row)
     return rows
+
+
+def distinct_correct(samples: list[dict]) -> dict[str, int]:
+    """How many different correct solutions a problem's samples hold: ``correct_chains``, distinct
+    completion texts among the correct samples (the reasoning paths distribution matching spreads
+    over), and ``correct_answers``, distinct extracted answers among them (1 when the task has one
+    answer)."""
+    right = [r for r in samples if r["correct"]]
+    return {"correct_chains": len({r["completion"] for r in right}),
+            "correct_answers": len({r["extracted"] for r in right})}
 
 
 def _shape_stats(greedy: list[dict], sampled: list[dict]) -> dict[str, float]:

@@ -2,6 +2,7 @@
 tiny model (``tiny:small`` / ``tiny:tiny``, random weights, for tests and pretraining)."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -10,9 +11,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MissingPathError, UserError
 from .lora import is_lora, merged_copy
+from .diffusion import MODEL_TYPE, DiffusionLM, build_diffusion
+from .diffusion import SIZES as DIFFUSION_SIZES
 from .tiny import SIZES, build_tiny
 
 BASE_DIR = Path(__file__).resolve().parent / "base"
+DIFFUSION_DIR = Path(__file__).resolve().parent / "mdlm"  # the shipped masked-diffusion LM ("builtin:diffusion")
+BUILTIN_DIFFUSION = "builtin:diffusion"
+REGENERATE_DIFFUSION = ("reasonrl pretrain --arch diffusion --steps 3000 --eval-every 250 --until-pass 0.40 --half "
+                        "--out src/reasonrl/models/mdlm")
 REGENERATE = "reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --half --out src/reasonrl/models/base"
 
 
@@ -61,7 +68,10 @@ def check_model_name(name: str | os.PathLike | None) -> None:
     name = _merged_if_adapter("base" if name is None else str(name))
     if name.startswith("tiny:") and name[5:] not in SIZES:
         raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: {', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
-    if name == "base" or name.startswith("tiny:"):
+    if name.startswith("diffusion:") and name[10:] not in DIFFUSION_SIZES:
+        raise UserError(f"model {name!r}: unknown diffusion-model size {name[10:]!r}; valid: "
+                        f"{', '.join(f'diffusion:{s}' for s in sorted(DIFFUSION_SIZES))}")
+    if name in ("base", BUILTIN_DIFFUSION) or name.startswith(("tiny:", "diffusion:")):
         return
     if not os.path.exists(name) and not _is_hub_id(name):
         raise MissingPathError(f"model {name!r} is neither a local directory nor a hub id (owner/name); "
@@ -81,15 +91,19 @@ def load_tokenizer(name: str | os.PathLike):
 
 def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """``(model, tokenizer)`` for ``name``: None/'base' = shipped base, 'tiny:<size>' = fresh tiny
-    model, a local directory, or a hub id (needs network; the error says so when offline)."""
+    model, 'builtin:diffusion' = the shipped masked-diffusion LM, 'diffusion:<size>' = a fresh one,
+    a local directory (a causal LM, or a masked-diffusion LM by its config), or a hub id (needs
+    network; the error says so when offline)."""
     name = _merged_if_adapter("base" if name is None else str(name))
     check_model_name(name)
-    if name.startswith("tiny:"):
-        model, tok = build_tiny(name.split(":", 1)[1])
+    if name.startswith(("tiny:", "diffusion:")):
+        kind, size = name.split(":", 1)
+        model, tok = build_tiny(size) if kind == "tiny" else build_diffusion(size)
         return model.to(device=device, dtype=dtype), tok
-    path = str(base_model_path()) if name == "base" else name
+    path = {"base": lambda: str(base_model_path()), BUILTIN_DIFFUSION: _diffusion_path}.get(name, lambda: name)()
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        cls = DiffusionLM if _is_diffusion_dir(path) else AutoModelForCausalLM
+        model = cls.from_pretrained(path, dtype=dtype)
         tok = load_tokenizer(path)
     except OSError as err:
         if _is_hub_id(path):
@@ -99,6 +113,19 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
             ) from err
         raise
     return model.to(device), tok
+
+
+def _diffusion_path() -> str:
+    if not (DIFFUSION_DIR / "config.json").exists():
+        raise MissingPathError(f"the shipped diffusion model is missing from {DIFFUSION_DIR}; regenerate it with:\n"
+                               f"  {REGENERATE_DIFFUSION}")
+    return str(DIFFUSION_DIR)
+
+
+def _is_diffusion_dir(path: str) -> bool:
+    """A local model folder whose config names the masked-diffusion model type."""
+    config = Path(path) / "config.json"
+    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
 
 
 def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None,

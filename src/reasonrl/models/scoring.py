@@ -78,7 +78,17 @@ def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     positions from the same forward (TGPO: the student's log-prob of the teacher's greedy token).
     ``hidden``: a last output, the (R, T, H) final hidden states (after the decoder's last norm) at
     the positions whose logits score each completion token, i.e. the state s_t before token t (a
-    value head's input, :mod:`reasonrl.models.critic`), zero on padding, from the same forward."""
+    value head's input, :mod:`reasonrl.models.critic`), zero on padding, from the same forward.
+
+    A model that scores its own completions (a masked-diffusion LM, :mod:`reasonrl.models.diffusion`:
+    d1's one-step estimate) is asked to, with the same arguments."""
+    own = getattr(model, "score_completions", None)
+    if own is not None:
+        if hidden:
+            raise ValueError("a model that scores its own completions (a masked-diffusion LM) gives no hidden states "
+                             "(hidden=True: a value head needs a causal LM)")
+        return own(prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=temperature,
+                   chunk_rows=chunk_rows, entropies=entropies, extra_labels=extra_labels)
     T = completion_ids.shape[1]
     if extra_labels is not None and extra_labels.shape != completion_ids.shape:
         raise ValueError(f"extra_labels must have the completions' shape {tuple(completion_ids.shape)}, "

@@ -37,14 +37,17 @@ from .azr import AZR
 from .evoenv import EvoEnv
 from .populora import PopuLoRA
 from .prompt_policy import PromptPolicy
-from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term
+from .balance import TrajectoryBalance
+from .diffusion import Diffusion
+from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term, loss_agg, \
+    policy_term
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
-__all__ = ["Critic", "D2Evo", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus", "Correction",
-           "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
+__all__ = ["Critic", "D2Evo", "Diffusion", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus",
+           "Correction", "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
            "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
-           "Stages", "Steering", "StepCredit", "VPD", "Veto", "entropy_term", "kl_term", "register_part",
-           "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]
+           "Stages", "Steering", "StepCredit", "TrajectoryBalance", "VPD", "Veto", "entropy_term", "kl_term", "loss_agg",
+           "policy_term", "register_part", "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]
 
 IDENTITY = ("name", "paper", "inferred")  # what names a recipe; no part, no option
 NOT_HOOKED = IDENTITY + ("extra_rewards", "run_defaults")  # fields that hold no part with hooks
@@ -68,7 +71,7 @@ class Recipe:
     inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
     advantage: Advantage = Advantage()
     shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # (adv, BatchContext) -> adv, after the estimator, in order
-    loss: PolicyLoss = PolicyLoss()
+    loss: PolicyLoss | None = PolicyLoss()  # None: no policy loss (trajectory balance's loss term is the objective)
     kl: KL = KL()
     entropy_coef: float = 0.0
     group_size: int = 8
@@ -97,6 +100,8 @@ class Recipe:
         if not isinstance(self.parts, Parts):
             object.__setattr__(self, "parts", Parts(self.parts))
         one_strategy([p for _, p in self.hooked()])  # two parts that both generate: an error when the recipe is made
+        if self.loss is None and not self.calls("loss_term") and self.kl.coef == 0 and not self.entropy_coef:
+            raise ValueError(f"recipe {self.name!r} has no policy loss (loss=None) and no other term: nothing to train")
         _ = self.data_selector  # two selectors: likewise
 
     def __getattr__(self, name: str) -> Any:

@@ -281,5 +281,20 @@ def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, *, step: int = 0, max_st
                         threshold=kl.threshold, q_min=kl.q_min, q_max=kl.q_max, **stochastic, **agg)
 
 
+def policy_term(loss: PolicyLoss | None, logp, old_logp, adv, mask, **norm):
+    """The recipe's policy loss and its metrics; with ``loss=None`` (a distribution-matching recipe, whose
+    trajectory-balance part is the objective) a zero on the log-probs' device and no metrics."""
+    if loss is None:
+        return torch.zeros((), device=logp.device), {}
+    return loss(logp, old_logp, adv, mask, **norm)
+
+
+def loss_agg(loss: PolicyLoss | None, budget: int) -> dict[str, Any]:
+    """The aggregation the KL, entropy and auxiliary terms share: the policy loss's, else GRPO's default."""
+    if loss is None:
+        return {"agg": PolicyLoss.agg, "norm_len": budget}
+    return {"agg": loss.agg, "norm_len": loss.norm_len or budget}
+
+
 def entropy_term(entropy, mask, coef: float, **norm):
     return entropy_bonus(entropy, mask, coef=coef, **norm)

@@ -192,7 +192,7 @@ class RoundContext:
     device: Any
     sample: Callable[..., Any]  # (items, prompts, tag, first, n=None) -> Rollouts, keyed by positions
     branch: Callable[..., Any]  # (source_ro, rows, cuts, generator, contexts=None) -> Rollouts of continuations
-    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, G) rewards, correct, metrics
+    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, n) rewards, correct, metrics
     score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
     advantage: Callable[[Tensor], Tensor]  # the recipe's estimator: (B, G) rewards -> advantages
     reference: Callable[[], ContextManager[Any]] | None  # the run's reference model scope, when kept
@@ -224,6 +224,8 @@ class BatchContext:
     kind: int  # this part's round kind (-1: not a round)
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (teacher contexts: rewrite / follow_up)
     modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules (setup_modules), by name
+    seed: int = 0  # the run's seed (a part's per-batch noise: stable_seed(seed, tag, step))
+    reference: Callable[[], ContextManager[Any]] | None = None  # the run's reference model scope (needs "reference")
 
 
 @dataclass(frozen=True)

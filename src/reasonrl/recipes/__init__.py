@@ -16,6 +16,7 @@ from .prompt_policy import PROMPT_POLICY_RECIPE
 from .cipo import CIPO
 from .d2evo import D2EVO
 from .fest import FEST_RECIPE
+from .distmatch import DISTMATCH_RECIPES
 from .drafts import DRAFTS
 from .grpo import DR_GRPO, GRPO
 from .lze import LZE
@@ -41,7 +42,7 @@ def register(recipe: Recipe) -> Recipe:
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
            FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE, POPULORA_RECIPE,
-           PROMPT_POLICY_RECIPE, PPO, GRLO):
+           PROMPT_POLICY_RECIPE, PPO, GRLO, *DISTMATCH_RECIPES):
     register(_r)
 
 
