@@ -89,3 +89,11 @@ def clip_groups(groups: list[dict]) -> dict[str, float] | None:
             return None
         norms[g["name"]] = norm
     return norms
+
+
+def make_optimizer(groups: list[dict], optim, total: int) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW over ``groups`` (:func:`param_groups`; the recipe's ``optim`` gives the defaults) and its
+    LR schedule over ``total`` optimiser steps, applied to the groups that follow it."""
+    opt = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay)
+    factor = lr_lambda(optim.warmup_steps, total, optim.schedule, optim.min_lr_ratio)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, group_lambdas(groups, factor))

@@ -104,3 +104,8 @@ def merge_metrics(parts: list[tuple[float, dict[str, float]]],
         else:
             out[key] = sum(w * v for w, v in vals) / total
     return out
+
+
+def additive_metric(key: str) -> bool:
+    """Loss terms are normalised by the minibatch's global counts, so their micro-batch values add up."""
+    return key == "loss/policy" or key.endswith("_term")

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from .schedule import clip_groups, group_lambdas, group_rows, lr_lambda, param_groups, split_even
+from .schedule import clip_groups, group_rows, make_optimizer, param_groups, split_even
 from .checkpoint import atomic_write, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from .config import TrainConfig
 from .dist.group import Single
@@ -26,11 +26,11 @@ from .dist.shard import ShardedEngine
 from .dist.choose import make_strategy
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
-from .stepdata import Batch, merge_metrics, step_stats
+from .stepdata import Batch, additive_metric, merge_metrics, step_stats
 from .rollout import select_rows
-from .models.lora import Reference, apply_lora, score_by_adapter
+from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
-from .models.scoring import score_completions, trim_padding
+from .models.scoring import score_rows
 from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
 from .dist.ray_rollout import WorkerError, make_engine
@@ -73,12 +73,9 @@ class Trainer:
         self.modules = {key: dict(make(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed, task=task, tokenizer=tokenizer)))
                         for key, make in recipe.calls("setup_modules")}
         # the policy's trainable parameters (FSDP: this rank's shards), then each part module's group
-        groups = param_groups(self.dist.trainable, self.modules, o)
-        self.params = [p for g in groups for p in g["params"]]
-        self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay)
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
-        factor = lr_lambda(o.warmup_steps, total, o.schedule, o.min_lr_ratio)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, group_lambdas(groups, factor))
+        self.opt, self.sched = make_optimizer(param_groups(self.dist.trainable, self.modules, o), o, total)
+        self.params = [p for g in self.opt.param_groups for p in g["params"]]
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         self.engine = ShardedEngine(self.engine, group) if group.world > 1 else self.engine
@@ -144,17 +141,11 @@ class Trainer:
 
     def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int, draws=None):
         ro, r = b.ro, self.recipe
-        # this micro-batch without its padding columns: prompts are left-padded, completions right-padded
-        tokens = trim_padding(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
-        c_len = tokens[2].shape[1]
-        extra = None if b.extra_labels is None else b.extra_labels[rows, :c_len]  # a part's second label set (TGPO)
-        pick = lambda t, idx: t if idx is None or t is None else t[idx]  # noqa: E731
+        extra = None if b.extra_labels is None else b.extra_labels[rows]  # a part's second label set (TGPO)
         hidden = "hidden" in r.needs  # a part reads the policy's last hidden states (a value head)
-        # each row under the adapter it was sampled with (a population of adapters), else all under the active one
-        logp, ent, *more = score_by_adapter(self.model, None if ro.adapters is None else [
-            ro.adapters[i] for i in rows.tolist()], lambda idx: score_completions(
-                self.model, *(pick(t, idx) for t in tokens), temperature=r.sampling.temperature or 1.0,
-                chunk_rows=len(rows), extra_labels=pick(extra, idx), hidden=hidden))
+        logp, ent, *more = score_rows(self.model, ro, rows, temperature=r.sampling.temperature or 1.0,
+                                      extra_labels=extra, hidden=hidden)  # (n, T) each, T without padding columns
+        c_len = logp.shape[1]
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
@@ -215,7 +206,7 @@ class Trainer:
             z = torch.zeros(0, 1)
             parts = [(1.0, policy_term(self.recipe.loss, z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs,
                                        norm_len=self.budget)[1])]
-        out = merge_metrics(parts, additive=_additive)
+        out = merge_metrics(parts, additive=additive_metric)
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
         if finite:
@@ -405,8 +396,3 @@ class Trainer:
         path = self.save()
         return WorkerError(f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
                            "(or set rollout.workers=0) and continue the run with --resume.")
-
-
-def _additive(key: str) -> bool:
-    # loss terms are normalised by the minibatch's global counts, so micro-batch values add up
-    return key == "loss/policy" or key.endswith("_term")

@@ -13,7 +13,6 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .heads import ATTR as SIDE_MODULES
 
 
 def is_lora(model) -> bool:
@@ -101,8 +100,6 @@ class Reference:
     def __init__(self, model):
         self.policy = model
         self.frozen = None if is_lora(model) else copy.deepcopy(model).eval().requires_grad_(False)
-        if self.frozen is not None:  # the parts' side modules (a log Z head) are not the reference policy's
-            self.frozen.__dict__.pop(SIDE_MODULES, None)
 
     @property
     def has_weights(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Iterator
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from .lora import base_model
+from .lora import base_model, score_by_adapter
 
 LOGIT_CHUNK_ELEMENTS = 2**26  # logits per float32 log-softmax slice: 256 MB a float32 copy
 
@@ -148,3 +148,19 @@ def trim_padding(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion
         return out
     c = int(completion_mask.sum(-1).max()) if len(completion_mask) else 0
     return out + (completion_ids[:, :c], completion_mask[:, :c])
+
+
+def score_rows(model, ro, rows: torch.Tensor, *, temperature: float, extra_labels: torch.Tensor | None = None,
+               hidden: bool = False) -> tuple[torch.Tensor, ...]:
+    """The training forward of rollout rows ``rows`` (R,) of ``ro``, their padding columns trimmed
+    (prompts are left-padded, completions right-padded): (R, T) log-probs, (R, T) entropies, then the
+    (R, T) log-probs of ``extra_labels`` (R, T_all) when given and the (R, T, H) hidden states with
+    ``hidden`` (:func:`score_completions`). Each row is scored under the adapter it was sampled with
+    (``ro.adapters``: a population of adapters), else all under the active one."""
+    tokens = trim_padding(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
+    extra = None if extra_labels is None else extra_labels[:, :tokens[2].shape[1]]  # (R, T)
+    pick = lambda t, idx: t if idx is None or t is None else t[idx]  # noqa: E731
+    adapters = None if ro.adapters is None else [ro.adapters[i] for i in rows.tolist()]
+    return score_by_adapter(model, adapters, lambda idx: score_completions(
+        model, *(pick(t, idx) for t in tokens), temperature=temperature, chunk_rows=len(rows),
+        extra_labels=pick(extra, idx), hidden=hidden))
