@@ -312,3 +312,34 @@ def test_evoenv_trains_three_steps_and_resumes_its_pool_exactly(sharp_tiny, tmp_
     assert {k: v for k, v in last.items() if not k.startswith(("time/", "tokens_per_s"))} == \
         {k: v for k, v in rows[2].items() if not k.startswith(("time/", "tokens_per_s"))}
     assert resumed.batches.parts.state("evoenv") == straight.batches.parts.state("evoenv")
+
+
+JUDGE = '''
+SEEN = []
+
+
+def judge(code, instances):
+    SEEN.append((code, list(instances)))
+    return "%9" in code
+
+
+def unsure(code, instances):
+    return "maybe"
+'''
+
+
+def test_review_by_a_users_judge_file(tmp_path):
+    # L4 by the user's callable instead of the policy: it says yes to the "%9" environment only, so that one
+    # is calibrated (p_hat 0.5, reward 0.5) and the other is rejected at review (-0.5); no review round is sampled
+    path = tmp_path / "judge.py"
+    path.write_text(JUDGE)
+    part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge",
+                  judge=f"{path}:judge")
+    script = Scripted([GOOD, grammar_env("sum(xs[1::2])%5")], q=0.5, group_size=2)
+    g = _round(part, script, {}, group_size=2)
+    assert g.rewards.tolist() == [[0.5, -0.5]] and g.metrics["evoenv/rejected_review"] == 1.0
+    assert [c[0] for c in script.calls] == ["evoenv-generate", "evoenv-calibrate"]
+    bad = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge",
+                 judge=f"{path}:unsure")
+    with pytest.raises(UserError, match="returned 'maybe', not True or False"):
+        _round(bad, Scripted([GOOD]), {})

@@ -31,6 +31,7 @@ import torch
 from ..advantages.buckets import role_task_advantages
 from ..errors import UserError
 from ..rewards.evoenv import GENERATOR_REWARDS, evoenv_generator_reward, in_band
+from ..rewards.user import load_function
 from ..eval.audit_models import make_embedder
 from ..rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
@@ -183,9 +184,7 @@ class EvoEnv:
 
     def _judge(self, ctx: RoundContext, codes: list[str], reports: list[EnvReport]) -> None:
         """L4 by the user's judge callable (an LLM client, a rule): (code, two rendered instances) -> bool."""
-        if "judge" not in ctx.cache:
-            from ..rewards.user import load_function  # a user's file, as for a user's reward
-
+        if "judge" not in ctx.cache:  # a user's file, loaded as a user's reward is
             ctx.cache["judge"] = load_function(self.judge)
         for r, rep in enumerate(reports):
             if rep.ok:
