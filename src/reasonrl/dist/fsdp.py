@@ -126,7 +126,7 @@ class Sharded(Replicated):
         weights = get_model_state_dict(model, options=_options())
         optim = get_optimizer_state_dict(model, optimizer, options=_options())
         self._gather()
-        return (weights, indexed(optim, self.names)) if self.group.is_main else (None, None)
+        return (self._unaliased(weights), indexed(optim, self.names)) if self.group.is_main else (None, None)
 
     def full_weights(self, model) -> dict[str, torch.Tensor] | None:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -134,7 +134,14 @@ class Sharded(Replicated):
         self._shard()
         weights = get_model_state_dict(model, options=_options())
         self._gather()
-        return weights if self.group.is_main else None
+        return self._unaliased(weights) if self.group.is_main else None
+
+    def _unaliased(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The gathered state without the second names of tied parameters (``lm_head.weight`` tied to
+        the embedding): gathered, the two are separate tensors, so ``save_pretrained`` cannot see the
+        tie and would write both; one process's file has the first name only."""
+        aliases = {alias for names in self.names for alias in names[1:]}
+        return {k: v for k, v in weights.items() if k not in aliases}
 
     def load_checkpoint(self, path: Path, model, optimizer, scheduler, modules: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every rank reads the checkpoint whole (the run folder is on a filesystem they share) and
