@@ -35,7 +35,7 @@ def test_minibatch_share_by_hand():
 class FixedSSOPD(SSOPD):
     """Teacher (0.8, 0.2) and student (0.5, 0.5) at every distilled token: D_t = 0.19274 per pair."""
 
-    def teacher_student(self, batch, c_rows, w_rows, model, tok, temperature, teacher_model=None):
+    def teacher_student(self, batch, c_rows, w_rows, model, tok, temperature, teacher_model=None, formatter=None):
         n = len(w_rows)
         teacher = torch.log(torch.tensor([0.8, 0.2])).expand(n, 1, 2)
         student = torch.zeros(n, 1, 2, requires_grad=True)

@@ -256,7 +256,7 @@ BOUNDARIES = [
     ("redirect.n_v", 4, 6), ("redirect.clip", 1e-9, 0.0), ("redirect.lambda_r", 0.0, -0.1), ("redirect.eta", 0.0, -0.1),
     ("redirect.max_redirects", 1, 0), ("redirect.template", "c: {critique}\n", "c: {crit}\n"),
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
-    ("dist.strategy", "ddp", "fsdp"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
+    ("dist.strategy", "ddp", "zero3"), ("dist.strategy", "fsdp", "FSDP"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
     ("data.pool", 0, -1),
     ("ssopd.coef", 0.0, -0.1), ("ssopd.template", "{prompt}{solution}", "{prompt} only"),
@@ -343,13 +343,18 @@ def test_group_size_floor_follows_the_estimator():
         check_run(TrainConfig(), dataclasses.replace(get_recipe("reinforce_pp"), group_size=0))
 
 
+RM_UNSET = ("config key 'rewards.rm.model' is not set: give a reward model directory (train one with `reasonrl rm "
+            "train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)")
+
+
 def test_every_shipped_recipe_passes_with_the_default_run_config_and_its_own_run_defaults():
     from reasonrl.commands.common import train_config
     from reasonrl.recipes import RECIPES
 
     for name, r in RECIPES.items():  # what `reasonrl train --recipe NAME` alone builds
         cfg, _ = train_config([], name, None, None, None, None, False)
-        assert problems(cfg, r) == [], name
+        # GRLO's reward model is a prepared input: the one line names the command that makes it
+        assert problems(cfg, r) == ([RM_UNSET] if name == "grlo" else []), name
     # without them, a part's needs are named before anything loads
     assert problems(TrainConfig(), get_recipe("lze")) == [
         "recipe 'lze': its part 'selector' keeps per-prompt state across epochs, so it needs prompts that recur: set "
