@@ -45,7 +45,7 @@ GRPO_ROW = {
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
-    "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens)
+    "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens, clip, w_star, teacher)
     "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
     "selector": None,  # LZE's (selection_ratio, min_selection_ratio, ema_decay, alpha, d_min, jitter, warmup epochs,
     # prune, prune_streak, replay_frac)
@@ -164,7 +164,7 @@ TABLE = {
                                                                "cache_len": None}))),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
-    "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None)),
+    "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None, 1.0, "eos", "live")),
     # EGRSD (arXiv 2605.13255; spec section 2, forms [inferred]): A_i x min(|q - s|, 5) x gate (g_min 0.1,
     # tau 1), PPO-clip 0.2 with token-mean over the batch (1 / sum |y_i|), no additive GRPO share;
     # CL-EGRSD: lookahead window 8
@@ -304,7 +304,7 @@ def _actual(recipe, expected):
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
         "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
-                                               r.ssopd.max_prefix_tokens),
+                                               r.ssopd.max_prefix_tokens, r.ssopd.clip, r.ssopd.w_star, r.ssopd.teacher),
         "selector": None if r.selector is None else tuple(getattr(r.selector, k) for k in (
             "selection_ratio", "min_selection_ratio", "ema_decay", "alpha", "d_min", "jitter", "warmup_transition_epochs",
             "prune", "prune_streak", "replay_frac")),

@@ -76,12 +76,15 @@ class SSOPD:
     divergence: str = "forward_kl"  # [inferred] forward_kl | reverse_kl | jsd
     beta: float = 0.5  # the JSD mixture weight (divergence="jsd" only)
     top_k: int | None = None  # [inferred option] both distributions on the teacher's top-k; None: full vocabulary
-    clip: float | None = None  # [inferred option] D_t <- min(D_t, clip); None: no clip
+    # [inferred; issue #26] D_t <- min(D_t, clip): a token where the templated teacher and the student
+    # disagree by more than 1 nat gives no gradient. Unclipped (None, the spec's), SSOPD collapsed the
+    # shipped base to pass@1 0.000 in 60 steps (docs/selfteach.md, "SSOPD's collapse")
+    clip: float | None = 1.0
     frontier: str = "4p(1-p)"  # [inferred form] or "mixed" = 1[0 < p < 1]
     max_prefix_tokens: int | None = None  # [inferred option] distil only w*'s first K tokens; None: all
     # [inferred] "any": the abstract's longest wrong rollout; "eos": the longest wrong one that ended by
     # EOS (or a stop string), so a truncated runaway is never distilled along (issue #26)
-    w_star: str = "any"
+    w_star: str = "eos"
     teacher: str = "live"  # [inferred; spec: current weights, "option: pi_old or EMA"] live | initial | ema
     ema_decay: float = 0.99  # [inferred] teacher=ema: e <- decay e + (1 - decay) theta after each step
 
