@@ -20,8 +20,9 @@ from reasonrl import cli
 from reasonrl.config import DataOpts, Lora, TrainConfig, apply_overrides, split_config
 from reasonrl.data.lze import LZE
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, D2Evo, Drafts, GroupFilter, HintSampling,
-                            Redirect, RefineReplay, Sampling, Stages, Steering, Veto)
+from reasonrl.parts import (AZR, EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Critic, D2Evo, Diffusion, Drafts, EvoEnv,
+                            GroupFilter, HintSampling, PopuLoRA, PromptPolicy, Redirect, RefineReplay, Sampling, Stages,
+                            Steering, TrajectoryBalance, Veto)
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.advantages import group_relative
@@ -169,22 +170,35 @@ def test_the_entry_point_is_main():
 
 # ------------------------------------------------------------------ check_run, rule by rule
 
-def with_value(key: str, value, recipe_name: str = "grpo"):
+def with_value(key: str, value, recipe_name: str = "grpo", also: dict | None = None):
     """(run config, recipe) with one knob set, bypassing the parts' own checks (frozen dataclasses
-    are set in place on fresh copies) so that check_run alone decides."""
+    are set in place on fresh copies) so that check_run alone decides. ``also``: other knobs set with
+    it (where its rule reads them: ``evoenv.judge`` is judged only with ``evoenv.review=judge``)."""
     cfg, recipe = TrainConfig(), get_recipe(recipe_name)
+    values = {**(also or {}), key: value}
     optional = {"stages": Stages(), "group_filter": GroupFilter(), "beam": BeamSampling(), "selector": LZE(),
                 "steering": Steering(positive=("a",), negative=("b",)), "hints": HintSampling(),
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
-                "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts(), "d2evo": D2Evo()}
+                "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts(), "d2evo": D2Evo(), "azr": AZR(),
+                "evoenv": EvoEnv(), "populora": PopuLoRA(), "prompt_policy": PromptPolicy(), "critic": Critic(),
+                "balance": TrajectoryBalance(), "diffusion": Diffusion()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
-    optional = {k: v for k, v in optional.items() if key.startswith(k + ".")}
+    optional = {k: v for k, v in optional.items() if any(name.startswith(k + ".") for name in values)}
     if key.startswith(("teacher.", "tgpo.", "rkl_opd.", "kdrl.")):  # a teacher method needs the teacher part
         optional.update(teacher=Teacher(model="tiny:tiny"), **{k: v for k, v in TEACHER_PARTS.items()
                                                                if key.startswith(k + ".")})
     recipe = dataclasses.replace(recipe, **optional, loss=dataclasses.replace(recipe.loss, veto=Veto()))
-    cfg = with_needs(cfg, recipe)  # what the part needs of the run (a pool, adapters), so only `key` is judged
+    run_keys = {k for k in values if hasattr(cfg, k.split(".")[0])}
+    for name in values.keys() - run_keys:  # the recipe's knobs first: what its parts need follows from them
+        cfg, recipe = _set(cfg, recipe, name, values[name])  # (balance.log_z=table: a pool)
+    cfg = with_needs(cfg, recipe)  # what the parts need of the run (a pool, adapters), so only `key` is judged
+    for name in run_keys:  # then the run's, over those needs (lora.r=0 is the case, not the needs' 8)
+        cfg, recipe = _set(cfg, recipe, name, values[name])
+    return cfg, recipe
+
+
+def _set(cfg: TrainConfig, recipe, key: str, value):
     head, *rest = key.split(".")
     if not rest:
         if hasattr(cfg, head):
@@ -295,6 +309,58 @@ BOUNDARIES = [
     ("selector.min_selection_ratio", 1.0, 0.0), ("selector.ema_decay", 0.0, 1.0), ("selector.d_min", 1.0, 1.01),
     ("selector.alpha", 0.0, -0.1), ("selector.jitter", 0.0, -0.1), ("selector.round_to", 0, -1),
     ("selector.warmup_transition_epochs", 0, -1), ("selector.prune_streak", 1, 0), ("selector.replay_frac", 1.0, 0.0),
+    ("ssopd.w_star", "any", "all"), ("ssopd.teacher", "ema", "old"), ("ssopd.ema_decay", 1.0, 1.01),
+    ("ssopd.ema_decay", 0.0, -0.01),
+    ("vpd.warm_steps", 0, -1), ("vpd.warm_batch", 1, 0), ("vpd.warm_lr", 1e-12, 0.0), ("vpd.warm_wrong_rate", 1.0, 1.01),
+    ("vpd.warm_wrong_rate", 0.0, -0.01),
+    ("azr.proposals", 1, 0), ("azr.estimate_samples", 1, 0), ("azr.capacity", 1, 0), ("azr.min_inputs", 2, 1),
+    ("azr.types", "induction", "induction,"), ("azr.types", "deduction,abduction", "deduction,abductions"),
+    ("evoenv.proposals", 1, 0), ("evoenv.estimate_instances", 1, 0), ("evoenv.estimate_samples", 1, 0),
+    ("evoenv.p_lo", 0.0, -0.01),  # (its upper bound is the p_hi rule's: p_lo <= p_hi)
+    ("evoenv.p_hi", 0.1, 0.09),  # not below the default p_lo 0.1
+    ("evoenv.p_hi", 1.0, 1.01), ("evoenv.reward", "band", "bands"),
+    ("evoenv.review", "off", "none"),  # (review=judge: with a judge set, see DEPENDENT)
+    ("evoenv.review_samples", 1, 0), ("evoenv.novelty_tau", 1.0, 1.01), ("evoenv.novelty_tau", 1e-9, 0.0),
+    ("evoenv.embed_tau", 1.0, 1.01), ("evoenv.embed_tau", 1e-9, 0.0), ("evoenv.capacity", 1, 0),
+    ("evoenv.ema", 1.0, 1.01), ("evoenv.ema", 1e-9, 0.0), ("evoenv.patience", 1, 0),
+    ("populora.teachers", 1, 0), ("populora.students", 1, 0), ("populora.proposals", 1, 0),
+    ("populora.estimate_samples", 1, 0), ("populora.capacity", 1, 0), ("populora.min_inputs", 2, 1),
+    ("populora.pfsp", "uniform", "random"), ("populora.pbt_every", 0, -1), ("populora.pbt_frac", 0.0, -0.01),
+    ("populora.pbt_frac", 1.0, 1.01), ("populora.mutation_sigma", 0.0, -0.1), ("populora.interp", 0.0, -0.01),
+    ("populora.interp", 1.0, 1.01), ("populora.offspring_sigma", 1e-9, 0.0), ("populora.sigma0", 1e-9, 0.0),
+    ("populora.beta", 1e-9, 0.0), ("populora.tau", 0.0, -1e-9), ("populora.types", "induction", "induction,"),
+    ("populora.operators", "gaussian,svd", "gaussian,svds"),
+    ("prompt_policy.instances", 1, 0), ("prompt_policy.max_fragments", 1, 0), ("prompt_policy.k_top", 0, -1),
+    ("prompt_policy.k_bottom", 0, -1), ("prompt_policy.capacity", 1, 0), ("prompt_policy.distill_coef", 0.0, -0.1),
+    ("prompt_policy.pool", 1, 0), ("prompt_policy.renderer", "text", "texts"), ("prompt_policy.critic", "none", "failure"),
+    ("prompt_policy.contexts", "meta:f", "meta:"), ("prompt_policy.contexts", "task", "tasks"),
+    ("prompt_policy.template", "{prompt}{instance}", "{prompt}"),
+    # the run's calls: steps 180 x prompts_per_step 8 x group_size 8 x instances 4 (the defaults)
+    ("prompt_policy.max_worker_calls", 46080, 46079), ("prompt_policy.max_worker_calls", 0, -1),
+    ("critic.model", "head", "heads"), ("critic.model", "policy", str(ROOT / "src")),  # a folder without config.json
+    ("critic.lr", 1e-12, 0.0), ("critic.gamma", 0.0, -0.01), ("critic.gamma", 1.0, 1.01), ("critic.lam", 0.0, -0.01),
+    ("critic.lam", 1.0, 1.01), ("critic.value_clip", 1e-9, 0.0), ("critic.vf_coef", 1e-9, 0.0),
+    ("critic.warmup_steps", 1, -1),  # > 0 with the default optim.weight_decay 0 (nonzero: see DEPENDENT)
+    ("critic.weight_decay", 0.0, -0.1), ("critic.max_grad_norm", 1e-6, 0.0),
+    ("balance.beta", 1e-9, 0.0), ("balance.reward", "raw", "rewards"), ("balance.weight", "one", "two"),
+    ("balance.clip_low", 0.0, -0.01), ("balance.clip_low", 0.99, 1.0), ("balance.clip_high", 0.0, -0.01),
+    ("balance.cap", 1e-9, 0.0), ("balance.log_z", "table", "tables"), ("balance.z_lr", 1e-12, 0.0),
+    ("balance.z_layers", 1, 0), ("balance.z_dropout", 0.0, -0.01), ("balance.z_dropout", 0.99, 1.0),
+    ("balance.proposals", 1, 0), ("balance.missing", "skip", "skipped"),
+    ("balance.table", str(ROOT / "pyproject.toml"), str(ROOT / "no-such-table.jsonl")),  # a file that exists
+    ("balance.surrogate", "elbo", "ELBO"),  # elbo with the default log_z=head (table: see DEPENDENT)
+    ("balance.mc", 1, 0), ("balance.mask_t", 1.0, 1.01), ("balance.mask_t", 1e-9, 0.0), ("balance.t_min", 1.0, 1.01),
+    ("balance.t_min", 1e-9, 0.0),
+    ("diffusion.steps", 1, 0), ("diffusion.block_length", 1, 0), ("diffusion.remasking", "random", "randomly"),
+]
+
+# rules that read another knob, judged with it set (key, good, bad, the other knobs): the bad value passes
+# with that knob's default, so these cases are the only ones that can refuse it
+DEPENDENT = [
+    ("evoenv.judge", "judge.py:verdict", "judge.py", {"evoenv.review": "judge"}),  # judged only with review=judge
+    ("evoenv.judge", "judge.py:verdict", "", {"evoenv.review": "judge"}),  # the default: no judge named
+    ("balance.surrogate", "token", "elbo", {"balance.log_z": "table"}),  # elbo needs log_z=head
+    ("critic.warmup_steps", 0, 1, {"optim.weight_decay": 0.01}),  # decay would move the waiting actor
 ]
 
 
@@ -306,8 +372,18 @@ def test_each_rule_passes_its_boundary_and_refuses_past_it(key, good, bad):
     assert str(err.value) == str(err.value).splitlines()[0] and f"'{key}' = {bad!r}" in str(err.value)
 
 
+@pytest.mark.parametrize("key,good,bad,also", DEPENDENT, ids=[f"{k}={b!r} with {a}" for k, _, b, a in DEPENDENT])
+def test_a_rule_that_reads_another_knob_refuses_past_its_boundary_with_it_set(key, good, bad, also):
+    check_run(*with_value(key, good, also=also))
+    with pytest.raises(UserError) as err:
+        check_run(*with_value(key, bad, also=also))
+    assert str(err.value) == str(err.value).splitlines()[0] and f"'{key}' = {bad!r}" in str(err.value)
+    if key != "evoenv.judge":  # (judge's boundary exists only with review=judge: it has no BOUNDARIES case)
+        check_run(*with_value(key, bad))  # the same value passes with the other knob's default
+
+
 def test_every_rule_has_a_boundary_test():
-    untested = set(RULES) - {k for k, _, _ in BOUNDARIES}
+    untested = set(RULES) - {k for k, _, _ in BOUNDARIES} - {k for k, *_ in DEPENDENT}
     assert untested == {"device", "sampling.min_p", "prompt.system_prompt"}  # all tested below
 
 
