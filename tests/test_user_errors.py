@@ -347,7 +347,7 @@ BOUNDARIES = [
     ("balance.cap", 1e-9, 0.0), ("balance.log_z", "table", "tables"), ("balance.z_lr", 1e-12, 0.0),
     ("balance.z_layers", 1, 0), ("balance.z_dropout", 0.0, -0.01), ("balance.z_dropout", 0.99, 1.0),
     ("balance.proposals", 1, 0), ("balance.missing", "skip", "skipped"),
-    ("balance.table", str(ROOT / "pyproject.toml"), str(ROOT / "no-such-table.jsonl")),  # a file that exists
+    ("balance.table", None, str(ROOT / "pyproject.toml")),  # log_z=head reads no table: a file is refused
     ("balance.surrogate", "elbo", "ELBO"),  # elbo with the default log_z=head (table: see DEPENDENT)
     ("balance.mc", 1, 0), ("balance.mask_t", 1.0, 1.01), ("balance.mask_t", 1e-9, 0.0), ("balance.t_min", 1.0, 1.01),
     ("balance.t_min", 1e-9, 0.0),
@@ -483,3 +483,12 @@ def test_path_errors_are_still_the_os_errors_they_were():
 
     with pytest.raises(FileNotFoundError, match="does not exist"):
         get_task("/nonexistent/rows.jsonl")
+
+
+def test_a_disa_table_is_a_file_that_exists_and_only_with_log_z_table():
+    table = {"balance.log_z": "table"}
+    check_run(*with_value("balance.table", str(ROOT / "pyproject.toml"), also=table))
+    with pytest.raises(UserError, match=r"'balance.table' = '.*no-such-table.jsonl' is out of range: must be a table file"):
+        check_run(*with_value("balance.table", str(ROOT / "no-such-table.jsonl"), also=table))
+    with pytest.raises(UserError, match=r"must be null: log_z=head reads no table"):
+        check_run(*with_value("balance.table", str(ROOT / "pyproject.toml")))

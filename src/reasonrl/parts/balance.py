@@ -73,10 +73,12 @@ class TrajectoryBalance:
         "beta": above(0), "reward": one_of(REWARDS), "weight": one_of(WEIGHTS), "clip_low": within(0, 1, open_hi=True),
         "clip_high": at_least(0), "cap": above(0), "log_z": one_of(SOURCES), "z_lr": above(0), "z_layers": at_least(1),
         "z_dropout": within(0, 1, open_hi=True), "proposals": at_least(1), "missing": one_of(MISSING),
-        "table": Rule(lambda v, _: v is None or Path(v).is_file(), "a table file that exists (reasonrl disa estimate "
-                      "--out FILE), or null to estimate one over the run's pool"),
+        "table": Rule(lambda v, c: v is None or (c.get("log_z") == "table" and Path(v).is_file()),
+                      lambda c: "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one "
+                      "over the run's pool" if c.get("log_z") == "table" else f"null: log_z={c.get('log_z')} reads no table"),
         "surrogate": Rule(lambda v, c: v in SURROGATES and (v == "token" or c.get("log_z") == "head"),
-                          f"one of {', '.join(SURROGATES)} (elbo with log_z=head: a table is estimated with token scores)"),
+                          lambda c: f"one of {', '.join(SURROGATES)}; elbo needs log_z=head (here log_z="
+                          f"{c.get('log_z')}: a table is estimated with token scores)"),
         "mc": at_least(1), "mask_t": within(0, 1, open_lo=True), "t_min": within(0, 1, open_lo=True),
     }
 
