@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -23,12 +24,16 @@ TIERS = {"default": [], "slow": ["-m", "slow"]}
 def run_tier(name: str) -> dict:
     """Run one tier in a fresh process; its wall time and pytest's counts."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIERS[name]]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    seconds = time.perf_counter() - t0
+    seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the tier and its subprocesses: on a shared machine the wall clock includes other
+    # jobs' time, the CPU time does not (an idle 2-core machine runs the tier in about this / parallelism)
+    cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", tail)}
     return {"tier": name, "command": " ".join(["pytest", "-q", *TIERS[name]]), "seconds": round(seconds, 1),
+            "cpu_seconds": round(cpu, 1),
             "exit_code": proc.returncode, "summary": tail, **counts}
 
 
@@ -38,11 +43,12 @@ def main() -> None:
     ap.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "test_tiers.json"))
     args = ap.parse_args()
     rows = [run_tier(t) for t in args.tiers.split(",")]
-    print(f"{'tier':<8} {'wall':>9} {'passed':>7} {'failed':>7} {'skipped':>8}  command")
+    print(f"{'tier':<8} {'wall':>9} {'cpu':>9} {'passed':>7} {'failed':>7} {'skipped':>8}  command")
     for r in rows:
-        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r.get('passed', 0):>7} {r.get('failed', 0):>7} "
+        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r['cpu_seconds']:>8.1f}s {r.get('passed', 0):>7} {r.get('failed', 0):>7} "
               f"{r.get('skipped', 0):>8}  {r['command']}")
-    out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+    out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                       "load_average_at_end": os.getloadavg()},
            "tiers": rows}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
