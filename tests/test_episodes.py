@@ -182,3 +182,58 @@ def test_engine_turns_are_rescored_to_their_behaviour_logprobs():
     mask = trained_tokens(ro).bool()
     assert torch.allclose(logp[mask], ro.logprobs[mask], atol=1e-4)
     assert (ro.logprobs[~mask] == 0).all()
+
+
+class EnvTask:
+    """The arithmetic task with an environment per row: a scripted one that answers the item's
+    answer in its second turn when ``answers``, else never (every episode hits the turn cap)."""
+
+    def __init__(self, answers: bool):
+        from reasonrl.tasks import get_task
+        self.base, self.answers = get_task("arithmetic", max_digits=1), answers
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def environment(self, item):
+        return AnswerEnv(item.answer if self.answers else None)
+
+
+class AnswerEnv:
+    def __init__(self, answer):
+        self.answer, self.n, self.closed = answer, 0, False
+
+    def reset(self, item):
+        return item.prompt
+
+    def step(self, action):
+        self.n += 1
+        done = self.answer is not None and self.n == 2
+        return "try again", done, self.answer if done else None
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_episodes_part_through_the_batch_maker(answers):
+    """The part makes ordinary rollouts: the batch maker rewards them (the verifier on the env's answer,
+    or the configured turn-cap reward) and its loss mask is the episodes' trainable tokens."""
+    import dataclasses
+
+    from reasonrl.batch import BatchMaker
+    from reasonrl.models import build_tiny
+    from reasonrl.parts import Episodes
+    from reasonrl.rollout import HFEngine
+
+    model, tok = build_tiny("tiny", seed=0)
+    part = Episodes(max_turns=3, max_turn_tokens=4, turn_limit_reward=-0.5, answer_format="A:{answer}")
+    recipe = dataclasses.replace(GRPO, group_size=2, episodes=part)
+    bm = BatchMaker(EnvTask(answers), recipe, HFEngine(model, tok), budget=8, seed=0)
+    b = bm.prepare(bm.collect(2))
+    reasons = b.ro.finish_reasons
+    if answers:  # the verifier scores the env's answer: the item's own answer, so correct
+        assert reasons == ["answer"] * 4 and b.rewards.flatten().tolist() == [1.0] * 4
+    else:
+        assert reasons == ["turns"] * 4 and b.rewards.flatten().tolist() == [-0.5] * 4
+        assert b.correct.sum() == 0
+    assert torch.equal(b.loss_mask, b.ro.trainable * b.ro.completion_mask)
+    assert (b.loss_mask.sum(-1) < b.ro.completion_mask.sum(-1)).all()  # observations are in the rows, not the loss
+    assert b.metrics["episode/turns_mean"] == (2.0 if answers else 3.0)

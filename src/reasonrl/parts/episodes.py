@@ -5,9 +5,9 @@ task that has environments. The task gives one environment per rollout row: ``ta
 (``reset(item) -> str``, ``step(action_text) -> (observation, done, answer)``, optional ``close()``;
 :mod:`reasonrl.envs`). Each row of the rollouts is one episode (:mod:`reasonrl.rollout.episode`): its
 completion is every turn's ids, the policy's and the observations', its ``trainable`` mask is 1 on the
-policy's alone, and its text is the episode's answer (what the task's verifier scores; "" when none). An
-episode cut by the turn cap or the context cap gets ``turn_limit_reward`` / ``overflow_reward`` as its
-reward, whatever the task says. The batch maker and the trainer see ordinary rollouts: GRPO broadcasts
+policy's alone, and its text is the episode's answer in ``answer_format`` (what the task's verifier
+scores; "" when none). An episode cut by the turn cap or the context cap gets ``turn_limit_reward`` /
+``overflow_reward`` as its reward, whatever the task says. The batch maker and the trainer see ordinary rollouts: GRPO broadcasts
 the episode's reward to its trainable tokens, and every loss reads the mask.
 """
 from __future__ import annotations
@@ -33,8 +33,9 @@ class Episodes:
     ``sampling.max_new_tokens``); ``max_obs_tokens``: an observation's cap (middle-truncated, ``marker``
     where it was cut); ``max_context_tokens``: prompt + episode; ``overflow_reward`` / ``turn_limit_reward``:
     the reward of an episode that hit the context / turn cap (spec: 0); ``role``: the chat role of an
-    observation; ``observation_template``: plain prompts' turn markers around it; ``workers``: environments
-    stepped at once."""
+    observation; ``observation_template``: plain prompts' turn markers around it; ``answer_format``: the
+    text of an answered row, what the task's verifier reads (``{answer}``: the environment's answer; "" when
+    none); ``workers``: environments stepped at once."""
 
     max_turns: int = 4
     max_turn_tokens: int | None = None
@@ -45,6 +46,7 @@ class Episodes:
     role: str = "user"
     observation_template: str = "\nObservation:\n{observation}\n"
     marker: str = "\n...\n"
+    answer_format: str = "{answer}"  # a row's text, what the task's verifier reads (arithmetic's: "A:{answer}")
     workers: int = 8
 
     RULES: ClassVar[dict[str, Rule]] = {
@@ -52,6 +54,7 @@ class Episodes:
         "max_turn_tokens": Rule(lambda v, _: v is None or v >= 1, ">= 1, or null for sampling.max_new_tokens"),
         "observation_template": Rule(lambda v, _: str(v).count("{observation}") == 1, "holding {observation} once"),
         "workers": at_least(1),
+        "answer_format": Rule(lambda v, _: str(v).count("{answer}") == 1, "holding {answer} once"),
     }
     needs = frozenset({"in_process"})  # turns continue from token ids on the trainer's own engine
 
@@ -81,8 +84,9 @@ class Episodes:
                 close = getattr(env, "close", None)
                 if close is not None:
                     close()
+        texts = ["" if e.answer is None else self.answer_format.replace("{answer}", e.answer) for e in eps]
         fixed = fixed_rewards(eps, {"turns": self.turn_limit_reward, "context": self.overflow_reward})
-        ro = episodes_to_rollouts(eps, prompts, G, tok.pad_token_id, [e.answer or "" for e in eps], fixed)
+        ro = episodes_to_rollouts(eps, prompts, G, tok.pad_token_id, texts, fixed)
         ro.extras["metrics"] = episode_metrics(eps)
         return ro
 
