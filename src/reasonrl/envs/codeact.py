@@ -82,6 +82,12 @@ class CodeActEnv:
             return render_cell(res), True, res.answer
         return render_cell(res), False, None
 
+    def evidence(self, last: int = 3, max_chars: int = 2000) -> str:
+        """The last ``last`` cells' observations (what the agent retrieved), at most ``max_chars`` (the
+        end kept): what a judge reads beside the answer (:mod:`reasonrl.rewards.judge`)."""
+        text = "\n---\n".join(render_cell(c) for c in self.cells[-last:])
+        return text[-max_chars:]
+
     def close(self) -> None:
         if self._session is not None:
             self._session.close()

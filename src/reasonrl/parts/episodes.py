@@ -79,6 +79,7 @@ class Episodes:
                                           marker=self.marker)
             eps = run_episodes(EngineTurns(req.engine), envs, prompt_ids, req.sampling, seeds, self.limits, fmt,
                                lambda ids: tok.decode(ids, skip_special_tokens=True), self.workers)
+            evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
         finally:
             for env in envs:
                 close = getattr(env, "close", None)
@@ -88,6 +89,7 @@ class Episodes:
         fixed = fixed_rewards(eps, {"turns": self.turn_limit_reward, "context": self.overflow_reward})
         ro = episodes_to_rollouts(eps, prompts, G, tok.pad_token_id, texts, fixed)
         ro.extras["metrics"] = episode_metrics(eps)
+        ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
         return ro
 
 
