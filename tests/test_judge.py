@@ -153,3 +153,56 @@ def test_hf_backend_plumbing_on_the_tiny_model():
     # an untrained model writes noise: each row is a verdict or a counted parse failure, never anything else
     assert len(res.values) == 2 and all(v in (None, 0.0, 1.0) for v in res.values)
     assert res.metrics["judge/parse_failures"] * 2 == sum(v is None for v in res.values)
+
+
+class EvidenceTask:
+    """Arithmetic with an environment that answers the item's answer in its second turn and shows what it
+    'retrieved' as evidence (the episodes part hands it to the judge)."""
+
+    def __init__(self):
+        from reasonrl.tasks import get_task
+        self.base = get_task("arithmetic", max_digits=1)
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def environment(self, item):
+        return EvidenceEnv(item.answer)
+
+
+class EvidenceEnv:
+    def __init__(self, answer):
+        self.answer, self.n = answer, 0
+
+    def reset(self, item):
+        return item.prompt
+
+    def step(self, action):
+        self.n += 1
+        return "rows", self.n == 2, self.answer if self.n == 2 else None
+
+    def evidence(self):
+        return f"retrieved {self.answer}"
+
+
+def test_judge_as_an_extra_reward_reads_the_episodes_evidence(tmp_path):
+    """Through the batch maker: the judge (the only reward, task weight 0) sees the env's evidence."""
+    import dataclasses
+
+    from reasonrl.batch import BatchMaker
+    from reasonrl.models import build_tiny
+    from reasonrl.parts import Episodes
+    from reasonrl.recipes.grpo import GRPO
+    from reasonrl.rollout import HFEngine
+
+    path = tmp_path / "judge.py"
+    path.write_text("def judge(prompts, questions, golds, answers, evidence):\n"
+                    "    return ['yes' if e == 'retrieved ' + g and a == g else 'no' for g, a, e in zip(golds, answers, evidence)]\n")
+    model, tok = build_tiny("tiny", seed=0)
+    recipe = dataclasses.replace(GRPO, group_size=2, episodes=Episodes(max_turns=3, max_turn_tokens=4),
+                                 task_reward_weight=0.0, extra_rewards=((JudgeReward(backend=f"{path}:judge"), 1.0),))
+    bm = BatchMaker(EvidenceTask(), recipe, HFEngine(model, tok), budget=8, seed=0)
+    b = bm.prepare(bm.collect(2))
+    assert b.ro.finish_reasons == ["answer"] * 4
+    assert b.rewards.flatten().tolist() == [1.0] * 4
+    assert b.metrics["judge/parse_failures"] == 0

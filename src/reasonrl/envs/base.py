@@ -4,7 +4,8 @@ One environment object per episode (a task's ``environment(item)`` makes it). ``
 the episode's first user message (a string or chat messages: the question, the tool documentation);
 ``step(action_text)`` gets the text of the policy's turn and returns ``(observation, done, answer)``:
 ``done`` ends the episode, ``answer`` (a string, or None) is what the task's verifier scores. ``close()``
-(optional) frees what the episode held (a sandbox). A failure of the environment itself is a bug and
+(optional) frees what the episode held (a sandbox); ``evidence()`` (optional)
+is what a judge reads beside the answer (the episodes part collects it before ``close``). A failure of the environment itself is a bug and
 is raised; a bad action is the environment's to turn into an observation.
 """
 from __future__ import annotations
