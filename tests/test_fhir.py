@@ -128,6 +128,7 @@ def test_tools_search_read_neighbors_within_the_patient(tiny):
     (lambda t: t.read("Observation/o5"), "not reachable from the current patient"),
     (lambda t: t.neighbors("Encounter/enc-a1", "performer"), "has no link 'performer'"),
     (lambda t: t.read("o1"), "a reference is 'Type/id'"),
+    (lambda t: t.search("Encounter", _count="all"), "_count must be a whole number"),
 ])
 def test_tools_refuse_what_breaks_the_traversal_constraints(tiny, call, why):
     tools = PatientTools(SqliteBackend(tiny.store), "pat-001")

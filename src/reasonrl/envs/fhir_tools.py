@@ -152,6 +152,8 @@ class PatientTools:
             params["_id"] = self.patient
         else:
             params["patient"] = self.patient
+        if not params.get("_count", "1").isdigit():
+            self._refuse("search", f"_count must be a whole number, got {params['_count']!r}")
         count = min(int(params.get("_count", self.max_results)), self.max_results)
         found = self.backend.search(kind, {**params, "_count": str(count)})
         self.calls.append(("search", f"{kind}: {len(found)} found"))
