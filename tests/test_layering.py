@@ -21,6 +21,7 @@ LAYERS = {
     "eval.refine": 4,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
     "models.chat": 1.9,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
+    "envs": 1.95,  # environments of multi-turn episodes (reset/step), the CodeAct harness, the FHIR store: tasks make them
     "tasks.env_check": 2.1,  # EvoEnv novelty: the audit's shingles and embedding checks (eval.audit_models)
     "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context
     "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files

@@ -14,6 +14,7 @@ import pytest
 from reasonrl.rewards import (
     REWARDS,
     ConsistencyReward,
+    JudgeReward,
     SetReward,
     SidExact,
     SidLevels,
@@ -454,13 +455,14 @@ def test_builtin_reward_through_score_rewards_gets_summary():
         ("sid_levels", {"mode": "prefix_match"}, SidLevels),
         ("sspo", {"metric": "f1"}, SetReward),
         ("consistency", {"tau": 0.6}, ConsistencyReward),
+        ("judge", {"backend": "judge.py:f"}, JudgeReward),
     ],
 )
 def test_get_reward_builds_each(name, kwargs, cls):
     reward = get_reward(name, **kwargs)
     assert type(reward) is cls and isinstance(reward, Reward)
     assert set(REWARDS) == {"exact_match", "numeric", "math_verify", "format_regex", "sections", "overlong", "length",
-                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency", "physics_match"}
+                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency", "physics_match", "judge"}
 
 
 def test_get_reward_errors():

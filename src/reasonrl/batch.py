@@ -23,6 +23,7 @@ from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
 from .parts.strategy import GenRequest
 from .rewards.base import score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
+from .rollout.base import trained_tokens
 from .rollout.branch import branch, token_char_offsets
 from .errors import UserError
 from .runtime import PartRuntime
@@ -187,6 +188,10 @@ class BatchMaker:
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
             total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
             metrics.update(extra.metrics)
+        if ro.fixed_reward is not None:  # rows whose reward was fixed when they were made (an overflowed episode)
+            fixed = ro.fixed_reward.to(total.dtype)
+            total = torch.where(fixed.isnan(), total, fixed)
+            correct = torch.where(fixed.isnan(), correct, torch.zeros_like(correct))
         self.seconds["score"] += time.perf_counter() - t0
         return total.view(-1, G), correct.view(-1, G), metrics
 
@@ -274,7 +279,7 @@ class BatchMaker:
         b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
         if b.weight is not None:  # a round's loss weight or importance weight, per row
             b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))
-        b.loss_mask = (b.ro.completion_mask if b.ro.train_mask is None else b.ro.train_mask).clone()
+        b.loss_mask = trained_tokens(b.ro).clone()  # an episode's observation tokens never reach a loss
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and self.recipe.kl.coef > 0 and len(b.items):

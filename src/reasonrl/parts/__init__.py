@@ -22,6 +22,7 @@ from ..rules import Rule
 from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
 # the method parts, in the order their hooks run (a part reading another's channel comes after it)
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
+from .episodes import Episodes  # multi-turn agent episodes: a rollout strategy
 from .critic import Critic  # PPO's GAE replaces the estimator: first, so every later part shapes its advantages
 from .nudge import HintSampling
 from .correction import Correction
@@ -44,7 +45,7 @@ from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, V
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
 __all__ = ["Critic", "D2Evo", "Diffusion", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus",
-           "Correction", "Drafts", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
+           "Correction", "Drafts", "Episodes", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
            "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
            "Stages", "Steering", "StepCredit", "TrajectoryBalance", "VPD", "Veto", "entropy_term", "kl_term", "loss_agg",
            "policy_term", "register_part", "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]

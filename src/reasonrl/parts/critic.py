@@ -38,6 +38,7 @@ from ..advantages.gae import gae, last_token_rewards, masked_whiten
 from ..losses.value import value_loss
 from ..models.critic import ValueHead, critic_from_policy, load_critic, policy_hidden
 from ..models.scoring import trim_padding
+from ..rollout.base import trained_tokens
 from ..rules import Rule, above, at_least, within
 from ..seeds import stable_seed
 from .protocol import BatchContext, LossContext, ModelSetup, PartModule, register_part
@@ -149,7 +150,7 @@ class Critic:
 
 def train_mask(ro) -> Tensor:
     """(R, T) float: the tokens the policy produced and trains on (observation tokens of an episode are 0)."""
-    return (ro.completion_mask if ro.train_mask is None else ro.train_mask).float()
+    return trained_tokens(ro).float()
 
 
 @torch.no_grad()

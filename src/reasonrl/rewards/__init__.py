@@ -24,6 +24,7 @@ from .combine import ComponentError, Weighted
 from .format import FormatRegex, RequiredSections
 from .length import LengthPenalty, OverlongPenalty, completion_lengths
 from .match import ExactMatch, NumericMatch, column_values
+from .judge import JudgeReward
 from .mathverify import MathVerify
 from .physics import PhysicsMatch
 from .consistency import ConsistencyReward
@@ -55,6 +56,7 @@ __all__ = [
     "ConsistencyReward",
     "ComponentError",
     "UserReward",
+    "JudgeReward",
     "REWARDS",
     "get_reward",
     "normalize_number",
@@ -84,6 +86,7 @@ REWARDS: dict[str, Callable[..., Reward]] = {
     "sid_levels": SidLevels,
     "sspo": SetReward,
     "consistency": ConsistencyReward,
+    "judge": JudgeReward,
 }
 
 

@@ -58,14 +58,27 @@ class Rollouts:
     # the LoRA adapter each row was sampled under and is trained under (a population of adapters on one
     # backbone, PopuLoRA); None: every row under the model's active adapter
     adapters: list[str] | None = None  # (R,)
+    # multi-turn episodes (rollout.episode): 1 on the tokens the policy sampled, 0 on the observations and turn
+    # markers appended between its turns; multiplied into the loss mask. None: every completion token
+    trainable: torch.Tensor | None = None  # (R, T)
+    # a row's total reward fixed when it was made (an episode that overflowed its context or turn cap); NaN:
+    # the recipe's rewards decide. None: NaN everywhere
+    fixed_reward: torch.Tensor | None = None  # (R,) float
 
     @property
     def lengths(self) -> torch.Tensor:  # (R,)
         return self.completion_mask.sum(-1)
 
     @property
-    def truncated(self) -> torch.Tensor:  # (R,) bool
-        return torch.tensor([r == "length" for r in self.finish_reasons])
+    def truncated(self) -> torch.Tensor:  # (R,) bool: cut at the token budget, or an episode at its context cap
+        return torch.tensor([r in ("length", "context") for r in self.finish_reasons], dtype=torch.bool)
+
+
+def trained_tokens(ro: Rollouts) -> torch.Tensor:  # -> (R, T)
+    """The completion tokens a loss may see before any filter: ``train_mask`` (or the whole completion)
+    times ``trainable`` (an episode's policy tokens). The one place both are combined."""
+    base = ro.completion_mask if ro.train_mask is None else ro.train_mask
+    return base if ro.trainable is None else base * ro.trainable.to(base.dtype)
 
 
 def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
@@ -81,7 +94,9 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx],
                     context_ids=None if ro.context_ids is None else ro.context_ids[idx],
                     train_mask=None if ro.train_mask is None else ro.train_mask[idx],
-                    adapters=None if ro.adapters is None else pick(ro.adapters))
+                    adapters=None if ro.adapters is None else pick(ro.adapters),
+                    trainable=None if ro.trainable is None else ro.trainable[idx],
+                    fixed_reward=None if ro.fixed_reward is None else ro.fixed_reward[idx])
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -103,6 +118,8 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
     contexts = [p.context_ids if p.context_ids is not None else torch.zeros(len(p.texts), dtype=torch.long)
                 for p in parts]
     train = [pad(p.train_mask if p.train_mask is not None else p.completion_mask, T, False) for p in parts]
+    trainable = [pad(p.trainable if p.trainable is not None else p.completion_mask, T, False) for p in parts]
+    fixed = [p.fixed_reward if p.fixed_reward is not None else torch.full((len(p.texts),), float("nan")) for p in parts]
 
     return Rollouts(
         prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
@@ -119,6 +136,8 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         # rows of parts without adapters keep the active one (None)
         adapters=None if all(p.adapters is None for p in parts)
         else sum((p.adapters if p.adapters is not None else [None] * len(p.texts) for p in parts), []),
+        trainable=None if all(p.trainable is None for p in parts) else torch.cat(trainable),
+        fixed_reward=None if all(p.fixed_reward is None for p in parts) else torch.cat(fixed),
     )
 
 

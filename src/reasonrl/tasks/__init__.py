@@ -17,12 +17,13 @@ from .evoenv import EvoEnvTask
 from .code import CodeTask
 from .diagnosis import DiagnosisTask
 from .explain import ExplainTask
+from .fhir import FhirTask
 from .multipart import MultipartTask
 from .recommend import RecommendTask
 from .temporal import TemporalTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "explain": ExplainTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "explain": ExplainTask, "fhir": FhirTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -72,5 +73,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]
