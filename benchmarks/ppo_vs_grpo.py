@@ -61,7 +61,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--problems", type=int, default=500, help="held-out problems of the final eval")
     ap.add_argument("--out", type=Path, default=Path("runs/compare_ppo"))
-    ap.add_argument("--json", type=Path, default=Path("benchmarks/results/ppo/ppo_vs_grpo.json"))
+    ap.add_argument("--json", type=Path, default=None,
+                    help="default: benchmarks/results/ppo/ppo_vs_grpo.json (--smoke: none unless given)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 20 problems: checks the script runs")
     args = ap.parse_args()
     if args.smoke:
@@ -83,9 +84,10 @@ def main() -> None:
     for recipe, row in rows.items():
         print(f"{recipe:8s} {row['final_pass@1_mean']:.3f} +- {row['final_pass@1_std']:.3f} {row['s_per_step']:8.2f} "
               f"{row['state_mb']:9.1f} {row['peak_rss_mb']:12.0f}")
-    if not args.smoke:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
+    path = args.json or (None if args.smoke else Path("benchmarks/results/ppo/ppo_vs_grpo.json"))
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
                                          "compare_table": report.get("table")}, indent=2))
 
 
