@@ -119,14 +119,21 @@ def _train(tmp_path, name: str, nproc: int, extra: list[str]) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-def _same_metrics(one: list[dict], two: list[dict]) -> None:
+def _same_metrics(one: list[dict], two: list[dict], rel: float = 1e-5) -> None:
     assert len(one) == len(two) == 4
     for a, b in zip(one, two):
         assert set(a) == set(b)
         for key in a:
             if key.startswith(("time/", "tokens_per_s/")):
                 continue  # wall-clock
-            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-5), (a["step"], key)
+            assert b[key] == pytest.approx(a[key], rel=rel, abs=rel), (a["step"], key)
+
+
+# FSDP sums each gradient shard by reduce-scatter, in another order than one process accumulates its
+# micro-batches: the weights differ in the last float32 bits after a step, and logged values by up to
+# ~5e-5 relative after four (measured: grad_norm 1.22628 vs 1.22622 at step 4, entropy 1.5e-5 at step 2).
+# A lost or doubled micro-batch moves them by orders of magnitude more.
+FSDP_REL = 1e-4
 
 
 @pytest.mark.slow
@@ -172,7 +179,7 @@ FSDP = ["dist.strategy=fsdp", "micro_batch_size=4"]
 def test_fsdp_over_two_processes_logs_the_metrics_of_one(tmp_path, tiny_dir, name):
     extra = [f"--model={tiny_dir}", "micro_batch_size=4", *RECIPES[name]]
     one, two = _train(tmp_path, name, 1, extra), _train(tmp_path, name, 2, extra + FSDP)
-    _same_metrics(one, two)
+    _same_metrics(one, two, FSDP_REL)
     assert any(m["grad_norm"] > 0 for m in one)
     summaries = [json.loads((tmp_path / f"{name}-{n}" / "summary.json").read_text()) for n in (1, 2)]
     assert summaries[0]["after"] == summaries[1]["after"] and summaries[1]["world"] == 2
@@ -201,4 +208,4 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     starts = [(e["world"], e["resumed_from"]) for e in events if e["event"] == "start"]
     assert starts == [(2, None), (1, "step-000002"), (2, "step-000003")]
-    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], FSDP_REL)
