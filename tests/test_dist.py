@@ -188,7 +188,9 @@ def test_fsdp_over_two_processes_logs_the_metrics_of_one(tmp_path, tiny_dir, nam
 
     w1, w2 = (load_file(str(tmp_path / f"{name}-{n}" / "final" / "model.safetensors")) for n in (1, 2))
     assert set(w2) == set(w1)  # a tied head is written once, under the embedding's name, as one process does
-    assert all(torch.allclose(w2[k], w1[k], atol=1e-5) for k in w1)
+    # AdamW moves a weight by lr * m / sqrt(v): where a gradient is near zero, a last-bit difference in the
+    # sum can flip that step's sign, +-lr (5e-5) per step; four steps bound it by 2e-4
+    assert all(torch.allclose(w2[k], w1[k], atol=2e-4) for k in w1)
 
 
 @pytest.mark.slow
@@ -197,7 +199,7 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     # their shards and finish: the metrics of one straight process (constant LR: the same schedule
     # whatever --steps each part was given; a KL term: the reference is saved and restored too)
     extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0", "kl.coef=0.04",
-             "micro_batch_size=4"]
+             "micro_batch_size=4", "eval_every=0"]  # no eval: the middle part ends at step 3, where a run evaluates
     straight = _train(tmp_path, "grpo", 1, extra)
     out = tmp_path / "grpo-fsdp"
     base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *SMALL, *extra, *FSDP]
@@ -208,4 +210,6 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     starts = [(e["world"], e["resumed_from"]) for e in events if e["event"] == "start"]
     assert starts == [(2, None), (1, "step-000002"), (2, "step-000003")]
-    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], FSDP_REL)
+    # two changes of layout (2 shards -> 1 process -> 2 shards) compound the summation-order drift, and
+    # AdamW's +-lr sign flips on near-zero gradients spread it: measured grad_norm 1.27435 vs 1.27399 at step 4
+    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], 1e-3)

@@ -20,7 +20,8 @@ from reasonrl import cli
 from reasonrl.config import DataOpts, Lora, TrainConfig, apply_overrides, split_config
 from reasonrl.data.lze import LZE
 from reasonrl.errors import MissingPathError, UserError
-from reasonrl.parts import (AZR, EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Critic, D2Evo, Diffusion, Drafts, EvoEnv,
+from reasonrl.parts import (AZR, EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Critic, D2Evo, Diffusion, Drafts, Episodes,
+                            EvoEnv,
                             GroupFilter, HintSampling, PopuLoRA, PromptPolicy, Redirect, RefineReplay, Sampling, Stages,
                             Steering, TrajectoryBalance, Veto)
 from reasonrl.recipes import get_recipe
@@ -181,7 +182,8 @@ def with_value(key: str, value, recipe_name: str = "grpo", also: dict | None = N
                 "ssopd": SSOPD(), "egrsd": EGRSD(), "correction": Correction(), "redirect": Redirect(), "fest": FEST(),
                 "vpd": VPD(), "refine_replay": RefineReplay(), "drafts": Drafts(), "d2evo": D2Evo(), "azr": AZR(),
                 "evoenv": EvoEnv(), "populora": PopuLoRA(), "prompt_policy": PromptPolicy(), "critic": Critic(),
-                "balance": TrajectoryBalance(), "diffusion": Diffusion()}
+                "balance": TrajectoryBalance(), "diffusion": Diffusion(),
+                "episodes": Episodes()}
     # only the part the key names: two strategies (beam + steering) cannot share a recipe, and a part's
     # own rules (hints: n_hints x per_hint = group_size; redirect: n_r divides it) would judge other keys' values
     optional = {k: v for k, v in optional.items() if any(name.startswith(k + ".") for name in values)}
@@ -352,6 +354,11 @@ BOUNDARIES = [
     ("balance.mc", 1, 0), ("balance.mask_t", 1.0, 1.01), ("balance.mask_t", 1e-9, 0.0), ("balance.t_min", 1.0, 1.01),
     ("balance.t_min", 1e-9, 0.0),
     ("diffusion.steps", 1, 0), ("diffusion.block_length", 1, 0), ("diffusion.remasking", "random", "randomly"),
+    # multi-turn episodes: counts from 1 (a context of at least 2 tokens), templates holding their slot once
+    ("episodes.max_turns", 1, 0), ("episodes.max_obs_tokens", 1, 0), ("episodes.max_context_tokens", 2, 1),
+    ("episodes.max_turn_tokens", 1, 0), ("episodes.workers", 1, 0),
+    ("episodes.observation_template", "{observation}", "{observation}{observation}"),
+    ("episodes.answer_format", "A:{answer}", "A:"),
 ]
 
 # rules that read another knob, judged with it set (key, good, bad, the other knobs): the bad value passes
