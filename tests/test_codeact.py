@@ -1,6 +1,5 @@
 """The CodeAct harness: code blocks run in a persistent sandboxed interpreter with tools bound; an
 exception, a timeout, a malformed block or hostile code is an observation, never a crash."""
-import os
 import socket
 
 import pytest
