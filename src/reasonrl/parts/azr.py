@@ -25,14 +25,13 @@ from typing import Any, ClassVar
 import torch
 
 from ..advantages.buckets import role_task_advantages
-from ..errors import UserError
 from ..rewards.azr import azr_proposal_reward
 from ..rules import Rule, at_least
 from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, format_ok, parse_inputs, parse_proposal, propose_prompt, solve_item
 from ..tasks.azr_world import IDENTITY, TYPES, run_programs, validate_programs
-from ..tasks.limits import unwrapped
+from ..tasks.limits import played_task
 from .protocol import BatchContext, RoundContext, register_part
 from .strategy import Groups
 
@@ -76,10 +75,8 @@ class AZR:
         return self.types.split(",")
 
     def _task(self, ctx: Any) -> AZRTask:
-        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
-        if not isinstance(task, AZRTask):
-            raise UserError(f"recipe part 'azr' plays AZR's program world: train it on --task azr, not {task.name!r}")
-        return task
+        return played_task(ctx.task, AZRTask, "recipe part 'azr' plays AZR's program world: train it on --task azr, "
+                           "not {name}")
 
     def _buffers(self, ctx: Any) -> dict[str, list[dict]]:
         c = self._task(ctx).config

@@ -39,7 +39,7 @@ from ..tasks import Item
 from ..tasks.env_check import EnvCheck, EnvReport, check_envs, novel
 from ..tasks.env_pool import EnvPool
 from ..tasks.evoenv import TEST_SEED, EvoEnvTask, generate_prompt, parse_review, review_prompt, solve_item
-from ..tasks.limits import unwrapped
+from ..tasks.limits import played_task
 from .protocol import BatchContext, RoundContext, register_part
 from .strategy import Groups
 
@@ -97,11 +97,8 @@ class EvoEnv:
     }
 
     def _task(self, ctx: Any) -> EvoEnvTask:
-        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
-        if not isinstance(task, EvoEnvTask):
-            raise UserError(f"recipe part 'evoenv' plays EvoEnv's environment world: train it on --task evoenv, "
-                            f"not {task.name!r}")
-        return task
+        return played_task(ctx.task, EvoEnvTask, "recipe part 'evoenv' plays EvoEnv's environment world: train it on "
+                           "--task evoenv, not {name}")
 
     def _pool(self, ctx: Any) -> EnvPool:
         if "pool" not in ctx.state:

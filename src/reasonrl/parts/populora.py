@@ -45,7 +45,7 @@ from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, propose_prompt, solve_item
 from ..tasks.azr_world import TYPES
-from ..tasks.limits import unwrapped
+from ..tasks.limits import played_task
 from .azr import AZR, initial_buffers
 from .protocol import BatchContext, ModelSetup, RoundContext, UpdateContext, register_part
 from .strategy import GenRequest, Groups
@@ -118,11 +118,8 @@ class PopuLoRA:
                       RatingModel(self.mu0, self.sigma0, self.beta, self.tau), self.pfsp)
 
     def _task(self, ctx: Any) -> AZRTask:
-        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
-        if not isinstance(task, AZRTask):
-            raise UserError(f"recipe part 'populora' plays AZR's program world: train it on --task azr, not "
-                            f"{task.name!r}")
-        return task
+        return played_task(ctx.task, AZRTask, "recipe part 'populora' plays AZR's program world: train it on --task "
+                           "azr, not {name}")
 
     def _buffers(self, ctx: Any) -> dict[str, dict[str, list[dict]]]:
         c = self._task(ctx).config

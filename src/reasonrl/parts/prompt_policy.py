@@ -35,7 +35,7 @@ from ..prompting.workers import FailureCritic, load_worker
 from ..rules import Rule, at_least, one_of
 from ..seeds import stable_seed
 from ..tasks import Item
-from ..tasks.limits import unwrapped
+from ..tasks.limits import played_task
 from .fest import anchors, encode_demos
 from .protocol import BatchContext, LossContext, RoundContext, TaskSetup, register_part
 
@@ -83,10 +83,8 @@ class PromptPolicy:
                           max_fragments=self.max_fragments, pool=self.pool, budget=self.max_worker_calls, seed=ctx.seed)
 
     def _task(self, ctx: Any) -> PromptTask:
-        task = unwrapped(ctx.task)  # under the run's prompt limit, the task itself
-        if not isinstance(task, PromptTask):
-            raise UserError("recipe part 'prompt_policy' needs its wrapped task (Recipe.wrap_task): the run builds it")
-        return task
+        return played_task(ctx.task, PromptTask, "recipe part 'prompt_policy' needs its wrapped task "
+                           "(Recipe.wrap_task): the run builds it")
 
     @staticmethod
     def _buffer(state: dict, capacity: int) -> ExperienceBuffer:

@@ -47,6 +47,15 @@ def unwrapped(task: Any) -> Any:
     return task.task if isinstance(task, LimitedTask) else task
 
 
+def played_task(task: Any, kind: type, refusal: str) -> Any:
+    """The run's task as a part that plays a task of its own ``kind`` needs it (the task itself under
+    the prompt limit); another task is a UserError, ``refusal`` with ``{name}`` as its name."""
+    inner = unwrapped(task)
+    if not isinstance(inner, kind):
+        raise UserError(refusal.format(name=repr(inner.name)))
+    return inner
+
+
 class LimitedTask:
     """A task's items with prompts of at most ``cap`` tokens; ``counts`` says how many were dropped or
     truncated, per split (distinct problems)."""
