@@ -84,7 +84,7 @@ class Trainer:
         # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
-        self.budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
+        self.budget = budget  # max new tokens per completion (the limit prompts were held to above)
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
