@@ -44,7 +44,7 @@ def recipes(a) -> dict:
     sampling = dataclasses.replace(pop.sampling, max_new_tokens=a.max_new)
     pop = dataclasses.replace(pop, sampling=sampling, populora=PopuLoRA(
         teachers=a.teachers, students=a.students, proposals=a.proposals, estimate_samples=a.estimate,
-        types=a.types, pbt_every=a.pbt_every))
+        types=a.types, pbt_every=a.pbt_every, pbt_frac=a.pbt_frac))
     azr = dataclasses.replace(azr, sampling=sampling, azr=AZR(proposals=a.proposals, estimate_samples=a.estimate,
                                                               types=a.types))
     return {"populora": (pop, a.items * a.students), "azr": (azr, a.items)}
@@ -124,6 +124,7 @@ def main() -> None:
     ap.add_argument("--estimate", type=int, default=4)
     ap.add_argument("--types", default="deduction,abduction,induction")
     ap.add_argument("--pbt-every", type=int, default=10)
+    ap.add_argument("--pbt-frac", type=float, default=0.25, help="the bottom fraction replaced (floor(frac x N))")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--eval-problems", type=int, default=150)
@@ -134,6 +135,7 @@ def main() -> None:
     if a.smoke:
         a.steps, a.seeds, a.teachers, a.students, a.items, a.estimate = 2, "0", 2, 2, 1, 2
         a.types, a.pbt_every, a.rank, a.max_new, a.eval_problems = "deduction", 1, 4, 24, 4
+        a.pbt_frac = 0.5  # floor(0.25 x 2) = 0: with two members a side only 0.5 replaces one
     torch.set_num_threads(1)
     rows = [one_seed(int(s), a, Path(a.runs)) for s in a.seeds.split(",")]
     print(table(rows))

@@ -346,10 +346,10 @@ class NaNAt:
     def __init__(self, calls):
         self.calls, self.n = set(calls), 0
 
-    def __call__(self, logp, **_):
+    def __call__(self, ctx):
         self.n += 1
         bad = self.n in self.calls
-        return (logp.sum() * (float("nan") if bad else 0.0)), {"loss/nan_injected": float(bad)}
+        return (ctx.logp.sum() * (float("nan") if bad else 0.0)), {"loss/nan_injected": float(bad)}
 
 
 def spread(adv, ctx):

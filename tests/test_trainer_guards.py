@@ -55,9 +55,9 @@ def _per_token(batch):
     return adv
 
 
-def aux_logp(logp, mask, n_tokens, **_):
+def aux_logp(ctx):
     """An auxiliary term with a gradient of its own: -0.1 x the token mean of the log-likelihood."""
-    term = -0.1 * (logp * mask).sum() / n_tokens
+    term = -0.1 * (ctx.logp * ctx.mask).sum() / ctx.n_tokens
     return term, {"loss/aux_term": float(term.detach())}
 
 
