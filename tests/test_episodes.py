@@ -237,3 +237,49 @@ def test_episodes_part_through_the_batch_maker(answers):
     assert torch.equal(b.loss_mask, b.ro.trainable * b.ro.completion_mask)
     assert (b.loss_mask.sum(-1) < b.ro.completion_mask.sum(-1)).all()  # observations are in the rows, not the loss
     assert b.metrics["episode/turns_mean"] == (2.0 if answers else 3.0)
+
+
+@pytest.mark.parametrize("answers", [True, False])
+def test_evaluation_of_a_task_with_environments_runs_its_episodes(answers):
+    """Held-out evaluation rolls out episodes under the run's episode options (the part's wrap_task), so a
+    record's completion is the episode's answer, never the first action read as an answer."""
+    from reasonrl.eval.runner import EvalConfig, evaluate
+    from reasonrl.models import build_tiny
+    from reasonrl.parts import Episodes
+    from reasonrl.parts.protocol import TaskSetup
+    from reasonrl.rollout import HFEngine
+
+    model, tok = build_tiny("tiny", seed=0)
+    task = Episodes(max_turns=3, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(TaskSetup(EnvTask(answers), tok, 0))
+    summary, records = evaluate(HFEngine(model, tok), task, EvalConfig(n_problems=3, samples_per_problem=0,
+                                                                       max_new_tokens=4))
+    # AnswerEnv answers the item's own answer at its 2nd step when it answers; otherwise 3 turns, no answer
+    assert summary["pass@1"] == (1.0 if answers else 0.0)
+    assert [r["finish"] for r in records] == (["answer"] * 3 if answers else ["turns"] * 3)
+    assert [r["completion"] for r in records] == ([f"A:{r['answer']}" for r in records] if answers else [""] * 3)
+    # the same task, one turn allowed: the answer at turn 2 never comes
+    one = Episodes(max_turns=1, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(TaskSetup(EnvTask(True), tok, 0))
+    summary, records = evaluate(HFEngine(model, tok), one, EvalConfig(n_problems=3, samples_per_problem=0,
+                                                                      max_new_tokens=4))
+    assert summary["pass@1"] == 0.0 and [r["finish"] for r in records] == ["turns"] * 3
+
+
+def test_the_context_cap_is_at_most_the_models_context_length():
+    # a 40-position model and a 10,000-token cap: the episode stops at 40 tokens of context ("context"),
+    # instead of sampling past the model's positions
+    from reasonrl.models.chat import PLAIN
+    from reasonrl.models.tiny import tiny_config
+    from reasonrl.rollout import HFEngine
+    from reasonrl.rollout.agent import EpisodeOptions, environment_rollouts
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_config("tiny", max_positions=40))
+    task = EnvTask(False)
+    item = task.base.iter_items("train", 0).__next__()  # a one-digit sum: a prompt of about 6 characters
+    opts = EpisodeOptions(limits=EpisodeLimits(max_turns=50, max_turn_tokens=4, max_context_tokens=10_000))
+    ro = environment_rollouts(HFEngine(model, TOK), task, [item], 1, SamplingParams(temperature=1.0, max_new_tokens=4),
+                              [7], PLAIN, opts)
+    (ep,) = ro.extras["episodes"]
+    assert ro.finish_reasons == ["context"] and len(ep.context_ids) <= 40
+    assert len(ep.prompt_ids) + len(ep.ids) <= 40

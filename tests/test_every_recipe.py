@@ -61,6 +61,11 @@ OWN = {
     "disa": ("arithmetic", {}, ("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs")),
     "trafl": ("arithmetic", {}, ("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
     "diffu_grpo": ("arithmetic", {}, POLICY + ("loss/kl",)),
+    # the arithmetic model writes no code: every turn gets the no-code error observation, episodes run to a cap
+    "codeact": ("fhir", {"prompt": "short", "n_patients": 10}, POLICY + ("episode/turns_mean", "episode/finish_context",
+                                                                         "episode/trainable_frac")),
+    "codeact_judge": ("fhir", {"prompt": "short", "n_patients": 10}, ("episode/turns_mean", "judge/no_answer",
+                                                                      "reward/judge/mean")),
 }
 
 
@@ -103,6 +108,11 @@ def small(name: str, task, tmp_path) -> tuple:
         rm.tok.save_pretrained(tmp_path / "rm")
         changes["extra_rewards"] = tuple((dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm"
                                           else fn, w) for fn, w in r.extra_rewards)
+    if any(reward_name(fn) == "judge" for fn, _ in r.extra_rewards):  # a judge function: exact match
+        (tmp_path / "judge.py").write_text("def judge(prompts, questions, golds, answers, evidence):\n"
+                                           "    return [a.strip() == g for a, g in zip(answers, golds)]\n")
+        changes["extra_rewards"] = tuple((dataclasses.replace(fn, backend=f"{tmp_path / 'judge.py'}:judge")
+                                          if reward_name(fn) == "judge" else fn, w) for fn, w in r.extra_rewards)
     if r.balance is not None and r.balance.log_z == "table":  # DISA's in-run table: 2 proposals per pool prompt
         changes["balance"] = dataclasses.replace(r.balance, proposals=2)
     return dataclasses.replace(r, **changes), run

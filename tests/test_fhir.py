@@ -11,7 +11,7 @@ pytest.importorskip("fhir.resources")
 from pydantic import ValidationError  # noqa: E402
 
 from reasonrl.envs.fhir_store import FhirStore, synthetic_hospital  # noqa: E402
-from reasonrl.envs.fhir_tools import FhirToolError, PatientTools, SqliteBackend  # noqa: E402
+from reasonrl.envs.fhir_tools import TOOL_DOCS, FhirToolError, PatientTools, SqliteBackend  # noqa: E402
 from reasonrl.rewards.judge import JudgeReward, clear_cache  # noqa: E402
 from reasonrl.tasks import get_task, take_items  # noqa: E402
 from reasonrl.tasks.fhir import FhirTask, gold_answer  # noqa: E402
@@ -156,7 +156,7 @@ def test_scripted_policy_answers_a_count_question_in_three_turns_with_reward_1(t
     assert item.answer == "3"
     env = tiny.environment(item)
     try:
-        assert "Question: How many Glucose observations (LOINC 2345-7) does patient pat-001 have?" in env.reset(item)
+        assert env.reset(item).endswith("\nQ: How many Glucose observations (LOINC 2345-7) does patient pat-001 have?\n")
         assert env.step(fence(f"rows = search('Observation', code='{GLUCOSE}')\nprint(len(rows))")) == ("3", False, None)
         assert env.step(fence("print(sorted(r['valueQuantity']['value'] for r in rows))")) == ("[90.0, 110.0, 130.0]",
                                                                                               False, None)
@@ -191,3 +191,50 @@ def test_bad_resource_type_and_traversal_violation_are_error_observations(tiny):
 def test_verify_compares_numbers_within_a_twentieth(tiny):
     assert tiny.verify("110.04", "110", {}) == 1.0 and tiny.verify("the mean is 109.9", "110", {}) == 0.0
     assert tiny.verify("", "3", {}) == 0.0
+
+
+def _run_demo(task, item):
+    env = task.environment(item)
+    try:
+        assert env.reset(item) == item.prompt  # the episode's first message is the item's prompt (SFT sees it)
+        _, done, answer = env.step(item.demo)
+    finally:
+        env.close()
+    return done, answer
+
+
+@pytest.mark.parametrize("template,params,want", [
+    # pat-001's glucose: 90, 110 (01-10, AMB visit), 130 (02-01, EMER visit), by hand from TINY
+    ("count", {"code": GLUCOSE}, "3"), ("latest", {"code": GLUCOSE}, "130.0"), ("max", {"code": GLUCOSE}, "130.0"),
+    ("mean", {"code": GLUCOSE}, "110.0"), ("encounters_with", {"code": GLUCOSE, "cls": "AMB"}, "1"),
+    ("encounters_with", {"code": HEART, "cls": "AMB"}, "0"), ("count", {"code": "2160-0"}, "0")])
+def test_the_scripted_experts_action_answers_each_template_in_one_cell(tiny, template, params, want):
+    item = tiny.make_item(template, {"patient": "pat-001", **params})
+    assert item.demo.startswith("<code>") and item.demo.endswith("</code>")
+    assert _run_demo(tiny, item) == (True, want)
+    assert tiny.verify(want, item.answer, item.meta) == 1.0
+
+
+def test_the_demonstrations_agree_with_the_gold_sql_on_the_seeded_hospital():
+    # the scripted expert uses the tools (search, the JSON's fields); the gold is SQL over the columns: two routes
+    task = get_task("fhir", prompt="short")
+    items = take_items(task, "train", 30, seed=3)
+    assert {it.meta["template"] for it in items} == {"count", "latest", "encounters_with", "max", "mean"}
+    for it in items:
+        done, answer = _run_demo(task, it)
+        assert done and task.verify(answer, it.answer, it.meta) == 1.0, (it.key, it.answer, answer)
+    # the short prompt fits the tiny reasoner: 512 positions less the 256-token budget
+    assert max(len(it.prompt) for it in items) < 256 and all(it.prompt.startswith("Python tools:") for it in items)
+    documented = get_task("fhir", prompt="tools").make_item("count", {"patient": items[0].meta["patient"], "code": GLUCOSE})
+    assert TOOL_DOCS in documented.prompt and documented.prompt.endswith(f"Question: {documented.meta['question']}\n")
+    with pytest.raises(ValueError, match="unknown fhir prompt 'long'"):
+        get_task("fhir", prompt="long")
+
+
+def test_a_mean_on_a_tie_accepts_either_rounding(tiny):
+    # values 100.3 and 100.4: mean 100.35, "rounded to one decimal" is 100.3 (Python's round on the float
+    # 100.34999...) or 100.4 (half up): both are 0.05 from the unrounded mean; 100.2 is 0.15 off
+    meta = {"exact": 100.35}
+    assert tiny.verify("100.3", "100.4", meta) == 1.0 and tiny.verify("100.4", "100.4", meta) == 1.0
+    assert tiny.verify("100.2", "100.4", meta) == 0.0
+    assert tiny.make_item("mean", {"patient": "pat-001", "code": GLUCOSE}).meta["exact"] == 110.0

@@ -68,6 +68,7 @@ GRPO_ROW = {
     "critic": None,  # PPO's critic: (model, lr, gamma, lam, whiten, value_clip, vf_coef, warmup_steps)
     "balance": None,  # trajectory balance: (beta, reward, length_norm, weight, clip_low, clip_high, log_z, z_lr, z_layers,
     #                   z_dropout, z_detach, proposals, missing, surrogate, mc, mask_t, t_min)
+    "episodes": None,  # (max_turns, max_turn_tokens, max_obs_tokens, max_context_tokens, overflow_reward, turn_limit_reward)
     "diffusion": None,  # the masked-diffusion policy's sampler: (steps, block_length, remasking), None = the model's
 }
 
@@ -258,6 +259,16 @@ TABLE = {
     # t ~ U(1e-3, 1], coupled masks), w = 1, a learned log Z; the shipped diffusion model, its own sampler settings
     "trafl": row(loss=None, balance=(15.0, "group", True, "one", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
                                      "elbo", 1, None, 1e-3), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
+    # CodeAct agent (spec envs-selfplay-eval 6, mechanics [inferred]: verl multi-turn, Search-R1): trajectory-level
+    # GRPO over G = 8 episodes, DAPO-style token-mean with clip 0.2 / 0.28, no KL; 4 turns, observations of 256
+    # tokens, context 2048, an episode cut by a cap scores 0; the FHIR task
+    "codeact": row(loss=("token", 0.2, 0.28, None, "clip", "token-mean", None), episodes=(4, None, 256, 2048, 0.0, 0.0),
+                   run_defaults={"task": "fhir"}),
+    # the same with the paper's reward: the LLM judge's verdict alone (backend set by the user), the verifier weight 0
+    "codeact_judge": row(loss=("token", 0.2, 0.28, None, "clip", "token-mean", None), task_reward_weight=0.0,
+                         extra_rewards=(("JudgeReward", 1.0, {"backend": "", "mode": "verdict"}),),
+                         episodes=(4, None, 256, 2048, 0.0, 0.0),
+                         run_defaults={"task": "fhir"}),
     # diffu-GRPO (d1, arXiv 2504.12216): GRPO's clipped loss on the one-step per-token log-probs, KL 0.04 (k3) to the
     # warm start, on the shipped diffusion model
     "diffu_grpo": row(kl=(0.04, "k3", None), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
@@ -345,6 +356,8 @@ def _actual(recipe, expected):
             "beta", "reward", "length_norm", "weight", "clip_low", "clip_high", "log_z", "z_lr", "z_layers", "z_dropout",
             "z_detach", "proposals", "missing", "surrogate", "mc", "mask_t", "t_min")),
         "diffusion": None if r.diffusion is None else (r.diffusion.steps, r.diffusion.block_length, r.diffusion.remasking),
+        "episodes": None if r.episodes is None else tuple(getattr(r.episodes, k) for k in (
+            "max_turns", "max_turn_tokens", "max_obs_tokens", "max_context_tokens", "overflow_reward", "turn_limit_reward")),
     }
 
 
@@ -392,7 +405,8 @@ def test_extra_rewards_keep_their_config_names():
     assert names == {"dapo": ["overlong"], "edas": ["overlong"], "corr_po": ["corr_po"], "tempo": ["tempo"],
                      "sspo": ["sspo"], "codethinker": ["consistency"], "vspo": ["spaced"],
                      "physics_r1": ["physics_match", "overlong"], "azr": ["azr_format"],
-                     "populora": ["azr_format"], "grlo": ["rm"]}
+                     "populora": ["azr_format"], "grlo": ["rm"],
+                     "codeact_judge": ["judge"]}
 
 
 def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contrast_it():

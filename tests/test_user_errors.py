@@ -428,6 +428,8 @@ def test_group_size_floor_follows_the_estimator():
 
 RM_UNSET = ("config key 'rewards.rm.model' is not set: give a reward model directory (train one with `reasonrl rm "
             "train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)")
+JUDGE_UNSET = ("config key 'rewards.judge.backend' is not set: give path/to/judge.py:function, http(s)://host/v1 "
+               "(an OpenAI-compatible server) or hf:DIR (docs/agents.md)")
 
 
 def test_every_shipped_recipe_passes_with_the_default_run_config_and_its_own_run_defaults():
@@ -436,8 +438,8 @@ def test_every_shipped_recipe_passes_with_the_default_run_config_and_its_own_run
 
     for name, r in RECIPES.items():  # what `reasonrl train --recipe NAME` alone builds
         cfg, _ = train_config([], name, None, None, None, None, False)
-        # GRLO's reward model is a prepared input: the one line names the command that makes it
-        assert problems(cfg, r) == ([RM_UNSET] if name == "grlo" else []), name
+        # GRLO's reward model and codeact_judge's judge are prepared inputs: the one line names what to give
+        assert problems(cfg, r) == {"grlo": [RM_UNSET], "codeact_judge": [JUDGE_UNSET]}.get(name, []), name
     # without them, a part's needs are named before anything loads
     assert problems(TrainConfig(), get_recipe("lze")) == [
         "recipe 'lze': its part 'selector' keeps per-prompt state across epochs, so it needs prompts that recur: set "

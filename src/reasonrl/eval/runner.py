@@ -16,6 +16,7 @@ from ..checkpoint import atomic_write_text
 from ..errors import UserError
 from ..models.chat import PromptFormatter
 from ..rollout import Generator, SamplingParams, engine_for
+from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
 from ..tasks.base import prepare_verify
@@ -77,14 +78,20 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
               formatter: PromptFormatter | None = None) -> list[dict]:
     """Records of ``n`` samples per item. Sampled rows are keyed by ``sampling.seed`` and the
     problem's index, so the result does not depend on ``max_rows`` or on ranks sharing the work.
-    Prompts are rendered by ``formatter`` (the run's), else by the engine's own."""
+    Prompts are rendered by ``formatter`` (the run's), else by the engine's own. A task with
+    environments is rolled out as episodes (:mod:`reasonrl.rollout.agent`)."""
     recs, step = [], max(1, getattr(engine, "max_rows", 512) // n)
     keyed = sampling.temperature > 0 and sampling.seed is not None
     for s in range(0, len(items), step):
         chunk = items[s:s + step]
         extra = {"seeds": [stable_seed(sampling.seed, "eval", s + i) for i in range(len(chunk))]} if keyed else {}
-        prompts = [it.prompt for it in chunk]
-        ro = engine.generate(formatter.render_all(prompts) if formatter else prompts, n, sampling, **extra)
+        if is_episodic(task):  # an agent task: each row is an episode, its text the episode's answer
+            seeds = extra.get("seeds") or [stable_seed(0, "eval", s + i) for i in range(len(chunk))]
+            ro = environment_rollouts(engine, task, chunk, n, sampling, seeds, formatter or engine.formatter,
+                                      getattr(task, "episode_options", None) or EpisodeOptions())
+        else:
+            prompts = [it.prompt for it in chunk]
+            ro = engine.generate(formatter.render_all(prompts) if formatter else prompts, n, sampling, **extra)
         part = _records(chunk, ro.texts, ro.finish_reasons, ro.lengths.tolist(), task, n, mode)
         for rec in part:
             rec["problem"] += s

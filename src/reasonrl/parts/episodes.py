@@ -12,17 +12,15 @@ the episode's reward to its trainable tokens, and every loss reads the mask.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import UserError
 from ..rollout import Rollouts
-from ..rollout.episode import FINISH, Episode, episodes_to_rollouts, fixed_rewards
-from ..rollout.multiturn import EngineTurns, EpisodeLimits, ObservationFormat, run_episodes
+from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic
+from ..rollout.multiturn import EpisodeLimits
 from ..rules import Rule, at_least
-from ..seeds import stable_seed
-from .protocol import register_part
+from .protocol import TaskSetup, register_part
 from .strategy import GenRequest
 
 
@@ -59,45 +57,29 @@ class Episodes:
     needs = frozenset({"in_process"})  # turns continue from token ids on the trainer's own engine
 
     @property
-    def limits(self) -> EpisodeLimits:
-        return EpisodeLimits(self.max_turns, self.max_turn_tokens, self.max_obs_tokens, self.max_context_tokens,
-                             self.marker)
+    def options(self) -> EpisodeOptions:
+        limits = EpisodeLimits(self.max_turns, self.max_turn_tokens, self.max_obs_tokens, self.max_context_tokens,
+                               self.marker)
+        return EpisodeOptions(limits, self.overflow_reward, self.turn_limit_reward, self.role,
+                              self.observation_template, self.answer_format, self.workers)
+
+    def wrap_task(self, ctx: TaskSetup) -> Any:
+        """The task, carrying these options: the run's evaluation runs its episodes as training does."""
+        if not is_episodic(ctx.task):
+            raise UserError(f"the episodes part needs a task with environments: task {getattr(ctx.task, 'name', '?')!r} "
+                            "has no environment(item) method (reasonrl.envs, docs/agents.md)")
+        return EpisodicTask(ctx.task, self.options)
 
     def generate(self, req: GenRequest) -> Rollouts:
-        G, tok = req.group_size, req.engine.tok
-        make = getattr(req.task, "environment", None)
-        if make is None:
-            raise UserError(f"the episodes part needs a task with environments: task {getattr(req.task, 'name', '?')!r} "
-                            "has no environment(item) method (reasonrl.envs, docs/agents.md)")
-        rows = [it for it in req.items for _ in range(G)]
-        envs = [make(it) for it in rows]
-        try:
-            prompts = [req.formatter.render(env.reset(it)) for env, it in zip(envs, rows)]
-            prompt_ids = [list(tok(p)["input_ids"]) for p in prompts]  # as the engine encodes a prompt
-            seeds = [stable_seed(s, j) for s in req.seeds("episode") for j in range(G)]
-            fmt = ObservationFormat.build(tok, req.formatter, role=self.role, template=self.observation_template,
-                                          marker=self.marker)
-            eps = run_episodes(EngineTurns(req.engine), envs, prompt_ids, req.sampling, seeds, self.limits, fmt,
-                               lambda ids: tok.decode(ids, skip_special_tokens=True), self.workers)
-            evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
-        finally:
-            for env in envs:
-                close = getattr(env, "close", None)
-                if close is not None:
-                    close()
-        texts = ["" if e.answer is None else self.answer_format.replace("{answer}", e.answer) for e in eps]
-        fixed = fixed_rewards(eps, {"turns": self.turn_limit_reward, "context": self.overflow_reward})
-        ro = episodes_to_rollouts(eps, prompts, G, tok.pad_token_id, texts, fixed)
-        ro.extras["metrics"] = episode_metrics(eps)
-        ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
-        return ro
+        return environment_rollouts(req.engine, req.task, req.items, req.group_size, req.sampling,
+                                    req.seeds("episode"), req.formatter, self.options)
 
 
-def episode_metrics(eps: list[Episode]) -> dict[str, float]:
-    """Turns per episode, the share of each finish reason, and the share of the tokens the policy sampled."""
-    n, reasons = max(len(eps), 1), Counter(e.finish_reason for e in eps)
-    tokens = sum(len(e.ids) for e in eps)
-    return {"episode/turns_mean": sum(e.turns for e in eps) / n,
-            **{f"episode/finish_{r}": reasons[r] / n for r in FINISH},
-            "episode/trainable_frac": sum(sum(e.loss_mask) for e in eps) / max(tokens, 1)}
+class EpisodicTask:
+    """A task with environments and the run's episode options (``episode_options``); all else is the task's."""
 
+    def __init__(self, task: Any, options: EpisodeOptions):
+        self.task, self.episode_options = task, options
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.task, name)

@@ -9,6 +9,7 @@ import difflib
 
 from ..errors import UserError
 from ..parts import Recipe
+from .agents import AGENT_RECIPES
 from .azr import AZR_RECIPE
 from .evoenv import EVOENV_RECIPE
 from .populora import POPULORA_RECIPE
@@ -42,7 +43,7 @@ def register(recipe: Recipe) -> Recipe:
 for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
            PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
            FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE, POPULORA_RECIPE,
-           PROMPT_POLICY_RECIPE, PPO, GRLO, *DISTMATCH_RECIPES):
+           PROMPT_POLICY_RECIPE, PPO, GRLO, *DISTMATCH_RECIPES, *AGENT_RECIPES):
     register(_r)
 
 

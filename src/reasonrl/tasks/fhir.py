@@ -46,8 +46,27 @@ GOLD_SQL = {
     "max": 'SELECT MAX(value) FROM "Observation" WHERE patient = :patient AND code = :code',
     "mean": 'SELECT ROUND(AVG(value), 1) FROM "Observation" WHERE patient = :patient AND code = :code',
 }
-PROMPT = ("You answer questions about a patient's FHIR health record by writing Python in ```python``` blocks.\n"
-          "Tools:\n{tools}\n\nQuestion: {question}\n")
+# the unrounded mean: a tie (x.x5) rounds either way within 0.05 of it, so both roundings are accepted
+EXACT_MEAN_SQL = 'SELECT AVG(value) FROM "Observation" WHERE patient = :patient AND code = :code'
+PROMPTS = {  # an item's prompt: the episode's first message
+    "tools": ("You answer questions about a patient's FHIR health record by writing Python in ```python``` blocks.\n"
+              "Tools:\n{tools}\n\nQuestion: {question}\n"),
+    # for a small context (the tiny reasoner's 512 positions): the tools named, not documented
+    "short": "Python tools: search, read, neighbors, final_answer.\nQ: {question}\n",
+}
+# the scripted expert's action per template: one code cell that queries the tools and answers. A warm start
+# imitates it (`reasonrl pretrain --task fhir`); each is checked against the gold SQL (tests/test_fhir.py)
+DEMOS = {
+    "count": "<code>final_answer(len(search('Observation', code='{code}')))</code>",
+    "latest": "<code>r = search('Observation', code='{code}', _sort='-date', _count=1)\n"
+              "final_answer(r[0]['valueQuantity']['value'])</code>",
+    "max": "<code>final_answer(max(o['valueQuantity']['value'] for o in search('Observation', code='{code}')))</code>",
+    "mean": "<code>v = [o['valueQuantity']['value'] for o in search('Observation', code='{code}')]\n"
+            "final_answer(round(sum(v) / len(v), 1))</code>",
+    "encounters_with": "<code>e = {{x['id'] for x in search('Encounter', **{{'class': '{cls}'}})}}\n"
+                       "o = {{x['encounter']['reference'].split('/')[1] for x in search('Observation', code='{code}')}}\n"
+                       "final_answer(len(e & o))</code>",
+}
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
@@ -59,12 +78,16 @@ class FhirConfig:
     test_fraction: float = 0.2  # of the patients
     turn_timeout: float = 5.0  # seconds per code cell
     max_results: int = 50  # a search's list cap
+    # PROMPTS: "short" names the tools (fits the tiny reasoner's 512 positions); "tools" documents them (a real model)
+    prompt: str = "short"
 
     def __post_init__(self):
         object.__setattr__(self, "templates", tuple(self.templates))
         bad = sorted(set(self.templates) - set(TEMPLATES))
         if bad or not self.templates:
             raise ValueError(f"unknown fhir template(s) {bad or '(none given)'}; valid: {list(TEMPLATES)}")
+        if self.prompt not in PROMPTS:
+            raise ValueError(f"unknown fhir prompt {self.prompt!r}; valid: {list(PROMPTS)}")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
 
@@ -122,8 +145,13 @@ class FhirTask:
         cls_display = ENCOUNTER_CLASSES.get(params.get("cls", ""), "")
         question = QUESTIONS[template].format(display=display, cls_display=cls_display, **params)
         key = ":".join([template, *(f"{k}={params[k]}" for k in sorted(params))])
-        return Item(key=key, prompt=question, answer=gold_answer(self.store, template, params),
-                    meta={"template": template, "question": question, **params})
+        prompt = PROMPTS[self.config.prompt].format(tools=TOOL_DOCS, question=question)
+        meta = {"template": template, "question": question, **params}
+        if template == "mean":
+            with self.store.lock:
+                meta["exact"] = self.store.db.execute(EXACT_MEAN_SQL, params).fetchone()[0]
+        return Item(key=key, prompt=prompt, answer=gold_answer(self.store, template, params), meta=meta,
+                    demo=DEMOS[template].format(**params))
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         patients = self.patients(split)
@@ -139,7 +167,7 @@ class FhirTask:
 
     def environment(self, item: Item) -> CodeActEnv:
         tools = PatientTools(SqliteBackend(self.store), item.meta["patient"], self.config.max_results)
-        env = CodeActEnv(tools.as_tools(), template=PROMPT, tool_docs=TOOL_DOCS, turn_timeout=self.config.turn_timeout)
+        env = CodeActEnv(tools.as_tools(), turn_timeout=self.config.turn_timeout)  # first message: the item's prompt
         env.fhir_tools = tools  # the calls it served or refused (tests, evidence)
         return env
 
@@ -151,4 +179,7 @@ class FhirTask:
         got = self.extract_answer(completion)
         if got is None or answer == "none":
             return float(got is None and answer == "none" and "none" in completion.lower())
-        return float(abs(float(got) - float(answer)) <= 0.05 + 1e-9)
+        # a mean is compared with its unrounded value: a tie rounded down (Python's round on 100.35) or up
+        # (SQL's) is 0.05 from it either way
+        gold = float(meta["exact"]) if meta.get("exact") is not None else float(answer)
+        return float(abs(float(got) - gold) <= 0.05 + 1e-9)

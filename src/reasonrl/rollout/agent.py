@@ -1,0 +1,86 @@
+"""Rollouts of a task with environments: one multi-turn episode per row, for training and for evaluation alike.
+
+A task is *episodic* when it has ``environment(item)`` (:mod:`reasonrl.envs`). Training reaches it
+through the ``episodes`` part (its ``generate`` hook); evaluation (:mod:`reasonrl.eval.runner`) calls
+:func:`environment_rollouts` for such a task instead of single-turn generation, with the options the
+run's ``episodes`` part put on the task (``task.episode_options``) or :class:`EpisodeOptions`' defaults.
+So a held-out answer is the episode's answer, never the first action's text read as an answer.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..errors import UserError
+from ..models.chat import PromptFormatter, context_length
+from ..seeds import stable_seed
+from .base import Rollouts, SamplingParams
+from .episode import FINISH, episodes_to_rollouts, fixed_rewards
+from .multiturn import EngineTurns, EpisodeLimits, ObservationFormat, run_episodes
+
+
+@dataclass(frozen=True)
+class EpisodeOptions:
+    """How episodes run (the ``episodes`` part's options, docs/agents.md)."""
+    limits: EpisodeLimits = EpisodeLimits()
+    overflow_reward: float = 0.0
+    turn_limit_reward: float = 0.0
+    role: str = "user"
+    observation_template: str = "\nObservation:\n{observation}\n"
+    answer_format: str = "{answer}"
+    workers: int = 8
+
+
+def is_episodic(task: Any) -> bool:
+    """Whether ``task`` hands out environments (its rows are episodes, not single completions)."""
+    return callable(getattr(task, "environment", None))
+
+
+def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, sampling: SamplingParams,
+                         seeds: Sequence[int], formatter: PromptFormatter, opts: EpisodeOptions) -> Rollouts:
+    """``n`` episodes per item (rows item-major) on ``engine`` (an in-process HF engine: turns continue
+    from token ids), seeded per item by ``seeds``. The context cap is the smaller of the options' and the
+    model's context length (the model cannot attend past its positions)."""
+    if not is_episodic(task):
+        raise UserError(f"episodes need a task with environments: task {getattr(task, 'name', '?')!r} has no "
+                        "environment(item) method (reasonrl.envs, docs/agents.md)")
+    if not (hasattr(engine, "tok") and hasattr(engine, "model")):
+        raise UserError(f"episodes run on the in-process engine (turns continue from token ids); got "
+                        f"{type(engine).__name__}: use rollout.engine=hf")
+    tok = engine.tok
+    rows = [it for it in items for _ in range(n)]
+    envs = [task.environment(it) for it in rows]
+    model_ctx = context_length(engine.model)
+    limits = opts.limits if model_ctx is None or model_ctx >= opts.limits.max_context_tokens else \
+        EpisodeLimits(opts.limits.max_turns, opts.limits.max_turn_tokens, opts.limits.max_obs_tokens, model_ctx,
+                      opts.limits.marker)
+    try:
+        prompts = [formatter.render(env.reset(it)) for env, it in zip(envs, rows)]
+        prompt_ids = [list(tok(p)["input_ids"]) for p in prompts]  # as the engine encodes a prompt
+        row_seeds = [stable_seed(s, j) for s in seeds for j in range(n)]
+        fmt = ObservationFormat.build(tok, formatter, role=opts.role, template=opts.observation_template,
+                                      marker=limits.marker)
+        eps = run_episodes(EngineTurns(engine), envs, prompt_ids, sampling, row_seeds, limits, fmt,
+                           lambda ids: tok.decode(ids, skip_special_tokens=True), opts.workers)
+        evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
+    finally:
+        for env in envs:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+    texts = ["" if e.answer is None else opts.answer_format.replace("{answer}", e.answer) for e in eps]
+    fixed = fixed_rewards(eps, {"turns": opts.turn_limit_reward, "context": opts.overflow_reward})
+    ro = episodes_to_rollouts(eps, prompts, n, tok.pad_token_id, texts, fixed)
+    ro.extras["metrics"] = episode_metrics(eps)
+    ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
+    return ro
+
+
+def episode_metrics(eps: Sequence[Any]) -> dict[str, float]:
+    """Turns per episode, the share of each finish reason, and the share of the tokens the policy sampled."""
+    n, reasons = max(len(eps), 1), Counter(e.finish_reason for e in eps)
+    tokens = sum(len(e.ids) for e in eps)
+    return {"episode/turns_mean": sum(e.turns for e in eps) / n,
+            **{f"episode/finish_{r}": reasons[r] / n for r in FINISH},
+            "episode/trainable_frac": sum(sum(e.loss_mask) for e in eps) / max(tokens, 1)}
