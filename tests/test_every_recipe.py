@@ -62,10 +62,9 @@ OWN = {
     "trafl": ("arithmetic", {}, ("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
     "diffu_grpo": ("arithmetic", {}, POLICY + ("loss/kl",)),
     # the arithmetic model writes no code: every turn gets the no-code error observation, episodes run to a cap
-    "codeact": ("fhir", {"prompt": "short", "n_patients": 10}, POLICY + ("episode/turns_mean", "episode/finish_context",
-                                                                         "episode/trainable_frac")),
-    "codeact_judge": ("fhir", {"prompt": "short", "n_patients": 10}, ("episode/turns_mean", "judge/no_answer",
-                                                                      "reward/judge/mean")),
+    "codeact": ("fhir", {"n_patients": 10}, POLICY + ("episode/turns_mean", "episode/finish_context",
+                                                    "episode/trainable_frac", "env/codeact/malformed")),
+    "codeact_judge": ("fhir", {"n_patients": 10}, ("episode/turns_mean", "judge/no_answer", "reward/judge/mean")),
 }
 
 

@@ -58,10 +58,11 @@ class CodeActEnv:
         self.options = dict(turn_timeout=turn_timeout, max_chars=max_chars, lifetime=lifetime, **sandbox)
         self._session: SandboxSession | None = None
         self.cells: list[CellResult] = []  # every cell's result this episode (for judges and tests)
+        self.malformed = 0  # turns without runnable code (none, unclosed, empty)
 
     def reset(self, item: Any) -> str:
         self.close()
-        self.cells = []
+        self.cells, self.malformed = [], 0
         question = getattr(item, "prompt", item)
         return self.template.format(question=question, tools=self.tool_docs)
 
@@ -70,10 +71,9 @@ class CodeActEnv:
         code, problem = extract_code(action_text)
         if code is None and said is not None:
             return "", True, said.group(1).strip()
-        if problem is not None:
-            return f"Error: {problem}", False, None
-        if code is None:
-            return NO_CODE, False, None
+        if problem is not None or code is None:
+            self.malformed += 1
+            return (f"Error: {problem}" if problem is not None else NO_CODE), False, None
         if self._session is None:
             self._session = SandboxSession(self.tools, **self.options)
         res = self._session.run(code)
@@ -87,6 +87,14 @@ class CodeActEnv:
         end kept): what a judge reads beside the answer (:mod:`reasonrl.rewards.judge`)."""
         text = "\n---\n".join(render_cell(c) for c in self.cells[-last:])
         return text[-max_chars:]
+
+    def metrics(self) -> dict[str, float]:
+        """This episode's counts: cells run, cells that ended in an error (an exception, a refused tool call,
+        a timeout), timeouts, and turns without runnable code (averaged over episodes as ``env/*``)."""
+        return {"codeact/cells": float(len(self.cells)),
+                "codeact/cell_errors": float(sum(c.error is not None for c in self.cells)),
+                "codeact/timeouts": float(sum(c.timed_out for c in self.cells)),
+                "codeact/malformed": float(self.malformed)}
 
     def close(self) -> None:
         if self._session is not None:

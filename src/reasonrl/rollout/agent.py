@@ -64,6 +64,7 @@ def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, s
         eps = run_episodes(EngineTurns(engine), envs, prompt_ids, sampling, row_seeds, limits, fmt,
                            lambda ids: tok.decode(ids, skip_special_tokens=True), opts.workers)
         evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
+        env_counts = [env.metrics() for env in envs if callable(getattr(env, "metrics", None))]
     finally:
         for env in envs:
             close = getattr(env, "close", None)
@@ -72,7 +73,7 @@ def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, s
     texts = ["" if e.answer is None else opts.answer_format.replace("{answer}", e.answer) for e in eps]
     fixed = fixed_rewards(eps, {"turns": opts.turn_limit_reward, "context": opts.overflow_reward})
     ro = episodes_to_rollouts(eps, prompts, n, tok.pad_token_id, texts, fixed)
-    ro.extras["metrics"] = episode_metrics(eps)
+    ro.extras["metrics"] = {**episode_metrics(eps), **mean_counts(env_counts)}
     ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
     return ro
 
@@ -84,3 +85,9 @@ def episode_metrics(eps: Sequence[Any]) -> dict[str, float]:
     return {"episode/turns_mean": sum(e.turns for e in eps) / n,
             **{f"episode/finish_{r}": reasons[r] / n for r in FINISH},
             "episode/trainable_frac": sum(sum(e.loss_mask) for e in eps) / max(tokens, 1)}
+
+
+def mean_counts(counts: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each key of the environments' ``metrics()`` averaged over the episodes that report it, as ``env/<key>``."""
+    keys = sorted({k for c in counts for k in c})
+    return {f"env/{k}": sum(c[k] for c in counts if k in c) / sum(k in c for c in counts) for k in keys}
