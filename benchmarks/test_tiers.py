@@ -23,7 +23,7 @@ TIERS = {"default": [], "slow": ["-m", "slow"]}
 
 def run_tier(name: str) -> dict:
     """Run one tier in a fresh process; its wall time and pytest's counts."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TIERS[name]]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *TIERS[name]]
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -32,9 +32,10 @@ def run_tier(name: str) -> dict:
     cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", tail)}
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)  # pytest -q's short summary (-rfE)
     return {"tier": name, "command": " ".join(["pytest", "-q", *TIERS[name]]), "seconds": round(seconds, 1),
             "cpu_seconds": round(cpu, 1),
-            "exit_code": proc.returncode, "summary": tail, **counts}
+            "exit_code": proc.returncode, "summary": tail, "failed_tests": failed, **counts}
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from reasonrl.envs import ScriptedEnv
+from reasonrl.models.chat import PLAIN
 from reasonrl.models.tokenizer import build_char_tokenizer
 from reasonrl.parts import PolicyLoss
 from reasonrl.recipes.grpo import GRPO
@@ -267,7 +268,6 @@ def test_evaluation_of_a_task_with_environments_runs_its_episodes(answers):
 def test_the_context_cap_is_at_most_the_models_context_length():
     # a 40-position model and a 10,000-token cap: the episode stops at 40 tokens of context ("context"),
     # instead of sampling past the model's positions
-    from reasonrl.models.chat import PLAIN
     from reasonrl.models.tiny import tiny_config
     from reasonrl.rollout import HFEngine
     from reasonrl.rollout.agent import EpisodeOptions, environment_rollouts
@@ -283,3 +283,45 @@ def test_the_context_cap_is_at_most_the_models_context_length():
     (ep,) = ro.extras["episodes"]
     assert ro.finish_reasons == ["context"] and len(ep.context_ids) <= 40
     assert len(ep.prompt_ids) + len(ep.ids) <= 40
+
+
+class HeldEnv:
+    """Holds a resource from reset to close (as a CodeAct session holds a sandbox uid); answers at its 2nd step."""
+    open_now = most_open = 0
+
+    def __init__(self, answer):
+        self.answer, self.n = answer, 0
+
+    def reset(self, item):
+        HeldEnv.open_now += 1
+        HeldEnv.most_open = max(HeldEnv.most_open, HeldEnv.open_now)
+        return item.prompt
+
+    def step(self, action):
+        self.n += 1
+        return "again", self.n == 2, self.answer if self.n == 2 else None
+
+    def close(self):
+        HeldEnv.open_now -= 1
+
+
+def test_episodes_run_in_waves_of_at_most_max_live():
+    # 7 rows, waves of 3: 3 + 3 + 1 episodes, never more than 3 environments open at once, every one closed,
+    # and every episode answered (the 64-uid sandbox deadlocked when more episodes than uids held sessions)
+    from reasonrl.models import build_tiny
+    from reasonrl.rollout import HFEngine
+    from reasonrl.rollout.agent import EpisodeOptions, environment_rollouts
+
+    class Task(EnvTask):
+        def environment(self, item):
+            return HeldEnv(item.answer)
+
+    model, tok = build_tiny("tiny", seed=0)
+    task = Task(True)
+    items = [next(task.base.iter_items("train", s)) for s in range(7)]
+    HeldEnv.open_now = HeldEnv.most_open = 0
+    opts = EpisodeOptions(limits=EpisodeLimits(max_turns=3, max_turn_tokens=4), max_live=3)
+    ro = environment_rollouts(HFEngine(model, tok), task, items, 1, SamplingParams(temperature=1.0, max_new_tokens=4),
+                              list(range(7)), PLAIN, opts)
+    assert HeldEnv.most_open == 3 and HeldEnv.open_now == 0
+    assert ro.finish_reasons == ["answer"] * 7 and ro.texts == [it.answer for it in items]

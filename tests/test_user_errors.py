@@ -356,7 +356,8 @@ BOUNDARIES = [
     ("diffusion.steps", 1, 0), ("diffusion.block_length", 1, 0), ("diffusion.remasking", "random", "randomly"),
     # multi-turn episodes: counts from 1 (a context of at least 2 tokens), templates holding their slot once
     ("episodes.max_turns", 1, 0), ("episodes.max_obs_tokens", 1, 0), ("episodes.max_context_tokens", 2, 1),
-    ("episodes.max_turn_tokens", 1, 0), ("episodes.workers", 1, 0),
+    ("episodes.max_turn_tokens", 1, 0), ("episodes.workers", 1, 0), ("episodes.max_live", 1, 0),
+    ("episodes.max_live", 64, 65),
     ("episodes.observation_template", "{observation}", "{observation}{observation}"),
     ("episodes.answer_format", "A:{answer}", "A:"),
 ]

@@ -19,7 +19,8 @@ from ..errors import UserError
 from ..rollout import Rollouts
 from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic
 from ..rollout.multiturn import EpisodeLimits
-from ..rules import Rule, at_least
+from ..rewards.sandbox.levels import UID_SLOTS
+from ..rules import Rule, at_least, within
 from .protocol import TaskSetup, register_part
 from .strategy import GenRequest
 
@@ -33,7 +34,8 @@ class Episodes:
     the reward of an episode that hit the context / turn cap (spec: 0); ``role``: the chat role of an
     observation; ``observation_template``: plain prompts' turn markers around it; ``answer_format``: the
     text of an answered row, what the task's verifier reads (``{answer}``: the environment's answer; "" when
-    none); ``workers``: environments stepped at once."""
+    none); ``workers``: environments stepped at once; ``max_live``: episodes run together, in waves (a CodeAct
+    episode holds one of the sandbox's per-process uids from its first cell to its end: at most 64)."""
 
     max_turns: int = 4
     max_turn_tokens: int | None = None
@@ -46,12 +48,13 @@ class Episodes:
     marker: str = "\n...\n"
     answer_format: str = "{answer}"  # a row's text, what the task's verifier reads (arithmetic's: "A:{answer}")
     workers: int = 8
+    max_live: int = 64  # episodes run at once (a CodeAct episode holds one of the sandbox's 64 uids to its end)
 
     RULES: ClassVar[dict[str, Rule]] = {
         "max_turns": at_least(1), "max_obs_tokens": at_least(1), "max_context_tokens": at_least(2),
         "max_turn_tokens": Rule(lambda v, _: v is None or v >= 1, ">= 1, or null for sampling.max_new_tokens"),
         "observation_template": Rule(lambda v, _: str(v).count("{observation}") == 1, "holding {observation} once"),
-        "workers": at_least(1),
+        "workers": at_least(1), "max_live": within(1, UID_SLOTS),
         "answer_format": Rule(lambda v, _: str(v).count("{answer}") == 1, "holding {answer} once"),
     }
     needs = frozenset({"in_process"})  # turns continue from token ids on the trainer's own engine
@@ -61,7 +64,7 @@ class Episodes:
         limits = EpisodeLimits(self.max_turns, self.max_turn_tokens, self.max_obs_tokens, self.max_context_tokens,
                                self.marker)
         return EpisodeOptions(limits, self.overflow_reward, self.turn_limit_reward, self.role,
-                              self.observation_template, self.answer_format, self.workers)
+                              self.observation_template, self.answer_format, self.workers, self.max_live)
 
     def wrap_task(self, ctx: TaskSetup) -> Any:
         """The task, carrying these options: the run's evaluation runs its episodes as training does."""

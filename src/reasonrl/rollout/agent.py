@@ -30,6 +30,9 @@ class EpisodeOptions:
     observation_template: str = "\nObservation:\n{observation}\n"
     answer_format: str = "{answer}"
     workers: int = 8
+    # episodes run at once: a CodeAct episode holds a sandbox session (one of the sandbox's 64 uids per
+    # process) from its first cell to its end, so more at once than that would wait on each other forever
+    max_live: int = 64
 
 
 def is_episodic(task: Any) -> bool:
@@ -50,32 +53,45 @@ def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, s
                         f"{type(engine).__name__}: use rollout.engine=hf")
     tok = engine.tok
     rows = [it for it in items for _ in range(n)]
-    envs = [task.environment(it) for it in rows]
+    row_seeds = [stable_seed(s, j) for s in seeds for j in range(n)]
     model_ctx = context_length(engine.model)
     limits = opts.limits if model_ctx is None or model_ctx >= opts.limits.max_context_tokens else \
         EpisodeLimits(opts.limits.max_turns, opts.limits.max_turn_tokens, opts.limits.max_obs_tokens, model_ctx,
                       opts.limits.marker)
-    try:
-        prompts = [formatter.render(env.reset(it)) for env, it in zip(envs, rows)]
-        prompt_ids = [list(tok(p)["input_ids"]) for p in prompts]  # as the engine encodes a prompt
-        row_seeds = [stable_seed(s, j) for s in seeds for j in range(n)]
-        fmt = ObservationFormat.build(tok, formatter, role=opts.role, template=opts.observation_template,
-                                      marker=limits.marker)
-        eps = run_episodes(EngineTurns(engine), envs, prompt_ids, sampling, row_seeds, limits, fmt,
-                           lambda ids: tok.decode(ids, skip_special_tokens=True), opts.workers)
-        evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
-        env_counts = [env.metrics() for env in envs if callable(getattr(env, "metrics", None))]
-    finally:
-        for env in envs:
-            close = getattr(env, "close", None)
-            if close is not None:
-                close()
+    fmt = ObservationFormat.build(tok, formatter, role=opts.role, template=opts.observation_template,
+                                  marker=limits.marker)
+    prompts, eps, evidence, env_counts = [], [], [], []
+    for s in range(0, len(rows), opts.max_live):  # waves: an episode holds its sandbox session to its end
+        wave = _wave(engine, task, rows[s:s + opts.max_live], row_seeds[s:s + opts.max_live], sampling, formatter,
+                     limits, fmt, opts.workers)
+        for acc, part in zip((prompts, eps, evidence, env_counts), wave):
+            acc += part
     texts = ["" if e.answer is None else opts.answer_format.replace("{answer}", e.answer) for e in eps]
     fixed = fixed_rewards(eps, {"turns": opts.turn_limit_reward, "context": opts.overflow_reward})
     ro = episodes_to_rollouts(eps, prompts, n, tok.pad_token_id, texts, fixed)
     ro.extras["metrics"] = {**episode_metrics(eps), **mean_counts(env_counts)}
     ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
     return ro
+
+
+def _wave(engine: Any, task: Any, rows: Sequence[Any], seeds: Sequence[int], sampling: SamplingParams,
+          formatter: PromptFormatter, limits: EpisodeLimits, fmt: ObservationFormat, workers: int) -> tuple:
+    """One wave of episodes run together: (prompts, episodes, evidence, environment counts); every
+    environment is closed before the next wave starts."""
+    tok, envs = engine.tok, [task.environment(it) for it in rows]
+    try:
+        prompts = [formatter.render(env.reset(it)) for env, it in zip(envs, rows)]
+        prompt_ids = [list(tok(p)["input_ids"]) for p in prompts]  # as the engine encodes a prompt
+        eps = run_episodes(EngineTurns(engine), envs, prompt_ids, sampling, seeds, limits, fmt,
+                           lambda ids: tok.decode(ids, skip_special_tokens=True), workers)
+        evidence = [str(env.evidence()) if hasattr(env, "evidence") else "" for env in envs]
+        counts = [env.metrics() for env in envs if callable(getattr(env, "metrics", None))]
+    finally:
+        for env in envs:
+            close = getattr(env, "close", None)
+            if close is not None:
+                close()
+    return prompts, eps, evidence, counts
 
 
 def episode_metrics(eps: Sequence[Any]) -> dict[str, float]:
