@@ -99,7 +99,8 @@ def static_problem(code: str, max_chars: int) -> tuple[str, str] | None:
 
 def _renders(codes: Sequence[str], c: EnvCheck) -> list[list[dict]]:
     calls = [("@render", (s, d)) for d in range(1, c.difficulties + 1) for s in range(1, c.seeds + 1)]
-    return call_envs([(code, calls) for code in codes], limit=c.call_limit)
+    # L2 rejects a module on its first failed call: after a timeout its other instances need not run
+    return call_envs([(code, calls) for code in codes], limit=c.call_limit, stop_after_timeout=True)
 
 
 def _execution(first: list[dict], second: list[dict], c: EnvCheck) -> tuple[str, str] | None:

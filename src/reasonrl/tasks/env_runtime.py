@@ -116,7 +116,13 @@ for job in json.loads(sys.stdin.read()):
         signal.setitimer(signal.ITIMER_REAL, 0)
         out.append([{"ok": False, "error": "load: %%s: %%s" %% (type(err).__name__, err)}] * len(job["calls"]))
         continue
-    out.append([call(env, m, a, job["limit"]) for m, a in job["calls"]])
+    results = []
+    for m, a in job["calls"]:
+        if job["stop_after_timeout"] and results and results[-1].get("error", "").startswith("CallTimeout"):
+            results.append({"ok": False, "error": "CallTimeout: not run: an earlier call ran past its time limit"})
+        else:
+            results.append(call(env, m, a, job["limit"]))
+    out.append(results)
 sys.stdout.write(MARK + json.dumps(out) + "\n")
 ''' % (PRELUDE, MARK)
 
@@ -141,10 +147,14 @@ def _run_batch(jobs: list[dict], timeout: float, memory_mb: int) -> list[list[di
 
 
 def call_envs(jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]], *, limit: float = 1.0,
-              timeout: float = 20.0, memory_mb: int = 256, batch: int = 32) -> list[list[dict]]:
+              timeout: float = 20.0, memory_mb: int = 256, batch: int = 32,
+              stop_after_timeout: bool = False) -> list[list[dict]]:
     """Run ``(module code, [(method, args), ...])`` jobs in the sandbox, ``batch`` modules per process;
-    each call has ``limit`` seconds. Returns, per job, one result dict per call."""
-    payload = [{"code": code, "calls": [[m, list(a)] for m, a in calls], "limit": limit} for code, calls in jobs]
+    each call has ``limit`` seconds. Returns, per job, one result dict per call. ``stop_after_timeout``:
+    once a module's call times out, its later calls fail at once without running (a validation that
+    rejects the module on its first failure need not wait ``limit`` seconds for each of them)."""
+    payload = [{"code": code, "calls": [[m, list(a)] for m, a in calls], "limit": limit,
+                "stop_after_timeout": stop_after_timeout} for code, calls in jobs]
     out: list[list[dict]] = []
     for start in range(0, len(payload), batch):
         out += _run_batch(payload[start:start + batch], timeout, memory_mb)
