@@ -10,6 +10,8 @@
    (the peer of the agent's step time on this machine).
 
     python benchmarks/codeact_fhir.py --base runs/fhir_base --seeds 3 --steps 30
+    python benchmarks/codeact_fhir.py --base runs/fhir_base50 --out runs/codeact_fhir50 \
+        --json benchmarks/results/agents/codeact_fhir50.json episodes.max_obs_tokens=96
     python benchmarks/codeact_fhir.py --smoke --base DIR           # 2 steps, 1 seed, 10 problems
 
 The judge's parse-failure rate needs a judge model: with the tiny reasoner there is none worth the name, so
@@ -66,12 +68,13 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/codeact_fhir"))
     ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/agents/codeact_fhir.json")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 10 problems: the code paths only")
+    ap.add_argument("overrides", nargs="*", help="run settings for every seed, e.g. episodes.max_obs_tokens=96")
     a = ap.parse_args()
     if a.smoke:
         a.steps, a.seeds, a.problems = 2, 1, 10
     cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", "codeact", "--seeds", str(a.seeds),
            "--steps", str(a.steps), "--task", "fhir", "--out", str(a.out), f"model={a.base}", "eval_every=0",
-           f"final_eval_problems={a.problems}", "final_eval_k=0", "save_every=0", "--resume"]
+           f"final_eval_problems={a.problems}", "final_eval_k=0", "save_every=0", *a.overrides, "--resume"]
     subprocess.run(cmd, check=True, env=_env())
     seeds = {s: seed_row(a.out / f"codeact-seed{s}") for s in range(a.seeds)}
     grpo = grpo_step_seconds(a.out, 2 if a.smoke else 5)
