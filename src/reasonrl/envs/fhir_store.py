@@ -196,8 +196,9 @@ class FhirStore:
         self.db.execute(f'INSERT INTO "{kind}" (' + ", ".join(f'"{n}"' for n in names) + ") VALUES ("
                         + ", ".join("?" * len(names)) + ")", values)
 
-    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        """Rows of a read-only SQL query (the gold answers' and the tool backend's)."""
+    def query(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
+        """Rows of a read-only SQL query (the gold answers' and the tool backend's); ``args`` positional
+        (``?``) or named (``:name``)."""
         with self.lock:
             return self.db.execute(sql, args).fetchall()
 

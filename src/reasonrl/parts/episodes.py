@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import UserError
 from ..rollout import Rollouts
-from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic
+from ..rollout.agent import EpisodeOptions, environment_rollouts, require_episodic
 from ..rollout.multiturn import EpisodeLimits
 from ..rewards.sandbox.levels import UID_SLOTS
 from ..rules import Rule, at_least, within
@@ -68,9 +67,7 @@ class Episodes:
 
     def wrap_task(self, ctx: TaskSetup) -> Any:
         """The task, carrying these options: the run's evaluation runs its episodes as training does."""
-        if not is_episodic(ctx.task):
-            raise UserError(f"the episodes part needs a task with environments: task {getattr(ctx.task, 'name', '?')!r} "
-                            "has no environment(item) method (reasonrl.envs, docs/agents.md)")
+        require_episodic(ctx.task)  # refused where the run builds its task, before any model loads
         return EpisodicTask(ctx.task, self.options)
 
     def generate(self, req: GenRequest) -> Rollouts:

@@ -8,6 +8,7 @@ So a held-out answer is the episode's answer, never the first action's text read
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -40,14 +41,19 @@ def is_episodic(task: Any) -> bool:
     return callable(getattr(task, "environment", None))
 
 
+def require_episodic(task: Any) -> None:
+    """A UserError naming ``task`` unless it hands out environments."""
+    if not is_episodic(task):
+        raise UserError(f"episodes need a task with environments: task {getattr(task, 'name', '?')!r} has no "
+                        "environment(item) method (reasonrl.envs, docs/agents.md)")
+
+
 def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, sampling: SamplingParams,
                          seeds: Sequence[int], formatter: PromptFormatter, opts: EpisodeOptions) -> Rollouts:
     """``n`` episodes per item (rows item-major) on ``engine`` (an in-process HF engine: turns continue
     from token ids), seeded per item by ``seeds``. The context cap is the smaller of the options' and the
     model's context length (the model cannot attend past its positions)."""
-    if not is_episodic(task):
-        raise UserError(f"episodes need a task with environments: task {getattr(task, 'name', '?')!r} has no "
-                        "environment(item) method (reasonrl.envs, docs/agents.md)")
+    require_episodic(task)
     if not (hasattr(engine, "tok") and hasattr(engine, "model")):
         raise UserError(f"episodes run on the in-process engine (turns continue from token ids); got "
                         f"{type(engine).__name__}: use rollout.engine=hf")
@@ -56,8 +62,7 @@ def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, s
     row_seeds = [stable_seed(s, j) for s in seeds for j in range(n)]
     model_ctx = context_length(engine.model)
     limits = opts.limits if model_ctx is None or model_ctx >= opts.limits.max_context_tokens else \
-        EpisodeLimits(opts.limits.max_turns, opts.limits.max_turn_tokens, opts.limits.max_obs_tokens, model_ctx,
-                      opts.limits.marker)
+        dataclasses.replace(opts.limits, max_context_tokens=model_ctx)
     fmt = ObservationFormat.build(tok, formatter, role=opts.role, template=opts.observation_template,
                                   marker=limits.marker)
     prompts, eps, evidence, env_counts = [], [], [], []

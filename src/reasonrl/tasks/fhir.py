@@ -101,9 +101,7 @@ def format_number(value: float | int | None) -> str:
 
 def gold_answer(store: FhirStore, template: str, params: dict[str, str]) -> str:
     """The template's SQL (:data:`GOLD_SQL`) over the store, as text."""
-    with store.lock:
-        row = store.db.execute(GOLD_SQL[template], params).fetchone()
-    return format_number(row[0])
+    return format_number(store.query(GOLD_SQL[template], params)[0][0])
 
 
 class FhirTask:
@@ -148,8 +146,7 @@ class FhirTask:
         prompt = PROMPTS[self.config.prompt].format(tools=TOOL_DOCS, question=question)
         meta = {"template": template, "question": question, **params}
         if template == "mean":
-            with self.store.lock:
-                meta["exact"] = self.store.db.execute(EXACT_MEAN_SQL, params).fetchone()[0]
+            meta["exact"] = self.store.query(EXACT_MEAN_SQL, params)[0][0]
         return Item(key=key, prompt=prompt, answer=gold_answer(self.store, template, params), meta=meta,
                     demo=DEMOS[template].format(**params))
 
