@@ -10,7 +10,11 @@ table and writes JSON.
 
     python benchmarks/rm_accuracy.py --out runs/grlo_rm
     python benchmarks/grlo_transfer.py --rm runs/grlo_rm --steps 60 --seeds 3 --out runs/grlo_transfer
+    python benchmarks/grlo_transfer.py --rm runs/grlo_rm --grlo-opt kl.coef=0 --out runs/grlo_nokl   # the paper's no-KL
     python benchmarks/grlo_transfer.py --rm /tmp/rm_smoke --smoke --out /tmp/grlo_smoke
+
+A run folder that already holds a finished run (``summary.json``) is reused, so grpo runs can be shared between
+settings by linking them into ``--out``.
 """
 from __future__ import annotations
 
@@ -64,6 +68,8 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=500)
     ap.add_argument("--out", type=Path, default=Path("runs/grlo_transfer"))
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/grlo/transfer.json"))
+    ap.add_argument("--grlo-opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for the grlo runs (repeatable), e.g. kl.coef=0.5")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 20 problems: checks the script runs")
     args = ap.parse_args()
     if args.smoke:
@@ -71,7 +77,7 @@ def main() -> None:
     rows = {"start": accuracy(None, args.problems)}
     scores = []
     for seed in range(args.seeds):
-        g = train("grlo", seed, args.steps, args.out, [f"rewards.rm.model={args.rm}"])
+        g = train("grlo", seed, args.steps, args.out, [f"rewards.rm.model={args.rm}", *args.grlo_opt])
         rows[f"grlo-seed{seed}"] = accuracy(str(g / "final"), args.problems)
         scores.append(rm_scores(g))
         v = train("grpo", seed, args.steps, args.out, ["--task", "arithmetic", "group_size=8", "prompts_per_step=8"])

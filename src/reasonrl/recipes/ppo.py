@@ -34,7 +34,8 @@ PPO = Recipe(
     critic=Critic(),
 )
 
-# GRLO: PPO + GAE (gamma 1, lam 1) from a base model, rewarded by a BT reward model alone, no KL, n = 1
+# GRLO: PPO + GAE (gamma 1, lam 1) from a base model, rewarded by a BT reward model alone, n = 1; a KL anchor
+# the paper does not use (measured: without it a weak reward model is hacked, see the inferred list)
 GRLO = dataclasses.replace(
     PPO,
     name="grlo",
@@ -46,8 +47,11 @@ GRLO = dataclasses.replace(
         "inferred form r - coef * max(0, L - L0) / L0 behind rewards.rm.length_coef > 0",
         "task: explain (open-ended facts to explain in plain-text prompts, no chat template: a 'zero' run on the "
         "base); the transfer reading evaluates arithmetic (benchmarks/grlo_transfer.py)",
-        "verl PPO: gamma = lam = 1, whitened GAE advantages, value clip 0.5, no KL loss or KL in reward, rollout "
-        "n = 1 (group_size=1), 4 optimiser steps per batch (train batch 1024 / PPO mini-batch 256)",
+        "verl PPO: gamma = lam = 1, whitened GAE advantages, value clip 0.5, rollout n = 1 (group_size=1), 4 "
+        "optimiser steps per batch (train batch 1024 / PPO mini-batch 256)",
+        "KL to the start, k3, coef 0.5 (the paper: none; kl.coef=0 restores it): with the tiny reasoner's 0.71-"
+        "accurate reward model and no KL the policy hacks the reward (held-out arithmetic 0.420 -> 0.115 +- 0.014 over "
+        "3 seeds x 60 steps); with 0.5 it keeps 0.372 +- 0.016 (benchmarks/grlo_transfer.py, docs/ppo.md)",
         "batch: 64 prompts x 1 sample per step (the samples of grpo's 8 x 8) on the tiny reasoner",
         "lr: actor 2e-5, critic 2e-4 (the paper's 1e-6 / 1e-5: the same 10x ratio; the actor's 5e-5 of grpo "
         "over 2.5 since each batch takes 4 optimiser steps here), critic a separate copy of the starting model",
@@ -58,5 +62,6 @@ GRLO = dataclasses.replace(
     extra_rewards=((RMReward(), 1.0),),
     optim=Optim(lr=2e-5, minibatches=4),
     critic=Critic(lr=2e-4),
+    kl=KL(coef=0.5),
     run_defaults=(("task", "explain"), ("prompts_per_step", 64)),
 )
