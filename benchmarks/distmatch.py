@@ -5,10 +5,13 @@ correct chains per problem, median seconds per training step; paired differences
 
     python benchmarks/distmatch.py                     # 3 seeds x 60 steps, K = 64 on 100 problems: hours on 2 cores
     python benchmarks/distmatch.py --group ar --seeds 1 --steps 30
+    python benchmarks/distmatch.py --group ar --variant disa:balance.table=T.jsonl   # + DISA on another table
     python benchmarks/distmatch.py --smoke             # 1 seed x 2 steps, K = 4 on 4 problems: the plumbing only
 
-Each run is a `reasonrl train` process (via reasonrl.compare); the table goes to stdout and JSON to
-benchmarks/results/distmatch/<group>.json (--smoke: a temporary folder unless --out is given).
+Each run is a `reasonrl train` process (via reasonrl.compare); a finished run already in the folder is reused
+when its config.yaml is the one the run would write (as `reasonrl compare --resume`), a killed one continued.
+The table goes to stdout and JSON to benchmarks/results/distmatch/<group>.json (--smoke: a temporary folder
+unless --out is given).
 """
 from __future__ import annotations
 
@@ -67,6 +70,19 @@ def print_table(group: str, rows: list[dict], n: int) -> None:
             print(f"    failed run: {e}")
 
 
+def expected_configs(recipes: list[str], steps: int, extra: list[str]):
+    """Resume: each run's expected config.yaml, as `reasonrl compare --resume` checks it (finished runs reused)."""
+    from reasonrl.commands.common import checked_run
+    from reasonrl.commands.evaluate import _expected_config
+    from reasonrl.compare import parse_variant
+
+    runs = {}
+    for entry in recipes:
+        name, own = parse_variant(entry)
+        runs[entry] = checked_run([*extra, *own], name, None, None, steps, None, False)
+    return _expected_config(runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--group", choices=[*GROUPS, "all"], default="all")
@@ -75,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pass-k", type=int, default=64, help="samples per held-out problem in the final eval")
     ap.add_argument("--problems", type=int, default=100, help="held-out problems of the final eval")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--variant", action="append", default=[], metavar="RECIPE:KEY=VALUE",
+                    help="a recipe variant added to the group (repeatable), e.g. disa:balance.table=T.jsonl")
     ap.add_argument("--smoke", action="store_true", help="1 seed x 2 steps, 4 problems x 4 samples")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -88,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for group in (GROUPS if args.group == "all" else [args.group]):
         # smoke: DISA's in-run table over 8 prompts x 2 proposals (its default: 128 x 8), as a variant of its own
-        recipes = [SMOKE_VARIANTS.get(r, r) if args.smoke else r for r in GROUPS[group]]
+        recipes = [SMOKE_VARIANTS.get(r, r) if args.smoke else r for r in GROUPS[group]] + args.variant
         report = compare(recipes, args.seeds, args.steps, out / f"runs-{group}", extra=extra,
+                         expected=expected_configs(recipes, args.steps, extra),
                          on_run=lambda r: print(f"  {r.recipe} seed {r.seed}: " + ("ok" if r.ok else r.error),
                                                 file=sys.stderr))
         rows = summarise(report, recipes)

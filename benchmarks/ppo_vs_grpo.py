@@ -10,6 +10,7 @@
 
     python benchmarks/ppo_vs_grpo.py --steps 60 --seeds 3 --out runs/compare_ppo
     python benchmarks/ppo_vs_grpo.py --smoke --out /tmp/ppo_smoke         # 2 steps, 1 seed, 20 problems
+    python benchmarks/ppo_vs_grpo.py --speed 12 --rounds 3 --out /tmp/ppo_speed   # s/step only, on an idle machine
 """
 from __future__ import annotations
 
@@ -55,6 +56,30 @@ def memory(recipe: str, scratch: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def speed(out: Path, steps: int, rounds: int, path: Path | None) -> None:
+    """Seconds per step alone: grpo and ppo alternated in fresh processes, no evaluation (run it on an idle
+    machine); per run the median step without the first (warm-up), then the median over the rounds."""
+    env = {**os.environ, "PYTHONPATH": "src" + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    per = {r: [] for r in RECIPES}
+    for rnd in range(rounds):
+        for recipe in RECIPES:
+            run = out / "speed" / f"{recipe}-round{rnd}"
+            subprocess.run([sys.executable, "-m", "reasonrl.cli", "train", "--recipe", recipe, "--steps", str(steps),
+                            "--out", str(run), "eval_every=0", "final_eval_problems=0", "save_every=0"],
+                           check=True, env=env, capture_output=True)
+            rows = read_metrics(run / "metrics.jsonl")[1:]
+            per[recipe].append(statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in rows))
+    med = {r: statistics.median(v) for r, v in per.items()}
+    print(f"{'recipe':8s} {'s/step':>8s}  rounds")
+    for recipe, v in per.items():
+        print(f"{recipe:8s} {med[recipe]:8.3f}  " + ", ".join(f"{x:.3f}" for x in v))
+    print(f"ppo / grpo: {med['ppo'] / med['grpo']:.2f}x")
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"steps": steps, "rounds": rounds, "per_round": per, "median": med,
+                                    "ratio_ppo_over_grpo": med["ppo"] / med["grpo"]}, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=60)
@@ -64,7 +89,12 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None,
                     help="default: benchmarks/results/ppo/ppo_vs_grpo.json (--smoke: none unless given)")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 20 problems: checks the script runs")
+    ap.add_argument("--speed", type=int, default=0, metavar="STEPS",
+                    help="only seconds per step: STEPS-step runs of each recipe, alternated (--rounds), no evaluation")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    if args.speed:
+        return speed(args.out, args.speed, args.rounds, args.json or Path("benchmarks/results/ppo/speed.json"))
     if args.smoke:
         args.steps, args.seeds, args.problems = 2, 1, 20
     cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", ",".join(RECIPES), "--seeds", str(args.seeds),
