@@ -1,0 +1,349 @@
+"""Recipe health table (issue #26 item 8): one row per registered recipe, read from the JSON of the measurements
+already made (nothing is trained or evaluated here).
+
+    python benchmarks/health_table.py                  # prints the table, writes benchmarks/results/recipe_health/table.json
+    python benchmarks/health_table.py --markdown       # the same as markdown (docs/health.md pastes it)
+
+Every source is declared once in SOURCES: its file, how to read it (READERS), the setting it ran in (SETTINGS: the
+base, pool, adapters, task; the rows are comparable only within one setting), the recipes it is the main
+measurement of (`primary`, recipe -> entry as written in the JSON) and the reference recipe of the measurement
+(`baseline`, grpo unless stated). Every other entry of a source (ablations, older defaults, other settings) goes to
+the "other measurements" table. A number the JSON does not hold is left empty, never filled in: the only derived
+values are the s/step ratio (the two s/step of the JSON, where it has no ratio), a mean over seeds of the
+per-run evaluation rates (task_methods' diagnostics.json) and the sign of a paired difference when the JSON's
+reference is the recipe itself (physics: gspo - physics_r1 shown as physics_r1 - gspo). Missing files are skipped
+and named. A recipe in no source is "not measured", with the command that measures it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+R = "benchmarks/results/"
+SHIPPED = "the shipped base (held-out greedy pass@1 0.420), arithmetic, 8 prompts x 8 samples a step, full fine-tuning"
+SETTINGS = {
+    "base": f"{SHIPPED}, the endless train stream, 500 held-out problems",
+    "pool128": f"{SHIPPED}, a pool of 128 train problems (data.pool=128), 500 held-out problems; two compares side "
+               "by side, one process per core (seconds comparable within the table)",
+    "lora": "as pool128 but LoRA adapters lora.r=8 for both recipes (vpd needs them)",
+    "drafts": "a learner warm-started 150 steps on the drafts template (0.100 in it, 0.058 plain); 500 held-out "
+              "problems, the drafts rows evaluated in the template, grpo on plain prompts",
+    "ctx": "the context-mix warm start runs/ctxbase45 (plain pass@1 0.53), 500 held-out problems; s/step from one "
+           "15-step run per recipe on an idle machine (compare_selfteach/step_seconds.json)",
+    "ctx2": "the context-mix warm start regenerated (pass@1 0.504), 2 seeds, 500 held-out problems",
+    "ar100": f"{SHIPPED}, 100 held-out problems (greedy; pass@k from 64 samples in the JSON)",
+    "grlo": "the shipped base; grlo trains on explain against a Bradley-Terry reward model (held-out pairwise "
+            "0.708), grpo on arithmetic; pass@1 is arithmetic on 500 held-out problems (grlo: transfer)",
+    "fhir50": "CodeAct on fhir from a warm start in the learning zone (0.500), episodes.max_obs_tokens=96, 100 "
+              "held-out questions; no grpo run: its s/step is single-turn grpo on arithmetic",
+    "fhir86": "as fhir50 but from a warm start at 0.860 and the default observation cap",
+    "temporal": "the temporal task from its own warm start (0.530), 200 held-out problems",
+    "diagnosis": "the diagnosis task from its own warm start (0.385), 200 held-out problems",
+    "recommend": "the recommend task from its own warm start (0.310), loss.clip_high=0.28, 200 held-out problems",
+    "recommend_lr": "as recommend but optim.lr=2e-4 and no loss.clip_high override",
+    "recommend_soft": "the recommend task from a softer warm start (0.155), 200 held-out problems",
+    "code": "the code task from its own warm start (0.315), 200 held-out problems",
+    "spaced": "arithmetic from a warm start with 5% spaced demonstrations (0.510), 200 held-out problems; the "
+              "reference is vspo:steering=null (the same shaped reward, no steering)",
+    "multipart": "the multipart task from its own warm start (0.475 on the 200 held-out problems); reference gspo",
+    "diffusion": "the shipped masked-diffusion LM (0.075), arithmetic; reference diffu_grpo",
+}
+SSOPD_NOW = "ssopd:ssopd.w_star=eos:ssopd.clip=1.0"  # the recipe's defaults since issue #26
+DRAFTS = "drafts:drafts.file=/work/main/runs/drafts.jsonl"
+SOURCES = [
+    dict(path=R + "recipe_health/ssopd_3seeds.json", reader="compare", setting="base", doc="selfteach.md",
+         primary={"grpo": "grpo", "ssopd": SSOPD_NOW}, note="ssopd's entry spells out the defaults it has now"),
+    dict(path=R + "compare_13_14/data.json", reader="compare", setting="pool128", steps=60, doc="results.md",
+         primary={n: n for n in ("lze", "d2evo", "su01", "fest", "gspo")}),
+    dict(path=R + "compare_13_14/teacher.json", reader="compare", setting="pool128", steps=60, doc="teacher.md",
+         primary={n: n for n in ("tgpo", "tgpo_adv", "rkl_opd", "kdrl")}),
+    dict(path=R + "compare_13_14/vpd.json", reader="compare", setting="lora", steps=60, doc="vpd.md",
+         primary={"vpd": "vpd"}),
+    dict(path=R + "compare_13_14/drafts.json", reader="compare", setting="drafts", steps=60, doc="drafts.md",
+         primary={"drafts": DRAFTS}),
+    dict(path=R + "compare_grpo_dapo_edas_mugrpo/compare.json", reader="compare", setting="base", doc="compare.md",
+         primary={n: n for n in ("dapo", "edas", "mu_grpo")}),
+    dict(path=R + "compare_selfteach/compare_3seeds.json", reader="compare", setting="ctx", doc="selfteach.md",
+         seconds=R + "compare_selfteach/step_seconds.json",
+         primary={n: n for n in ("egrsd", "cl_egrsd", "cipo", "stride", "nudgerl")},
+         note="ssopd here ran at the spec's defaults then (no clip, w* any)"),
+    dict(path=R + "compare_selfteach/replication_2seeds/compare.json", reader="compare", setting="ctx2",
+         doc="selfteach.md", primary={}, note="ssopd at the spec's defaults then"),
+    dict(path=R + "recipe_health/ssopd_screen.json", reader="compare", setting="base", doc="selfteach.md", primary={}),
+    dict(path=R + "ppo/ppo_vs_grpo.json", reader="compare", table="compare_table", setting="base", doc="ppo.md",
+         seconds=R + "ppo/speed.json", primary={"ppo": "ppo"},
+         note="s/step from 12-step runs on an idle machine (ppo/speed.json)"),
+    dict(path=R + "grlo/transfer_kl05.json", reader="grlo", setting="grlo", doc="ppo.md", primary={"grlo": "grlo"},
+         note="kl.coef=0.5, the default now"),
+    dict(path=R + "grlo/transfer.json", reader="grlo", setting="grlo", doc="ppo.md", primary={},
+         note="kl.coef=0, the paper's setting and the default then"),
+    dict(path=R + "distmatch/ar.json", reader="distmatch", setting="ar100", doc="distmatch.md",
+         primary={"flowrl": "flowrl", "disa": "disa"}, note="Welch p in the JSON is on sampled pass@1: not shown"),
+    dict(path=R + "distmatch/diffusion.json", reader="distmatch", setting="diffusion", baseline="diffu_grpo",
+         doc="distmatch.md", primary={"diffu_grpo": "diffu_grpo", "trafl": "trafl"}),
+    dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
+         primary={"codeact": "codeact"}),
+    dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
+    dict(path=R + "task_methods/tempo/compare.json", reader="compare", setting="temporal", doc="tasks.md",
+         diagnostics=R + "task_methods/tempo/diagnostics.json", primary={"tempo": "tempo"}),
+    dict(path=R + "task_methods/sspo/compare.json", reader="compare", setting="diagnosis", doc="tasks.md",
+         diagnostics=R + "task_methods/sspo/diagnostics.json", primary={"sspo": "sspo"}),
+    dict(path=R + "task_methods/sapo/compare.json", reader="compare", setting="recommend", doc="tasks.md",
+         diagnostics=R + "task_methods/sapo/diagnostics.json", primary={"sapo": "sapo"}),
+    dict(path=R + "task_methods/sapo_lr2e-4/compare.json", reader="compare", setting="recommend_lr", doc="tasks.md",
+         diagnostics=R + "task_methods/sapo_lr2e-4/diagnostics.json", primary={}),
+    dict(path=R + "task_methods/sapo_soft_base/compare.json", reader="compare", setting="recommend_soft",
+         doc="tasks.md", diagnostics=R + "task_methods/sapo_soft_base/diagnostics.json", primary={}),
+    dict(path=R + "task_methods/codethinker/compare.json", reader="compare", setting="code", doc="tasks.md",
+         diagnostics=R + "task_methods/codethinker/diagnostics.json", primary={"codethinker": "codethinker"}),
+    dict(path=R + "task_methods/vspo/compare.json", reader="compare", setting="spaced", doc="tasks.md",
+         baseline="vspo:steering=null", primary={"vspo": "vspo"}),
+    dict(path=R + "compare_physics_30steps/compare.json", reader="compare", setting="multipart", doc="physics.md",
+         baseline="gspo", primary={"physics_r1": "physics_r1"}),
+    dict(path=R + "compare_physics/compare.json", reader="compare", setting="multipart", doc="physics.md",
+         baseline="gspo", primary={}),
+]
+DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside the generic recipe_health command
+    "azr": "bash benchmarks/selfplay_compare.sh azr 30", "evoenv": "bash benchmarks/selfplay_compare.sh evoenv 30",
+    "populora": "python benchmarks/populora_compare.py --model runs/azr_base --steps 30 --seeds 0,1,2",
+    "prompt_policy": "python benchmarks/prompt_policy_bench.py --steps 30",
+    "trafl": "python benchmarks/distmatch.py --group diffusion", "diffu_grpo": "python benchmarks/distmatch.py --group diffusion",
+}  # codeact_judge: needs a judge model (rewards.judge.backend=...); benchmarks/codeact_fhir.py trains codeact only
+FIELDS = ("mean", "std", "seeds", "per_seed", "p", "paired", "trunc", "fmt", "length", "s_step", "s_x")
+
+
+def _paired(p: dict | None) -> dict | None:
+    """A paired_vs_first block as (diff, low, high, McNemar p), or None."""
+    if not p or p.get("diff") is None:
+        return None
+    return {"diff": p["diff"], "low": p.get("ci_low"), "high": p.get("ci_high"), "mcnemar_p": p.get("mcnemar_p")}
+
+
+def _steps(d: dict, src: dict) -> int | None:
+    """Steps from the JSON (top level or settings), else the source's declaration (its documented command)."""
+    v = d.get("steps", (d.get("settings") or {}).get("steps", src.get("steps")))
+    return int(v) if v is not None else None
+
+
+def read_compare(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """`reasonrl compare`, compare_merge.py and recipe_health.py JSON: a table of rows, one per entry."""
+    table = d[src.get("table", "table")]
+    first = d.get("first") or (d.get("recipes") or d.get("entries") or [table[0]["recipe"]])[0]
+    out = {}
+    for r in table:
+        out[r["recipe"]] = {
+            "mean": r.get("final_mean"), "std": r.get("final_std"), "seeds": r.get("runs_ok"),
+            "per_seed": r.get("per_seed"), "p": r.get("p_vs_first"), "paired": _paired(r.get("paired_vs_first")),
+            "trunc": r.get("eval_truncation"), "fmt": r.get("eval_format"), "length": r.get("eval_mean_length"),
+            "s_step": r.get("median_s_per_step", r.get("s_per_step")), "s_x": r.get("s_per_step_vs_first")}
+    return out, first, _steps(d, src)
+
+
+def read_distmatch(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """benchmarks/distmatch.py: greedy pass@1 and its paired test; the Welch p it holds is on sampled pass@1."""
+    out = {r["recipe"]: {"mean": r.get("greedy_pass@1"), "std": r.get("greedy_pass@1_std"), "seeds": r.get("runs_ok"),
+                         "per_seed": r.get("per_seed"), "paired": _paired(r.get("greedy_paired_vs_first")),
+                         "s_step": r.get("s_per_step")} for r in d["rows"]}
+    return out, d["rows"][0]["recipe"], _steps(d, src)
+
+
+def read_grlo(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """benchmarks/grlo_transfer.py: per-seed arithmetic accuracy of grlo and grpo, summary [mean, std]."""
+    out = {}
+    for name in ("grlo", "grpo"):
+        seeds = sorted(k for k in d["rows"] if k.startswith(name + "-seed"))
+        mean, std = d["summary"][name + "/arithmetic"]
+        out[name] = {"mean": mean, "std": std, "seeds": len(seeds),
+                     "per_seed": [d["rows"][k]["arithmetic"] for k in seeds]}
+    return out, None, _steps(d, src)
+
+
+def read_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """benchmarks/codeact_fhir.py: held-out correctness after RL per seed; grpo only as seconds per step."""
+    s = d["summary"]
+    per_seed = [d["seeds"][k]["after"] for k in sorted(d["seeds"], key=int)]
+    out = {"codeact": {"mean": s.get("after_mean"), "std": s.get("after_std"), "seeds": len(per_seed),
+                       "per_seed": per_seed, "s_step": s.get("codeact_s_per_step")},
+           "grpo": {"s_step": s.get("grpo_arithmetic_s_per_step")}}
+    return out, None, _steps(d, src)
+
+
+READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact}
+
+
+def run_dir_name(entry: str) -> str:
+    """reasonrl.compare.run_dir_name: the folder name of an entry (diagnostics.json is keyed by it)."""
+    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", entry.replace(":", "__"))
+
+
+def add_diagnostics(entries: dict, path: Path) -> None:
+    """Mean over an entry's seeds of its final evaluation's truncation, format and length (task_diagnostics.py)."""
+    diag = json.loads(path.read_text())
+    for entry, row in entries.items():
+        runs = [v["after"] for k, v in diag.items() if k.rsplit("-seed", 1)[0] == run_dir_name(entry) and "after" in v]
+        for field, key in (("trunc", "truncation_rate"), ("fmt", "format_rate"), ("length", "mean_length")):
+            vals = [r[key] for r in runs if r.get(key) is not None]
+            if vals and row.get(field) is None:
+                row[field] = statistics.fmean(vals)
+
+
+def add_seconds(entries: dict, path: Path) -> None:
+    """Seconds per step from a separate timing: step_seconds.py's list or ppo_vs_grpo.py --speed's medians."""
+    d = json.loads(path.read_text())
+    secs = {r["recipe"]: r["median_s_per_step"] for r in d} if isinstance(d, list) else d["median"]
+    for entry, row in entries.items():
+        if entry in secs:
+            row["s_step"], row["s_x"] = secs[entry], None
+
+
+def read_source(src: dict, root: Path = ROOT) -> dict | None:
+    """One source's entries, each with FIELDS (None where the JSON has nothing), or None if the file is missing."""
+    path = root / src["path"]
+    if not path.exists():
+        return None
+    entries, first, steps = READERS[src["reader"]](json.loads(path.read_text()), src)
+    for extra, add in (("diagnostics", add_diagnostics), ("seconds", add_seconds)):
+        if src.get(extra) and (root / src[extra]).exists():
+            add(entries, root / src[extra])
+    for row in entries.values():
+        for f in FIELDS:
+            row.setdefault(f, None)
+    return {"entries": entries, "first": first, "steps": steps}
+
+
+def against_baseline(read: dict, entry: str, baseline: str) -> dict:
+    """Welch p, the paired test and the s/step ratio of `entry` against `baseline` from what the JSON holds."""
+    rows, first = read["entries"], read["first"]
+    row, base = rows[entry], rows.get(baseline, {})
+    p, paired = None, None
+    if entry != baseline and baseline == first:
+        p, paired = row["p"], row["paired"]
+    elif entry == first and base:  # the JSON's reference is this recipe: the baseline's test, turned round
+        p, b = base.get("p"), base.get("paired")
+        paired = b and {"diff": -b["diff"], "low": None if b["high"] is None else -b["high"],
+                        "high": None if b["low"] is None else -b["low"], "mcnemar_p": b["mcnemar_p"]}
+    s_x = row["s_x"] if baseline == first and entry != baseline else None
+    if s_x is None and entry != baseline and row["s_step"] and base.get("s_step"):
+        s_x = row["s_step"] / base["s_step"]
+    return {"welch_p": p, "paired": paired, "s_per_step_x": s_x}
+
+
+def make_row(recipe: str, entry: str, src: dict, read: dict) -> dict:
+    """One table row: the entry's numbers, its baseline's pass@1 and s/step, and where they come from."""
+    row, baseline = read["entries"][entry], src.get("baseline", "grpo")
+    base = read["entries"].get(baseline, {}) if entry != baseline else {}
+    return {"recipe": recipe, "entry": entry, "measured": row["mean"] is not None, "source": src["path"],
+            "setting": src["setting"], "doc": "docs/" + src["doc"], "steps": read["steps"], "seeds": row["seeds"],
+            "per_seed": row["per_seed"], "pass1_mean": row["mean"], "pass1_std": row["std"],
+            "baseline": baseline if entry != baseline else None, "baseline_pass1_mean": base.get("mean"),
+            "baseline_pass1_std": base.get("std"), "eval_truncation": row["trunc"], "eval_format": row["fmt"],
+            "eval_mean_length": row["length"], "s_per_step": row["s_step"], "baseline_s_per_step": base.get("s_step"),
+            **against_baseline(read, entry, baseline), "note": src.get("note")}
+
+
+def measure_command(recipe: str) -> str:
+    return (f"python benchmarks/recipe_health.py --recipes grpo,{recipe} --seeds 3 --steps 60 --out runs/health/{recipe} "
+            f"--json benchmarks/results/recipe_health/{recipe}.json")
+
+
+def build(recipes: list[str], sources: list[dict] = SOURCES, root: Path = ROOT) -> dict:
+    """The whole table: a main row per recipe (its primary source), the other rows, the recipes not measured."""
+    main, other, missing = {}, [], []
+    for src in sources:
+        read = read_source(src, root)
+        if read is None:
+            missing.append(src["path"])
+            continue
+        by_entry = {e: r for r, e in src["primary"].items()}
+        for entry in read["entries"]:
+            recipe = by_entry.get(entry, entry.split(":")[0])
+            if recipe not in recipes or (entry == src.get("baseline", "grpo") and entry not in by_entry):
+                continue
+            row = make_row(recipe, entry, src, read)
+            if entry in by_entry:
+                if recipe in main:
+                    raise ValueError(f"{recipe} has two primary sources: {main[recipe]['source']}, {src['path']}")
+                main[recipe] = row
+            else:
+                other.append(row)
+    rows = [main.get(r) or {"recipe": r, "measured": False} for r in recipes]
+    for r in rows:
+        if not r["measured"]:
+            r.update(command=measure_command(r["recipe"]), dedicated=DEDICATED.get(r["recipe"]))
+    other.sort(key=lambda r: recipes.index(r["recipe"]))
+    return {"command": "python benchmarks/health_table.py", "recipes": len(recipes),
+            "measured": sum(1 for r in rows if r["measured"]), "missing_sources": missing, "settings": SETTINGS,
+            "rows": rows, "other": other}
+
+
+def _f(v, spec: str = ".3f") -> str:
+    return "" if v is None else format(v, spec)
+
+
+def cells(r: dict) -> list[str]:
+    """A measured row's printed cells."""
+    if not r.get("measured") and "source" not in r:
+        return [r["recipe"], "not measured"] + [""] * 9
+    acc = "" if r["pass1_mean"] is None else f"{r['pass1_mean']:.3f} ± {_f(r['pass1_std'])}"
+    base = "" if r["baseline_pass1_mean"] is None else f"{r['baseline']} {r['baseline_pass1_mean']:.3f} ± {_f(r['baseline_pass1_std'])}"
+    pd = r["paired"]
+    paired = "" if not pd else f"{pd['diff']:+.3f} [{_f(pd['low'], '+.3f')}, {_f(pd['high'], '+.3f')}]"
+    sec = _f(r["s_per_step"], ".2f") + (f" ({r['s_per_step_x']:.2f}x)" if r["s_per_step_x"] is not None else "")
+    short = re.sub(r"=/[^:]*/", "=", r["entry"])  # a file option by its name only
+    entry = r["recipe"] if short == r["recipe"] else f"{r['recipe']} ({short.split(':', 1)[1]})"
+    return [entry, acc, f"{r['seeds']} x {r['steps']}", base, _f(r["welch_p"], ".2g"), paired,
+            _f(r["eval_truncation"]), _f(r["eval_format"], ".2f"), _f(r["eval_mean_length"], ".1f"), sec,
+            f"{r['setting']}: `{r['source'].removeprefix(R)}`"]
+
+
+HEAD = ["recipe", "pass@1", "seeds x steps", "baseline pass@1", "Welch p", "paired diff [95% CI]", "trunc", "format",
+        "len", "s/step (x base)", "setting: source"]
+
+
+def markdown(table: dict) -> str:
+    """The main table, the other measurements, the settings and the recipes not measured, as markdown."""
+    def md(rows):
+        lines = ["| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+        return "\n".join(lines + ["| " + " | ".join(c.replace("|", "\\|") for c in cells(r)) + " |" for r in rows])
+    out = [f"{table['measured']} of {table['recipes']} recipes measured.\n", md(table["rows"]),
+           "\nOther measurements (ablations, earlier defaults, other settings):\n", md(table["other"]),
+           "\nSettings:\n", "| setting | what it is |", "|---|---|"]
+    out += [f"| {k} | {v} |" for k, v in table["settings"].items()]
+    out += ["\nNotes on sources:\n"] + [f"- `{s['path'].removeprefix(R)}`: {s['note']}" for s in SOURCES if s.get("note")]
+    out += ["\nNot measured yet:\n"] + [f"- `{r['recipe']}`: `{r['command']}`" + (
+        f" (or its own benchmark: `{r['dedicated']}`)" if r["dedicated"] else "") for r in table["rows"] if not r["measured"]]
+    if table["missing_sources"]:
+        out.append("\nDeclared sources not present: " + ", ".join(f"`{p}`" for p in table["missing_sources"]))
+    return "\n".join(out)
+
+
+def plain(table: dict) -> str:
+    widths = [22, 15, 13, 22, 7, 26, 6, 6, 5, 16, 0]
+    rows = [HEAD] + [cells(r) for r in table["rows"]]
+    lines = ["  ".join(c[:w].ljust(w) if w else c for c, w in zip(row, widths)) for row in rows]
+    return "\n".join(lines) + f"\n\n{table['measured']} of {table['recipes']} recipes measured; other rows: " \
+        f"{len(table['other'])} (table.json, --markdown); missing sources: {table['missing_sources'] or 'none'}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--markdown", action="store_true", help="print markdown (docs/health.md) instead of plain text")
+    ap.add_argument("--json", type=Path, default=ROOT / R / "recipe_health/table.json", help="where to write the table")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "src"))
+    from reasonrl.recipes import RECIPES
+
+    table = build(list(RECIPES))
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(table, indent=2) + "\n")
+    print(markdown(table) if args.markdown else plain(table))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

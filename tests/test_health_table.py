@@ -1,0 +1,104 @@
+"""benchmarks/health_table.py reads each kind of source JSON right: hand-made files in tmp_path, the expected
+numbers written here by hand, so a reader that picks a wrong field (or none) fails."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SPEC = importlib.util.spec_from_file_location("health_table", Path(__file__).parents[1] / "benchmarks" / "health_table.py")
+ht = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(ht)
+
+
+def _write(root, rel, obj):
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(json.dumps(obj))
+
+
+def _row(recipe, mean, std, runs=3, p=None, paired=None, **extra):
+    return {"recipe": recipe, "runs_ok": runs, "final_mean": mean, "final_std": std, "per_seed": [mean] * runs,
+            "p_vs_first": p, "paired_vs_first": paired, **extra}
+
+
+@pytest.fixture
+def table(tmp_path):
+    paired = {"diff": -0.05, "ci_low": -0.08, "ci_high": -0.02, "mcnemar_p": 0.001}
+    # compare_merge-style: no steps in the JSON (declared), s/step and its ratio in the table
+    _write(tmp_path, "a.json", {"first": "grpo", "table": [
+        _row("grpo", 0.55, 0.03, median_s_per_step=1.2, s_per_step_vs_first=1.0),
+        _row("alpha", 0.50, 0.02, p=0.04, paired=paired, median_s_per_step=3.0, s_per_step_vs_first=2.5),
+        _row("alpha:k=1", 0.52, 0.01, p=0.2, median_s_per_step=2.4, s_per_step_vs_first=2.0)]})
+    # `reasonrl compare`-style where the recipe is the first and the baseline (gspo) second; diagnostics per run
+    _write(tmp_path, "b.json", {"recipes": ["beta", "gspo"], "steps": 30, "table": [
+        _row("beta", 0.60, 0.01, runs=2), _row("gspo", 0.57, 0.02, runs=2, p=0.3, paired=paired)]})
+    _write(tmp_path, "b_diag.json", {
+        "beta-seed0": {"after": {"truncation_rate": 0.1, "format_rate": 1.0, "mean_length": 20.0}},
+        "beta-seed1": {"after": {"truncation_rate": 0.3, "format_rate": 0.8, "mean_length": 30.0}},
+        "gspo-seed0": {"after": {"truncation_rate": 0.9, "format_rate": 0.0, "mean_length": 99.0}}})
+    # distmatch-style: greedy pass@1, the paired test under another key, s/step per recipe
+    _write(tmp_path, "c.json", {"steps": 60, "rows": [
+        {"recipe": "grpo", "runs_ok": 3, "greedy_pass@1": 0.64, "greedy_pass@1_std": 0.08, "s_per_step": 1.5},
+        {"recipe": "gamma", "runs_ok": 3, "greedy_pass@1": 0.60, "greedy_pass@1_std": 0.05, "s_per_step": 3.0,
+         "vs_first": {"pass@1": {"welch_p": 0.13}}, "greedy_paired_vs_first": paired}]})
+    # grlo_transfer-style: per-seed rows and [mean, std] summaries
+    _write(tmp_path, "d.json", {"settings": {"steps": "60"}, "rows": {
+        "start": {"arithmetic": 0.42}, "grlo-seed0": {"arithmetic": 0.35}, "grlo-seed1": {"arithmetic": 0.39},
+        "grpo-seed0": {"arithmetic": 0.61}, "grpo-seed1": {"arithmetic": 0.55}},
+        "summary": {"grlo/arithmetic": [0.37, 0.028], "grpo/arithmetic": [0.58, 0.042]}})
+    sources = [
+        dict(path="a.json", reader="compare", setting="s1", doc="x.md", steps=60, primary={"alpha": "alpha"}),
+        dict(path="b.json", reader="compare", setting="s2", doc="x.md", baseline="gspo", primary={"beta": "beta"},
+             diagnostics="b_diag.json"),
+        dict(path="c.json", reader="distmatch", setting="s3", doc="x.md", primary={"gamma": "gamma"}),
+        dict(path="d.json", reader="grlo", setting="s4", doc="x.md", primary={"grlo": "grlo"}),
+        dict(path="missing.json", reader="compare", setting="s1", doc="x.md", primary={"delta": "delta"}),
+    ]
+    return ht.build(["grpo", "alpha", "beta", "gamma", "grlo", "delta"], sources, tmp_path)
+
+
+def test_compare_reader_and_ratio(table):
+    alpha = table["rows"][1]
+    assert (alpha["pass1_mean"], alpha["pass1_std"], alpha["seeds"], alpha["steps"]) == (0.50, 0.02, 3, 60)
+    assert (alpha["baseline"], alpha["baseline_pass1_mean"], alpha["baseline_pass1_std"]) == ("grpo", 0.55, 0.03)
+    assert alpha["welch_p"] == 0.04 and alpha["paired"] == {"diff": -0.05, "low": -0.08, "high": -0.02, "mcnemar_p": 0.001}
+    assert (alpha["s_per_step"], alpha["baseline_s_per_step"], alpha["s_per_step_x"]) == (3.0, 1.2, 2.5)
+    assert alpha["eval_truncation"] is None and alpha["eval_format"] is None  # not in the JSON: left empty
+
+
+def test_baseline_is_first_turns_the_paired_test_round_and_diagnostics_are_seed_means(table):
+    beta = table["rows"][2]
+    assert (beta["pass1_mean"], beta["seeds"], beta["steps"], beta["baseline_pass1_mean"]) == (0.60, 2, 30, 0.57)
+    assert beta["welch_p"] == 0.3  # gspo's p against beta: the same test
+    assert beta["paired"] == {"diff": 0.05, "low": 0.02, "high": 0.08, "mcnemar_p": 0.001}
+    # beta's two seeds only: (0.1 + 0.3) / 2, (1.0 + 0.8) / 2, (20 + 30) / 2
+    assert beta["eval_truncation"] == pytest.approx(0.2) and beta["eval_format"] == pytest.approx(0.9)
+    assert beta["eval_mean_length"] == pytest.approx(25.0)
+
+
+def test_distmatch_and_grlo_readers(table):
+    gamma, grlo = table["rows"][3], table["rows"][4]
+    assert (gamma["pass1_mean"], gamma["pass1_std"], gamma["baseline_pass1_mean"]) == (0.60, 0.05, 0.64)
+    assert gamma["welch_p"] is None  # the JSON's Welch p is on sampled pass@1, not greedy
+    assert gamma["paired"]["diff"] == -0.05 and gamma["s_per_step_x"] == pytest.approx(2.0)  # 3.0 / 1.5
+    assert (grlo["pass1_mean"], grlo["pass1_std"], grlo["seeds"], grlo["steps"]) == (0.37, 0.028, 2, 60)
+    assert grlo["per_seed"] == [0.35, 0.39] and grlo["baseline_pass1_mean"] == 0.58 and grlo["welch_p"] is None
+
+
+def test_primary_other_and_not_measured(table):
+    assert table["rows"][0]["recipe"] == "grpo" and not table["rows"][0]["measured"]  # only ever a baseline here
+    delta = table["rows"][5]
+    assert not delta["measured"] and "--recipes grpo,delta --seeds 3 --steps 60" in delta["command"]
+    assert table["missing_sources"] == ["missing.json"] and table["measured"] == 4
+    (other,) = table["other"]
+    assert (other["recipe"], other["entry"], other["pass1_mean"], other["s_per_step_x"]) == ("alpha", "alpha:k=1", 0.52, 2.0)
+    md = ht.markdown(table)
+    assert "| alpha | 0.500 ± 0.020 | 3 x 60 | grpo 0.550 ± 0.030 | 0.04 | -0.050 [-0.080, -0.020] |" in md
+    assert "| delta | not measured |" in md
+
+
+def test_two_primary_sources_for_one_recipe_is_an_error(tmp_path):
+    _write(tmp_path, "a.json", {"first": "grpo", "table": [_row("grpo", 0.5, 0.0), _row("alpha", 0.4, 0.0)]})
+    src = dict(path="a.json", reader="compare", setting="s", doc="x.md", steps=1, primary={"alpha": "alpha"})
+    with pytest.raises(ValueError, match="two primary sources"):
+        ht.build(["grpo", "alpha"], [src, dict(src)], tmp_path)
