@@ -115,6 +115,17 @@ def test_disa_estimates_its_table_before_the_first_update_and_reads_it(sharp_tin
     assert m["disa/residual_prompts"] >= 1
 
 
+def test_disa_estimate_writes_tables_of_the_recipes_beta():
+    """`reasonrl disa estimate` without --beta must write a table `reasonrl train --recipe disa balance.table=...`
+    accepts (the run refuses another beta): its default is the recipe's, 1 (measured against the spec's 15)."""
+    import inspect
+
+    from reasonrl.commands.disa import estimate_cmd
+    default = inspect.signature(estimate_cmd).parameters["beta"].default.default
+    assert default == get_recipe("disa").balance.beta == 1.0
+    assert get_recipe("flowrl").balance.beta == 15.0  # FlowRL keeps its code's value
+
+
 def _batch(items, G=2):
     texts = ["1+1+0=2\nA:2"] * (len(items) * G)
     ro = text_rollouts([it.prompt for it in items], texts, G)
@@ -222,7 +233,7 @@ def test_disa_estimate_command_writes_a_table_the_recipe_reads(tiny_dir, tmp_pat
     summary = json.loads(res.stdout[res.stdout.index("{"):])
     assert summary["prompts"] == 3.0 and 1.0 <= summary["ess_min"] <= 2.0
     table = read_table(out)
-    assert table.header["beta"] == 15.0 and table.header["proposals"] == 2
+    assert table.header["beta"] == get_recipe("disa").balance.beta == 1.0 and table.header["proposals"] == 2
     pool = take_items(get_task("arithmetic", **TASK), "train", 3, seed=0)
     assert set(table.rows) == {it.key for it in pool}
     # the proposal is the reference: every importance weight is 1, so ESS = N

@@ -254,8 +254,9 @@ TABLE = {
     "flowrl": row(loss=None, balance=(15.0, "group", True, "clip", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
                                       "token", 1, None, 1e-3)),
     # DISA (arXiv 2605.17295, spec section 7): the same residual with the raw reward and a frozen table log Z_hat
-    # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail
-    "disa": row(loss=None, balance=(15.0, "raw", True, "clip", 0.2, 0.2, "table", 1e-3, 3, 0.1, False, 8, "error",
+    # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail; beta 1
+    # [inferred, measured: the spec's 15 (FlowRL's) narrows the policy on the raw {0, 1} reward, docs/distmatch.md]
+    "disa": row(loss=None, balance=(1.0, "raw", True, "clip", 0.2, 0.2, "table", 1e-3, 3, 0.1, False, 8, "error",
                                     "token", 1, None, 1e-3), run_defaults={"data.pool": 128}),
     # TraFL (arXiv 2605.13935, spec section 8): the residual on the masked-diffusion LM with the ELBO surrogate (K_mc 1,
     # t ~ U(1e-3, 1], coupled masks), w = 1, a learned log Z; the shipped diffusion model, its own sampler settings

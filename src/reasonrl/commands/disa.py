@@ -32,7 +32,7 @@ def estimate_cmd(
     proposal: Optional[str] = typer.Option(None, help="The proposal model mu (default: the reference)."),
     pool: int = typer.Option(128, help="Prompts: the task's first N distinct train problems (the run's data.pool)."),
     proposals: int = typer.Option(8, help="N proposals per prompt (spec: 8)."),
-    beta: float = typer.Option(15.0, help="Inverse temperature of the target (the recipe's balance.beta)."),
+    beta: float = typer.Option(1.0, help="Inverse temperature of the target (the disa recipe's balance.beta: 1)."),
     temperature: float = typer.Option(0.8, help="Sampling temperature of the proposals and of the log-probs (the "
                                       "recipe's sampling.temperature)."),
     length_norm: bool = typer.Option(True, help="Length-normalised log-likelihoods (the recipe's balance.length_norm)."),
