@@ -52,6 +52,8 @@ SETTINGS = {
               "reference is vspo:steering=null (the same shaped reward, no steering)",
     "multipart": "the multipart task from its own warm start (0.475 on the 200 held-out problems); reference gspo",
     "diffusion": "the shipped masked-diffusion LM (0.075), arithmetic; reference diffu_grpo",
+    "azr": "AZR's program world from its warm start (0.240 on 200 held-out solver problems, below its 0.5 "
+           "target); grpo on the task's gold programs (task_options.roles=solve)",
 }
 SSOPD_NOW = "ssopd:ssopd.w_star=eos:ssopd.clip=1.0"  # the recipe's defaults since issue #26
 DRAFTS = "drafts:drafts.file=/work/main/runs/drafts.jsonl"
@@ -83,9 +85,15 @@ SOURCES = [
     dict(path=R + "grlo/transfer.json", reader="grlo", setting="grlo", doc="ppo.md", primary={},
          note="kl.coef=0, the paper's setting and the default then"),
     dict(path=R + "distmatch/ar.json", reader="distmatch", setting="ar100", doc="distmatch.md",
-         primary={"flowrl": "flowrl", "disa": "disa"}, note="Welch p in the JSON is on sampled pass@1: not shown"),
+         primary={"flowrl": "flowrl"}, note="Welch p in the JSON is on sampled pass@1: not shown; disa here at beta "
+         "15 (the spec's, the default before), beside grpo on its pool (grpo:data.pool=128)"),
+    dict(path=R + "distmatch/disa_beta1.json", reader="compare", setting="ar100", doc="distmatch.md",
+         primary={"disa": "disa:balance.beta=1"}, note="disa at beta 1, its default since this measurement; the "
+         "reference, grpo on the same pool of 128, is in distmatch/ar.json (0.583 +- 0.006)"),
     dict(path=R + "distmatch/diffusion.json", reader="distmatch", setting="diffusion", baseline="diffu_grpo",
          doc="distmatch.md", primary={"diffu_grpo": "diffu_grpo", "trafl": "trafl"}),
+    dict(path=R + "selfplay/azr/compare.json", reader="compare", setting="azr", doc="results.md", steps=30,
+         primary={"azr": "azr"}),
     dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
          primary={"codeact": "codeact"}),
     dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
