@@ -22,7 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from reasonrl.commands.evaluate import checked_entries, expected_config
 from reasonrl.compare import compare
+from reasonrl.report.run_page import step_seconds as step_seconds_of
 from reasonrl.tracking import read_metrics
 
 GROUPS = {"ar": ["grpo", "flowrl", "disa"], "diffusion": ["diffu_grpo", "trafl"]}
@@ -33,7 +35,7 @@ SMOKE_VARIANTS = {"disa": "disa:data.pool=8:balance.proposals=2"}
 def step_seconds(run_dir: Path) -> float | None:
     """Median of a run's per-step seconds (the sum of its time/* phases), the first step left out."""
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
-    secs = [sum(v for k, v in r.items() if k.startswith("time/")) for r in rows if r.get("step", 0) > 1]
+    secs = [step_seconds_of(r) for r in rows if r.get("step", 0) > 1]
     return statistics.median(secs) if secs else None
 
 
@@ -70,19 +72,6 @@ def print_table(group: str, rows: list[dict], n: int) -> None:
             print(f"    failed run: {e}")
 
 
-def expected_configs(recipes: list[str], steps: int, extra: list[str]):
-    """Resume: each run's expected config.yaml, as `reasonrl compare --resume` checks it (finished runs reused)."""
-    from reasonrl.commands.common import checked_run
-    from reasonrl.commands.evaluate import _expected_config
-    from reasonrl.compare import parse_variant
-
-    runs = {}
-    for entry in recipes:
-        name, own = parse_variant(entry)
-        runs[entry] = checked_run([*extra, *own], name, None, None, steps, None, False)
-    return _expected_config(runs)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--group", choices=[*GROUPS, "all"], default="all")
@@ -108,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         # smoke: DISA's in-run table over 8 prompts x 2 proposals (its default: 128 x 8), as a variant of its own
         recipes = [SMOKE_VARIANTS.get(r, r) if args.smoke else r for r in GROUPS[group]] + args.variant
         report = compare(recipes, args.seeds, args.steps, out / f"runs-{group}", extra=extra,
-                         expected=expected_configs(recipes, args.steps, extra),
+                         # resume as `reasonrl compare --resume`: finished runs reused after the config check
+                         expected=expected_config(checked_entries(recipes, extra, None, args.steps)),
                          on_run=lambda r: print(f"  {r.recipe} seed {r.seed}: " + ("ok" if r.ok else r.error),
                                                 file=sys.stderr))
         rows = summarise(report, recipes)

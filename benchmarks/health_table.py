@@ -184,13 +184,11 @@ def read_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
 READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact}
 
 
-def run_dir_name(entry: str) -> str:
-    """reasonrl.compare.run_dir_name: the folder name of an entry (diagnostics.json is keyed by it)."""
-    return re.sub(r"[^A-Za-z0-9_.=-]+", "_", entry.replace(":", "__"))
-
-
 def add_diagnostics(entries: dict, path: Path) -> None:
-    """Mean over an entry's seeds of its final evaluation's truncation, format and length (task_diagnostics.py)."""
+    """Mean over an entry's seeds of its final evaluation's truncation, format and length (task_diagnostics.py,
+    keyed by the runs' folder names)."""
+    from reasonrl.compare import run_dir_name
+
     diag = json.loads(path.read_text())
     for entry, row in entries.items():
         runs = [v["after"] for k, v in diag.items() if k.rsplit("-seed", 1)[0] == run_dir_name(entry) and "after" in v]

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reasonrl.report.run_page import step_seconds
 from reasonrl.tracking import read_metrics
 
 RECIPES = ("grpo", "ppo")
@@ -68,7 +69,7 @@ def speed(out: Path, steps: int, rounds: int, path: Path | None) -> None:
                             "--out", str(run), "eval_every=0", "final_eval_problems=0", "save_every=0"],
                            check=True, env=env, capture_output=True)
             rows = read_metrics(run / "metrics.jsonl")[1:]
-            per[recipe].append(statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in rows))
+            per[recipe].append(statistics.median(step_seconds(r) for r in rows))
     med = {r: statistics.median(v) for r, v in per.items()}
     print(f"{'recipe':8s} {'s/step':>8s}  rounds")
     for recipe, v in per.items():

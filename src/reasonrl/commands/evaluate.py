@@ -227,7 +227,7 @@ def compare_cmd(
     args: Optional[List[str]] = typer.Argument(None, help="key=value overrides given to every run."),
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
-    from ..compare import compare, parse_variant
+    from ..compare import compare
     from ..validate import check_inputs
 
     names = [r.strip() for r in recipes.split(",") if r.strip()]
@@ -235,12 +235,8 @@ def compare_cmd(
         raise UserError(f"compare needs at least one recipe, --seeds >= 1 and --pass-k >= 0, got --recipes {recipes!r} "
                         f"--seeds {seeds} --pass-k {pass_k}")
     args = [*(args or []), *([f"final_eval_k={pass_k}"] if pass_k else [])]
-    inputs, runs = {}, {}
-    for entry in names:  # fail before any run on an unknown name, a malformed override or a bad value
-        name, own = parse_variant(entry)
-        cfg, the_recipe = checked_run([*(args or []), *own], name, None, task, steps, None, False)
-        inputs[repr((cfg.model, cfg.task, cfg.task_options))] = cfg
-        runs[entry] = (cfg, the_recipe)
+    runs = checked_entries(names, args, task, steps)
+    inputs = {repr((cfg.model, cfg.task, cfg.task_options)): cfg for cfg, _ in runs.values()}
     for cfg in inputs.values():  # each distinct task/model once
         check_inputs(cfg)
     with progress() as bar:
@@ -252,13 +248,25 @@ def compare_cmd(
             bar.update(job, info=info)
 
         report = compare(names, seeds, steps, out, task=task, extra=args, on_run=on_run,
-                         expected=_expected_config(runs) if resume else None)
+                         expected=expected_config(runs) if resume else None)
     console.print(_compare_table(report, out))
     if report.get("passk"):
         console.print(_passk_table(report["passk"]))
 
 
-def _expected_config(runs: dict[str, Any]):
+def checked_entries(names: list[str], args: list[str], task: str | None, steps: int) -> dict[str, Any]:
+    """entry -> (config, recipe) of every compare entry (``name:key=value:...``), all checked before any run:
+    an unknown name, a malformed override or a bad value fails here."""
+    from ..compare import parse_variant
+
+    runs = {}
+    for entry in names:
+        name, own = parse_variant(entry)
+        runs[entry] = checked_run([*args, *own], name, None, task, steps, None, False)
+    return runs
+
+
+def expected_config(runs: dict[str, Any]):
     """(entry, seed, run folder) -> the config.yaml that ``train`` would write for that run."""
     from dataclasses import replace
 
