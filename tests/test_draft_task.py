@@ -227,3 +227,30 @@ def test_builtin_drafter_by_hand():
     assert builtin_drafts(TASK, n_problems=3, samples=2, seed=1) != drafts
     table = draft_table(drafts)
     assert list(table) == [d.key for d in drafts][::2] and [e.row for e in table["55+187"]] == [1, 2]
+
+
+def test_plain_share_mixes_plain_train_draws_and_keeps_na_test_items(tmp_path):
+    """drafts warmstart --plain-rate: a share of train draws are the plain task's own items."""
+    from reasonrl.data.draft_task import PlainShare
+    drafts = DraftTask(TASK, write_drafts(tmp_path / "d.jsonl"), modes=MODES)
+    mixed = PlainShare(drafts, 0.5, seed=0)
+    stream = mixed.iter_items("train", 0)
+    draws = [next(stream) for _ in range(400)]
+    plain = [it for it in draws if "Thinking:" not in it.prompt]
+    # every plain draw is exactly the task's prompt "a+b=?\n" and its demonstration targets it
+    assert all(it.prompt.endswith("=?\n") and it.prompt.count("\n") == 1 for it in plain)
+    # a fair coin per draw: 400 draws give 200 +- 10 (one std); 150..250 is 5 std
+    assert 150 <= len(plain) <= 250
+    # templated draws come only from the drafts universe (5 problems); plain ones from the open stream
+    assert {it.key for it in draws if it not in plain} <= {it.key for it in ITEMS}
+    assert len({it.key for it in plain}) > 100
+    # held-out items stay in the N/A template, and rate 0 is the template alone
+    test_item = next(mixed.iter_items("test", 0))
+    assert "Thinking: N/A" in test_item.prompt
+    zero = PlainShare(drafts, 0.0).iter_items("train", 0)
+    assert all("Thinking:" in next(zero).prompt for _ in range(20))
+    # the same seed draws the same mix (the warm start is reproducible)
+    again = PlainShare(drafts, 0.5, seed=0).iter_items("train", 0)
+    assert [next(again).prompt for _ in range(400)] == [it.prompt for it in draws]
+    with pytest.raises(UserError, match="plain-rate 1.0"):
+        PlainShare(drafts, 1.0)

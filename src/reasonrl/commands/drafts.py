@@ -69,10 +69,14 @@ def warmstart_cmd(
     batch_size: int = typer.Option(32),
     lr: float = typer.Option(3e-4),
     seed: int = typer.Option(0),
-    eval_problems: int = typer.Option(200, help="Held-out problems of the final greedy eval (N/A template)."),
+    eval_problems: int = typer.Option(200, help="Held-out problems of the final greedy evals (N/A template, plain)."),
+    plain_rate: float = typer.Option(0.5, help="Share of train draws that are the task's plain prompts, so the "
+                                     "learner keeps what it solved (0: the template only, as before)."),
 ) -> None:
-    """SFT of the learner on its own demonstrations in the drafts template (the four modes mixed)."""
-    from ..data.draft_task import DraftTask
+    """SFT of the learner on its own demonstrations in the drafts template (the four modes mixed),
+    with a share of plain prompts (``--plain-rate``)."""
+    from ..data.draft_task import DraftTask, PlainShare
+    from ..eval.runner import EvalConfig, evaluate_model
     from ..data.drafts import MODES
     from ..models import load_model, save_model
     from ..sft import SFTConfig, sft
@@ -81,13 +85,17 @@ def warmstart_cmd(
     if steps < 1 or batch_size < 1 or lr <= 0 or eval_problems < 1:
         raise UserError(f"drafts warmstart: need --steps >= 1, --batch-size >= 1, --lr > 0, --eval-problems >= 1; "
                         f"got {steps}, {batch_size}, {lr}, {eval_problems}")
-    the_task = DraftTask(get_task(task, **parse_options(task_opt)), drafts, modes=MODES, seed=seed)
+    plain_task = get_task(task, **parse_options(task_opt))
+    the_task = PlainShare(DraftTask(plain_task, drafts, modes=MODES, seed=seed), plain_rate, seed=seed)
     quiet_transformers()
     mdl, tok = load_model(model)
     cfg = SFTConfig(steps=steps, batch_size=batch_size, lr=lr, seed=seed, eval_every=steps, eval_problems=eval_problems)
     with progress() as bar:
         job = bar.add_task("warm start on the drafts template", total=steps, info="")
         result = sft(mdl, tok, the_task, cfg, log=lambda m: bar.update(job, completed=m["step"], info=f"loss {m['loss']:.3f}"))
+    plain, _ = evaluate_model(mdl, tok, plain_task, EvalConfig(n_problems=eval_problems, samples_per_problem=0, seed=seed))
+    result["plain_pass@1"] = plain["pass@1"]  # the same held-out problems with the task's own prompt
     save_model(mdl, tok, out)
-    (out / "drafts_warmstart.json").write_text(json.dumps({"drafts": str(drafts), "steps": steps, **result}, indent=2))
+    (out / "drafts_warmstart.json").write_text(json.dumps({"drafts": str(drafts), "steps": steps,
+                                                          "plain_rate": plain_rate, **result}, indent=2))
     console.print(summary_table(f"warm-started {model} on the drafts template -> {out}", result))
