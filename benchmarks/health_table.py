@@ -181,7 +181,16 @@ def read_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     return out, None, _steps(d, src)
 
 
-READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact}
+def read_prompt_policy(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """prompt_policy_bench.py --merge: the frozen worker's held-out accuracy with the prompter's final one-shot
+    prompt (the recipe's row) and with no prompt at all (its reference: ``none``), per seed."""
+    out = {name: {"mean": d[key]["mean"], "std": d[key]["std"], "seeds": len(d[key]["per_seed"]),
+                  "per_seed": d[key]["per_seed"]} for name, key in (("prompt_policy", "one_shot_final"), ("none", "none"))}
+    return out, None, d.get("steps")
+
+
+READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,
+           "prompt_policy": read_prompt_policy}
 
 
 def add_diagnostics(entries: dict, path: Path) -> None:

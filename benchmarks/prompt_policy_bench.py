@@ -5,6 +5,7 @@ hand-written hint (the arithmetic task's own hints, fixed), per context. Prints 
     python benchmarks/prompt_policy_bench.py --steps 30                      # worker: the shipped base, frozen
     python benchmarks/prompt_policy_bench.py --worker oracle --steps 30      # a synthetic worker (below)
     python benchmarks/prompt_policy_bench.py --smoke                         # tiny shapes, 2 steps: code paths only
+    python benchmarks/prompt_policy_bench.py --merge base_seed0.json base_seed1.json base_seed2.json --json base.json
 
 The prompter is the shipped tiny reasoner trained by the ``prompt_policy`` recipe (renderer ``hints``: the digits
 it writes pick the task's hints by number). ``--worker base`` is the shipped model answering greedily;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -88,6 +90,25 @@ def one_shot(trainer: Trainer, task: PromptTask) -> dict[str, str]:
     return dict(zip(task.contexts, ro.texts))
 
 
+def merge(paths: list[Path]) -> dict:
+    """Seed runs of one setting side by side: per seed the held-out mean accuracy with no prompt, with the best
+    hand-written hint, and with the prompter's one-shot prompt at step 0 and at the end; mean and std over seeds."""
+    runs = [json.loads(p.read_text()) for p in paths]
+    if len({(r["args"]["worker"], r["args"]["steps"]) for r in runs}) != 1:
+        raise SystemExit(f"--merge: the files are not one setting (worker, steps): {[str(p) for p in paths]}")
+    cols = {"none": lambda r: r["fixed"]["none"]["mean"], "best_hint": lambda r: r["fixed"][r["best_hint"]]["mean"],
+            "one_shot_start": lambda r: r["curve"][0]["held_out"]["mean"],
+            "one_shot_final": lambda r: r["curve"][-1]["held_out"]["mean"]}
+    out = {"files": [str(p) for p in paths], "worker": runs[0]["args"]["worker"], "steps": runs[0]["args"]["steps"],
+           "seeds": [r["args"]["seed"] for r in runs], "final_prompts": [r["curve"][-1]["prompts"] for r in runs],
+           "train_worker_calls": runs[0]["curve"][-1]["train_worker_calls"]}
+    for name, get in cols.items():
+        vals = [get(r) for r in runs]
+        out[name] = {"per_seed": vals, "mean": statistics.fmean(vals),
+                     "std": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", default="base", help="base | a model directory | oracle")
@@ -104,7 +125,16 @@ def main() -> None:
     ap.add_argument("--runs", default="runs/prompt_policy_bench")
     ap.add_argument("--json", default=None, help="default: benchmarks/results/prompt_policy/<worker>[_smoke].json")
     ap.add_argument("--smoke", action="store_true", help="fresh tiny models, 2 steps, 2 prompts x 2 instances")
+    ap.add_argument("--merge", nargs="+", type=Path, help="seed JSONs of one setting -> one summary (--json)")
     a = ap.parse_args()
+    if a.merge:
+        summary = merge(a.merge)
+        print(f"worker {summary['worker']}, {summary['steps']} steps, seeds {summary['seeds']}")
+        for k in ("none", "best_hint", "one_shot_start", "one_shot_final"):
+            print(f"  {k:15s} {summary[k]['mean']:.3f} +- {summary[k]['std']:.3f}  {summary[k]['per_seed']}")
+        if a.json:
+            Path(a.json).write_text(json.dumps(summary, indent=1))
+        return
     if a.smoke:
         a.steps, a.eval_every, a.group, a.instances, a.eval_n, a.pool, a.max_digits = 2, 1, 2, 2, 3, 60, 2
     torch.set_num_threads(1)

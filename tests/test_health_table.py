@@ -102,3 +102,17 @@ def test_two_primary_sources_for_one_recipe_is_an_error(tmp_path):
     src = dict(path="a.json", reader="compare", setting="s", doc="x.md", steps=1, primary={"alpha": "alpha"})
     with pytest.raises(ValueError, match="two primary sources"):
         ht.build(["grpo", "alpha"], [src, dict(src)], tmp_path)
+
+
+def test_prompt_policy_reader_against_no_prompt(tmp_path):
+    # prompt_policy_bench.py --merge: the worker's accuracy with the final one-shot prompt and with none
+    _write(tmp_path, "pp.json", {"steps": 30, "worker": "base",
+                                 "none": {"per_seed": [0.57, 0.56, 0.58], "mean": 0.57, "std": 0.01},
+                                 "one_shot_final": {"per_seed": [0.57, 0.40, 0.58], "mean": 0.5167, "std": 0.1012},
+                                 "one_shot_start": {"per_seed": [0.0, 0.0, 0.0], "mean": 0.0, "std": 0.0}})
+    src = dict(path="pp.json", reader="prompt_policy", setting="s5", doc="x.md", baseline="none",
+               primary={"prompt_policy": "prompt_policy"})
+    (row,) = ht.build(["prompt_policy"], [src], tmp_path)["rows"]
+    assert (row["pass1_mean"], row["pass1_std"], row["seeds"], row["steps"]) == (0.5167, 0.1012, 3, 30)
+    assert row["per_seed"] == [0.57, 0.40, 0.58]
+    assert (row["baseline"], row["baseline_pass1_mean"], row["welch_p"]) == ("none", 0.57, None)
