@@ -8,6 +8,8 @@ The runs (3 seeds of grpo on arithmetic from the shipped base, 60 steps, docs/di
 then ``PYTHONPATH=src python benchmarks/unlearnable_tiny.py RUNS/grpo-s0 RUNS/grpo-s1 RUNS/grpo-s2``:
 the diagnostic (``reasonrl diagnose unlearnable`` with the same arguments), its JSON in
 benchmarks/results/unlearnable/, the heatmap copied to docs/img/unlearnable_tiny.png, and a table.
+``--rollouts 64 RUN ...`` gives the all-wrong-at-8 problems a chance of a gradient (tiny_grpo_r64.json,
+docs/img/unlearnable_tiny_r64.png).
 """
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ OUT = ROOT / "benchmarks" / "results" / "unlearnable" / "tiny_grpo.json"
 IMG = ROOT / "docs" / "img" / "unlearnable_tiny.png"
 
 
-def main(runs: list[str]) -> None:
+def main(runs: list[str], rollouts: int = 8) -> None:
+    """The diagnostic with ``rollouts`` per problem (``--rollouts N`` first on the command line; 8 writes
+    tiny_grpo.json, any other N tiny_grpo_r{N}.json and its own heatmap)."""
     t0 = time.perf_counter()
-    cfg = DiagnoseConfig(rollouts=8, per_class=100, seed=0)
-    res = diagnose_unlearnable(runs, None, OUT, cfg)
+    out = OUT if rollouts == 8 else OUT.with_name(f"tiny_grpo_r{rollouts}.json")
+    img = IMG if rollouts == 8 else IMG.with_name(f"unlearnable_tiny_r{rollouts}.png")
+    cfg = DiagnoseConfig(rollouts=rollouts, per_class=100, seed=0)
+    res = diagnose_unlearnable(runs, None, out, cfg)
     IMG.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(OUT.with_suffix(".png"), IMG)
+    shutil.copyfile(out.with_suffix(".png"), img)
     print(f"| what | value |\n|---|---|")
     for name, n in res["counts"].items():
         print(f"| class {name} | {n} |")
@@ -41,7 +47,7 @@ def main(runs: list[str]) -> None:
         print(f"| mean cosine {pair} | {'-' if v is None else f'{v:.4f}'} |")
     for block, v in res["block_mean_similarity"].items():
         print(f"| {block}: mean similarity to the rest | {'-' if v is None else f'{v:.4f}'} |")
-    print(f"\n{OUT}\n{IMG}\n{time.perf_counter() - t0:.0f} s")
+    print(f"\n{out}\n{img}\n{time.perf_counter() - t0:.0f} s")
 
 
 def classes_only(runs: list[str]) -> None:
@@ -66,5 +72,7 @@ def classes_only(runs: list[str]) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--classes-only"]:
         classes_only(sys.argv[2:])
+    elif sys.argv[1:2] == ["--rollouts"]:
+        main(sys.argv[3:], int(sys.argv[2]))
     else:
         main(sys.argv[1:])
