@@ -52,6 +52,9 @@ SETTINGS = {
               "reference is vspo:steering=null (the same shaped reward, no steering)",
     "multipart": "the multipart task from its own warm start (0.475 on the 200 held-out problems); reference gspo",
     "diffusion": "the shipped masked-diffusion LM (0.075), arithmetic; reference diffu_grpo",
+    "pp_base": "prompt_policy: the shipped base as the frozen worker on arithmetic up to 3 digits, 3 contexts "
+               "(max_digits), 40 held-out instances each; pass@1 is the worker's accuracy with the prompter's "
+               "one-shot prompt, the reference 'none' the worker with no prompt",
     "azr": "AZR's program world from its warm start (0.240 on 200 held-out solver problems, below its 0.5 "
            "target); grpo on the task's gold programs (task_options.roles=solve)",
 }
@@ -60,6 +63,9 @@ DRAFTS = "drafts:drafts.file=/work/main/runs/drafts.jsonl"
 SOURCES = [
     dict(path=R + "recipe_health/ssopd_3seeds.json", reader="compare", setting="base", doc="selfteach.md",
          primary={"grpo": "grpo", "ssopd": SSOPD_NOW}, note="ssopd's entry spells out the defaults it has now"),
+    dict(path=R + "recipe_health/base_more.json", reader="compare", setting="base", doc="health.md",
+         primary={n: n for n in ("dr_grpo", "rloo", "reinforce_pp", "cispo", "sage", "corr_po")},
+         note="grpo here is the same three runs as in ssopd_3seeds.json (CPU runs are deterministic: 0.612, 0.540, 0.630)"),
     dict(path=R + "compare_13_14/data.json", reader="compare", setting="pool128", steps=60, doc="results.md",
          primary={n: n for n in ("lze", "d2evo", "su01", "fest", "gspo")}),
     dict(path=R + "compare_13_14/teacher.json", reader="compare", setting="pool128", steps=60, doc="teacher.md",
@@ -94,6 +100,8 @@ SOURCES = [
          doc="distmatch.md", primary={"diffu_grpo": "diffu_grpo", "trafl": "trafl"}),
     dict(path=R + "selfplay/azr/compare.json", reader="compare", setting="azr", doc="results.md", steps=30,
          primary={"azr": "azr"}),
+    dict(path=R + "prompt_policy/base.json", reader="prompt_policy", setting="pp_base", baseline="none",
+         doc="prompt_policy.md", primary={"prompt_policy": "prompt_policy"}),
     dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
          primary={"codeact": "codeact"}),
     dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
