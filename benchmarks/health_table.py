@@ -36,6 +36,8 @@ SETTINGS = {
     "ctx": "the context-mix warm start runs/ctxbase45 (plain pass@1 0.53), 500 held-out problems; s/step from one "
            "15-step run per recipe on an idle machine (compare_selfteach/step_seconds.json)",
     "ctx2": "the context-mix warm start regenerated (pass@1 0.504), 2 seeds, 500 held-out problems",
+    "ctx3": "the context-mix warm start regenerated again on 2026-12-02 (pass@1 0.504 as ctx2: the same command gives "
+            "the same model), 500 held-out problems, recipe_health.py beside another benchmark",
     "ar100": f"{SHIPPED}, 100 held-out problems (greedy; pass@k from 64 samples in the JSON)",
     "grlo": "the shipped base; grlo trains on explain against a Bradley-Terry reward model (held-out pairwise "
             "0.708), grpo on arithmetic; pass@1 is arithmetic on 500 held-out problems (grlo: transfer)",
@@ -78,8 +80,12 @@ SOURCES = [
          primary={n: n for n in ("dapo", "edas", "mu_grpo")}),
     dict(path=R + "compare_selfteach/compare_3seeds.json", reader="compare", setting="ctx", doc="selfteach.md",
          seconds=R + "compare_selfteach/step_seconds.json",
-         primary={n: n for n in ("egrsd", "cl_egrsd", "cipo", "stride", "nudgerl")},
-         note="ssopd here ran at the spec's defaults then (no clip, w* any)"),
+         primary={n: n for n in ("cl_egrsd", "cipo", "stride", "nudgerl")},
+         note="ssopd here ran at the spec's defaults then (no clip, w* any); egrsd and cl_egrsd at magnitude 'abs', "
+              "the default then (cl_egrsd has not been measured at 'ratio', its default now)"),
+    dict(path=R + "recipe_health/egrsd_ctx.json", reader="compare", setting="ctx3", doc="selfteach.md",
+         primary={"egrsd": "egrsd:egrsd.magnitude=ratio"},
+         note="egrsd (bare) is magnitude 'abs', the default before this measurement; 'ratio' is the default now"),
     dict(path=R + "compare_selfteach/replication_2seeds/compare.json", reader="compare", setting="ctx2",
          doc="selfteach.md", primary={}, note="ssopd at the spec's defaults then"),
     dict(path=R + "recipe_health/ssopd_screen.json", reader="compare", setting="base", doc="selfteach.md", primary={}),

@@ -49,10 +49,11 @@ def test_plain_prompt_scores_equal_the_behaviour_logprobs_at_the_sampling_temper
     torch.testing.assert_close(sc.logprobs * mask, ro.logprobs * mask, atol=2e-4, rtol=0)
 
 
-def test_egrsd_weights_with_the_real_teacher_pass(setup):
+@pytest.mark.parametrize("form", ["ratio", "abs"])
+def test_egrsd_weights_with_the_real_teacher_pass(setup, form):
     model, tok, task, item, ro, bm, b = setup
     adv = torch.tensor([[1.0, -1.0]])
-    out, m = EGRSD().shape_advantages(adv, bm.batch_context(b))
+    out, m = EGRSD(magnitude=form).shape_advantages(adv, bm.batch_context(b))
     context = EGRSD().template.format(prompt=item.prompt, solution=reference_solution(task, item))
     for r, a in ((0, 1.0), (1, -1.0)):
         n = int(ro.completion_mask[r].sum())
@@ -63,7 +64,8 @@ def test_egrsd_weights_with_the_real_teacher_pass(setup):
         q = logp[torch.arange(n), comp]
         H = -(logp.exp() * logp).sum(-1)
         s = ro.logprobs[r, :n]
-        want = a * (q - s).abs().clamp(max=5.0) * (0.1 + 0.9 * torch.exp(-H))
+        mag = (q - s).exp().clamp(0.2, 5.0) if form == "ratio" else (q - s).abs().clamp(max=5.0)
+        want = a * mag * (0.1 + 0.9 * torch.exp(-H))
         torch.testing.assert_close(out[0, r, :n], want.to(out.dtype), atol=2e-4, rtol=1e-3)
         assert float(out[0, r, n:].abs().sum()) == 0.0
     assert m["egrsd/rows"] == 2.0 and not math.isnan(m["egrsd/gate_mean"])

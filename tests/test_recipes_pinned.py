@@ -166,11 +166,13 @@ TABLE = {
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
     "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None, 1.0, "eos", "live")),
-    # EGRSD (arXiv 2605.13255; spec section 2, forms [inferred]): A_i x min(|q - s|, 5) x gate (g_min 0.1,
+    # EGRSD (arXiv 2605.13255; spec section 2, forms [inferred]): A_i x clip(exp(q - s), 1/5, 5) x gate (g_min 0.1,
     # tau 1), PPO-clip 0.2 with token-mean over the batch (1 / sum |y_i|), no additive GRPO share;
-    # CL-EGRSD: lookahead window 8
+    # CL-EGRSD: lookahead window 8. Magnitude 'ratio' since issue #26 (3 seeds x 60 steps from the context-mix
+    # warm start, recipe_health/egrsd_ctx.json: ratio 0.651 +- 0.050, the spec's inferred 'abs' 0.536 +- 0.023,
+    # grpo 0.633 +- 0.053; alpha=1 0.627, tau=0.1 0.541)
     "egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                 egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 0, 0.0)),
+                 egrsd=("advantage", "ratio", 5.0, 0.1, 1.0, 0, 0.0)),
     # LZE (arXiv 2605.17003; spec section 10): the example scripts' ratio 0.4 and no warm-up, no std division;
     # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
     # solved epochs, replay 10%)
@@ -182,7 +184,7 @@ TABLE = {
     "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix"),
                  run_defaults={"data.pool": 128}),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                    egrsd=("advantage", "abs", 5.0, 0.1, 1.0, 8, 0.0)),
+                    egrsd=("advantage", "ratio", 5.0, 0.1, 1.0, 8, 0.0)),
     # TGPO (arXiv 2605.13230, released code helldog-star/TGPO): PPO-clip 0.2 with token-mean, entropy 0.001,
     # no KL; reg: lambda_0 0.002, delta 1e-5; adv: 0.02, 1e-4 (None = the variant's default, resolved in
     # TGPO.coef_at); RKL-OPD: log pi_T - log pi_old alone; KDRL: beta 0.002 on the k2 estimate

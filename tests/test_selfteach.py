@@ -179,7 +179,7 @@ def test_egrsd_token_advantages_by_hand():
     # row 0 (A=+1): q=-0.5, s=-1.5 -> m=1, H=0.5 -> g = 0.1 + 0.9 e^-0.5 = 0.645878; t=2: q=s -> m=0
     # row 2 (A=-1): m = min(|-2 - (-0.5)|, 5) = 1.5, H=2 -> g = 0.1 + 0.9 e^-2 = 0.221802 -> -0.332703
     # row 1 (A=0) is not scored and stays 0
-    out, m, asked, item = _egrsd_case(EGRSD(), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
+    out, m, asked, item = _egrsd_case(EGRSD(magnitude="abs"), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
     assert out.shape == (1, 3, 2)
     torch.testing.assert_close(out[0], torch.tensor([[0.645878, 0.0], [0.0, 0.0], [-0.332703, 0.0]]), atol=1e-6, rtol=0)
     assert asked["rows"] == [0, 2] and asked["reduce"] == {"entropy": True}
@@ -189,14 +189,23 @@ def test_egrsd_token_advantages_by_hand():
     assert m["egrsd/magnitude_mean"] == pytest.approx(2.5 / 3)
 
 
+def test_egrsd_default_ratio_magnitude_by_hand():
+    # the default magnitude clip(exp(q - s), 1/5, 5); s = [[-1.5, -1.0], ..., [-0.5]] (the case's behaviour log-probs)
+    # row 0 (A=+1): t=1: exp(-0.5 + 1.5) = e = 2.718282, gate 0.645878 -> 1.755677; t=2: exp(0) = 1, H=0 -> g=1 -> 1
+    # row 2 (A=-1): exp(-2 + 0.5) = e^-1.5 = 0.223130, gate 0.221802 -> -0.049491
+    out, m, _, _ = _egrsd_case(EGRSD(), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
+    torch.testing.assert_close(out[0], torch.tensor([[1.755677, 1.0], [0.0, 0.0], [-0.049491, 0.0]]), atol=1e-6, rtol=0)
+    assert m["egrsd/magnitude_mean"] == pytest.approx((2.718282 + 1 + 0.223130) / 3, abs=1e-6)
+
+
 def test_egrsd_alpha_and_the_lookahead():
     # alpha 0.5 adds 0.5 A on every real token: row 0 +0.5, row 2 -0.5 on its one token
-    out, _, _, _ = _egrsd_case(EGRSD(alpha=0.5), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
+    out, _, _, _ = _egrsd_case(EGRSD(alpha=0.5, magnitude="abs"), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
     torch.testing.assert_close(out[0], torch.tensor([[1.145878, 0.5], [0.0, 0.0], [-0.832703, 0.0]]), atol=1e-6, rtol=0)
     # CL, K=1: row 0's H = [3, 0.1] -> H_hat_1 = min(3, 0.1) = 0.1 -> g = 0.1 + 0.9 e^-0.1 = 0.914353 (plain: 0.144808)
     q = [[-0.5, -1.0], [-2.0, 0.0]]
-    cl, m, _, _ = _egrsd_case(EGRSD(lookahead=1), H=[[3.0, 0.1], [2.0, 0.0]], q=q)
-    plain, _, _, _ = _egrsd_case(EGRSD(), H=[[3.0, 0.1], [2.0, 0.0]], q=q)
+    cl, m, _, _ = _egrsd_case(EGRSD(lookahead=1, magnitude="abs"), H=[[3.0, 0.1], [2.0, 0.0]], q=q)
+    plain, _, _, _ = _egrsd_case(EGRSD(magnitude="abs"), H=[[3.0, 0.1], [2.0, 0.0]], q=q)
     assert float(cl[0, 0, 0]) == pytest.approx(0.914353, abs=1e-6)
     assert float(plain[0, 0, 0]) == pytest.approx(0.144808, abs=1e-6)
     assert m["egrsd/lookahead_frac"] == pytest.approx(1 / 3)  # one of the 3 real scored tokens lowered

@@ -37,8 +37,9 @@ SSOPD_RECIPE = dataclasses.replace(
 _EGRSD_INFERRED = (
     "egrsd.template: prompt + 'Reference solution: ' + the task's reference solution + ' Now solve it yourself:' "
     "+ newline + the prompt again (arithmetic: the demonstration)",
-    "direction = the GRPO advantage A_i (egrsd.direction=sign for sign(A_i)); magnitude min(|q - s|, 5) "
-    "(egrsd.magnitude=ratio, egrsd.cap); gate g_min + (1 - g_min) exp(-H / tau), g_min 0.1, tau 1 nat",
+    "direction = the GRPO advantage A_i (egrsd.direction=sign for sign(A_i)); magnitude clip(exp(q - s), 1/5, 5) "
+    "(egrsd.magnitude=abs for min(|q - s|, 5), the default before issue #26's measurement: 0.536 vs ratio's 0.651, "
+    "grpo 0.633, 3 seeds; egrsd.cap); gate g_min + (1 - g_min) exp(-H / tau), g_min 0.1, tau 1 nat",
     "student log-prob s_t = the rollout's behaviour log-probs (detached; equal to the policy's before the update)",
     "loss: PPO-clip 0.2 with the token advantages, token-mean over the batch (1 / sum |y_i|)",
     "egrsd.alpha=0: no additive plain GRPO advantage",
