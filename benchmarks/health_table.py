@@ -31,6 +31,9 @@ SETTINGS = {
     "pool128": f"{SHIPPED}, a pool of 128 train problems (data.pool=128), 500 held-out problems; two compares side "
                "by side, one process per core (seconds comparable within the table)",
     "lora": "as pool128 but LoRA adapters lora.r=8 for both recipes (vpd needs them)",
+    "drafts_mix": "a learner warm-started 150 steps from the shipped base on the drafts template with half the "
+                  "draws plain (drafts warmstart --plain-rate 0.5, the default now): 0.110 in the template, 0.935 "
+                  "plain (200 problems); the drafts rows evaluated in the template, grpo on plain prompts",
     "drafts": "a learner warm-started 150 steps on the drafts template (0.100 in it, 0.058 plain); 500 held-out "
               "problems, the drafts rows evaluated in the template, grpo on plain prompts",
     "ctx": "the context-mix warm start runs/ctxbase45 (plain pass@1 0.53), 500 held-out problems; s/step from one "
@@ -76,6 +79,10 @@ SOURCES = [
          primary={"vpd": "vpd"}),
     dict(path=R + "compare_13_14/drafts.json", reader="compare", setting="drafts", steps=60, doc="drafts.md",
          primary={"drafts": DRAFTS}),
+    dict(path=R + "recipe_health/drafts_mix.json", reader="compare", setting="drafts_mix", doc="drafts.md",
+         primary={}, note="one seed (a screen); the built-in drafter's drafts"),
+    dict(path=R + "recipe_health/vpd_warm.json", reader="compare", setting="lora", doc="vpd.md", primary={},
+         note="vpd.warm_steps=100, one seed of vpd (a screen); vpd.warm_steps=0 is the default"),
     dict(path=R + "compare_grpo_dapo_edas_mugrpo/compare.json", reader="compare", setting="base", doc="compare.md",
          primary={n: n for n in ("dapo", "edas", "mu_grpo")}),
     dict(path=R + "compare_selfteach/compare_3seeds.json", reader="compare", setting="ctx", doc="selfteach.md",
