@@ -280,7 +280,7 @@ BOUNDARIES = [
     ("ssopd.beta", 1.0, 1.01), ("ssopd.top_k", 1, 0), ("ssopd.clip", 1e-9, 0.0), ("ssopd.frontier", "mixed", "4p"),
     ("ssopd.max_prefix_tokens", 1, 0),
     ("egrsd.template", "{solution}{prompt}", "{solution}"), ("egrsd.direction", "sign", "reward"),
-    ("egrsd.magnitude", "ratio", "log"), ("egrsd.cap", 1e-9, 0.0), ("egrsd.g_min", 1.0, 0.0),
+    ("egrsd.magnitude", "ratio", "log"), ("egrsd.cap", 1.0, 0.99), ("egrsd.g_min", 1.0, 0.0),
     ("egrsd.g_min", 1e-9, 1.01), ("egrsd.tau", 1e-9, 0.0), ("egrsd.lookahead", 0, -1), ("egrsd.alpha", 0.0, -0.1),
     ("teacher.model", "tiny:tiny", "/no/such/teacher"), ("teacher.dtype", "float16", "float64"),
     ("teacher.chunk_rows", 1, 0), ("tgpo.variant", "adv", "both"), ("tgpo.coef", 0.0, -1e-9),
