@@ -35,7 +35,7 @@ def main(runs: list[str], rollouts: int = 8) -> None:
     img = IMG if rollouts == 8 else IMG.with_name(f"unlearnable_tiny_r{rollouts}.png")
     cfg = DiagnoseConfig(rollouts=rollouts, per_class=100, seed=0)
     res = diagnose_unlearnable(runs, None, out, cfg)
-    IMG.parent.mkdir(parents=True, exist_ok=True)
+    img.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out.with_suffix(".png"), img)
     print(f"| what | value |\n|---|---|")
     for name, n in res["counts"].items():

@@ -144,7 +144,7 @@ class PlainShare:
         return getattr(self.drafts, name)
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
-        if split != "train" or self.rate == 0.0:
+        if split != "train":
             yield from self.drafts.iter_items(split, seed)
             return
         rng = random.Random(stable_seed(self.seed, "plain-share", seed))
