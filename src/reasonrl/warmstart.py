@@ -20,13 +20,13 @@ from .errors import UserError
 from .parts import EGRSD, SSOPD, Correction, HintSampling, Redirect
 from .parts.correction import correction_prompt
 from .seeds import stable_seed
-from .tasks import Item
+from .tasks import Item, TaskWrapper
 from .tasks import guidance as g
 
 CONTEXTS = ("solution", "hint", "correction", "redirect")
 
 
-class ContextMix:
+class ContextMix(TaskWrapper):
     """``task`` whose *train* items carry, with probability ``rate``, one of ``kinds`` of context
     (chosen uniformly; keyed by the item's key and ``seed``, so a mix is reproducible). Held-out
     items stay plain, so the warm start's evaluation is the usual plain pass@1."""
@@ -35,12 +35,8 @@ class ContextMix:
         unknown = sorted(set(kinds) - set(CONTEXTS))
         if unknown or not kinds or not 0.0 <= rate <= 1.0:
             raise ValueError(f"ContextMix needs kinds from {CONTEXTS} and 0 <= rate <= 1; got {kinds}, {rate}")
-        self.task, self.name, self.rate, self.kinds, self.seed = task, task.name, rate, tuple(kinds), seed
-
-    def __getattr__(self, name: str) -> Any:  # the verifier, options, budget: the task's own
-        if name == "task":
-            raise AttributeError(name)
-        return getattr(self.task, name)
+        super().__init__(task)
+        self.rate, self.kinds, self.seed = rate, tuple(kinds), seed
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         for item in self.task.iter_items(split, seed):
@@ -49,12 +45,6 @@ class ContextMix:
                 yield item
             else:
                 yield with_context(self.task, item, rng.choice(self.kinds), rng)
-
-    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        return self.task.verify(completion, answer, meta)
-
-    def extract_answer(self, completion: str) -> str | None:
-        return self.task.extract_answer(completion)
 
 
 def context_mix(task: Any, contexts: str, rate: float, seed: int) -> ContextMix:

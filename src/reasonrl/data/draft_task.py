@@ -26,7 +26,7 @@ from ..errors import UserError
 from ..models.chat import prompt_text, user_text, with_user_text
 from ..seeds import stable_seed
 from ..tasks import Item, is_correct
-from ..tasks.base import epochs
+from ..tasks.base import TaskWrapper, epochs
 from .draft_files import DraftEntry, load_drafts
 from .drafts import MAX_PROMPT_TOKENS, MODES, TEMPLATE, Draft, build_draft_dataset, draft_prompt
 
@@ -64,7 +64,7 @@ def _as_draft(task: Any, item: Item, e: DraftEntry) -> Draft:
     return Draft(e.text, correct, quasi=e.quasi if e.quasi is not None else correct)
 
 
-class DraftTask:
+class DraftTask(TaskWrapper):
     """``task`` with drafts in its train prompts (``mode``, one of :data:`~reasonrl.data.drafts.MODES`)
     and the ``N/A`` template at evaluation. ``drafts``: a JSONL path (:mod:`.draft_files`), its rows
     by key (what ``load_drafts`` returns: the built-in drafter's), or None (``no_draft`` only).
@@ -80,7 +80,8 @@ class DraftTask:
         if drafts is None and modes != ("no_draft",):
             raise UserError(f"draft mode(s) {list(modes)} need a drafts file (drafts.file=PATH; "
                             "make one with `reasonrl drafts make`)")
-        self.task, self.name, self.modes, self.seed, self.template = task, task.name, modes, seed, template
+        super().__init__(task)
+        self.modes, self.seed, self.template = modes, seed, template
         self.rows: list[Item] | None = None
         if drafts is not None:
             table = drafts if isinstance(drafts, dict) else load_drafts(drafts)
@@ -102,11 +103,6 @@ class DraftTask:
         return dataclasses.replace(item, prompt=with_user_text(item.prompt, row.prompt),
                                    meta={**item.meta, "draft": info})
 
-    def __getattr__(self, name: str) -> Any:  # the verifier's options, the budget: the task's own
-        if name == "task":
-            raise AttributeError(name)
-        return getattr(self.task, name)
-
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         if split == "train" and self.rows is not None:
             return epochs(self.rows, random.Random(f"{seed}:drafts:train"))
@@ -119,29 +115,22 @@ class DraftTask:
                                                                                           self.template)),
                                    meta={**item.meta, "draft": info})
 
-    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        return self.task.verify(completion, answer, meta)
-
-    def extract_answer(self, completion: str) -> str | None:
-        return self.task.extract_answer(completion)
 
 
-class PlainShare:
+class PlainShare(TaskWrapper):
     """The learner warm start's mix (``drafts warmstart --plain-rate R``): each train draw is, with
     probability ``rate`` (a seeded coin per draw), the next item of the *plain* task's own train
     stream, otherwise the next item of ``drafts``' (the template). Held-out items are ``drafts``' (the
     ``N/A`` template). [inferred here, issue #26: a warm start on the template alone took the tiny
     learner's plain pass@1 from 0.42 to 0.058, so the plain prompts it already solved are kept in the mix]"""
 
+    delegate = "drafts"  # the template, the modes: the draft task's
+
     def __init__(self, drafts: DraftTask, rate: float, seed: int = 0):
         if not 0.0 <= rate < 1.0:
             raise UserError(f"--plain-rate {rate}: need 0 <= rate < 1 (1 would never show the template)")
-        self.drafts, self.task, self.name, self.rate, self.seed = drafts, drafts.task, drafts.name, rate, seed
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("drafts", "task"):
-            raise AttributeError(name)
-        return getattr(self.drafts, name)
+        super().__init__(drafts.task)
+        self.drafts, self.rate, self.seed = drafts, rate, seed
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         if split != "train":
@@ -152,12 +141,6 @@ class PlainShare:
         plain = self.task.iter_items("train", stable_seed(seed, "plain-share-stream"))
         while True:
             yield next(plain) if rng.random() < self.rate else next(templated)
-
-    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        return self.task.verify(completion, answer, meta)
-
-    def extract_answer(self, completion: str) -> str | None:
-        return self.task.extract_answer(completion)
 
 
 def draft_metrics(items: Sequence[Item], answers: Sequence[Sequence[str | None]]) -> dict[str, float]:

@@ -20,6 +20,7 @@ from ..rollout.agent import EpisodeOptions, environment_rollouts, require_episod
 from ..rollout.multiturn import EpisodeLimits
 from ..rewards.sandbox.levels import UID_SLOTS
 from ..rules import Rule, at_least, within
+from ..tasks.base import TaskWrapper
 from .protocol import TaskSetup, register_part
 from .strategy import GenRequest
 
@@ -75,11 +76,9 @@ class Episodes:
                                     req.seeds("episode"), req.formatter, self.options)
 
 
-class EpisodicTask:
+class EpisodicTask(TaskWrapper):
     """A task with environments and the run's episode options (``episode_options``); all else is the task's."""
 
     def __init__(self, task: Any, options: EpisodeOptions):
-        self.task, self.episode_options = task, options
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.task, name)
+        super().__init__(task)
+        self.episode_options = options

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import UserError
 from .arithmetic import ArithmeticTask
-from .base import Item, Task, TaskReward, in_test_split, is_correct, reward_columns, take_items
+from .base import Item, Task, TaskReward, TaskWrapper, in_test_split, is_correct, reward_columns, take_items
 from .files import FileTask
 from .guidance import Critique, GuidedTask, load_guidance
 from .gym import ReasoningGymTask, rg_config_fields, rg_dataset_names
@@ -73,5 +73,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "TaskWrapper", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

@@ -52,6 +52,32 @@ class Task(Protocol):
     # that runs programs can run the whole batch in one sandbox call (the ``azr`` task).
 
 
+class TaskWrapper:
+    """A task that changes some of another task's items and is that task for everything else: the
+    verifier, ``extract_answer``, options, budget, guidance. Subclasses set ``self.task`` (and usually
+    override ``iter_items``); ``delegate`` names the attribute ``__getattr__`` forwards to (default
+    ``task``: a wrapper of a wrapper forwards to the next one)."""
+
+    delegate = "task"
+
+    def __init__(self, task: Any):
+        self.task, self.name = task, task.name
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("task", self.delegate):  # not yet set (copy, pickle): no recursion
+            raise AttributeError(name)
+        return getattr(getattr(self, self.delegate), name)
+
+    def iter_items(self, split: str, seed: int) -> Iterator[Item]:
+        return self.task.iter_items(split, seed)
+
+    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
+        return self.task.verify(completion, answer, meta)
+
+    def extract_answer(self, completion: str) -> str | None:
+        return self.task.extract_answer(completion)
+
+
 def in_test_split(key: str, test_fraction: float, salt: str = "reasonrl-split-v1") -> bool:
     """Deterministic split membership by a salted hash of the problem's key."""
     digest = hashlib.sha256(f"{salt}\x00{key}".encode()).digest()

@@ -35,7 +35,7 @@ from typing import Any, Iterator, Protocol
 from ..advantages.subgroups import parse_first_error, parse_verdict
 from ..errors import MissingPathError, UserError
 from ..models.chat import prompt_text
-from .base import Item, take_items
+from .base import Item, TaskWrapper, take_items
 from .files import jsonl_rows
 
 VERDICTS = ("correct", "incorrect")
@@ -288,7 +288,7 @@ def load_guidance(path: str | Path, kind: str) -> dict[str, Any]:
     return out
 
 
-class GuidedTask:
+class GuidedTask(TaskWrapper):
     """Any task with guidance loaded from JSONL files attached (paths per kind, each optional).
 
     A row matches an item whose ``key`` (or, failing that, ``prompt``) equals the row's key; file
@@ -298,26 +298,12 @@ class GuidedTask:
 
     def __init__(self, task: Any, *, hints: str | Path | None = None, solutions: str | Path | None = None,
                  critiques: str | Path | None = None):
-        self.task, self.name = task, task.name
+        super().__init__(task)
         given = {"hints": hints, "solutions": solutions, "critiques": critiques}
         self.files = {kind: (str(p), load_guidance(p, kind)) for kind, p in given.items() if p is not None}
         if not self.files:
             raise UserError(f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= "
                             "(a JSONL path)")
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "task":  # not yet set (copy/pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.task, name)
-
-    def iter_items(self, split: str, seed: int):
-        return self.task.iter_items(split, seed)
-
-    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        return self.task.verify(completion, answer, meta)
-
-    def extract_answer(self, completion: str) -> str | None:
-        return self.task.extract_answer(completion)
 
     def _row(self, kind: str, item: Item) -> Any:
         path, table = self.files[kind]

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from ..errors import UserError
 from ..models.chat import PromptFormatter, context_length, is_conversational, prompt_text
 from ..run_sections import PROMPT_OVERFLOW as OVERFLOW
-from .base import Item
+from .base import Item, TaskWrapper
 MAX_MISSES = 10_000  # prompts in a row that do not fit before a task counts as unusable (never spin)
 
 
@@ -56,18 +56,14 @@ def played_task(task: Any, kind: type, refusal: str) -> Any:
     return inner
 
 
-class LimitedTask:
+class LimitedTask(TaskWrapper):
     """A task's items with prompts of at most ``cap`` tokens; ``counts`` says how many were dropped or
     truncated, per split (distinct problems)."""
 
     def __init__(self, task: Any, formatter: PromptFormatter, cap: int, overflow: str):
-        self.task, self.name, self.formatter, self.cap, self.overflow = task, task.name, formatter, cap, overflow
+        super().__init__(task)
+        self.formatter, self.cap, self.overflow = formatter, cap, overflow
         self.seen: dict[str, dict[str, set[str]]] = {}  # split -> "dropped" / "truncated" -> problem keys
-
-    def __getattr__(self, name: str) -> Any:  # the verifier's options, the budget, guidance: the task's own
-        if name == "task":
-            raise AttributeError(name)
-        return getattr(self.task, name)
 
     @property
     def counts(self) -> dict[str, dict[str, int]]:
@@ -103,12 +99,6 @@ class LimitedTask:
             return None
         kinds["truncated"].add(item.key)
         return dataclasses.replace(item, prompt=truncate_left(self.formatter, item.prompt, self.cap, item.key))
-
-    def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        return self.task.verify(completion, answer, meta)
-
-    def extract_answer(self, completion: str) -> str | None:
-        return self.task.extract_answer(completion)
 
 
 def _cut_turn(prompt: Any) -> int | None:
