@@ -15,7 +15,8 @@ phases, step 1 left out; on a shared machine only comparable within one invocati
         --out runs/health_ctx --json benchmarks/results/recipe_health/ctxbase.json
 
 Finished runs in ``--out`` (``summary.json`` present) are collected, not retrained, so an invocation
-can be stopped and started again; the JSON is rewritten after every run. The starting model's
+can be stopped and started again (and ``--only-seeds 0`` and ``--only-seeds 1,2`` can share one ``--out`` on two
+cores, then one invocation without ``--only-seeds`` collects the table); the JSON is rewritten after every run. The starting model's
 evaluation is the same for every run from one base whose held-out prompts are the task's own (no
 ``wrap_task`` part: drafts show the template), so it is made once and copied into the other folders
 (``before.json``; ``reasonrl train`` reads it instead of evaluating again).
@@ -93,6 +94,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipes", default="all", help="comma-separated entries name[:key=value...], or all")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--only-seeds", default=None, help="train only these of the seeds (e.g. 1,2): invocations with "
+                    "other lists can share one --out on two cores; one without then collects the whole table")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--model", default=None, help="the base every run starts from (default: the shipped base)")
     ap.add_argument("--out", type=Path, required=True)
@@ -104,7 +107,8 @@ def main() -> None:
     extra = ["eval_every=0", "save_every=0", "final_eval_k=0", *(["model=" + args.model] if args.model else []),
              *args.overrides]
     results, source, t0 = [], None, time.time()
-    for seed in range(args.seeds):  # seed-major: a stopped invocation has every recipe on the first seeds
+    seeds = [int(x) for x in args.only_seeds.split(",")] if args.only_seeds else list(range(args.seeds))
+    for seed in seeds:  # seed-major: a stopped invocation has every recipe on the first seeds
         for entry in entries:
             run_dir = args.out / f"{run_dir_name(entry)}-seed{seed}"
             if (run_dir / "summary.json").exists():
@@ -119,7 +123,7 @@ def main() -> None:
             print(f"[{time.time() - t0:7.0f}s] {entry} seed {seed}: "
                   + (f"pass@1 {res.final:.3f}" if res.ok else f"FAILED {res.error}"), flush=True)
             if args.json:
-                report = {"entries": entries, "seeds": args.seeds, "steps": args.steps, "model": args.model,
+                report = {"entries": entries, "seeds": len(seeds), "steps": args.steps, "model": args.model,
                           "overrides": extra, "table": summarise(results, entries),
                           "runs": [{"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "error": r.error, "final": r.final,
                                     "run_dir": str(r.run_dir)} for r in results]}
