@@ -61,7 +61,7 @@ def setup(a) -> tuple[Trainer, PromptTask]:
     else:
         model, tok = load_model(a.prompter)
         worker = OracleWorker(inner) if a.worker == "oracle" else ModelWorker(*load_model(a.worker), inner)
-    part = PromptPolicy(contexts=a.contexts, instances=a.instances)
+    part = PromptPolicy(contexts=a.contexts, instances=a.instances, k_top=a.k_top, k_bottom=a.k_bottom)
     task = PromptTask(inner, worker, contexts=a.contexts, instances=a.instances, pool=a.pool, seed=a.seed)
     r = get_recipe("prompt_policy")
     recipe = dataclasses.replace(r, group_size=a.group, prompt_policy=part,
@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--contexts", default="meta:max_digits")
     ap.add_argument("--max-digits", type=int, default=3)
     ap.add_argument("--instances", type=int, default=4)
+    ap.add_argument("--k-top", type=int, default=2, help="history: best entries shown (0 and --k-bottom 0: none)")
+    ap.add_argument("--k-bottom", type=int, default=2)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--pool", type=int, default=600)
     ap.add_argument("--eval-n", type=int, default=40, help="held-out instances per context")
