@@ -116,7 +116,6 @@ class DraftTask(TaskWrapper):
                                    meta={**item.meta, "draft": info})
 
 
-
 class PlainShare(TaskWrapper):
     """The learner warm start's mix (``drafts warmstart --plain-rate R``): each train draw is, with
     probability ``rate`` (a seeded coin per draw), the next item of the *plain* task's own train
