@@ -1,5 +1,9 @@
 """The CodeAct agent on the FHIR task (issue #31): held-out answer correctness before and after RL, per seed.
 
+``--recipe codeact`` (the default) trains on the task's verifier; ``--recipe codeact_judge`` on a judge's
+verdicts alone (give ``rewards.judge.backend=...``; without a judge model, the scripted stand-ins of
+``benchmarks/judges/fhir_rule_judge.py``: an exact judge and one that reverses a fixed 20% of verdicts).
+
 1. ``reasonrl compare --recipes codeact --seeds S --steps N --model BASE``: from a warm-started agent (BASE:
    `reasonrl pretrain --task fhir --model src/reasonrl/models/base --out runs/fhir_base`, the scripted
    expert's one-cell actions), each seed's greedy held-out correctness on the same held-out patients'
@@ -14,9 +18,12 @@
         --json benchmarks/results/agents/codeact_fhir50.json episodes.max_obs_tokens=96
     python benchmarks/codeact_fhir.py --smoke --base DIR           # 2 steps, 1 seed, 10 problems
 
-The judge's parse-failure rate needs a judge model: with the tiny reasoner there is none worth the name, so
-this script trains ``codeact`` (the verifier's reward); ``codeact_judge`` with ``rewards.judge.backend=...``
-logs ``judge/parse_failures`` the same way.
+    python benchmarks/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 --out runs/codeact_judge50 \
+        --json benchmarks/results/agents/codeact_judge_fhir50.json --seeds 3 --steps 20 episodes.max_obs_tokens=96 \
+        rewards.judge.backend=benchmarks/judges/fhir_rule_judge.py:judge
+
+A real judge's parse-failure rate needs a judge model: with the tiny reasoner there is none worth the name;
+``judge/parse_failures`` is logged (and kept here) with any backend.
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ from pathlib import Path
 from reasonrl.tracking import read_metrics
 
 KEYS = ("episode/turns_mean", "env/codeact/cell_errors", "env/codeact/malformed", "env/codeact/timeouts",
-        "episode/finish_answer", "episode/finish_turns", "episode/finish_context", "accuracy")
+        "episode/finish_answer", "episode/finish_turns", "episode/finish_context", "accuracy", "reward/judge/mean",
+        "judge/parse_failures", "judge/cached")
 
 
 def _env() -> dict:
@@ -61,22 +69,23 @@ def grpo_step_seconds(out: Path, steps: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--recipe", choices=("codeact", "codeact_judge"), default="codeact")
     ap.add_argument("--base", type=Path, required=True, help="the warm-started agent (reasonrl pretrain --task fhir)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--problems", type=int, default=100, help="held-out questions of the before/after evals")
     ap.add_argument("--out", type=Path, default=Path("runs/codeact_fhir"))
-    ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/agents/codeact_fhir.json")
+    ap.add_argument("--json", type=Path, default=None, help="default: benchmarks/results/agents/RECIPE_fhir.json")
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 10 problems: the code paths only")
     ap.add_argument("overrides", nargs="*", help="run settings for every seed, e.g. episodes.max_obs_tokens=96")
     a = ap.parse_args()
     if a.smoke:
         a.steps, a.seeds, a.problems = 2, 1, 10
-    cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", "codeact", "--seeds", str(a.seeds),
+    cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", a.recipe, "--seeds", str(a.seeds),
            "--steps", str(a.steps), "--task", "fhir", "--out", str(a.out), f"model={a.base}", "eval_every=0",
            f"final_eval_problems={a.problems}", "final_eval_k=0", "save_every=0", *a.overrides, "--resume"]
     subprocess.run(cmd, check=True, env=_env())
-    seeds = {s: seed_row(a.out / f"codeact-seed{s}") for s in range(a.seeds)}
+    seeds = {s: seed_row(a.out / f"{a.recipe}-seed{s}") for s in range(a.seeds)}
     grpo = grpo_step_seconds(a.out, 2 if a.smoke else 5)
     print(f"{'seed':>4} {'before':>7} {'after':>7} {'turns':>6} {'errors':>7} {'no code':>8} {'answered':>9} {'s/step':>7}")
     for s, r in seeds.items():
@@ -84,13 +93,13 @@ def main() -> None:
               f"{r.get('env/codeact/cell_errors', 0):7.2f} {r.get('env/codeact/malformed', 0):8.2f} "
               f"{r.get('episode/finish_answer', 0):9.2f} {r['s_per_step']:7.2f}")
     after = [r["after"] for r in seeds.values()]
-    summary = {"before": seeds[0]["before"], "after_mean": statistics.mean(after),
+    summary = {"recipe": a.recipe, "before": seeds[0]["before"], "after_mean": statistics.mean(after),
                "after_std": statistics.stdev(after) if len(after) > 1 else 0.0,
-               "codeact_s_per_step": statistics.mean(r["s_per_step"] for r in seeds.values()),
+               "agent_s_per_step": statistics.mean(r["s_per_step"] for r in seeds.values()),
                "grpo_arithmetic_s_per_step": grpo}
     print(f"held-out correctness {summary['before']:.3f} -> {summary['after_mean']:.3f} +- {summary['after_std']:.3f}; "
-          f"s/step codeact {summary['codeact_s_per_step']:.2f} vs single-turn grpo (arithmetic) {grpo:.2f}")
-    path = a.json or (None if a.smoke else Path("benchmarks/results/agents/codeact_fhir.json"))
+          f"s/step {a.recipe} {summary['agent_s_per_step']:.2f} vs single-turn grpo (arithmetic) {grpo:.2f}")
+    path = a.json or (None if a.smoke else Path(f"benchmarks/results/agents/{a.recipe}_fhir.json"))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(a).items()}, "seeds": seeds,

@@ -7,7 +7,8 @@ already made (nothing is trained or evaluated here).
 Every source is declared once in SOURCES: its file, how to read it (READERS), the setting it ran in (SETTINGS: the
 base, pool, adapters, task; the rows are comparable only within one setting), the recipes it is the main
 measurement of (`primary`, recipe -> entry as written in the JSON) and the reference recipe of the measurement
-(`baseline`, grpo unless stated). Every other entry of a source (ablations, older defaults, other settings) goes to
+(`baseline`, grpo unless stated; `tests=False` where the two trained on different tasks: no Welch p or paired
+difference is shown). Every other entry of a source (ablations, older defaults, other settings) goes to
 the "other measurements" table. A number the JSON does not hold is left empty, never filled in: the only derived
 values are the s/step ratio (the two s/step of the JSON, where it has no ratio), a mean over seeds of the
 per-run evaluation rates (task_methods' diagnostics.json) and the sign of a paired difference when the JSON's
@@ -47,6 +48,11 @@ SETTINGS = {
     "fhir50": "CodeAct on fhir from a warm start in the learning zone (0.500), episodes.max_obs_tokens=96, 100 "
               "held-out questions; no grpo run: its s/step is single-turn grpo on arithmetic",
     "fhir86": "as fhir50 but from a warm start at 0.860 and the default observation cap",
+    "fhir50_judge": "as fhir50; codeact_judge trained on the verdicts of a scripted judge, no judge model "
+                    "(benchmarks/judges/fhir_rule_judge.py: `judge` exact, `noisy_judge` 20% of verdicts reversed)",
+    "shipped_other_task": f"{SHIPPED} for grpo; the recipe from the same base on its own task (populora: the azr "
+                          "program world), where that base scores 0: a health check (the run finishes, what its "
+                          "format does), not a comparison",
     "temporal": "the temporal task from its own warm start (0.530), 200 held-out problems",
     "diagnosis": "the diagnosis task from its own warm start (0.385), 200 held-out problems",
     "recommend": "the recommend task from its own warm start (0.310), loss.clip_high=0.28, 200 held-out problems",
@@ -83,6 +89,8 @@ SOURCES = [
          primary={}, note="seed 0 (a screen); the built-in drafter's drafts"),
     dict(path=R + "recipe_health/drafts_mix_seed1.json", reader="compare", setting="drafts_mix", doc="drafts.md",
          primary={}, note="seed 1 of the same setting, a later session (the warm start rebuilt: the same learner)"),
+    dict(path=R + "recipe_health/drafts_mix_seed2.json", reader="compare", setting="drafts_mix", doc="drafts.md",
+         primary={}, note="seed 2 of the same setting, 2026-12-05 (the warm start rebuilt again: the same learner)"),
     dict(path=R + "recipe_health/vpd_warm.json", reader="compare", setting="lora", doc="vpd.md", primary={},
          note="vpd.warm_steps=100, 3 seeds; vpd.warm_steps=0 is the default (the main row)"),
     dict(path=R + "compare_grpo_dapo_edas_mugrpo/compare.json", reader="compare", setting="base", doc="compare.md",
@@ -122,6 +130,12 @@ SOURCES = [
     dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
          primary={"codeact": "codeact"}),
     dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
+    dict(path=R + "agents/codeact_judge_fhir50.json", reader="codeact", setting="fhir50_judge", doc="agents.md",
+         primary={"codeact_judge": "codeact_judge"}, note="the exact scripted judge"),
+    dict(path=R + "agents/codeact_judge_noisy_fhir50.json", reader="codeact", setting="fhir50_judge",
+         doc="agents.md", primary={}, note="the noisy scripted judge (20% of verdicts reversed)"),
+    dict(path=R + "recipe_health/populora.json", reader="compare", setting="shipped_other_task", doc="health.md",
+         primary={"populora": "populora"}, tests=False),
     dict(path=R + "task_methods/tempo/compare.json", reader="compare", setting="temporal", doc="tasks.md",
          diagnostics=R + "task_methods/tempo/diagnostics.json", primary={"tempo": "tempo"}),
     dict(path=R + "task_methods/sspo/compare.json", reader="compare", setting="diagnosis", doc="tasks.md",
@@ -146,7 +160,9 @@ DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside
     "populora": "python benchmarks/populora_compare.py --model runs/azr_base --steps 30 --seeds 0,1,2",
     "prompt_policy": "python benchmarks/prompt_policy_bench.py --steps 30",
     "trafl": "python benchmarks/distmatch.py --group diffusion", "diffu_grpo": "python benchmarks/distmatch.py --group diffusion",
-}  # codeact_judge: needs a judge model (rewards.judge.backend=...); benchmarks/codeact_fhir.py trains codeact only
+    "codeact_judge": "python benchmarks/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 "
+                     "rewards.judge.backend=benchmarks/judges/fhir_rule_judge.py:judge",
+}
 FIELDS = ("mean", "std", "seeds", "per_seed", "p", "paired", "trunc", "fmt", "length", "s_step", "s_x")
 
 
@@ -197,11 +213,13 @@ def read_grlo(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
 
 
 def read_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/codeact_fhir.py: held-out correctness after RL per seed; grpo only as seconds per step."""
+    """benchmarks/codeact_fhir.py: held-out correctness after RL per seed; grpo only as seconds per step. Files
+    written before its --recipe option hold codeact's under codeact_s_per_step."""
     s = d["summary"]
     per_seed = [d["seeds"][k]["after"] for k in sorted(d["seeds"], key=int)]
-    out = {"codeact": {"mean": s.get("after_mean"), "std": s.get("after_std"), "seeds": len(per_seed),
-                       "per_seed": per_seed, "s_step": s.get("codeact_s_per_step")},
+    s_step = s.get("agent_s_per_step", s.get("codeact_s_per_step"))
+    out = {s.get("recipe", "codeact"): {"mean": s.get("after_mean"), "std": s.get("after_std"),
+                                        "seeds": len(per_seed), "per_seed": per_seed, "s_step": s_step},
            "grpo": {"s_step": s.get("grpo_arithmetic_s_per_step")}}
     return out, None, _steps(d, src)
 
@@ -256,14 +274,15 @@ def read_source(src: dict, root: Path = ROOT) -> dict | None:
     return {"entries": entries, "first": first, "steps": steps}
 
 
-def against_baseline(read: dict, entry: str, baseline: str) -> dict:
-    """Welch p, the paired test and the s/step ratio of `entry` against `baseline` from what the JSON holds."""
+def against_baseline(read: dict, entry: str, baseline: str, tests: bool = True) -> dict:
+    """Welch p, the paired test and the s/step ratio of `entry` against `baseline` from what the JSON holds;
+    no test where the source says the two trained on different tasks (`tests=False`)."""
     rows, first = read["entries"], read["first"]
     row, base = rows[entry], rows.get(baseline, {})
     p, paired = None, None
-    if entry != baseline and baseline == first:
+    if tests and entry != baseline and baseline == first:
         p, paired = row["p"], row["paired"]
-    elif entry == first and base:  # the JSON's reference is this recipe: the baseline's test, turned round
+    elif tests and entry == first and base:  # the JSON's reference is this recipe: the baseline's test, turned round
         p, b = base.get("p"), base.get("paired")
         paired = b and {"diff": -b["diff"], "low": None if b["high"] is None else -b["high"],
                         "high": None if b["low"] is None else -b["low"], "mcnemar_p": b["mcnemar_p"]}
@@ -283,7 +302,7 @@ def make_row(recipe: str, entry: str, src: dict, read: dict) -> dict:
             "baseline": baseline if entry != baseline else None, "baseline_pass1_mean": base.get("mean"),
             "baseline_pass1_std": base.get("std"), "eval_truncation": row["trunc"], "eval_format": row["fmt"],
             "eval_mean_length": row["length"], "s_per_step": row["s_step"], "baseline_s_per_step": base.get("s_step"),
-            **against_baseline(read, entry, baseline), "note": src.get("note")}
+            **against_baseline(read, entry, baseline, src.get("tests", True)), "note": src.get("note")}
 
 
 def measure_command(recipe: str) -> str:

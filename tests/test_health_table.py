@@ -116,3 +116,22 @@ def test_prompt_policy_reader_against_no_prompt(tmp_path):
     assert (row["pass1_mean"], row["pass1_std"], row["seeds"], row["steps"]) == (0.5167, 0.1012, 3, 30)
     assert row["per_seed"] == [0.57, 0.40, 0.58]
     assert (row["baseline"], row["baseline_pass1_mean"], row["welch_p"]) == ("none", 0.57, None)
+
+
+def test_no_tests_across_tasks_and_the_codeact_reader_names_its_recipe(tmp_path):
+    paired = {"diff": -0.5, "ci_low": -0.6, "ci_high": -0.4, "mcnemar_p": 0.001}
+    _write(tmp_path, "a.json", {"first": "grpo", "table": [
+        _row("grpo", 0.59, 0.05, median_s_per_step=0.8),
+        _row("pop", 0.0, 0.0, p=0.002, paired=paired, median_s_per_step=0.6, s_per_step_vs_first=0.75)]})
+    # codeact_fhir.py --recipe codeact_judge: the recipe and its s/step under the new keys
+    _write(tmp_path, "j.json", {"settings": {"steps": "20"}, "seeds": {"0": {"after": 0.69}, "1": {"after": 0.58}},
+                                "summary": {"recipe": "judge_agent", "after_mean": 0.635, "after_std": 0.078,
+                                            "agent_s_per_step": 29.0, "grpo_arithmetic_s_per_step": 0.8}})
+    sources = [dict(path="a.json", reader="compare", setting="s", doc="x.md", steps=60, primary={"pop": "pop"},
+                    tests=False),
+               dict(path="j.json", reader="codeact", setting="t", doc="x.md", primary={"judge_agent": "judge_agent"})]
+    pop, agent = ht.build(["pop", "judge_agent"], sources, tmp_path)["rows"]
+    assert (pop["pass1_mean"], pop["baseline_pass1_mean"]) == (0.0, 0.59)
+    assert pop["welch_p"] is None and pop["paired"] is None and pop["s_per_step_x"] == 0.75  # s/step still shown
+    assert (agent["pass1_mean"], agent["per_seed"], agent["steps"]) == (0.635, [0.69, 0.58], 20)
+    assert agent["s_per_step"] == 29.0 and agent["s_per_step_x"] == pytest.approx(29.0 / 0.8)

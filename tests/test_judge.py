@@ -6,11 +6,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from pathlib import Path
+
 import pytest
 
 from reasonrl.errors import UserError
 from reasonrl.rewards import get_reward
 from reasonrl.rewards.judge import JudgeReward, clear_cache, parse_verdict
+from reasonrl.rewards.user import load_function
 
 
 @pytest.fixture(autouse=True)
@@ -206,3 +209,23 @@ def test_judge_as_an_extra_reward_reads_the_episodes_evidence(tmp_path):
     assert b.ro.finish_reasons == ["answer"] * 4
     assert b.rewards.flatten().tolist() == [1.0] * 4
     assert b.metrics["judge/parse_failures"] == 0
+
+
+RULE_JUDGE = Path(__file__).resolve().parents[1] / "benchmarks" / "judges" / "fhir_rule_judge.py"
+
+
+def test_benchmark_rule_judges_through_the_reward():
+    """The scripted judges of benchmarks/judges (codeact_judge's benchmark), read by the strict parser."""
+    exact = get_reward("judge", backend=f"{RULE_JUDGE}:judge")
+    # last number 12.4 vs gold 12.4 -> yes; 12.5 is 0.1 away -> no; "none" with no number for gold none -> yes;
+    # a number for gold none -> no; no number at all for gold 7 -> no
+    answers = ["count is 3, mean 12.4", "12.5", "there are none", "3 of none", "no idea"]
+    golds = ["12.4", "12.4", "none", "none", "7"]
+    res = exact.score(["p"] * 5, answers, **columns(golds, [f"q{i}" for i in range(5)]))
+    assert res.values == [1.0, 0.0, 1.0, 0.0, 0.0] and res.metrics["judge/parse_failures"] == 0.0
+    noisy = load_function(f"{RULE_JUDGE}:noisy_judge")
+    n = 4000
+    replies = noisy([""] * n, [f"q{i}" for i in range(n)], ["1"] * n, ["1"] * n, [""] * n)
+    wrong = sum(r == "verdict: no" for r in replies) / n  # every answer is right: each "no" is a flip
+    assert abs(wrong - 0.2) < 0.02  # binomial sd sqrt(0.16 / 4000) = 0.0063: 3 sd
+    assert noisy([""], ["q7"], ["1"], ["1"], [""]) == replies[7:8]  # the same pair, the same verdict
