@@ -68,6 +68,8 @@ SETTINGS = {
                "one-shot prompt, the reference 'none' the worker with no prompt",
     "azr": "AZR's program world from its warm start (0.240 on 200 held-out solver problems, below its 0.5 "
            "target); grpo on the task's gold programs (task_options.roles=solve)",
+    "evoenv": "EvoEnv's environment world from its warm start (0.385 on 200 held-out instances of the starting "
+              "environments, below its 0.5 target); grpo on the starting environments (task_options.roles=solve)",
 }
 SSOPD_NOW = "ssopd:ssopd.w_star=eos:ssopd.clip=1.0"  # the recipe's defaults since issue #26
 DRAFTS = "drafts:drafts.file=/work/main/runs/drafts.jsonl"
@@ -125,6 +127,8 @@ SOURCES = [
          doc="distmatch.md", primary={"diffu_grpo": "diffu_grpo", "trafl": "trafl"}),
     dict(path=R + "selfplay/azr/compare.json", reader="compare", setting="azr", doc="results.md", steps=30,
          primary={"azr": "azr"}),
+    dict(path=R + "selfplay/evoenv/compare.json", reader="compare", setting="evoenv", doc="results.md", steps=30,
+         primary={"evoenv": "evoenv"}),
     dict(path=R + "prompt_policy/base.json", reader="prompt_policy", setting="pp_base", baseline="none",
          doc="prompt_policy.md", primary={"prompt_policy": "prompt_policy"}),
     dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
@@ -374,8 +378,10 @@ def markdown(table: dict) -> str:
            "\nSettings:\n", "| setting | what it is |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in table["settings"].items()]
     out += ["\nNotes on sources:\n"] + [f"- `{s['path'].removeprefix(R)}`: {s['note']}" for s in SOURCES if s.get("note")]
-    out += ["\nNot measured yet:\n"] + [f"- `{r['recipe']}`: `{r['command']}`" + (
-        f" (or its own benchmark: `{r['dedicated']}`)" if r["dedicated"] else "") for r in table["rows"] if not r["measured"]]
+    unmeasured = [f"- `{r['recipe']}`: `{r['command']}`" + (f" (or its own benchmark: `{r['dedicated']}`)"
+                                                           if r["dedicated"] else "")
+                  for r in table["rows"] if not r["measured"]]
+    out += ["\nNot measured yet:\n"] + unmeasured if unmeasured else ["\nEvery recipe has a measurement."]
     if table["missing_sources"]:
         out.append("\nDeclared sources not present: " + ", ".join(f"`{p}`" for p in table["missing_sources"]))
     return "\n".join(out)

@@ -17,9 +17,10 @@ phases, step 1 left out; on a shared machine only comparable within one invocati
 Finished runs in ``--out`` (``summary.json`` present) are collected, not retrained, so an invocation
 can be stopped and started again (and ``--only-seeds 0`` and ``--only-seeds 1,2`` can share one ``--out`` on two
 cores, then one invocation without ``--only-seeds`` collects the table); the JSON is rewritten after every run. The starting model's
-evaluation is the same for every run from one base whose held-out prompts are the task's own (no
-``wrap_task`` part: drafts show the template), so it is made once and copied into the other folders
-(``before.json``; ``reasonrl train`` reads it instead of evaluating again).
+evaluation is the same for every run from one base on one task with the task's own held-out prompts (no
+``wrap_task`` part: drafts show the template; no ``run_defaults`` or override of the task or the model: populora
+trains on azr), so it is made once and copied into those folders (``before.json``; ``reasonrl train`` reads it
+instead of evaluating again).
 """
 from __future__ import annotations
 
@@ -49,9 +50,17 @@ def health(run_dir: Path) -> dict[str, float]:
             "s_per_step": statistics.median(secs) if secs else None}
 
 
+EVAL_KEYS = ("task", "task_options", "model")  # settings that change what the base's evaluation evaluates
+
+
 def plain_prompts(entry: str) -> bool:
-    """Whether the recipe's held-out prompts are the task's own (no part wraps the task)."""
-    return not get_recipe(parse_variant(entry)[0]).hooked("wrap_task")
+    """Whether the run's starting evaluation is the base's own: no part wraps the task, and neither the recipe's
+    ``run_defaults`` nor the entry's overrides change the task or the model (populora and evoenv train on their
+    own task, trafl on the diffusion model: their base evaluation is their own)."""
+    name, overrides = parse_variant(entry)
+    recipe = get_recipe(name)
+    keys = [k for k, _ in recipe.run_defaults] + [o.split("=", 1)[0] for o in overrides]
+    return not recipe.hooked("wrap_task") and not any(k.split(".")[0] in EVAL_KEYS for k in keys)
 
 
 def seed_before(source: Path | None, run_dir: Path) -> None:
