@@ -5,6 +5,7 @@ hand-written hint (the arithmetic task's own hints, fixed), per context. Prints 
     python benchmarks/prompt_policy_bench.py --steps 30                      # worker: the shipped base, frozen
     python benchmarks/prompt_policy_bench.py --worker oracle --steps 30      # a synthetic worker (below)
     python benchmarks/prompt_policy_bench.py --smoke                         # tiny shapes, 2 steps: code paths only
+    python benchmarks/prompt_policy_bench.py --worker runs/ctxbase45 --worker-template nudge --max-fragments 1
     python benchmarks/prompt_policy_bench.py --merge base_seed0.json base_seed1.json base_seed2.json --json base.json
 
 The prompter is the shipped tiny reasoner trained by the ``prompt_policy`` recipe (renderer ``hints``: the digits
@@ -12,6 +13,11 @@ it writes pick the task's hints by number). ``--worker base`` is the shipped mod
 ``--worker oracle`` is the spec's toy at the LM level, a worker that solves an instance of the context
 ``max_digits=d`` exactly when its prompt holds that instance's hint number d (1: the carries, 2: the column
 count, 3: column 1's step), so the right prompt differs by context and must be learned.
+
+``--worker DIR`` is any model directory; ``--worker-template nudge`` shows it the prompt in the hinted-prompt
+format of NudgeRL's contexts (reasonrl.parts.nudge.HINT_TEMPLATE), the one a context-mix warm start
+(``reasonrl pretrain --contexts all``, e.g. runs/ctxbase45) learned to read a hint in, with ``--max-fragments 1``
+since that warm start only ever saw one hint at a time; the default ``plain`` puts the prompt on the line above.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import torch
 from reasonrl.config import TrainConfig
 from reasonrl.models import build_tiny, load_model
 from reasonrl.parts import PromptPolicy
+from reasonrl.parts.nudge import HINT_TEMPLATE
 from reasonrl.prompting import ModelWorker, PromptTask, WorkerCalls, prompter_prompt
 from reasonrl.prompting.task import render
 from reasonrl.recipes import get_recipe
@@ -53,16 +60,26 @@ class OracleWorker:
         return self.run_many([(prompt, inst)])[0]
 
 
+# what the worker reads: the prompter's text on the line above the instance, or in NudgeRL's hinted prompt
+TEMPLATES = {"plain": "{prompt}\n{instance}",
+             "nudge": HINT_TEMPLATE.replace("{prompt}", "{instance}").replace("{hint}", "{prompt}")}
+
+
 def setup(a) -> tuple[Trainer, PromptTask]:
     inner = get_task("arithmetic", max_digits=a.max_digits)
+    template = TEMPLATES.get(a.worker_template, a.worker_template)
     if a.smoke:
         model, tok = build_tiny("tiny", seed=0)
-        worker = OracleWorker(inner) if a.worker == "oracle" else ModelWorker(*build_tiny("tiny", seed=1), inner)
+        worker = (OracleWorker(inner) if a.worker == "oracle"
+                  else ModelWorker(*build_tiny("tiny", seed=1), inner, template=template))
     else:
         model, tok = load_model(a.prompter)
-        worker = OracleWorker(inner) if a.worker == "oracle" else ModelWorker(*load_model(a.worker), inner)
-    part = PromptPolicy(contexts=a.contexts, instances=a.instances, k_top=a.k_top, k_bottom=a.k_bottom)
-    task = PromptTask(inner, worker, contexts=a.contexts, instances=a.instances, pool=a.pool, seed=a.seed)
+        worker = (OracleWorker(inner) if a.worker == "oracle"
+                  else ModelWorker(*load_model(a.worker), inner, template=template))
+    part = PromptPolicy(contexts=a.contexts, instances=a.instances, k_top=a.k_top, k_bottom=a.k_bottom,
+                        max_fragments=a.max_fragments, template=template)
+    task = PromptTask(inner, worker, contexts=a.contexts, instances=a.instances, max_fragments=a.max_fragments,
+                      pool=a.pool, seed=a.seed)
     r = get_recipe("prompt_policy")
     recipe = dataclasses.replace(r, group_size=a.group, prompt_policy=part,
                                  sampling=dataclasses.replace(r.sampling, max_new_tokens=task.max_new_tokens))
@@ -113,6 +130,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--worker", default="base", help="base | a model directory | oracle")
     ap.add_argument("--prompter", default="base")
+    ap.add_argument("--worker-template", default="plain", help="plain | nudge | a text with {prompt} and {instance}")
+    ap.add_argument("--max-fragments", type=int, default=2, help="hints a prompt may pick (digits read, in order)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--contexts", default="meta:max_digits")

@@ -34,3 +34,22 @@ def test_prompt_policy_bench_smoke(tmp_path):
     assert "| hint 1 |" in stdout and "| one-shot @ step 2 | 16 |" in stdout  # 2 contexts x G 2 x M 2 per step
     assert [p["train_worker_calls"] for p in data["curve"]] == [0, 8, 16]
     assert data["best_hint"].startswith("hint")
+
+
+def test_prompt_policy_bench_nudge_template_is_the_warm_starts_hint_format():
+    """--worker-template nudge: a hint-reading warm start (pretrain --contexts, NudgeRL's hinted prompt) must see the
+    prompter's hint exactly as it learned to read one, and the bare problem when the prompt is empty."""
+    import importlib.util
+
+    from reasonrl.parts.nudge import HintSampling
+    from reasonrl.prompting.workers import worker_input
+    from reasonrl.tasks import Item
+
+    spec = importlib.util.spec_from_file_location("prompt_policy_bench", BENCH / "prompt_policy_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    item = Item(key="k", prompt="Q: 12+9=?\n", answer="21", meta={})
+    want = HintSampling().template.format(hint="column 1 carries 1", prompt=item.prompt)
+    assert worker_input("column 1 carries 1", item, bench.TEMPLATES["nudge"]) == want
+    assert worker_input("", item, bench.TEMPLATES["nudge"]) == item.prompt
+    assert worker_input("h", item, bench.TEMPLATES["plain"]) == "h\nQ: 12+9=?\n"
