@@ -82,7 +82,8 @@ def setup(a) -> tuple[Trainer, PromptTask]:
                       pool=a.pool, seed=a.seed)
     r = get_recipe("prompt_policy")
     recipe = dataclasses.replace(r, group_size=a.group, prompt_policy=part,
-                                 sampling=dataclasses.replace(r.sampling, max_new_tokens=task.max_new_tokens))
+                                 sampling=dataclasses.replace(r.sampling, max_new_tokens=task.max_new_tokens,
+                                                              temperature=a.temperature or r.sampling.temperature))
     cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", steps=a.steps, prompts_per_step=len(task.contexts),
                       seed=a.seed, eval_every=0, save_every=0, final_eval_problems=0)
     return Trainer(model.train(), tok, task, recipe, cfg, Path(a.runs) / f"{a.worker}-{a.seed}"), task
@@ -111,8 +112,9 @@ def merge(paths: list[Path]) -> dict:
     """Seed runs of one setting side by side: per seed the held-out mean accuracy with no prompt, with the best
     hand-written hint, and with the prompter's one-shot prompt at step 0 and at the end; mean and std over seeds."""
     runs = [json.loads(p.read_text()) for p in paths]
-    if len({(r["args"]["worker"], r["args"]["steps"]) for r in runs}) != 1:
-        raise SystemExit(f"--merge: the files are not one setting (worker, steps): {[str(p) for p in paths]}")
+    setting = ("worker", "steps", "worker_template", "max_fragments", "temperature")  # absent in older files: None
+    if len({tuple(r["args"].get(k) for k in setting) for r in runs}) != 1:
+        raise SystemExit(f"--merge: the files are not one setting {setting}: {[str(p) for p in paths]}")
     cols = {"none": lambda r: r["fixed"]["none"]["mean"], "best_hint": lambda r: r["fixed"][r["best_hint"]]["mean"],
             "one_shot_start": lambda r: r["curve"][0]["held_out"]["mean"],
             "one_shot_final": lambda r: r["curve"][-1]["held_out"]["mean"]}
@@ -132,6 +134,8 @@ def main() -> None:
     ap.add_argument("--prompter", default="base")
     ap.add_argument("--worker-template", default="plain", help="plain | nudge | a text with {prompt} and {instance}")
     ap.add_argument("--max-fragments", type=int, default=2, help="hints a prompt may pick (digits read, in order)")
+    ap.add_argument("--temperature", type=float, default=None, help="the prompter's sampling temperature "
+                    "(default: the recipe's)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--contexts", default="meta:max_digits")
