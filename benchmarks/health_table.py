@@ -130,7 +130,9 @@ SOURCES = [
     dict(path=R + "selfplay/evoenv/compare.json", reader="compare", setting="evoenv", doc="results.md", steps=30,
          primary={"evoenv": "evoenv"}),
     dict(path=R + "prompt_policy/base.json", reader="prompt_policy", setting="pp_base", baseline="none",
-         doc="prompt_policy.md", primary={"prompt_policy": "prompt_policy"}),
+         doc="prompt_policy.md", primary={"prompt_policy": "prompt_policy"},
+         note="the prompter sampled at T = 0.8, the default then; at 2.0, the default now, the same finals "
+         "(prompt_policy/base_T2.json)"),
     dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
          primary={"codeact": "codeact"}),
     dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
