@@ -83,7 +83,8 @@ def setup(a) -> tuple[Trainer, PromptTask]:
     r = get_recipe("prompt_policy")
     recipe = dataclasses.replace(r, group_size=a.group, prompt_policy=part,
                                  sampling=dataclasses.replace(r.sampling, max_new_tokens=task.max_new_tokens,
-                                                              temperature=a.temperature or r.sampling.temperature))
+                                                              temperature=r.sampling.temperature if a.temperature is None
+                                                              else a.temperature))
     cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", steps=a.steps, prompts_per_step=len(task.contexts),
                       seed=a.seed, eval_every=0, save_every=0, final_eval_problems=0)
     return Trainer(model.train(), tok, task, recipe, cfg, Path(a.runs) / f"{a.worker}-{a.seed}"), task

@@ -53,7 +53,7 @@ def health(run_dir: Path) -> dict[str, float]:
 EVAL_KEYS = ("task", "task_options", "model")  # settings that change what the base's evaluation evaluates
 
 
-def plain_prompts(entry: str) -> bool:
+def shares_base_eval(entry: str) -> bool:
     """Whether the run's starting evaluation is the base's own: no part wraps the task, and neither the recipe's
     ``run_defaults`` nor the entry's overrides change the task or the model (populora and evoenv train on their
     own task, trafl on the diffusion model: their base evaluation is their own)."""
@@ -120,13 +120,14 @@ def main() -> None:
     for seed in seeds:  # seed-major: a stopped invocation has every recipe on the first seeds
         for entry in entries:
             run_dir = args.out / f"{run_dir_name(entry)}-seed{seed}"
+            shared = shares_base_eval(entry)
             if (run_dir / "summary.json").exists():
                 res = collect(entry, seed, run_dir)
             else:
-                if plain_prompts(entry):
+                if shared:
                     seed_before(source, run_dir)
                 res = run_one(entry, seed, args.out, args.steps, None, extra)
-            if res.ok and source is None and plain_prompts(entry):
+            if res.ok and source is None and shared:
                 source = run_dir
             results.append(res)
             print(f"[{time.time() - t0:7.0f}s] {entry} seed {seed}: "

@@ -21,4 +21,4 @@ SPEC.loader.exec_module(rh)
     ("grpo:task=code", False), ("grpo:task_options.roles=solve", False), ("grpo:model=runs/x", False),
 ])
 def test_base_evaluation_is_shared_only_for_the_same_task_and_model(entry, shared):
-    assert rh.plain_prompts(entry) is shared
+    assert rh.shares_base_eval(entry) is shared

@@ -19,9 +19,9 @@ verdicts swayed by the evidence) are not modelled.
 from __future__ import annotations
 
 import hashlib
-import re
 
-NUMBER = re.compile(r"-?\d+(?:\.\d+)?")  # the FHIR task's answer pattern (reasonrl.tasks.fhir.NUMBER)
+from reasonrl.tasks.fhir import NUMBER  # the task's answer pattern: the judge reads answers as the verifier does
+
 FLIP_RATE = 0.2
 
 
