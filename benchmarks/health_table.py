@@ -53,6 +53,9 @@ SETTINGS = {
     "shipped_other_task": f"{SHIPPED} for grpo; the recipe from the same base on its own task (populora: the azr "
                           "program world), where that base scores 0: a health check (the run finishes, what its "
                           "format does), not a comparison",
+    "azr_pop": "AZR's program world from its warm start (runs/selfplay/bases/azr: 0.300 on these 150 held-out "
+               "problems), LoRA r=8 on both sides, 30 steps; reference a compute-matched single AZR agent (the same "
+               "adapter rank, steps and data per adapter); the recipe's row is its population's mean student",
     "temporal": "the temporal task from its own warm start (0.530), 200 held-out problems",
     "diagnosis": "the diagnosis task from its own warm start (0.385), 200 held-out problems",
     "recommend": "the recommend task from its own warm start (0.310), loss.clip_high=0.28, 200 held-out problems",
@@ -140,8 +143,12 @@ SOURCES = [
          primary={"codeact_judge": "codeact_judge"}, note="the exact scripted judge"),
     dict(path=R + "agents/codeact_judge_noisy_fhir50.json", reader="codeact", setting="fhir50_judge",
          doc="agents.md", primary={}, note="the noisy scripted judge (20% of verdicts reversed)"),
+    dict(path=R + "populora/compare.json", reader="populora", setting="azr_pop", baseline="azr", doc="selfplay.md",
+         primary={"populora": "populora"}),
+    dict(path=R + "populora/compare_lr5e-4.json", reader="populora", setting="azr_pop", baseline="azr",
+         doc="selfplay.md", primary={}, note="--lr 5e-4 for both sides (ten times the recipes' 5e-5)"),
     dict(path=R + "recipe_health/populora.json", reader="compare", setting="shipped_other_task", doc="health.md",
-         primary={"populora": "populora"}, tests=False),
+         primary={}, tests=False, note="a health check from the shipped base, which writes nothing in AZR's format"),
     dict(path=R + "task_methods/tempo/compare.json", reader="compare", setting="temporal", doc="tasks.md",
          diagnostics=R + "task_methods/tempo/diagnostics.json", primary={"tempo": "tempo"}),
     dict(path=R + "task_methods/sspo/compare.json", reader="compare", setting="diagnosis", doc="tasks.md",
@@ -163,7 +170,7 @@ SOURCES = [
 ]
 DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside the generic recipe_health command
     "azr": "bash benchmarks/selfplay_compare.sh azr 30", "evoenv": "bash benchmarks/selfplay_compare.sh evoenv 30",
-    "populora": "python benchmarks/populora_compare.py --model runs/azr_base --steps 30 --seeds 0,1,2",
+    "populora": "python benchmarks/populora_compare.py --model runs/selfplay/bases/azr --steps 30 --seeds 0,1,2",
     "prompt_policy": "python benchmarks/prompt_policy_bench.py --steps 30",
     "trafl": "python benchmarks/distmatch.py --group diffusion", "diffu_grpo": "python benchmarks/distmatch.py --group diffusion",
     "codeact_judge": "python benchmarks/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 "
@@ -238,8 +245,23 @@ def read_prompt_policy(d: dict, src: dict) -> tuple[dict, str | None, int | None
     return out, None, d.get("steps")
 
 
+def read_populora(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """populora_compare.py: the population's mean student (the recipe's row; best and worst stay in its doc) against
+    the compute-matched single AZR agent, per seed; s/step from each side's wall-clock seconds over its steps."""
+    m, steps = d["summary"], int(d["args"]["steps"])
+    out = {}
+    for name, key, side in (("populora", "pop_mean", "populora"), ("azr", "azr", "azr")):
+        secs = [r[side]["seconds"] / steps for r in d["rows"]]
+        out[name] = {"mean": m[key]["mean"], "std": m[key]["std"], "seeds": len(m[key]["per_seed"]),
+                     "per_seed": m[key]["per_seed"], "s_step": statistics.fmean(secs)}
+    p = m.get("paired_pop_mean_vs_azr")
+    out["populora"].update(p=m.get("welch_p_pop_mean_vs_azr"), s_x=m["wall_ratio"]["mean"], paired=p and {
+        "diff": p["diff"], "low": p["ci_low"], "high": p["ci_high"], "mcnemar_p": None})
+    return out, "azr", steps
+
+
 READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,
-           "prompt_policy": read_prompt_policy}
+           "prompt_policy": read_prompt_policy, "populora": read_populora}
 
 
 def add_diagnostics(entries: dict, path: Path) -> None:

@@ -142,3 +142,24 @@ def test_diffusion_model_saves_and_loads_as_an_hf_folder(small_mdlm, tmp_path):
         a = model.half().float().canvas_logits(ids["input_ids"], ids["attention_mask"], model.masked_canvas(3))
         b = again.canvas_logits(ids["input_ids"], ids["attention_mask"], again.masked_canvas(3))
     assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_an_evaluation_leaves_the_global_rng_where_it_was(small_mdlm):
+    """The sampler's greedy pass draws its uniforms from torch's global RNG (no seed, no generator); an evaluation
+    must not move it, or a run's later draws (the log Z head's dropout in trafl) would depend on whether and how
+    often it evaluated (seen: trafl seed 0 went 0.06 -> 0.02 when its before-evaluation was copied in instead)."""
+    from reasonrl.eval.runner import EvalConfig, evaluate
+    from reasonrl.tasks import get_task
+
+    model, tok = small_mdlm
+    engine = engine_for(model, tok)
+    torch.manual_seed(0)
+    engine.generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=8))
+    moved = torch.rand(1)
+    torch.manual_seed(0)
+    assert not torch.equal(moved, torch.rand(1))  # the premise: the bare sampler does draw from the global RNG
+    torch.manual_seed(0)
+    evaluate(engine, get_task("arithmetic"), EvalConfig(n_problems=2, samples_per_problem=2, seed=1, max_new_tokens=8))
+    after = torch.rand(1)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(1))

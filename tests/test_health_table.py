@@ -135,3 +135,23 @@ def test_no_tests_across_tasks_and_the_codeact_reader_names_its_recipe(tmp_path)
     assert pop["welch_p"] is None and pop["paired"] is None and pop["s_per_step_x"] == 0.75  # s/step still shown
     assert (agent["pass1_mean"], agent["per_seed"], agent["steps"]) == (0.635, [0.69, 0.58], 20)
     assert agent["s_per_step"] == 29.0 and agent["s_per_step_x"] == pytest.approx(29.0 / 0.8)
+
+
+def test_populora_reader_against_the_single_agent(tmp_path):
+    # populora_compare.py: the population's mean student against the compute-matched AZR agent, 2 seeds x 30 steps
+    stat = lambda vals, mean, std: {"per_seed": vals, "mean": mean, "std": std}  # noqa: E731
+    _write(tmp_path, "pop.json", {"args": {"steps": 30}, "rows": [
+        {"seed": 0, "populora": {"seconds": 300.0}, "azr": {"seconds": 100.0}},
+        {"seed": 1, "populora": {"seconds": 600.0}, "azr": {"seconds": 150.0}}], "summary": {
+        "pop_mean": stat([0.20, 0.24], 0.22, 0.028), "pop_best": stat([0.3, 0.3], 0.3, 0.0),
+        "azr": stat([0.21, 0.19], 0.20, 0.014), "wall_ratio": stat([3.0, 4.0], 3.5, 0.7),
+        "welch_p_pop_mean_vs_azr": 0.52, "paired_pop_mean_vs_azr": {"diff": 0.02, "ci_low": -0.03, "ci_high": 0.07}}})
+    src = dict(path="pop.json", reader="populora", setting="s", doc="x.md", baseline="azr",
+               primary={"populora": "populora"})
+    (row,) = ht.build(["populora"], [src], tmp_path)["rows"]
+    assert (row["pass1_mean"], row["per_seed"], row["seeds"], row["steps"]) == (0.22, [0.20, 0.24], 2, 30)
+    assert (row["baseline"], row["baseline_pass1_mean"], row["welch_p"]) == ("azr", 0.20, 0.52)
+    assert row["paired"] == {"diff": 0.02, "low": -0.03, "high": 0.07, "mcnemar_p": None}
+    # s/step: populora (10 + 20) / 2 = 15, the agent (3.33 + 5) / 2 = 4.17; the ratio is the JSON's wall ratio
+    assert row["s_per_step"] == pytest.approx(15.0) and row["baseline_s_per_step"] == pytest.approx(25 / 6)
+    assert row["s_per_step_x"] == 3.5

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
+import torch
 
 from ..checkpoint import atomic_write_text
 from ..errors import UserError
@@ -124,7 +125,19 @@ def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig()
 
     Summary: greedy ``pass@1``; with n = ``samples_per_problem`` > 0 also ``avg@n`` and, per k,
     unbiased pass@k (:func:`pass_key`) and ``maj@k``: each the unweighted mean of the rows' values.
+
+    The caller's torch RNG is left as it was: an engine that draws from the global RNG (the diffusion
+    sampler's greedy pass) would otherwise shift every later draw of a training run (a dropout mask), so a
+    run's training would depend on whether, and how often, it evaluated.
     """
+    device = getattr(engine, "device", None)  # Ray engines have none: their draws are in the workers
+    device = torch.device(device) if isinstance(device, (str, torch.device)) else None
+    with torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []):
+        return _evaluate_items(engine, task, cfg, progress, formatter)
+
+
+def _evaluate_items(engine: Generator, task: Task, cfg: EvalConfig, progress: Callable[[int], None] | None,
+                    formatter: PromptFormatter | None) -> tuple[dict[str, Any], list[dict], list[dict]]:
     items = take_items(task, "test", cfg.n_problems, seed=cfg.seed)
     budget = cfg.max_new_tokens or task_max_new_tokens(task)
     greedy = _generate(engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress,
