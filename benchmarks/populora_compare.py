@@ -165,7 +165,8 @@ def table(rows: list[dict]) -> str:
 
 
 def merge(paths: list[Path]) -> dict:
-    """Seed files of one setting (every argument but --seeds, --runs and --json equal) -> one file."""
+    """Seed files of one setting (every argument equal but --seeds, --runs, --json and --start-only; an argument a
+    file predates counts as None) and the same start, where measured -> one file."""
     runs = [json.loads(p.read_text()) for p in paths]
     names = {k for r in runs for k in r["args"]} - {"seeds", "runs", "json", "merge", "start_only"}  # absent: None
     if len({tuple(r["args"].get(k) for k in sorted(names)) for r in runs}) != 1:

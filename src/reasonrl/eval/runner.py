@@ -130,7 +130,7 @@ def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig()
     sampler's greedy pass) would otherwise shift every later draw of a training run (a dropout mask), so a
     run's training would depend on whether, and how often, it evaluated.
     """
-    device = getattr(engine, "device", None)  # Ray engines have none: their draws are in the workers
+    device = getattr(engine, "device", None)  # the engine's model device (a user's Generator may have none)
     device = torch.device(device) if isinstance(device, (str, torch.device)) else None
     with torch.random.fork_rng(devices=[device] if device is not None and device.type == "cuda" else []):
         return _evaluate_items(engine, task, cfg, progress, formatter)
