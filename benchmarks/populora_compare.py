@@ -145,7 +145,8 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], m: dict) -> str:
+    """One line per seed, and with 2+ seeds the mean line from ``m`` (:func:`summarise` of the rows)."""
     head = ("| seed | pop best | pop mean | pop worst | single AZR | AST depth pop (early>late) | AST depth AZR | "
             "chars pop (early>late) | chars AZR | wall ratio |")
     lines = [head, "|" + "---|" * 10]
@@ -157,7 +158,6 @@ def table(rows: list[dict]) -> str:
                      f"{g(p['ast_depth'])} | {g(z['ast_depth'])} | {g(p['program_chars'])} | {g(z['program_chars'])} | "
                      f"{s['wall_ratio']:.2f} |")
     if len(rows) > 1:
-        m = summarise(rows)
         f2 = lambda k: f"{m[k]['mean']:.3f} ± {m[k]['std']:.3f}"  # noqa: E731
         lines.append(f"| mean | {f2('pop_best')} | {f2('pop_mean')} | {f2('pop_worst')} | {f2('azr')} | | | | | "
                      f"{m['wall_ratio']['mean']:.2f} |")
@@ -228,7 +228,7 @@ def write(data: dict, path: Path) -> None:
         print(f"start (the model every adapter starts from): pass@1 {data['start']['pass@1']:.3f}")
     if data["rows"]:
         data["summary"] = summarise(data["rows"])
-        print(table(data["rows"]))
+        print(table(data["rows"], data["summary"]))
     m = data.get("summary", {})
     if "paired_pop_mean_vs_azr" in m:
         p, b = m["paired_pop_mean_vs_azr"], m["paired_pop_best_vs_azr"]
