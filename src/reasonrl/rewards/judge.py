@@ -99,7 +99,7 @@ def encode_field(text: str, cap: int | None) -> str:
 
 # ---------------------------------------------------------------- backends: (prompts, rows) -> replies
 BACKENDS: dict[str, Callable[["JudgeReward"], Callable[..., list[Any]]]] = {}
-_BUILT: dict[tuple, Callable[..., list[Any]]] = {}
+_BUILT: dict[Any, Callable[..., list[Any]]] = {}
 _CACHE: dict[tuple, float] = {}
 _LOCK = threading.Lock()
 
@@ -129,7 +129,7 @@ def _http_backend(reward: "JudgeReward") -> Callable[..., list[Any]]:
 
 
 def _backend(reward: "JudgeReward") -> Callable[..., list[Any]]:
-    ident = reward.identity
+    ident = reward  # every option (a changed timeout or retry count builds anew), not only the verdict's identity
     with _LOCK:
         if ident in _BUILT:
             return _BUILT[ident]
