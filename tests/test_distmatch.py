@@ -156,12 +156,31 @@ def test_a_table_of_another_beta_or_prompt_text_is_refused(tmp_path):
     path = write_table(tmp_path / "z.jsonl", {"beta": 10.0, "length_norm": True},
                        [ZRow("k0", prompt_hash("other text"), 0.5, 2.0, 1.5, 0.5, 2)])
     with pytest.raises(UserError, match="beta=10.0 in the table, 15.0 here"):
-        read_table(path).check(15.0, True)
+        read_table(path).check(15.0, True, 1.0)
     with pytest.raises(UserError, match="prompt key 'k0' was estimated on another prompt text"):
         read_table(path).lookup([item])
     (tmp_path / "bad.jsonl").write_text('{"disa_table": 1}\n{"key": "k0"}\n')
     with pytest.raises(UserError, match=r"bad.jsonl:2: not a table row"):
         read_table(tmp_path / "bad.jsonl")
+
+
+def test_a_table_of_another_sampling_temperature_is_refused(tmp_path):
+    # lbar_ref and lbar_mu inside log Z_hat are log-probs at the table's temperature, the residual's at the run's:
+    # a table estimated at T = 0.8 is another function at T = 1.0 (issue 41), refused at the check and before the
+    # run loads anything (the balance.table rule reads the header)
+    path = write_table(tmp_path / "z.jsonl", {"beta": 1.0, "length_norm": True, "temperature": 0.8}, [])
+    read_table(path).check(1.0, True, 0.8)  # the table's own settings pass
+    with pytest.raises(UserError, match=r"temperature=0.8 in the table, 1.0 here"):
+        read_table(path).check(1.0, True, 1.0)
+    from reasonrl.config import apply_overrides
+    from reasonrl.validate import check_run
+
+    recipe = apply_overrides(get_recipe("disa"), {"balance": {"table": str(path)}})
+    cfg = TrainConfig(recipe="disa", task="arithmetic", data=DataOpts(pool=4))
+    check_run(cfg, recipe)  # the disa recipe samples at 0.8, the table's
+    hot = dataclasses.replace(recipe, sampling=dataclasses.replace(recipe.sampling, temperature=1.0))
+    with pytest.raises(UserError, match=r"balance.table.*temperature=0.8 in the table, 1.0 here"):
+        check_run(cfg, hot)
 
 
 class SpyDiffusion:

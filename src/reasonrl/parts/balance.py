@@ -27,7 +27,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..data.partition import ZTable, estimate_rows, missing_error, read_table, sequence_scores, summary
+from ..data.partition import (ZTable, estimate_rows, mismatches, missing_error, read_header, read_table, sequence_scores,
+                              summary)
 from ..errors import UserError
 from ..losses.balance import WEIGHTS, draw_masks, elbo_estimate, sequence_weight, trajectory_balance
 from ..models.diffusion import is_diffusion
@@ -42,6 +43,18 @@ SOURCES = ("head", "table")
 SURROGATES = ("token", "elbo")
 REWARDS = ("group", "raw")
 MISSING = ("error", "skip")
+
+
+def _table_problem(path: str, c) -> str:
+    """What is wrong with ``balance.table`` for this run before anything loads ("" if nothing): it must be a
+    table file whose header has the run's beta, convention and sampling temperature (``ZTable.check``)."""
+    if c.get("log_z") != "table":
+        return f"null: log_z={c.get('log_z')} reads no table"
+    header = read_header(path) if Path(path).is_file() else None
+    if header is None:
+        return "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one over the run's pool"
+    bad = mismatches(header, c.get("beta"), c.get("length_norm"), c.get("sampling.temperature") or 1.0)
+    return f"a table of this run's settings ({'; '.join(bad)}): re-estimate it or match them" if bad else ""
 
 
 @register_part("balance")
@@ -73,9 +86,7 @@ class TrajectoryBalance:
         "beta": above(0), "reward": one_of(REWARDS), "weight": one_of(WEIGHTS), "clip_low": within(0, 1, open_hi=True),
         "clip_high": at_least(0), "cap": above(0), "log_z": one_of(SOURCES), "z_lr": above(0), "z_layers": at_least(1),
         "z_dropout": within(0, 1, open_hi=True), "proposals": at_least(1), "missing": one_of(MISSING),
-        "table": Rule(lambda v, c: v is None or (c.get("log_z") == "table" and Path(v).is_file()),
-                      lambda c: "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one "
-                      "over the run's pool" if c.get("log_z") == "table" else f"null: log_z={c.get('log_z')} reads no table"),
+        "table": Rule(lambda v, c: v is None or not _table_problem(v, c), lambda c: _table_problem(c.get("table"), c)),
         "surrogate": Rule(lambda v, c: v in SURROGATES and (v == "token" or c.get("log_z") == "head"),
                           lambda c: f"one of {', '.join(SURROGATES)}; elbo needs log_z=head (here log_z="
                           f"{c.get('log_z')}: a table is estimated with token scores)"),
@@ -115,9 +126,10 @@ class TrajectoryBalance:
             for s in range(0, len(ctx.pool), 32):  # the pool in chunks: proposals of the initial policy
                 rows += self._estimate(ctx, list(ctx.pool[s:s + 32]), s)
             header = {"beta": self.beta, "length_norm": self.length_norm, "proposals": self.proposals,
-                      "temperature": ctx.sampling.temperature, "proposal": "the initial policy", "reference": "the initial policy"}
+                      "temperature": ctx.sampling.temperature or 1.0, "proposal": "the initial policy",
+                      "reference": "the initial policy"}
             table = ZTable.of(header, rows)
-        table.check(self.beta, self.length_norm)
+        table.check(self.beta, self.length_norm, ctx.sampling.temperature or 1.0)  # the residual's scoring temperature
         ctx.state["table"] = table.state()
         ctx.state["table_summary"] = summary(list(table.rows.values()))
 
