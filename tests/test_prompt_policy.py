@@ -277,3 +277,40 @@ def test_options_and_the_worker_call_cap_are_checked_before_the_run():
     with pytest.raises(UserError, match="640 calls"):
         check_run(TrainConfig(recipe="prompt_policy", task="arithmetic", steps=10, prompts_per_step=2), capped)
     assert dict(r.run_defaults) == {"task": "arithmetic"}
+
+
+# ------------------------------------------------------------------ the recipe, killed and resumed
+
+@pytest.mark.slow
+def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_path):
+    """Three steps straight against two, a kill after step 2's checkpoint and the third: the buffer (entries, the
+    running estimates, the first maximum), the worker-call count and step 3's metrics are the same."""
+    import copy
+
+    from reasonrl.config import TrainConfig
+    from reasonrl.trainer import Trainer
+
+    r = get_recipe("prompt_policy")
+    recipe = dataclasses.replace(r, group_size=4, prompt_policy=dataclasses.replace(
+        r.prompt_policy, worker="test_prompt_policy:oracle_arith", instances=2))
+    cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", task_options={"max_digits": 2}, steps=3,
+                      prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0)
+
+    def trainer(folder):
+        model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
+        return Trainer(model, tok, recipe.wrap_task(ARITH, tok, cfg.seed), recipe, cfg, tmp_path / folder)
+
+    straight = trainer("a")
+    rows = [straight.train_step() for _ in range(3)]
+    first = trainer("b")
+    first.train_step(), first.train_step()
+    first.save()
+    del first
+    resumed = trainer("b")
+    assert resumed.resume() == 2
+    last = resumed.train_step()
+    drop = ("time/", "tokens_per_s")
+    assert {k: v for k, v in last.items() if not k.startswith(drop)} == \
+        {k: v for k, v in rows[2].items() if not k.startswith(drop)}
+    state = resumed.batches.parts.state("prompt_policy")
+    assert state == straight.batches.parts.state("prompt_policy") and state["buffer"]["stats"]
