@@ -104,7 +104,8 @@ class ZTable:
 
 def mismatches(header: dict[str, Any], beta: float, length_norm: bool, temperature: float) -> list[str]:
     """What differs between a table's header and the run's residual: beta, the convention, and the temperature
-    of the log-probs (issue 41: the temperature was not compared, so a T = 0.8 table passed at T = 1.0)."""
+    of the log-probs (spec objectives.md 7 (b): ``L_.`` in log Z_hat must use the same log-prob convention as the
+    training residual; issue 41: the temperature was not compared, so a T = 0.8 table passed at T = 1.0)."""
     out = [f"{k}={header.get(k)!r} in the table, {v!r} here" for k, v in (("beta", beta), ("length_norm", length_norm))
            if header.get(k) != v]
     table_t = header.get("temperature")
