@@ -73,14 +73,21 @@ def test_the_distillation_target_is_the_best_running_mean_re_evaluated():
     t = buf.best("c")
     assert (t.prompt, t.reward, t.evaluations) == ("B", 0.75, 2)
     assert (frozen.best("c").prompt, frozen.best("c").reward) == ("A", 1.0)
-    # ties, deterministic: C 0.5 once against D (0.25 + 0.75) / 2 = 0.5 twice -> D (more evaluations); C and E
-    # 0.5 once each -> C (the first written)
+    # ties keep the target: C 0.5 is the target; E 0.5 and D (0.25 + 0.75) / 2 = 0.5 only equal it. F 0.75 is
+    # strictly higher and takes over; G then H at 0.75 again do not
     tie = ExperienceBuffer(8)
     for p, r in [("C", 0.5), ("D", 0.25), ("E", 0.5), ("D", 0.75)]:
         tie.add("t", p, r)
-    assert tie.best("t").prompt == "D"
-    tie.add("u", "C", 0.5), tie.add("u", "E", 0.5)
-    assert tie.best("u").prompt == "C"
+    assert tie.best("t").prompt == "C"
+    for p, r in [("F", 0.75), ("G", 0.75), ("H", 0.75)]:
+        tie.add("t", p, r)
+    assert tie.best("t").prompt == "F"
+    # when the target falls, the highest of the others takes over, the first written of equals: F re-evaluated at
+    # 0.25 -> (0.75 + 0.25) / 2 = 0.5 < G's and H's 0.75 -> G
+    tie.add("t", "F", 0.25)
+    assert (tie.best("t").prompt, tie.best("t").reward) == ("G", 0.75)
+    tie.add("t", "C", 1.0)  # C: (0.5 + 1.0) / 2 = 0.75, written before G, only equals it: G stays
+    assert (tie.best("t").prompt, tie.best("t").evaluations) == ("G", 1)
     # one estimate per prompt the worker reads (key): "12x" and "12" pick the same hints 1 and 2, (0 + 1) / 2 = 0.5
     # against hint 3's 0.75; the target's text is the first one written under its key
     for text, key, r in [("12x", "hints:1,2", 0.0), ("12", "hints:1,2", 1.0), ("3", "hints:3", 0.75), ("21", "hints:2,1", 1.0)]:
@@ -93,6 +100,19 @@ def test_the_distillation_target_is_the_best_running_mean_re_evaluated():
     assert again.state_dict() == buf.state_dict() and again.best("k") == buf.best("k")
     with pytest.raises(ValueError):
         ExperienceBuffer(8, target="last")
+
+
+def test_with_an_exact_worker_the_target_is_the_first_maximum():
+    # R a function of the prompt alone (the oracle worker): re-evaluation changes no estimate, so the target is
+    # the first prompt to reach the highest R, as before issue 41, whatever the order and the pruning
+    rng = random.Random(0)
+    score = {k: rng.choice([0.0, 0.25, 0.5, 1.0]) for k in "abcdefgh"}
+    mean, frozen = ExperienceBuffer(3), ExperienceBuffer(3, target="first_max")
+    for i in range(300):
+        k = rng.choice("abcdefgh")
+        for buf in (mean, frozen):
+            buf.add("c", f"{k}{i}", score[k], key=k)
+        assert mean.best("c").prompt == frozen.best("c").prompt, i
 
 
 def test_the_estimates_are_bounded_and_keep_the_best_after_its_entries_leave():

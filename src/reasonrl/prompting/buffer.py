@@ -7,15 +7,17 @@ buffer"; the exact form [inferred]). ``best(c)`` is the best prompt found so far
 distillation step (spec 5 (b) step 6) teaches the history-free prompter.
 
 "Best" by what (``target``, [inferred]; issue 41): R(p) is a mean over M sampled instances, so a single
-evaluation is noisy. ``mean`` (the default) ranks every prompt by the running mean of all its evaluations:
-each time the prompter writes it again (as it does once the target is distilled into it) the prompt is
-re-evaluated on fresh instances and a lucky first score is corrected. Evaluations pool by the prompt's
-``key`` (what the worker reads: two texts that render the same prompt are one prompt; default the text
-itself); the target's text is the first one written under its key. Ties go to more evaluations, then to
-the key written first. The estimates kept per context are bounded: every key with an entry in the buffer
-plus the current best (``capacity + 1``; the least recently evaluated other key is dropped).
-``first_max`` is the target before issue 41: the first entry with the highest single R, never
-re-evaluated (the earliest wins a tie), kept even after its entry leaves the buffer.
+evaluation is noisy. ``mean`` (the default) estimates every prompt by the running mean of all its
+evaluations: each time the prompter writes it again (as it does once the target is distilled into it) the
+prompt is re-evaluated on fresh instances and a lucky first score is corrected. Evaluations pool by the
+prompt's ``key`` (what the worker reads: two texts that render the same prompt are one prompt; default the
+text itself); the target's text is the first one written under its key. The target moves only to a prompt
+whose estimate is strictly higher than the current target's (after each evaluation; among several, the
+highest, the first written of equals): a tie keeps the target, so equally good prompts never trade places
+and, for a worker whose R is exact, the target is the first maximum as before. The estimates kept per
+context are bounded: every key with an entry in the buffer plus the target (``capacity + 1``; the least
+recently evaluated other key is dropped). ``first_max`` is the target before issue 41: the first entry with
+the highest single R, never re-evaluated (the earliest wins a tie), kept even after its entry leaves the buffer.
 
 The buffer is plain data: ``state_dict`` / ``from_state`` give and take lists of dicts, so a part's
 checkpointed state holds it exactly (entries, the estimates and the first maximum).
@@ -65,6 +67,7 @@ class ExperienceBuffer:
         self._added: dict[str, int] = {}
         # context -> key -> {"prompt": first text, "total": sum of R, "n": evaluations, "first", "last": orders}
         self._stats: dict[str, dict[str, dict]] = {}
+        self._target: dict[str, str] = {}  # context -> the key of its target (target mean)
 
     def add(self, context: str, prompt: str, reward: float, critique: str = "",
             outcomes: Sequence[float] = (), key: str | None = None) -> Experience:
@@ -80,15 +83,14 @@ class ExperienceBuffer:
         stats = self._stats.setdefault(context, {})
         s = stats.setdefault(prompt if key is None else key, {"prompt": prompt, "total": 0.0, "n": 0, "first": n})
         s["total"], s["n"], s["last"] = s["total"] + e.reward, s["n"] + 1, n
-        if len(stats) > self.capacity + 1:  # the keys of the buffer's entries and the best stay (module)
-            top = self._top(context)
-            del stats[min((k for k in stats if k != top), key=lambda k: stats[k]["last"])]
+        mean = lambda k: stats[k]["total"] / stats[k]["n"]  # noqa: E731
+        top = max(stats, key=lambda k: (mean(k), -stats[k]["first"]))  # the highest; of equals the first written
+        if context not in self._target or mean(top) > mean(self._target[context]):  # strictly better: a tie keeps it
+            self._target[context] = top
+        if len(stats) > self.capacity + 1:  # the keys of the buffer's entries and the target stay (module)
+            keep = self._target[context]
+            del stats[min((k for k in stats if k != keep), key=lambda k: stats[k]["last"])]
         return e
-
-    def _top(self, context: str) -> str:
-        """The key with the highest running mean; ties: more evaluations, then the first written."""
-        stats = self._stats[context]
-        return max(stats, key=lambda k: (stats[k]["total"] / stats[k]["n"], stats[k]["n"], -stats[k]["first"]))
 
     def entries(self, context: str) -> list[Experience]:
         return list(self._entries.get(context, ()))
@@ -100,7 +102,7 @@ class ExperienceBuffer:
         if self.target == "first_max":
             e = self._best[context]
             return Target(context, e.prompt, e.reward, 1)
-        s = self._stats[context][self._top(context)]
+        s = self._stats[context][self._target[context]]
         return Target(context, s["prompt"], s["total"] / s["n"], s["n"])
 
     def contrastive_sample(self, context: str, k_top: int, k_bottom: int, rng: random.Random) -> list[Experience]:
@@ -121,7 +123,8 @@ class ExperienceBuffer:
         return {"capacity": self.capacity, "target": self.target, "added": dict(self._added),
                 "entries": [asdict(e) for v in self._entries.values() for e in v],
                 "best": [asdict(e) for e in self._best.values()],
-                "stats": [{"context": c, "key": k, **s} for c, v in self._stats.items() for k, s in v.items()]}
+                "stats": [{"context": c, "key": k, **s} for c, v in self._stats.items() for k, s in v.items()],
+                "targets": dict(self._target)}
 
     @classmethod
     def from_state(cls, state: dict) -> "ExperienceBuffer":
@@ -133,6 +136,7 @@ class ExperienceBuffer:
         buf._best = {d["context"]: Experience(**{**d, "outcomes": tuple(d["outcomes"])}) for d in state["best"]}
         for d in state.get("stats", ()):
             buf._stats.setdefault(d["context"], {})[d["key"]] = {k: v for k, v in d.items() if k not in ("context", "key")}
+        buf._target = dict(state.get("targets", {}))
         return buf
 
 

@@ -33,7 +33,7 @@ PROMPT_POLICY_RECIPE = dataclasses.replace(
         "distillation: distill_coef=1 x the token-mean NLL of the best prompt found so far for each of the step's "
         "contexts under the history-free prompt (rejection-sampling fine-tuning), every step beside GRPO; best = the "
         "highest running mean over every evaluation of a prompt (as the worker reads it), re-evaluated each time the "
-        "prompter writes it again, ties to more evaluations then the first written (prompt_policy.target=mean; "
+        "prompter writes it again; the target moves only to a strictly higher estimate (prompt_policy.target=mean; "
         "first_max: the first top R, never re-evaluated, before issue 41)",
         "group_size=8 prompts per context, AdamW lr 5e-5 as grpo, no KL; the prompter sampled at T=2.0, not grpo's "
         "0.8: the tiny prompter at 0.8 writes hint 1 in 92-99% of its lines and never the hint that helps, and at "
