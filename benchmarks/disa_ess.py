@@ -1,7 +1,8 @@
 """DISA's partition estimate and its effective sample size against beta and the proposal model (issue #33).
 
 For the first P distinct train problems (the `disa` recipe's data.pool), N proposals per problem from each
-proposal model are scored once under the reference (the shipped base) and the verifier; log Z_hat and
+proposal model are scored once under the reference (the shipped base) and by the disa recipe's reward (the
+stage `reasonrl disa estimate` runs: the run's pool, prompts, budget and proposal seeds); log Z_hat and
 both ESS (of the importance weights pi_ref/mu, and of the tilted terms exp(L_ref - L_mu + beta r)) are then
 computed for every beta from the same samples. Proposals: the reference itself (DISA's default), the
 shipped stronger teacher (the paper's "proposal strength" knob) and optionally any model folder.
@@ -15,31 +16,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from reasonrl.commands.disa import proposal_scores
+from reasonrl.commands.disa import stage_context
+from reasonrl.config import DataOpts, TrainConfig, apply_overrides
 from reasonrl.data.partition import ess_histogram, estimate_rows, summary
-from reasonrl.data.pool import take_pool
 from reasonrl.distill.teacher import BUILTIN, resolve_teacher_path
-from reasonrl.models import load_model
-from reasonrl.tasks import get_task
+from reasonrl.recipes import get_recipe
 
 
 def run(pool: int, n: int, betas: list[float], proposals: dict[str, str], temperature: float, seed: int) -> dict:
-    task = get_task("arithmetic")
-    items = take_pool(task.iter_items("train", seed), pool, "arithmetic")
-    ref, tok = load_model("base")
+    """The disa run's offline stage (`reasonrl disa estimate`: its pool, formatter, budget and reward) once per
+    proposal model, log Z_hat for every beta from the same samples."""
+    recipe = apply_overrides(get_recipe("disa"), {"balance": {"proposals": n}, "sampling": {"temperature": temperature}})
+    cfg = TrainConfig(recipe="disa", task="arithmetic", seed=seed, data=DataOpts(pool=pool))
     out: dict = {"pool": pool, "proposals_per_prompt": n, "temperature": temperature, "results": []}
     by_proposal = {}
     for label, name in proposals.items():
-        mu, _ = (ref, tok) if name == "base" else load_model(name)
-        scores = proposal_scores(task, items, ref, mu, tok, n, temperature, True, seed)
+        ctx, _ = stage_context(cfg, recipe, None if name == "base" else name)
+        scores = recipe.balance.offline_scores(ctx)
         by_proposal[label] = scores
         for beta in betas:
-            rows = estimate_rows(items, *scores, beta)
+            rows = estimate_rows(list(ctx.pool), *scores, beta)
             out["results"].append({"proposal": label, "beta": beta, **summary(rows),
                                    "ess_histogram": ess_histogram(rows), "ess_tilted_histogram": ess_histogram(rows, "ess_tilted"),
                                    "log_z": [r.log_z for r in rows]})
@@ -83,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         args.pool, args.proposals, betas, proposals = 4, 2, [1.0, 15.0], {"reference": "base"}
     res = run(args.pool, args.proposals, betas, proposals, args.temperature, args.seed)
     res["smoke"] = args.smoke
+    res["command"] = " ".join(["python", "benchmarks/disa_ess.py", *(sys.argv[1:] if argv is None else argv)])
     print_table(res)
     out = args.out or (Path(tempfile.mkdtemp(prefix="disa-ess-")) / "disa_ess.json" if args.smoke
                        else Path(__file__).parent / "results" / "distmatch" / "disa_ess.json")

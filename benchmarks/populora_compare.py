@@ -50,7 +50,7 @@ def recipes(a) -> dict:
         pop, azr = (dataclasses.replace(r, optim=dataclasses.replace(r.optim, lr=a.lr)) for r in (pop, azr))
     pop = dataclasses.replace(pop, sampling=sampling, populora=PopuLoRA(
         teachers=a.teachers, students=a.students, proposals=a.proposals, estimate_samples=a.estimate,
-        types=a.types, pbt_every=a.pbt_every, pbt_frac=a.pbt_frac))
+        types=a.types, pbt_every=a.pbt_every, pbt_frac=a.pbt_frac, pbt_buffers=a.pbt_buffers))
     azr = dataclasses.replace(azr, sampling=sampling, azr=AZR(proposals=a.proposals, estimate_samples=a.estimate,
                                                               types=a.types))
     return {"populora": (pop, a.items * a.students), "azr": (azr, a.items)}
@@ -194,6 +194,8 @@ def main() -> None:
     ap.add_argument("--types", default="deduction,abduction,induction")
     ap.add_argument("--pbt-every", type=int, default=10)
     ap.add_argument("--pbt-frac", type=float, default=0.25, help="the bottom fraction replaced (floor(frac x N))")
+    ap.add_argument("--pbt-buffers", default="parent", help="a replaced teacher's tasks: parent (the default since "
+                    "issue 41) | fresh | keep (the loser's: the runs of 2026-12-05)")
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--lr", type=float, default=None, help="AdamW lr of both sides (default: the recipes', 5e-5)")

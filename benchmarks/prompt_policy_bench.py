@@ -77,7 +77,7 @@ def setup(a) -> tuple[Trainer, PromptTask]:
         worker = (OracleWorker(inner) if a.worker == "oracle"
                   else ModelWorker(*load_model(a.worker), inner, template=template))
     part = PromptPolicy(contexts=a.contexts, instances=a.instances, k_top=a.k_top, k_bottom=a.k_bottom,
-                        max_fragments=a.max_fragments, template=template)
+                        max_fragments=a.max_fragments, template=template, target=a.target)
     task = PromptTask(inner, worker, contexts=a.contexts, instances=a.instances, max_fragments=a.max_fragments,
                       pool=a.pool, seed=a.seed)
     r = get_recipe("prompt_policy")
@@ -113,7 +113,7 @@ def merge(paths: list[Path]) -> dict:
     """Seed runs of one setting side by side: per seed the held-out mean accuracy with no prompt, with the best
     hand-written hint, and with the prompter's one-shot prompt at step 0 and at the end; mean and std over seeds."""
     runs = [json.loads(p.read_text()) for p in paths]
-    setting = ("worker", "steps", "worker_template", "max_fragments", "temperature")  # absent in older files: None
+    setting = ("worker", "steps", "worker_template", "max_fragments", "temperature", "target")  # older files: None
     if len({tuple(r["args"].get(k) for k in setting) for r in runs}) != 1:
         raise SystemExit(f"--merge: the files are not one setting {setting}: {[str(p) for p in paths]}")
     cols = {"none": lambda r: r["fixed"]["none"]["mean"], "best_hint": lambda r: r["fixed"][r["best_hint"]]["mean"],
@@ -137,6 +137,8 @@ def main() -> None:
     ap.add_argument("--max-fragments", type=int, default=2, help="hints a prompt may pick (digits read, in order)")
     ap.add_argument("--temperature", type=float, default=None, help="the prompter's sampling temperature "
                     "(default: the recipe's)")
+    ap.add_argument("--target", default="mean", help="the distillation target: mean (the best running mean, the "
+                    "default since issue 41) | first_max (the first top R: the runs of 2026-12-02/05)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--contexts", default="meta:max_digits")

@@ -117,12 +117,14 @@ def test_disa_estimates_its_table_before_the_first_update_and_reads_it(sharp_tin
 
 def test_disa_estimate_writes_tables_of_the_recipes_beta():
     """`reasonrl disa estimate` without --beta must write a table `reasonrl train --recipe disa balance.table=...`
-    accepts (the run refuses another beta): its default is the recipe's, 1 (measured against the spec's 15)."""
+    accepts (the run refuses another beta): the run's settings are the recipe's, 1 for disa (measured against the
+    spec's 15); the shortcut options only override them."""
     import inspect
 
     from reasonrl.commands.disa import estimate_cmd
-    default = inspect.signature(estimate_cmd).parameters["beta"].default.default
-    assert default == get_recipe("disa").balance.beta == 1.0
+    params = inspect.signature(estimate_cmd).parameters
+    assert all(params[k].default.default is None for k in ("beta", "temperature", "length_norm", "pool", "proposals"))
+    assert get_recipe("disa").balance.beta == 1.0 and get_recipe("disa").sampling.temperature == 0.8
     assert get_recipe("flowrl").balance.beta == 15.0  # FlowRL keeps its code's value
 
 
@@ -156,12 +158,31 @@ def test_a_table_of_another_beta_or_prompt_text_is_refused(tmp_path):
     path = write_table(tmp_path / "z.jsonl", {"beta": 10.0, "length_norm": True},
                        [ZRow("k0", prompt_hash("other text"), 0.5, 2.0, 1.5, 0.5, 2)])
     with pytest.raises(UserError, match="beta=10.0 in the table, 15.0 here"):
-        read_table(path).check(15.0, True)
+        read_table(path).check(15.0, True, 1.0)
     with pytest.raises(UserError, match="prompt key 'k0' was estimated on another prompt text"):
         read_table(path).lookup([item])
     (tmp_path / "bad.jsonl").write_text('{"disa_table": 1}\n{"key": "k0"}\n')
     with pytest.raises(UserError, match=r"bad.jsonl:2: not a table row"):
         read_table(tmp_path / "bad.jsonl")
+
+
+def test_a_table_of_another_sampling_temperature_is_refused(tmp_path):
+    # lbar_ref and lbar_mu inside log Z_hat are log-probs at the table's temperature, the residual's at the run's:
+    # a table estimated at T = 0.8 is another function at T = 1.0 (issue 41), refused at the check and before the
+    # run loads anything (the balance.table rule reads the header)
+    path = write_table(tmp_path / "z.jsonl", {"beta": 1.0, "length_norm": True, "temperature": 0.8}, [])
+    read_table(path).check(1.0, True, 0.8)  # the table's own settings pass
+    with pytest.raises(UserError, match=r"temperature=0.8 in the table, 1.0 here"):
+        read_table(path).check(1.0, True, 1.0)
+    from reasonrl.config import apply_overrides
+    from reasonrl.validate import check_run
+
+    recipe = apply_overrides(get_recipe("disa"), {"balance": {"table": str(path)}})
+    cfg = TrainConfig(recipe="disa", task="arithmetic", data=DataOpts(pool=4))
+    check_run(cfg, recipe)  # the disa recipe samples at 0.8, the table's
+    hot = dataclasses.replace(recipe, sampling=dataclasses.replace(recipe.sampling, temperature=1.0))
+    with pytest.raises(UserError, match=r"balance.table.*temperature=0.8 in the table, 1.0 here"):
+        check_run(cfg, hot)
 
 
 class SpyDiffusion:
@@ -221,20 +242,94 @@ def test_three_step_runs_resume_exactly(name, sharp_tiny, tmp_path):
                    for n, x in v.module.state_dict().items()), k
 
 
-def test_disa_estimate_command_writes_a_table_the_recipe_reads(tiny_dir, tmp_path):
+def _estimate_cli(*args):
     from typer.testing import CliRunner
 
     from reasonrl.cli import app
 
-    out = tmp_path / "z.jsonl"
-    res = CliRunner().invoke(app, ["disa", "estimate", "--out", str(out), "--reference", str(tiny_dir), "--pool", "3",
-                                   "--proposals", "2", "--task-opt", "max_digits=1", "--json"])
+    res = CliRunner().invoke(app, ["disa", "estimate", *map(str, args)])
     assert res.exit_code == 0, res.output
+    return res
+
+
+def test_disa_estimate_command_writes_a_table_the_recipe_reads(tiny_dir, tmp_path):
+    out = tmp_path / "z.jsonl"
+    res = _estimate_cli("--out", out, "--reference", tiny_dir, "--pool", 3, "--proposals", 2, "--task-opt",
+                        "max_digits=1", "--json")
     summary = json.loads(res.stdout[res.stdout.index("{"):])
     assert summary["prompts"] == 3.0 and 1.0 <= summary["ess_min"] <= 2.0
     table = read_table(out)
     assert table.header["beta"] == get_recipe("disa").balance.beta == 1.0 and table.header["proposals"] == 2
+    assert table.header["temperature"] == 0.8  # the recipe's sampling temperature: what the run checks
     pool = take_items(get_task("arithmetic", **TASK), "train", 3, seed=0)
     assert set(table.rows) == {it.key for it in pool}
     # the proposal is the reference: every importance weight is 1, so ESS = N
     assert all(r.ess == pytest.approx(2.0, abs=1e-3) for r in table.rows.values())
+
+
+def test_disa_estimate_refuses_bad_input_before_loading(tmp_path, capsys):
+    from reasonrl import cli
+
+    for args, said in ((["--recipe", "grpo"], "recipe 'grpo' reads no log Z table"),
+                       (["--beta", "0"], "'balance.beta' = 0.0"), (["--reference", tmp_path / "nothing"], "nothing")):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(["disa", "estimate", "--out", str(tmp_path / "z.jsonl"), *map(str, args)])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and said in err and err.count("\n") == 1, (args, err)
+    assert not (tmp_path / "z.jsonl").exists()
+
+
+def test_disa_estimate_scores_with_the_recipes_reward(tiny_dir, tmp_path):
+    """The table is the run's: its rewards are the recipe's (here the task's 0/1 times task_reward_weight=0.5),
+    not task.verify's (issue 41). The proposal is the reference, so every importance weight is 1 and, with beta 1
+    and N = 2 proposals of which k are right, log Z_hat = ln((k e^0.5 + (2 - k)) / 2):
+    k = 0: ln(1) = 0; k = 1: ln((1.648721 + 1) / 2) = ln(1.324361) = 0.280929; k = 2: 0.5 (reward_mean 0.5 k / 2)."""
+    out = tmp_path / "z.jsonl"
+    _estimate_cli("--out", out, "--reference", tiny_dir, "--pool", 6, "--proposals", 2, "--task-opt", "max_digits=1",
+                  "task_reward_weight=0.5")
+    rows = list(read_table(out).rows.values())
+    hand = {0.0: 0.0, 0.25: 0.280929, 0.5: 0.5}
+    assert {r.reward_mean for r in rows} <= set(hand) and any(r.reward_mean > 0 for r in rows)
+    for r in rows:
+        assert r.log_z == pytest.approx(hand[r.reward_mean], abs=2e-3), r
+
+
+def test_disa_estimate_renders_the_runs_prompts_within_its_budget(chat_model_dir, tmp_path, monkeypatch):
+    """A chat model's proposals are sampled from its templated prompts (the run's formatter) within the run's
+    budget (sampling.max_new_tokens), as the run's own offline stage samples them (issue 41: plain prompts and the
+    task's default budget)."""
+    from reasonrl.rollout.hf import HFEngine
+
+    seen, generate = [], HFEngine.generate
+
+    def spy(self, prompts, n, sampling, **kw):
+        seen.append(([str(p) for p in prompts], sampling.max_new_tokens, n))
+        return generate(self, prompts, n, sampling, **kw)
+
+    monkeypatch.setattr(HFEngine, "generate", spy)
+    out = tmp_path / "z.jsonl"
+    _estimate_cli("--out", out, "--reference", chat_model_dir, "--pool", 2, "--proposals", 2, "--task-opt",
+                  "max_digits=1", "sampling.max_new_tokens=5")
+    (prompts, budget, n), = seen
+    assert budget == 5 and n == 2 and len(prompts) == 2
+    assert all(p.startswith("<|im_start|>") and p.endswith("<|im_start|>assistant\n") for p in prompts), prompts
+    assert len(read_table(out).rows) == 2
+
+
+def test_disa_estimate_is_the_runs_own_offline_stage(sharp_tiny, tiny_dir, tmp_path):
+    """With the reference as the proposal, the command's table is the table the disa run estimates before its first
+    update: the same pool, proposal seeds, reward and scores, row for row."""
+    from reasonrl.commands.disa import estimate_table
+
+    part = TrajectoryBalance(log_z="table", reward="raw", beta=1.0, proposals=2)
+    tr = trainer_for("disa", sharp_tiny, tmp_path / "run", pool=4, balance=part)
+    part.before_step(tr.batches.round_context("balance", None, 0))
+    in_run = ZTable.from_state(tr.batches.parts.state("balance")["table"])
+    cfg = dataclasses.replace(tr.cfg, model=str(tiny_dir))
+    header, rows = estimate_table(cfg, tr.recipe)
+    assert header["beta"] == 1.0 and header["temperature"] == 0.8 and header["reference"] == str(tiny_dir)
+    assert [r.key for r in rows] == list(in_run.rows) and any(r.reward_mean > 0 for r in rows)
+    for r in rows:  # the same samples: the same rewards; the scores to float noise (the run's model is in train mode)
+        mine = in_run.rows[r.key]
+        assert (r.prompt_hash, r.reward_mean, r.n) == (mine.prompt_hash, mine.reward_mean, mine.n), r
+        assert (r.log_z, r.ess, r.ess_tilted) == pytest.approx((mine.log_z, mine.ess, mine.ess_tilted), abs=1e-5), r

@@ -106,6 +106,12 @@ def test_generator_reward_by_level_and_mode():
     assert [evoenv_generator_reward(level, None) for level in (1, 2, 3, 4)] == [-1.0, -1.0, -0.5, -0.5]
     # learnability: 1 - p_hat inside (0, 1), 0 at either end
     assert [evoenv_generator_reward(0, p) for p in (0.0, 0.25, 1.0)] == [0.0, 0.75, 0.0]
+    # only admitted environments are paid (spec 2 (b)): p_hat 0.05 (< p_lo 0.1) and 0.9 (> p_hi 0.8) earn 0,
+    # not 0.95 and 0.1; paid="calibrated" (the reward before issue 41) pays 1 - p_hat to both
+    assert [evoenv_generator_reward(0, p) for p in (0.05, 0.1, 0.8, 0.9)] == [0.0, pytest.approx(0.9),
+                                                                            pytest.approx(0.2), 0.0]
+    assert [evoenv_generator_reward(0, p, paid="calibrated") for p in (0.05, 0.9)] == [pytest.approx(0.95),
+                                                                                     pytest.approx(0.1)]
     # band [0.1, 0.8]: 1 inside (ends included), 0 outside
     assert [evoenv_generator_reward(0, p, "band") for p in (0.05, 0.1, 0.8, 0.95)] == [0.0, 1.0, 1.0, 0.0]
     assert in_band(0.5, 0.1, 0.8) and not in_band(0.81, 0.1, 0.8)
@@ -113,6 +119,8 @@ def test_generator_reward_by_level_and_mode():
         evoenv_generator_reward(0, None)
     with pytest.raises(ValueError):
         evoenv_generator_reward(0, 0.5, "max")
+    with pytest.raises(ValueError):
+        evoenv_generator_reward(0, 0.5, paid="all")
 
 
 def test_pool_ema_rotation_and_capacity_by_hand():
@@ -204,8 +212,9 @@ def test_calibration_rejects_a_too_easy_environment_and_admits_a_learnable_one()
     part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=20, review="off", novelty_tau=0.8)
     easy_state, mid_state = {}, {}
     easy = _round(part, Scripted([GOOD], q=0.95), easy_state)
-    # q = 0.95: 19 of 20 right on each instance, p_hat 0.95 > 0.8: rejected; learnability reward 1 - 0.95
-    assert easy.rewards.tolist() == [[pytest.approx(0.05)]] and easy.correct.tolist() == [[0.0]]
+    # q = 0.95: 19 of 20 right on each instance, p_hat 0.95 > 0.8: rejected, and the spec pays admitted
+    # environments only (section 2 (b) "if admitted, r_gen = 1 - p_hat"): 0, not 1 - 0.95
+    assert easy.rewards.tolist() == [[0.0]] and easy.correct.tolist() == [[0.0]]
     assert easy.metrics["evoenv/rejected_calibration"] == 1.0 and easy.metrics["evoenv/admitted"] == 0.0
     mid = _round(part, Scripted([GOOD], q=0.5), mid_state)
     # q = 0.5: p_hat 0.5 in [0.1, 0.8]: admitted, reward 0.5, the pool has one written environment
@@ -213,6 +222,19 @@ def test_calibration_rejects_a_too_easy_environment_and_admits_a_learnable_one()
     written = [e for e in mid_state["pool"] if not e["seed"]]
     assert [(e["code"], e["p_hat"], e["name"]) for e in written] == [(GOOD, 0.5, "sum(x*x for x in xs)%9")]
     assert len(easy_state["pool"]) == len(TASK.envs) == 22
+
+
+def test_a_calibration_reject_earns_nothing_unless_paid_calibrated():
+    # q = 0.05: 1 of 20 right on each of the 2 instances, p_hat = 2 / 40 = 0.05 < p_lo 0.1: too hard, rejected.
+    # Before issue 41 it earned 1 - 0.05 = 0.95, the most any environment could earn; spec: 0
+    part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=20, review="off", novelty_tau=0.8)
+    hard = _round(part, Scripted([GOOD], q=0.05), {})
+    assert hard.rewards.tolist() == [[0.0]] and hard.metrics["evoenv/rejected_calibration"] == 1.0
+    old = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.05), {})
+    assert old.rewards.tolist() == [[pytest.approx(0.95)]] and old.metrics["evoenv/admitted"] == 0.0
+    # an admitted one is paid alike in both: q = 0.5, p_hat 0.5 -> 1 - 0.5
+    mid = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.5), {})
+    assert mid.rewards.tolist() == [[0.5]]
 
 
 def test_generator_round_rewards_every_stage():

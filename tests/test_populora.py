@@ -153,7 +153,7 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     # teachers: floor(0.34 * 3) = 1 replaced, t2 (mu - 3 sigma 17); svd crossover of (t0, t1) with a = 1 is t0's
     # B A exactly; students: floor(0.68) = 0 replaced
     assert out == {"populora/pbt_replaced": 1.0, "populora/pbt_total": 1.0}
-    assert state["pbt"] == [{"step": 2, "child": "t2", "parents": ["t0", "t1"], "operator": "svd"}]
+    assert state["pbt"] == [{"step": 2, "child": "t2", "parents": ["t0", "t1"], "operator": "svd", "buffers": "parent"}]
     child = adapter_factors(model, "t2")
     for m, (a, b) in before["t0"].items():
         assert np.allclose(child[m][1] @ child[m][0], b @ a, atol=1e-6)
@@ -161,6 +161,39 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     assert state["ratings"]["t2"] == [30.0, 25 / 6]  # t0's mu, sigma raised from 1 to 25/6
     fresh = adapter_parameters(model, "t2").values()
     assert all(p not in opt.state for p in fresh) and all(p in opt.state for p in adapter_parameters(model, "t1").values())
+
+
+def _buffers(*teachers):
+    """Each teacher's deduction buffer: the seed and one task of its own (output = the teacher's index)."""
+    seed = {"program": "a=int(input())\nprint(a)\n", "input": "1", "output": "1"}
+    return {t: {"deduction": [seed, {"program": "p", "input": "0", "output": str(j), "by": t}]}
+            for j, t in enumerate(teachers)}
+
+
+def test_a_replaced_teacher_takes_its_parents_buffers_or_fresh_ones():
+    part = PopuLoRA(teachers=3, students=1, pbt_every=1, pbt_frac=0.34, operators="gaussian", types="deduction")
+    model = _population(part)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    ratings = {"t0": [30.0, 1.0], "t1": [25.0, 1.0], "t2": [20.0, 1.0], "s0": [25.0, 1.0]}
+    ctx = UpdateContext(model=model, optimizer=opt, step=1, total_steps=1, seed=0, metrics={},
+                        state={"ratings": copy.deepcopy(ratings), "buffers": _buffers("t0", "t1", "t2")})
+    part.after_step(ctx)
+    # t2 (mu - 3 sigma 17, the lowest) is replaced by a mutation of one parent drawn from the top two; the child
+    # takes that parent's buffers (spec 4 (b): the offspring inherits its parent's rating; its tasks come with
+    # it), its own tasks relabelled as the child's so the students' games on them rate the child
+    parent = ctx.state["pbt"][0]["parents"][0]
+    k = int(parent[1])
+    child = ctx.state["buffers"]["t2"]["deduction"]
+    assert [e["output"] for e in child] == ["1", str(k)] and child[1]["by"] == "t2" and "by" not in child[0]
+    assert ctx.state["pbt"][0]["child"] == "t2" and ctx.state["pbt"][0]["buffers"] == "parent"
+    assert ctx.state["buffers"][parent]["deduction"][1]["by"] == parent  # the parent's own stays its own
+    child[0]["input"] = "changed"  # a copy, not shared lists
+    assert ctx.state["buffers"][parent]["deduction"][0]["input"] == "1"
+    # pbt_buffers=fresh: AZR's seed tasks only; keep: the loser's own tasks stay (the behaviour before issue 41)
+    for mode, want in (("fresh", ["3"]), ("keep", ["1", "2"])):
+        st = {"ratings": copy.deepcopy(ratings), "buffers": _buffers("t0", "t1", "t2"), "buffer_inputs": 6}
+        dataclasses.replace(part, pbt_buffers=mode).after_step(dataclasses.replace(ctx, state=st))
+        assert [e["output"] for e in st["buffers"]["t2"]["deduction"]] == want, mode
 
 
 def test_options_the_task_and_lora_it_needs():

@@ -59,6 +59,72 @@ def test_the_buffer_keeps_its_capacity_and_the_best_ever_and_round_trips():
         ExperienceBuffer(0)
 
 
+def test_the_distillation_target_is_the_best_running_mean_re_evaluated():
+    # spec 5 (b) step 6: the best prompt p* found so far. R(p) is a mean over M sampled instances, so one lucky
+    # evaluation must not fix p* for good: p*'s estimate is the running mean of every evaluation of that prompt
+    # (the prompter writes p* again as it distils it, which re-evaluates it); before issue 41 the target froze at
+    # the first maximum (strict >) and was never re-evaluated
+    adds = [("A", 1.0), ("B", 0.75), ("A", 0.25), ("B", 0.75)]
+    buf, frozen = ExperienceBuffer(8), ExperienceBuffer(8, target="first_max")
+    for p, r in adds:
+        buf.add("c", p, r)
+        frozen.add("c", p, r)
+    # running means: A (1.0 + 0.25) / 2 = 0.625, B (0.75 + 0.75) / 2 = 0.75 -> B; the first maximum: A's lucky 1.0
+    t = buf.best("c")
+    assert (t.prompt, t.reward, t.evaluations) == ("B", 0.75, 2)
+    assert (frozen.best("c").prompt, frozen.best("c").reward) == ("A", 1.0)
+    # ties keep the target: C 0.5 is the target; E 0.5 and D (0.25 + 0.75) / 2 = 0.5 only equal it. F 0.75 is
+    # strictly higher and takes over; G then H at 0.75 again do not
+    tie = ExperienceBuffer(8)
+    for p, r in [("C", 0.5), ("D", 0.25), ("E", 0.5), ("D", 0.75)]:
+        tie.add("t", p, r)
+    assert tie.best("t").prompt == "C"
+    for p, r in [("F", 0.75), ("G", 0.75), ("H", 0.75)]:
+        tie.add("t", p, r)
+    assert tie.best("t").prompt == "F"
+    # when the target falls, the highest of the others takes over, the first written of equals: F re-evaluated at
+    # 0.25 -> (0.75 + 0.25) / 2 = 0.5 < G's and H's 0.75 -> G
+    tie.add("t", "F", 0.25)
+    assert (tie.best("t").prompt, tie.best("t").reward) == ("G", 0.75)
+    tie.add("t", "C", 1.0)  # C: (0.5 + 1.0) / 2 = 0.75, written before G, only equals it: G stays
+    assert (tie.best("t").prompt, tie.best("t").evaluations) == ("G", 1)
+    # one estimate per prompt the worker reads (key): "12x" and "12" pick the same hints 1 and 2, (0 + 1) / 2 = 0.5
+    # against hint 3's 0.75; the target's text is the first one written under its key
+    for text, key, r in [("12x", "hints:1,2", 0.0), ("12", "hints:1,2", 1.0), ("3", "hints:3", 0.75), ("21", "hints:2,1", 1.0)]:
+        buf.add("k", text, r, key=key)
+    assert (buf.best("k").prompt, buf.best("k").reward) == ("21", 1.0)
+    buf.add("k", "3!", 1.0, key="hints:3")  # hint 3: (0.75 + 1) / 2 = 0.875 < 1.0 with one evaluation of "21"
+    buf.add("k", "2,1", 0.5, key="hints:2,1")  # "21" re-evaluated: (1 + 0.5) / 2 = 0.75 < 0.875 -> hint 3's "3"
+    assert (buf.best("k").prompt, buf.best("k").reward, buf.best("k").evaluations) == ("3", 0.875, 2)
+    again = ExperienceBuffer.from_state(buf.state_dict())  # the estimates are checkpointed with the entries
+    assert again.state_dict() == buf.state_dict() and again.best("k") == buf.best("k")
+    with pytest.raises(ValueError):
+        ExperienceBuffer(8, target="last")
+
+
+def test_with_an_exact_worker_the_target_is_the_first_maximum():
+    # R a function of the prompt alone (the oracle worker): re-evaluation changes no estimate, so the target is
+    # the first prompt to reach the highest R, as before issue 41, whatever the order and the pruning
+    rng = random.Random(0)
+    score = {k: rng.choice([0.0, 0.25, 0.5, 1.0]) for k in "abcdefgh"}
+    mean, frozen = ExperienceBuffer(3), ExperienceBuffer(3, target="first_max")
+    for i in range(300):
+        k = rng.choice("abcdefgh")
+        for buf in (mean, frozen):
+            buf.add("c", f"{k}{i}", score[k], key=k)
+        assert mean.best("c").prompt == frozen.best("c").prompt, i
+
+
+def test_the_estimates_are_bounded_and_keep_the_best_after_its_entries_leave():
+    buf = ExperienceBuffer(2)
+    buf.add("c", "A", 1.0)
+    for k in range(5):
+        buf.add("c", f"p{k}", 0.5)
+    # capacity 2: the entries are p3, p4; the estimates are those two keys and the best, A (1.0 once)
+    assert [e.prompt for e in buf.entries("c")] == ["p3", "p4"] and buf.best("c").prompt == "A"
+    assert sorted(s["key"] for s in buf.state_dict()["stats"]) == ["A", "p3", "p4"]
+
+
 # ------------------------------------------------------------------ the toy hint problem
 
 HINTS = ["h0", "h1", "h2", "h3"]
@@ -179,8 +245,44 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     assert m["prompt_policy/worker_calls"] == 8.0 and m["prompt_policy/calls_step"] == 8.0  # 2 x 2 x M=2
     assert m["prompt_policy/best_reward"] == 1.0 and m["prompt_policy/empty_prompt_frac"] == 0.25
     assert len(data.values["distill"].prompt_ids) == 1  # one context: one pair (its best prompt, "1")
+    # "1" and "12" pick different hints (keys hints:1 and hints:1,2), both 1.0 once: the first written is the target
+    best = ExperienceBuffer.from_state(state["buffer"]).best("all")
+    assert (best.prompt, best.evaluations) == ("1", 1) and m["prompt_policy/best_evaluations"] == 1.0
     nxt = part.draw(dataclasses.replace(ctx, position=2), 1)[0]
     assert nxt.meta["history"] == 2 and "1.00: 1 | all solved" in nxt.prompt and "0.00: " in nxt.prompt
+
+
+def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_estimate():
+    part, task = _part_and_task()
+    state = {}
+    ctx = round_context(None, task=task, state=state, position=0, group_size=2)
+
+    def step(texts, worker):
+        items = part.draw(dataclasses.replace(ctx, position=len(state.get("buffer", {}).get("entries", []))), 1)
+        task.worker = CallableWorker(worker)
+        task.prepare(texts, [items[0].meta] * 2)
+        data = Channel()
+        m = part.score_batch(batch_context(items=items, rewards=torch.zeros(1, 2), rollouts=text_rollouts(
+            [items[0].prompt], texts, 2), task=task, state=state, data=data, tok=build_char_tokenizer()))
+        ids = data.values["distill"].completion_ids[0].tolist()
+        return m, build_char_tokenizer().decode(ids, skip_special_tokens=True).strip()
+
+    lucky = lambda prompt, inst: (float("carr" in prompt), "")  # noqa: E731 - hint 1 solves everything once
+    unlucky = lambda prompt, inst: (0.0, "")  # noqa: E731 - then nothing: hint 1's running mean falls
+    fair = lambda prompt, inst: (0.5 * ("answer has" in prompt), "")  # noqa: E731 - hint 4 (every instance has it)
+    m, target = step(["1", "4"], lucky)  # hint 1: 1.0, hint 4: 0.0
+    assert target == "1" and m["prompt_policy/best_reward"] == 1.0
+    m, target = step(["4", "1x"], fair)  # hint 4: 0.5 (mean (0 + 0.5) / 2 = 0.25); "1x" is hint 1 again: 0.0
+    # hint 1: (1.0 + 0.0) / 2 = 0.5 over 2 evaluations, still ahead of hint 4's 0.25
+    assert target == "1" and m["prompt_policy/best_reward"] == 0.5 and m["prompt_policy/best_evaluations"] == 2.0
+    m, target = step(["1", "4"], unlucky)
+    m, target = step(["4", "4"], fair)
+    # hint 1: (1 + 0 + 0) / 3 = 1/3; hint 4: (0 + 0.5 + 0 + 0.5 + 0.5) / 5 = 0.3 -> still hint 1
+    assert target == "1" and m["prompt_policy/best_reward"] == pytest.approx(1 / 3)
+    m, target = step(["4", "4"], fair)  # hint 4: 2.5 / 7 = 0.357 > 1/3: the target moves to "4"
+    assert target == "4" and m["prompt_policy/best_reward"] == pytest.approx(2.5 / 7)
+    with pytest.raises(UserError, match="prompt_policy.target=first_max"):
+        dataclasses.replace(part, target="first_max").draw(ctx, 1)
 
 
 def test_options_and_the_worker_call_cap_are_checked_before_the_run():
@@ -195,3 +297,40 @@ def test_options_and_the_worker_call_cap_are_checked_before_the_run():
     with pytest.raises(UserError, match="640 calls"):
         check_run(TrainConfig(recipe="prompt_policy", task="arithmetic", steps=10, prompts_per_step=2), capped)
     assert dict(r.run_defaults) == {"task": "arithmetic"}
+
+
+# ------------------------------------------------------------------ the recipe, killed and resumed
+
+@pytest.mark.slow
+def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_path):
+    """Three steps straight against two, a kill after step 2's checkpoint and the third: the buffer (entries, the
+    running estimates, the first maximum), the worker-call count and step 3's metrics are the same."""
+    import copy
+
+    from reasonrl.config import TrainConfig
+    from reasonrl.trainer import Trainer
+
+    r = get_recipe("prompt_policy")
+    recipe = dataclasses.replace(r, group_size=4, prompt_policy=dataclasses.replace(
+        r.prompt_policy, worker="test_prompt_policy:oracle_arith", instances=2))
+    cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", task_options={"max_digits": 2}, steps=3,
+                      prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0)
+
+    def trainer(folder):
+        model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
+        return Trainer(model, tok, recipe.wrap_task(ARITH, tok, cfg.seed), recipe, cfg, tmp_path / folder)
+
+    straight = trainer("a")
+    rows = [straight.train_step() for _ in range(3)]
+    first = trainer("b")
+    first.train_step(), first.train_step()
+    first.save()
+    del first
+    resumed = trainer("b")
+    assert resumed.resume() == 2
+    last = resumed.train_step()
+    drop = ("time/", "tokens_per_s")
+    assert {k: v for k, v in last.items() if not k.startswith(drop)} == \
+        {k: v for k, v in rows[2].items() if not k.startswith(drop)}
+    state = resumed.batches.parts.state("prompt_policy")
+    assert state == straight.batches.parts.state("prompt_policy") and state["buffer"]["stats"]

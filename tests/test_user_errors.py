@@ -324,7 +324,7 @@ BOUNDARIES = [
     ("evoenv.proposals", 1, 0), ("evoenv.estimate_instances", 1, 0), ("evoenv.estimate_samples", 1, 0),
     ("evoenv.p_lo", 0.0, -0.01),  # (its upper bound is the p_hi rule's: p_lo <= p_hi)
     ("evoenv.p_hi", 0.1, 0.09),  # not below the default p_lo 0.1
-    ("evoenv.p_hi", 1.0, 1.01), ("evoenv.reward", "band", "bands"),
+    ("evoenv.p_hi", 1.0, 1.01), ("evoenv.reward", "band", "bands"), ("evoenv.paid", "calibrated", "all"),
     ("evoenv.review", "off", "none"),  # (review=judge: with a judge set, see DEPENDENT)
     ("evoenv.review_samples", 1, 0), ("evoenv.novelty_tau", 1.0, 1.01), ("evoenv.novelty_tau", 1e-9, 0.0),
     ("evoenv.embed_tau", 1.0, 1.01), ("evoenv.embed_tau", 1e-9, 0.0), ("evoenv.capacity", 1, 0),
@@ -335,12 +335,12 @@ BOUNDARIES = [
     ("populora.pbt_frac", 1.0, 1.01), ("populora.mutation_sigma", 0.0, -0.1), ("populora.interp", 0.0, -0.01),
     ("populora.interp", 1.0, 1.01), ("populora.offspring_sigma", 1e-9, 0.0), ("populora.sigma0", 1e-9, 0.0),
     ("populora.beta", 1e-9, 0.0), ("populora.tau", 0.0, -1e-9), ("populora.types", "induction", "induction,"),
-    ("populora.operators", "gaussian,svd", "gaussian,svds"),
+    ("populora.operators", "gaussian,svd", "gaussian,svds"), ("populora.pbt_buffers", "keep", "loser"),
     ("prompt_policy.instances", 1, 0), ("prompt_policy.max_fragments", 1, 0), ("prompt_policy.k_top", 0, -1),
     ("prompt_policy.k_bottom", 0, -1), ("prompt_policy.capacity", 1, 0), ("prompt_policy.distill_coef", 0.0, -0.1),
     ("prompt_policy.pool", 1, 0), ("prompt_policy.renderer", "text", "texts"), ("prompt_policy.critic", "none", "failure"),
     ("prompt_policy.contexts", "meta:f", "meta:"), ("prompt_policy.contexts", "task", "tasks"),
-    ("prompt_policy.template", "{prompt}{instance}", "{prompt}"),
+    ("prompt_policy.template", "{prompt}{instance}", "{prompt}"), ("prompt_policy.target", "first_max", "max"),
     # the run's calls: steps 180 x prompts_per_step 8 x group_size 8 x instances 4 (the defaults)
     ("prompt_policy.max_worker_calls", 46080, 46079), ("prompt_policy.max_worker_calls", 0, -1),
     ("critic.model", "head", "heads"), ("critic.model", "policy", str(ROOT / "src")),  # a folder without config.json
@@ -499,10 +499,16 @@ def test_path_errors_are_still_the_os_errors_they_were():
         get_task("/nonexistent/rows.jsonl")
 
 
-def test_a_disa_table_is_a_file_that_exists_and_only_with_log_z_table():
+def test_a_disa_table_is_a_file_that_exists_and_only_with_log_z_table(tmp_path):
+    from reasonrl.data.partition import write_table
+
     table = {"balance.log_z": "table"}
-    check_run(*with_value("balance.table", str(ROOT / "pyproject.toml"), also=table))
+    # the header must match the run (balance's beta 15 and token means, grpo's sampling at T = 0.8; issue 41)
+    ok = write_table(tmp_path / "z.jsonl", {"beta": 15.0, "length_norm": True, "temperature": 0.8}, [])
+    check_run(*with_value("balance.table", str(ok), also=table))
     with pytest.raises(UserError, match=r"'balance.table' = '.*no-such-table.jsonl' is out of range: must be a table file"):
         check_run(*with_value("balance.table", str(ROOT / "no-such-table.jsonl"), also=table))
+    with pytest.raises(UserError, match=r"'balance.table' = '.*pyproject.toml' is out of range: must be a table file"):
+        check_run(*with_value("balance.table", str(ROOT / "pyproject.toml"), also=table))  # not a DISA table
     with pytest.raises(UserError, match=r"must be null: log_z=head reads no table"):
-        check_run(*with_value("balance.table", str(ROOT / "pyproject.toml")))
+        check_run(*with_value("balance.table", str(ok)))

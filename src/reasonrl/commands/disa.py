@@ -1,67 +1,73 @@
-"""``reasonrl disa estimate``: DISA's offline stage (arXiv 2605.17295; objectives spec section 7).
+"""``reasonrl disa estimate``: DISA's offline stage (arXiv 2605.17295; objectives spec section 7) outside a run.
 
-N proposals per training prompt from a proposal model (the reference by default; any other model of
-the same tokenizer: the paper's "proposal strength" knob), scored under the reference (length-
-normalised log-likelihoods at the run's sampling temperature, the residual's convention) and by the
-task's verifier; ``log Z_hat(x)`` by importance sampling, each prompt's ESS, written as the table the
-``disa`` recipe reads (``balance.table=FILE``). The prompts are the run's: the first ``--pool``
-distinct train problems of the task's stream under ``--seed``, as ``data.pool`` draws them.
+It is the stage the ``disa`` recipe runs before its first update (:meth:`TrajectoryBalance.offline_rows`),
+for the run that ``reasonrl train`` would make from the same arguments (a YAML file, ``key=value`` pairs,
+``--recipe``, ``--task``), with one difference: the proposals may come from another model (``--proposal``,
+the paper's "proposal strength" knob; any model of the reference's tokenizer). So the prompts are the run's
+pool (the first ``data.pool`` distinct train problems under ``seed``), each prompt rendered by the run's
+formatter (``prompt.*``: a chat model's template), N = ``balance.proposals`` samples each, seeded by task
+position as in the run, within the run's budget (``sampling.max_new_tokens`` or the task's) at
+``sampling.temperature``; each scored by the recipe's reward (the task's verifier times
+``task_reward_weight`` plus the recipe's extra rewards: the reward its residual uses) and under the
+reference (``--reference``: the run's ``model``) with the residual's convention (``balance.length_norm``);
+``log Z_hat`` at ``balance.beta``, each prompt's ESS. Until issue 41 the command scored with the task's
+verifier, the task's default budget and plain prompts, whatever the recipe said. The options ``--pool``,
+``--proposals``, ``--beta``, ``--temperature``, ``--length-norm`` and ``--seed`` set those keys.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Callable, Iterator, List, Optional
 
-import torch
 import typer
 from rich.table import Table
 
 from ..errors import UserError
-from .common import console, parse_options, progress, quiet_transformers, summary_table
+from .common import checked_run, console, progress, quiet_transformers, summary_table
 
 disa_app = typer.Typer(help="DISA's offline log-partition table (the `disa` recipe's balance.table).", no_args_is_help=True)
 
 
-@disa_app.command("estimate")
+@disa_app.command("estimate", context_settings={"allow_extra_args": False})
 def estimate_cmd(
+    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] [key=value ...]: the run's configuration, "
+                                               "as `reasonrl train` takes it (e.g. sampling.max_new_tokens=256)"),
     out: Path = typer.Option(..., help="The table to write (JSON lines)."),
-    task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
+    recipe: str = typer.Option("disa", help="The run's recipe: its balance part, reward, sampling and budget."),
+    task: Optional[str] = typer.Option(None, help="Task (default: the recipe's, else arithmetic)."),
     task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
-    reference: str = typer.Option("base", help="The reference policy pi_ref (the run's starting model)."),
+    reference: Optional[str] = typer.Option(None, help="The reference pi_ref: the run's model (model=M; default the "
+                                            "shipped base)."),
     proposal: Optional[str] = typer.Option(None, help="The proposal model mu (default: the reference)."),
-    pool: int = typer.Option(128, help="Prompts: the task's first N distinct train problems (the run's data.pool)."),
-    proposals: int = typer.Option(8, help="N proposals per prompt (spec: 8)."),
-    beta: float = typer.Option(1.0, help="Inverse temperature of the target (the disa recipe's balance.beta: 1)."),
-    temperature: float = typer.Option(0.8, help="Sampling temperature of the proposals and of the log-probs (the "
-                                      "recipe's sampling.temperature)."),
-    length_norm: bool = typer.Option(True, help="Length-normalised log-likelihoods (the recipe's balance.length_norm)."),
-    seed: int = typer.Option(0, help="The run's seed (which prompts data.pool draws) and the proposals' seed."),
+    pool: Optional[int] = typer.Option(None, help="data.pool: the run's prompts (the disa recipe: 128)."),
+    proposals: Optional[int] = typer.Option(None, help="balance.proposals: N per prompt (the spec's 8)."),
+    beta: Optional[float] = typer.Option(None, help="balance.beta (the disa recipe: 1)."),
+    temperature: Optional[float] = typer.Option(None, help="sampling.temperature of the proposals and the log-probs "
+                                                "(the disa recipe: 0.8)."),
+    length_norm: Optional[bool] = typer.Option(None, "--length-norm/--no-length-norm", help="balance.length_norm "
+                                               "(the disa recipe: length-normalised)."),
+    seed: Optional[int] = typer.Option(None, help="The run's seed: which prompts data.pool draws, and the proposals' seeds."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Estimate log Z_hat(x) for the run's prompts and write the table, with an ESS histogram."""
     from ..data.partition import ess_histogram, summary, write_table
-    from ..data.pool import take_pool
-    from ..models import load_model
-    from ..tasks import get_task
+    from ..validate import check_inputs
 
-    if pool < 1 or proposals < 1 or beta <= 0 or temperature <= 0:
-        raise UserError(f"disa estimate: need --pool >= 1, --proposals >= 1, --beta > 0 and --temperature > 0; got "
-                        f"{pool}, {proposals}, {beta}, {temperature}")
-    the_task = get_task(task, **parse_options(task_opt))
-    items = take_pool(the_task.iter_items("train", seed), pool, f"task {the_task.name!r}")
+    keys = {"data.pool": pool, "balance.proposals": proposals, "balance.beta": beta, "sampling.temperature": temperature,
+            "balance.length_norm": length_norm, "seed": seed}
+    pairs = [*(args or []), *(f"task_options.{p}" for p in task_opt or []),
+             *(f"{k}={v}" for k, v in keys.items() if v is not None)]
+    cfg, the_recipe = checked_run(pairs, recipe, reference, task, None, None, False)
+    check_stage(cfg, the_recipe)
+    check_inputs(cfg)  # all before any model loads
     quiet_transformers()
-    ref, tok = load_model(reference)
-    mu, mu_tok = (ref, tok) if proposal is None else load_model(proposal)
-    if mu_tok.get_vocab() != tok.get_vocab():
-        raise UserError(f"disa estimate: the proposal {proposal!r} and the reference {reference!r} have different "
-                        "tokenizers; importance weights need the same token sequences under both")
     with progress() as bar:
-        job = bar.add_task(f"{len(items)} prompts x {proposals} proposals", total=len(items), info="")
-        rows = estimate(the_task, items, ref, mu, tok, proposals, beta, temperature, length_norm, seed,
-                        on_chunk=lambda k: bar.advance(job, k))
-    header = {"beta": beta, "length_norm": length_norm, "proposals": proposals, "temperature": temperature,
-              "proposal": proposal or reference, "reference": reference, "task": the_task.name}
+        job = bar.add_task(f"{cfg.data.pool} prompts x {the_recipe.balance.proposals} proposals", total=cfg.data.pool,
+                           info="")
+        header, rows = estimate_table(cfg, the_recipe, proposal, on_chunk=lambda k: bar.advance(job, k))
     write_table(out, header, rows)
     stats = summary(rows)
     if as_json:
@@ -69,43 +75,67 @@ def estimate_cmd(
                           "ess_tilted_histogram": ess_histogram(rows, "ess_tilted")}, indent=2))
         return
     console.print(summary_table(f"DISA table -> {out}", stats))
-    console.print(_histogram_table(ess_histogram(rows), ess_histogram(rows, "ess_tilted"), proposals))
+    console.print(_histogram_table(ess_histogram(rows), ess_histogram(rows, "ess_tilted"), the_recipe.balance.proposals))
 
 
-def estimate(task, items, ref, mu, tok, n: int, beta: float, temperature: float, length_norm: bool, seed: int,
-             chunk: int = 32, on_chunk=lambda k: None) -> list:
-    """The table's rows: ``n`` proposals of each item from ``mu`` (seeded per item), scored under ``ref``."""
-    from ..data.partition import estimate_rows
+def check_stage(cfg: Any, recipe: Any) -> None:
+    """The run has an offline stage: a balance part with a frozen table, and a pool to estimate it over."""
+    part = getattr(recipe, "balance", None)
+    if part is None or part.log_z != "table":
+        raise UserError(f"disa estimate: recipe {recipe.name!r} reads no log Z table (its balance.log_z must be table, "
+                        "as in the disa recipe)")
+    if cfg.data.pool < 1:
+        raise UserError("disa estimate: the table covers the run's pool; set data.pool (--pool) >= 1")
 
-    scores = proposal_scores(task, items, ref, mu, tok, n, temperature, length_norm, seed, chunk, on_chunk)
-    return estimate_rows(items, *scores, beta)
+
+class FixedReference:
+    """The reference scope the offline stage reads (``ctx.reference()``): a loaded model, frozen, in eval mode."""
+
+    def __init__(self, model: Any):
+        self.model = model.eval().requires_grad_(False)
+
+    @contextmanager
+    def scoring(self) -> Iterator[Any]:
+        yield self.model
 
 
-def proposal_scores(task, items, ref, mu, tok, n: int, temperature: float, length_norm: bool, seed: int,
-                    chunk: int = 32, on_chunk=lambda k: None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(B, N) reference and proposal log-likelihoods (the residual's convention) and raw rewards of ``n``
-    proposals per item from ``mu``: everything log Z_hat needs, for any beta."""
-    from ..data.partition import sequence_scores
+def stage_context(cfg: Any, recipe: Any, proposal: str | None = None) -> tuple[Any, Any]:
+    """(the offline stage's RoundContext, the run's task): the run's task, formatter, budget, pool and reward as
+    the trainer builds them (:class:`reasonrl.batch.BatchMaker`), sampling from ``proposal`` (default: the
+    reference, the run's ``model``), the reference under ``ctx.reference()``."""
+    from ..batch import BatchMaker
+    from ..dist.ray_rollout import make_engine
     from ..eval.runner import task_max_new_tokens
-    from ..models.scoring import score_completions
-    from ..rollout import SamplingParams, engine_for
-    from ..seeds import stable_seed
+    from ..models import load_model, resolve_device
+    from ..models.memory import resolve_rows
+    from ..run import task_for
+    from ..tasks.limits import prepare_prompts
 
-    engine = engine_for(mu, tok)
-    sp = SamplingParams(temperature=temperature, max_new_tokens=task_max_new_tokens(task))
-    out: list[tuple[torch.Tensor, ...]] = []
-    for s in range(0, len(items), chunk):
-        part = items[s:s + chunk]
-        ro = engine.generate([it.prompt for it in part], n, sp, seeds=[stable_seed(seed, "disa", s + i) for i in range(len(part))])
-        rewards = torch.tensor([float(task.verify(ro.texts[r], it.answer, it.meta))
-                                for i, it in enumerate(part) for r in range(i * n, (i + 1) * n)]).view(-1, n)
-        with torch.no_grad():
-            lp, _ = score_completions(ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                      temperature=temperature, entropies=False)
-        out.append((sequence_scores(lp, ro.completion_mask, length_norm).view(-1, n),
-                    sequence_scores(ro.logprobs, ro.completion_mask, length_norm).view(-1, n), rewards))
-        on_chunk(len(part))
-    return tuple(torch.cat([o[i] for o in out]) for i in range(3))  # type: ignore[return-value]
+    device = resolve_device(cfg.device)
+    ref, tok = load_model(cfg.model, device=device)
+    mu, mu_tok = (ref, tok) if proposal is None else load_model(proposal, device=device)
+    if mu_tok.get_vocab() != tok.get_vocab():
+        raise UserError(f"disa estimate: the proposal {proposal!r} and the reference {cfg.model or 'base'!r} have "
+                        "different tokenizers; importance weights need the same token sequences under both")
+    task = recipe.wrap_task(task_for(cfg), tok, cfg.seed)
+    budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)  # the trainer's budget
+    formatter, task = prepare_prompts(task, tok, ref, cfg.prompt, budget, cfg.model or "the shipped base")
+    cfg = resolve_rows(cfg, mu, tok, task, needs_reference=True, new_tokens=budget)
+    engine = make_engine(mu, tok, dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, workers=0)))
+    if hasattr(engine, "formatter"):
+        engine.formatter = formatter
+    maker = BatchMaker(task, recipe, engine, budget, cfg.seed, FixedReference(ref), cfg.micro_batch_size,
+                       pool=cfg.data.pool, formatter=formatter)
+    return maker.round_context("balance", None, 0), task
+
+
+def estimate_table(cfg: Any, recipe: Any, proposal: str | None = None,
+                   on_chunk: Callable[[int], None] = lambda k: None) -> tuple[dict, list]:
+    """(header, rows) of the run's table with ``proposal``'s samples (see the module)."""
+    ctx, task = stage_context(cfg, recipe, proposal)
+    part, model = recipe.balance, str(cfg.model or "base")
+    rows = part.offline_rows(ctx, on_chunk)
+    return {**part.table_header(ctx, proposal or model, model), "task": task.name}, rows
 
 
 def _histogram_table(ess: list, tilted: list, n: int) -> Table:

@@ -13,6 +13,7 @@ The file is JSON lines: a header ``{"disa_table": 1, "beta": ..., "length_norm":
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -67,13 +68,14 @@ class ZTable:
     def of(cls, header: dict[str, Any], rows: Sequence[ZRow], source: str = "the run's table") -> "ZTable":
         return cls(header, {r.key: r for r in rows}, source)
 
-    def check(self, beta: float, length_norm: bool) -> None:
-        """The table must have been estimated with the residual's beta and log-likelihood convention."""
-        bad = [f"{k}={self.header.get(k)!r} in the table, {v!r} here" for k, v in
-               (("beta", beta), ("length_norm", length_norm)) if self.header.get(k) != v]
+    def check(self, beta: float, length_norm: bool, temperature: float) -> None:
+        """The table must have been estimated with the residual's beta, log-likelihood convention and
+        sampling temperature (the log-probs inside log Z_hat are tempered as the residual's)."""
+        bad = mismatches(self.header, beta, length_norm, temperature)
         if bad:
             raise UserError(f"DISA table {self.source}: {'; '.join(bad)}; log Z depends on them: re-estimate the table "
-                            "(`reasonrl disa estimate`) or set the recipe's balance options to the table's")
+                            "(`reasonrl disa estimate`) or set the recipe's balance options and sampling.temperature "
+                            "to the table's")
 
     def lookup(self, items: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """(B,) log Z_hat of ``items`` (NaN where missing) and the indices of the missing ones. A key
@@ -98,6 +100,28 @@ class ZTable:
     @classmethod
     def from_state(cls, st: dict[str, Any]) -> "ZTable":
         return cls.of(st["header"], [ZRow(**r) for r in st["rows"]], st.get("source", "the run's table"))
+
+
+def mismatches(header: dict[str, Any], beta: float, length_norm: bool, temperature: float) -> list[str]:
+    """What differs between a table's header and the run's residual: beta, the convention, and the temperature
+    of the log-probs (spec objectives.md 7 (b): ``L_.`` in log Z_hat must use the same log-prob convention as the
+    training residual; issue 41: the temperature was not compared, so a T = 0.8 table passed at T = 1.0)."""
+    out = [f"{k}={header.get(k)!r} in the table, {v!r} here" for k, v in (("beta", beta), ("length_norm", length_norm))
+           if header.get(k) != v]
+    table_t = header.get("temperature")
+    if not isinstance(table_t, (int, float)) or not math.isclose(table_t, temperature, rel_tol=1e-9):
+        out.append(f"temperature={table_t!r} in the table, {temperature!r} here")
+    return out
+
+
+def read_header(path: str | Path) -> dict[str, Any] | None:
+    """A table file's header (its first line), or None when the file is not a readable DISA table."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = json.loads(fh.readline())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return header if isinstance(header, dict) and header.get("disa_table") == 1 else None
 
 
 def missing_error(items: Sequence[Any], missing: list[int], source: str) -> UserError:

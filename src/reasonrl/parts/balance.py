@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import torch
 from torch import Tensor
 
-from ..data.partition import ZTable, estimate_rows, missing_error, read_table, sequence_scores, summary
+from ..data.partition import (ZRow, ZTable, estimate_rows, mismatches, missing_error, read_header, read_table,
+                              sequence_scores, summary)
 from ..errors import UserError
 from ..losses.balance import WEIGHTS, draw_masks, elbo_estimate, sequence_weight, trajectory_balance
 from ..models.diffusion import is_diffusion
@@ -43,6 +44,18 @@ SOURCES = ("head", "table")
 SURROGATES = ("token", "elbo")
 REWARDS = ("group", "raw")
 MISSING = ("error", "skip")
+
+
+def _table_problem(path: str, c) -> str:
+    """What is wrong with ``balance.table`` for this run before anything loads ("" if nothing): it must be a
+    table file whose header has the run's beta, convention and sampling temperature (``ZTable.check``)."""
+    if c.get("log_z") != "table":
+        return f"null: log_z={c.get('log_z')} reads no table"
+    header = read_header(path) if Path(path).is_file() else None
+    if header is None:
+        return "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one over the run's pool"
+    bad = mismatches(header, c.get("beta"), c.get("length_norm"), c.get("sampling.temperature") or 1.0)
+    return f"a table of this run's settings ({'; '.join(bad)}): re-estimate it or match them" if bad else ""
 
 
 @register_part("balance")
@@ -74,9 +87,7 @@ class TrajectoryBalance:
         "beta": above(0), "reward": one_of(REWARDS), "weight": one_of(WEIGHTS), "clip_low": within(0, 1, open_hi=True),
         "clip_high": at_least(0), "cap": above(0), "log_z": one_of(SOURCES), "z_lr": above(0), "z_layers": at_least(1),
         "z_dropout": within(0, 1, open_hi=True), "proposals": at_least(1), "missing": one_of(MISSING),
-        "table": Rule(lambda v, c: v is None or (c.get("log_z") == "table" and Path(v).is_file()),
-                      lambda c: "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one "
-                      "over the run's pool" if c.get("log_z") == "table" else f"null: log_z={c.get('log_z')} reads no table"),
+        "table": Rule(lambda v, c: v is None or not _table_problem(v, c), lambda c: _table_problem(c.get("table"), c)),
         "surrogate": Rule(lambda v, c: v in SURROGATES and (v == "token" or c.get("log_z") == "head"),
                           lambda c: f"one of {', '.join(SURROGATES)}; elbo needs log_z=head (here log_z="
                           f"{c.get('log_z')}: a table is estimated with token scores)"),
@@ -111,28 +122,46 @@ class TrajectoryBalance:
             return
         if self.table is not None:
             table = read_table(self.table)
-        else:
-            rows = []
-            for s in range(0, len(ctx.pool), 32):  # the pool in chunks: proposals of the initial policy
-                rows += self._estimate(ctx, list(ctx.pool[s:s + 32]), s)
-            header = {"beta": self.beta, "length_norm": self.length_norm, "proposals": self.proposals,
-                      "temperature": ctx.sampling.temperature, "proposal": "the initial policy", "reference": "the initial policy"}
-            table = ZTable.of(header, rows)
-        table.check(self.beta, self.length_norm)
+        else:  # proposals of the initial policy
+            table = ZTable.of(self.table_header(ctx, "the initial policy", "the initial policy"), self.offline_rows(ctx))
+        table.check(self.beta, self.length_norm, ctx.sampling.temperature or 1.0)  # the residual's scoring temperature
         ctx.state["table"] = table.state()
         ctx.state["table_summary"] = summary(list(table.rows.values()))
 
-    def _estimate(self, ctx: RoundContext, items: list, first: int) -> list:
+    def table_header(self, ctx: RoundContext, proposal: str, reference: str) -> dict:
+        """A table's settings: what the residual must share with it (``ZTable.check``), and its models."""
+        return {"beta": self.beta, "length_norm": self.length_norm, "proposals": self.proposals,
+                "temperature": ctx.sampling.temperature or 1.0, "proposal": proposal, "reference": reference}
+
+    def offline_rows(self, ctx: RoundContext, on_chunk: Callable[[int], None] = lambda k: None) -> list[ZRow]:
+        """DISA's offline stage over the run's pool: one table row per prompt at ``self.beta``."""
+        return estimate_rows(list(ctx.pool), *self.offline_scores(ctx, on_chunk), self.beta)
+
+    def offline_scores(self, ctx: RoundContext, on_chunk: Callable[[int], None] = lambda k: None) -> tuple[Tensor, ...]:
+        """(P, N) lbar_ref, lbar_mu and rewards of ``proposals`` samples per prompt of the run's pool, in chunks of
+        32: sampled by ``ctx.sample`` (the run's formatter, budget and temperature, seeded by task position; the
+        run's policy, or `reasonrl disa estimate --proposal`'s model), rewarded by ``ctx.reward`` (the recipe's
+        reward) and scored under ``ctx.reference()`` with the residual's convention. Everything log Z_hat needs,
+        for any beta."""
+        if not ctx.pool:
+            raise UserError("DISA's offline stage estimates log Z over the run's pool: set data.pool (e.g. 128)")
+        out = []
+        for s in range(0, len(ctx.pool), 32):
+            out.append(self._scores(ctx, list(ctx.pool[s:s + 32]), s))
+            on_chunk(len(ctx.pool[s:s + 32]))
+        return tuple(torch.cat([o[i] for o in out]) for i in range(3))
+
+    def _scores(self, ctx: RoundContext, items: list, first: int) -> tuple[Tensor, Tensor, Tensor]:
         n, temp = self.proposals, ctx.sampling.temperature or 1.0
         ro = ctx.sample(items, [it.prompt for it in items], tag="disa", first=first, n=n)
-        rewards, _, _ = ctx.reward(items, ro)  # (B, N) raw rewards
+        rewards, _, _ = ctx.reward(items, ro)  # (B, N) the recipe's rewards (raw: no group normalisation)
         with torch.no_grad(), ctx.reference() as ref:
             lp, _ = score_completions(ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                                       temperature=temp, chunk_rows=ctx.micro, entropies=False)
         own = policy_tokens(ro)  # (R, T) the sequence is the policy's tokens (an episode's observations are not)
         lbar_ref = sequence_scores(lp.cpu(), own, self.length_norm).view(-1, n)
         lbar_mu = sequence_scores(ro.logprobs, own, self.length_norm).view(-1, n)
-        return estimate_rows(items, lbar_ref, lbar_mu, rewards, self.beta)
+        return lbar_ref, lbar_mu, rewards
 
     # ------------------------------------------------------------------ the reference's side, once per batch
     def score_batch(self, ctx: BatchContext) -> dict[str, float]:

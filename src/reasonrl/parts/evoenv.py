@@ -30,7 +30,7 @@ import torch
 
 from ..advantages.buckets import role_task_advantages
 from ..errors import UserError
-from ..rewards.evoenv import GENERATOR_REWARDS, evoenv_generator_reward, in_band
+from ..rewards.evoenv import GENERATOR_REWARDS, PAID, evoenv_generator_reward, in_band
 from ..rewards.user import load_function
 from ..eval.audit_models import make_embedder
 from ..rules import Rule, at_least, one_of, within
@@ -76,6 +76,7 @@ class EvoEnv:
     p_lo: float = 0.1
     p_hi: float = 0.8
     reward: str = "learnability"  # or band
+    paid: str = "admitted"  # learnability paid to admitted environments only (spec 2 (b)); calibrated: any p_hat (pre-#41)
     review: str = "policy"  # L4 by the policy itself, by a judge callable, or off
     review_samples: int = 3
     judge: str = ""  # review=judge: "file.py:function", (code, two rendered instances) -> bool
@@ -89,7 +90,8 @@ class EvoEnv:
     RULES: ClassVar[dict[str, Rule]] = {
         "proposals": at_least(1), "estimate_instances": at_least(1), "estimate_samples": at_least(1),
         "p_lo": within(0, 1),
-        "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [evoenv.p_lo = {c.get('p_lo')}, 1]"), "reward": one_of(GENERATOR_REWARDS),
+        "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [evoenv.p_lo = {c.get('p_lo')}, 1]"),
+        "reward": one_of(GENERATOR_REWARDS), "paid": one_of(PAID),
         "review": one_of(("policy", "judge", "off")), "review_samples": at_least(1),
         "judge": Rule(lambda v, c: c.get("review") != "judge" or ":" in v, "'file.py:function' when review=judge"),
         "novelty_tau": within(0, 1, open_lo=True), "embed_tau": within(0, 1, open_lo=True),
@@ -143,8 +145,8 @@ class EvoEnv:
         elif self.review == "judge":
             self._judge(ctx, codes, reports)
         p_hat = self._calibrate(ctx, task, codes, reports)
-        rewards = torch.tensor([evoenv_generator_reward(rep.level, p_hat.get(r), self.reward, self.p_lo, self.p_hi)
-                                for r, rep in enumerate(reports)])
+        rewards = torch.tensor([evoenv_generator_reward(rep.level, p_hat.get(r), self.reward, self.p_lo, self.p_hi,
+                                                        self.paid) for r, rep in enumerate(reports)])
         admitted = [r for r in sorted(p_hat) if in_band(p_hat[r], self.p_lo, self.p_hi)]
         for r in sorted(p_hat):
             if r not in admitted:

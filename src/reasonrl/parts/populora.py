@@ -16,13 +16,15 @@ base. Each step:
 * ``shape_advantages``: REINFORCE++ normalised within each (member, role, task type) bucket.
 * ``after_step``: every ``pbt_every`` steps, PBT per sub-population (:mod:`reasonrl.population.pbt`):
   the bottom ``pbt_frac`` by mu - 3 sigma are overwritten in place by a same-rank offspring of the top
-  survivors, inherit the first parent's rating with sigma raised, and lose their optimiser state.
+  survivors, inherit the first parent's rating with sigma raised, and lose their optimiser state; a replaced
+  teacher takes a copy of that parent's task buffers (``pbt_buffers``).
 
 State (checkpointed with the adapters and the optimiser): ratings, games, the teachers' buffers, the
 PBT log. Student ``s0`` is peft's ``default`` adapter, so the trainer's own evaluation reads it.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import random
 from dataclasses import dataclass
@@ -52,6 +54,8 @@ from .strategy import GenRequest, Groups
 
 __all__ = ["PopuLoRA", "adapter_of"]
 
+PBT_BUFFERS = ("parent", "fresh", "keep")
+
 
 def adapter_of(member: str) -> str:
     """The peft adapter of a member: student ``s0`` is ``default`` (what the trainer evaluates)."""
@@ -79,6 +83,7 @@ class PopuLoRA:
     mutation_sigma: float = 0.1  # sigma_m of the Gaussian / spectral mutation
     interp: float = 0.5  # a of the interpolation crossover (weight of the better parent)
     offspring_sigma: float = 25.0 / 6.0  # an offspring's sigma is raised to at least this (sigma0 / 2)
+    pbt_buffers: str = "parent"  # a replaced teacher's tasks: its first parent's (copied) | fresh (AZR's seed) | keep
     mu0: float = 25.0
     sigma0: float = 25.0 / 3.0
     beta: float = 25.0 / 6.0
@@ -87,7 +92,8 @@ class PopuLoRA:
     RULES: ClassVar[dict[str, Rule]] = {
         "teachers": at_least(1), "students": at_least(1), "proposals": at_least(1), "estimate_samples": at_least(1),
         "capacity": at_least(1), "min_inputs": at_least(2), "pfsp": one_of(PFSP_MODES), "pbt_every": at_least(0),
-        "pbt_frac": within(0, 1), "mutation_sigma": at_least(0), "interp": within(0, 1), "offspring_sigma": above(0),
+        "pbt_frac": within(0, 1), "pbt_buffers": one_of(PBT_BUFFERS), "mutation_sigma": at_least(0),
+        "interp": within(0, 1), "offspring_sigma": above(0),
         "sigma0": above(0), "beta": above(0), "tau": at_least(0),
         "types": Rule(lambda v, _: bool(v) and all(t in TYPES for t in v.split(",")), f"a comma list of {', '.join(TYPES)}"),
         "operators": Rule(lambda v, _: bool(v) and all(o in OPERATORS for o in v.split(",")),
@@ -123,6 +129,7 @@ class PopuLoRA:
 
     def _buffers(self, ctx: Any) -> dict[str, dict[str, list[dict]]]:
         c = self._task(ctx).config
+        ctx.state.setdefault("buffer_inputs", c.shown + c.held)  # what a fresh buffer needs (PBT, pbt_buffers=fresh)
         return ctx.state.setdefault("buffers", {t: initial_buffers(c.shown + c.held) for t in self.teacher_names})
 
     # ---------------------------------------------------------------- the model: T + S adapters
@@ -276,7 +283,27 @@ class PopuLoRA:
                                        interp=self.interp)
                 set_adapter_factors(ctx.model, adapter_of(r.child), child)
                 reset_optimizer_state(ctx.optimizer, adapter_parameters(ctx.model, adapter_of(r.child)).values())
-                log.append({"step": ctx.step, "child": r.child, "parents": list(r.parents), "operator": r.operator})
+                log.append({"step": ctx.step, "child": r.child, "parents": list(r.parents), "operator": r.operator,
+                            **({"buffers": self.pbt_buffers} if side == "teachers" else {})})
             league.inherit(plan, self.offspring_sigma)
+            if side == "teachers":
+                self._inherit_buffers(ctx.state, plan)
             replaced += len(plan)
         return {"populora/pbt_replaced": float(replaced), "populora/pbt_total": float(len(log))}
+
+    def _inherit_buffers(self, state: dict, plan: list) -> None:
+        """A replaced teacher's task buffers [inferred; spec 4 (b) says the offspring inherits its parent's rating,
+        not what it does with the loser's tasks]: ``parent``, a copy of its first parent's (the parent whose rating it
+        takes), the parent's own tasks relabelled as the child's, so the students' games on them rate the child
+        that now holds them; ``fresh``, AZR's seed tasks only; ``keep``, the loser's own (the behaviour before
+        issue 41: the new weights proposed from, and were rated on, the tasks of the member they replaced)."""
+        if self.pbt_buffers == "keep" or "buffers" not in state:  # no buffers yet: every teacher has the seed's
+            return
+        buffers = state["buffers"]
+        before = copy.deepcopy(buffers)  # parents read before any write
+        for r in plan:
+            if self.pbt_buffers == "fresh":
+                buffers[r.child] = initial_buffers(state["buffer_inputs"])
+                continue
+            buffers[r.child] = {kind: [{**e, "by": r.child} if "by" in e else e for e in entries]
+                                for kind, entries in before[r.parents[0]].items()}

@@ -9,7 +9,9 @@ envs-selfplay-eval.md 5): the trained model is a *prompter* that writes prompts 
   sample of the experience buffer (k best, k worst, with scores and critiques); the first round samples
   G prompts per context (plain sampling) and the trainer's GRPO trains the prompter's tokens on R.
 * ``score_batch``: every (c, p, R(p), critique, outcomes) goes into the buffer (the part's checkpointed
-  state); the best prompt found so far per context becomes a distillation pair (history-free prompt, p*).
+  state), keyed by the prompt the worker reads; the best prompt found so far per context becomes a
+  distillation pair (history-free prompt, p*): by default the best running mean over every evaluation of a
+  prompt, so a prompt the prompter writes again is re-evaluated (``target``; :mod:`reasonrl.prompting.buffer`).
 * ``loss_term``: the distillation ``distill_coef * -mean_t log pi(p* | c, {})`` (a token mean per pair,
   averaged over the pairs; each pair computed in the micro-batch of one trained row), which amortises the
   refinement into one-shot prompting.
@@ -29,7 +31,7 @@ from torch import Tensor
 from ..errors import UserError
 from ..losses.dpo import sft_nll
 from ..models.scoring import score_completions, trim_padding
-from ..prompting.buffer import ExperienceBuffer
+from ..prompting.buffer import TARGETS, ExperienceBuffer
 from ..prompting.task import RENDERERS, PromptTask, prompter_prompt
 from ..prompting.workers import FailureCritic, load_worker
 from ..rules import Rule, at_least, one_of
@@ -60,13 +62,14 @@ class PromptPolicy:
     capacity: int = 64  # buffer entries per context
     critic: str = "failures"  # failures (the first failed trace) | none
     distill_coef: float = 1.0
+    target: str = "mean"  # p*: the best running mean of a prompt's evaluations | first_max (the first top R, pre-#41)
     max_worker_calls: int = 0  # 0: no cap
     pool: int = 256  # instances read from each split of the worker task (grouped into contexts)
 
     RULES: ClassVar[dict[str, Rule]] = {
         "instances": at_least(1), "max_fragments": at_least(1), "k_top": at_least(0), "k_bottom": at_least(0),
         "capacity": at_least(1), "distill_coef": at_least(0), "pool": at_least(1),
-        "renderer": one_of(RENDERERS), "critic": one_of(CRITICS),
+        "renderer": one_of(RENDERERS), "critic": one_of(CRITICS), "target": one_of(TARGETS),
         "contexts": Rule(lambda v, _: v == "task" or (v.startswith("meta:") and len(v) > 5), "task or meta:FIELD,..."),
         "template": Rule(lambda v, _: "{prompt}" in v and "{instance}" in v, "a text with {prompt} and {instance}"),
         # the run's worker calls: steps x prompts_per_step x group_size x instances must fit the cap
@@ -86,14 +89,20 @@ class PromptPolicy:
         return played_task(ctx.task, PromptTask, "recipe part 'prompt_policy' needs its wrapped task "
                            "(Recipe.wrap_task): the run builds it")
 
-    @staticmethod
-    def _buffer(state: dict, capacity: int) -> ExperienceBuffer:
-        return ExperienceBuffer.from_state(state["buffer"]) if "buffer" in state else ExperienceBuffer(capacity)
+    def _buffer(self, state: dict) -> ExperienceBuffer:
+        if "buffer" not in state:
+            return ExperienceBuffer(self.capacity, self.target)
+        buf = ExperienceBuffer.from_state(state["buffer"])
+        if buf.target != self.target:  # a resumed run: its buffer holds one kind of estimate
+            raise UserError(f"prompt_policy.target={self.target}, but the run's experience buffer ranks its "
+                            f"distillation target by {buf.target} (a checkpoint from before issue 41 ranks by "
+                            f"first_max): resume with prompt_policy.target={buf.target}")
+        return buf
 
     # ---------------------------------------------------------------- the prompter's prompts
     def draw(self, ctx: RoundContext, n: int) -> list[Item]:
         """``n`` prompter items: contexts in turn by task position, each with its history and M instances."""
-        task, buf = self._task(ctx), self._buffer(ctx.state, self.capacity)
+        task, buf = self._task(ctx), self._buffer(ctx.state)
         planned = ctx.state.get("worker_calls", 0) + n * ctx.group_size * self.instances
         if self.max_worker_calls and planned > self.max_worker_calls:
             raise UserError(f"prompt_policy.max_worker_calls={self.max_worker_calls} would be passed at step "
@@ -110,7 +119,7 @@ class PromptPolicy:
 
     # ---------------------------------------------------------------- the buffer and the distillation pairs
     def score_batch(self, ctx: BatchContext) -> dict[str, float]:
-        task, buf, G = self._task(ctx), self._buffer(ctx.state, self.capacity), ctx.rewards.shape[1]
+        task, buf, G = self._task(ctx), self._buffer(ctx.state), ctx.rewards.shape[1]
         critic = FailureCritic() if self.critic == "failures" else None
         calls = 0
         for b, item in enumerate(ctx.items):
@@ -119,7 +128,7 @@ class PromptPolicy:
                 text = ctx.rollouts.texts[b * G + g]
                 res = task.results(text, insts)  # the worker's results of this step (no new call)
                 note = critic.critique(text, [t for s, t in res if s < 1]) if critic else ""
-                buf.add(c, text, sum(s for s, _ in res) / len(res), note, [s for s, _ in res])
+                buf.add(c, text, sum(s for s, _ in res) / len(res), note, [s for s, _ in res], key=task.prompt_key(text))
                 calls += len(insts)
         ctx.state["buffer"] = buf.state_dict()
         ctx.state["worker_calls"] = ctx.state.get("worker_calls", 0) + calls
@@ -132,6 +141,7 @@ class PromptPolicy:
         empty = sum(not task.render(t, ctx.items[r // G].meta["instances"][0]) for r, t in enumerate(texts))
         return {"prompt_policy/worker_calls": float(ctx.state["worker_calls"]), "prompt_policy/calls_step": float(calls),
                 "prompt_policy/best_reward": sum(e.reward for e in best) / len(best),
+                "prompt_policy/best_evaluations": sum(e.evaluations for e in best) / len(best),
                 "prompt_policy/history_len": sum(it.meta["history"] for it in ctx.items) / len(ctx.items),
                 "prompt_policy/buffer": float(len(buf)), "prompt_policy/empty_prompt_frac": empty / len(texts)}
 

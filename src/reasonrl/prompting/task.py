@@ -24,7 +24,7 @@ from ..tasks.guidance import hints as task_hints
 from .buffer import Experience, format_history
 from .workers import Worker, WorkerCalls
 
-__all__ = ["RENDERERS", "PromptTask", "context_of", "prompter_prompt", "render"]
+__all__ = ["RENDERERS", "PromptTask", "context_of", "prompt_key", "prompter_prompt", "render"]
 
 RENDERERS = ("text", "hints")
 PROMPTER_TEMPLATE = "task: {context}\n{history}prompt:\n"  # [inferred]; {history} is empty in one-shot mode
@@ -50,13 +50,28 @@ def first_line(text: str) -> str:
     return text.strip().split("\n")[0].strip() if text.strip() else ""
 
 
+def _picks(text: str, max_fragments: int) -> list[int]:
+    """The hint numbers the ``hints`` renderer reads: the first line's digits 1-9, each once, in order."""
+    return list(dict.fromkeys(int(c) for c in first_line(text) if c in "123456789"))[:max_fragments]
+
+
+def prompt_key(kind: str, text: str, max_fragments: int = 2) -> str:
+    """The prompt ``text`` stands for, whatever the instance: the first line (``text``) or the hint numbers
+    picked (``hints``); texts with one key give the worker the same prompt (the buffer pools their R)."""
+    if kind == "text":
+        return first_line(text)
+    if kind != "hints":
+        raise ValueError(f"unknown renderer {kind!r}; valid: {', '.join(RENDERERS)}")
+    return "hints:" + ",".join(map(str, _picks(text, max_fragments)))
+
+
 def render(kind: str, text: str, task: Any, instance: Item, max_fragments: int = 2) -> str:
     """The worker's prompt for ``instance`` from the prompter's ``text`` (see the module)."""
     if kind == "text":
         return first_line(text)
     if kind != "hints":
         raise ValueError(f"unknown renderer {kind!r}; valid: {', '.join(RENDERERS)}")
-    picks = list(dict.fromkeys(int(c) for c in first_line(text) if c in "123456789"))[:max_fragments]
+    picks = _picks(text, max_fragments)
     if not picks:
         return ""
     hs = task_hints(task, instance)
@@ -118,6 +133,9 @@ class PromptTask:
 
     def render(self, text: str, instance: Item) -> str:
         return render(self.renderer, text, self.task, instance, self.max_fragments)
+
+    def prompt_key(self, text: str) -> str:
+        return prompt_key(self.renderer, text, self.max_fragments)
 
     def prepare(self, completions: Sequence[str], metas: Sequence[dict]) -> None:
         """Every (prompt, instance) the batch needs, run by the worker in one call (each counted)."""

@@ -33,7 +33,8 @@ POPULORA_RECIPE = dataclasses.replace(
         "by an offspring of the top max(2, n) survivors, the operator drawn uniformly from Gaussian mutation "
         "(sigma_m 0.1, absolute 1e-3 for a zero factor), spectral mutation (sigma_m 0.1), module-wise crossover, "
         "interpolation crossover (a 0.5) via QR + SVD to rank r; the offspring keeps its first parent's mu with "
-        "sigma raised to >= 25/6 and a fresh AdamW state",
+        "sigma raised to >= 25/6 and a fresh AdamW state; a replaced teacher takes a copy of that parent's task "
+        "buffers, relabelled as its own (populora.pbt_buffers=parent; fresh: AZR's seed; keep: the loser's)",
         "advantages: REINFORCE++ within each (member, role, type) bucket (TRR++ per adapter); one AdamW over every "
         "adapter (an adapter without rows in a step gets no update), a joint gradient-norm clip",
         "group_size=4, no KL, sampling and optimiser as the azr recipe",

@@ -31,7 +31,10 @@ PROMPT_POLICY_RECIPE = dataclasses.replace(
         "critic prompt_policy.critic=failures: the number of failed instances and the first failure's trace (no "
         "model); critiques enter the history",
         "distillation: distill_coef=1 x the token-mean NLL of the best prompt found so far for each of the step's "
-        "contexts under the history-free prompt (rejection-sampling fine-tuning), every step beside GRPO",
+        "contexts under the history-free prompt (rejection-sampling fine-tuning), every step beside GRPO; best = the "
+        "highest running mean over every evaluation of a prompt (as the worker reads it), re-evaluated each time the "
+        "prompter writes it again; the target moves only to a strictly higher estimate (prompt_policy.target=mean; "
+        "first_max: the first top R, never re-evaluated, before issue 41)",
         "group_size=8 prompts per context, AdamW lr 5e-5 as grpo, no KL; the prompter sampled at T=2.0, not grpo's "
         "0.8: the tiny prompter at 0.8 writes hint 1 in 92-99% of its lines and never the hint that helps, and at "
         "2.0 the loop finds it (the oracle worker: 3 of 3 seeds at 1.000 by step 40, against 2 of 3 by step 60; a "
