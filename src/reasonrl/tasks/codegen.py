@@ -19,7 +19,10 @@ One step per executed line, in the order the lines finish, with the variables th
 
 Values are ``repr`` strings. A program past :data:`MAX_EVENTS` line events is stopped with an error.
 Tracing is batched (one sandbox call per list of programs; a sandbox failure of a batch is bisected
-to name the program that caused it) and cached per ``(code, input)``.
+to name the program that caused it) and cached per ``(code, input)``. Inside a batch every program runs
+in its own fork of the warmed-up tracer (:mod:`reasonrl.rewards.sandbox.jobs`), so no program can change
+another's result by patching builtins, classes, modules or random state (issue 41); a program that ends
+its process (``os._exit``, a crash) fails alone, and its result, which it controls, is type-checked.
 """
 from __future__ import annotations
 
@@ -29,11 +32,13 @@ import random
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
+from ..rewards.sandbox.pool import batch_program
+
 MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR = 2000, 20, 8, 40
 MARK = "@@REASONRL-TRACE@@"
 CONSTRUCTS = ("arith", "if", "loop", "list", "str")
 
-TRACER = r'''
+TRACER_BODY = r'''
 import ast, io, json, sys
 MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR, MARK = %d, %d, %d, %d, %r
 ATOMS = (type(None), bool, int, float, str)
@@ -132,10 +137,13 @@ def run_one(code, stdin):
         sys.stdin, sys.stdout = saved
     return {"output": out.getvalue(), "steps": tracer.steps, "error": error}
 
+def failed(job, why):
+    return {"output": "", "steps": [], "error": why}
+
 jobs = json.loads(sys.stdin.read())
-results = [run_one(j["code"], j.get("input", "")) for j in jobs]
-sys.stdout.write(MARK + json.dumps(results) + "\n")
+send(MARK, each_fresh(jobs, lambda j: run_one(j["code"], j.get("input", "")), failed))
 ''' % (MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR, MARK)
+TRACER = batch_program(TRACER_BODY)  # one fresh fork of the warmed-up tracer per program (issue 41)
 
 Runner = Callable[..., Any]  # run_python's signature: (code, *, stdin, timeout, memory_mb) -> result
 _CACHE: OrderedDict = OrderedDict()
@@ -148,14 +156,29 @@ def _sandbox_runner() -> Runner:
     return run_python
 
 
+def _step_ok(step: Any) -> bool:
+    return (isinstance(step, list) and len(step) == 2 and type(step[0]) is int and isinstance(step[1], list)
+            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in step[1]))
+
+
+def _checked(result: Any) -> dict:
+    """A program's result as the trainer may use it: each program runs in its own fork and so decides its
+    own result (issue 41), which is therefore type-checked like any untrusted input."""
+    if (isinstance(result, dict) and isinstance(result.get("output"), str) and isinstance(result.get("steps"), list)
+            and (result.get("error") is None or isinstance(result["error"], str)) and all(map(_step_ok, result["steps"]))):
+        return {"output": result["output"], "steps": result["steps"], "error": result["error"]}
+    return {"output": "", "steps": [], "error": "the program sent back a malformed result"}
+
+
 def _parse_batch(res: Any, n: int) -> list[dict]:
     at = res.stdout.rfind(MARK)
     if at < 0:
         raise RuntimeError(f"the tracer printed no result (status ok); stderr: {res.stderr[-500:]!r}")
     results = json.loads(res.stdout[at + len(MARK):])
-    if len(results) != n:
-        raise RuntimeError(f"the tracer returned {len(results)} results for {n} programs")
-    return results
+    if not isinstance(results, list) or len(results) != n:
+        got = len(results) if isinstance(results, list) else type(results).__name__
+        raise RuntimeError(f"the tracer returned {got} results for {n} programs")
+    return [_checked(r) for r in results]
 
 
 def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: int) -> list[dict]:

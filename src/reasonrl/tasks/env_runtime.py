@@ -15,15 +15,20 @@ in one call (the reference as a string, or None), so drawing an instance is one 
 The module is never imported by the trainer: :func:`call_envs` sends (module code, method calls) jobs to
 the sandbox (:func:`reasonrl.rewards.sandbox.run_python`), where a trusted runner executes each module in
 a fresh namespace after the prelude and makes each call under a wall-clock alarm; every result must be
-JSON. One sandbox process runs a batch; when the sandbox itself kills a batch (memory, time, output),
-the batch is bisected so the failure is pinned on its module. Results come back as
-``{"ok": bool, "value" | "error"}`` per call, or one ``{"ok": False, "error"}`` per call when the
-module does not load.
+JSON. One sandbox process runs a batch, each module in its own fork of the warmed-up runner
+(:mod:`reasonrl.rewards.sandbox.jobs`), so that no module can change another's instances or scores by
+patching ``random``, classes or builtins (issue 41); a module that ignores its alarms is killed after
+its calls' limits together. When the sandbox itself kills a batch (memory, time, output), the batch is
+bisected so the failure is pinned on its module. Results come back as ``{"ok": bool, "value" |
+"error"}`` per call (type-checked here: a module decides its own results), or one ``{"ok": False,
+"error"}`` per call when the module does not load.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Sequence
+
+from ..rewards.sandbox.pool import batch_program
 
 __all__ = ["MARK", "PRELUDE", "call_envs"]
 
@@ -61,8 +66,8 @@ def show(x):
     return str(x)
 '''
 
-RUNNER = r'''
-import json, signal, sys
+RUNNER_BODY = r'''
+import json, random, signal, sys
 PRELUDE, MARK = %r, %r
 
 class CallTimeout(BaseException):
@@ -106,25 +111,30 @@ def call(env, method, args, limit):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
-out = []
-for job in json.loads(sys.stdin.read()):
+def run_job(job):
     try:
         signal.setitimer(signal.ITIMER_REAL, job["limit"])
         env = load(job["code"])
         signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as err:  # a module that does not load fails every call it was given
         signal.setitimer(signal.ITIMER_REAL, 0)
-        out.append([{"ok": False, "error": "load: %%s: %%s" %% (type(err).__name__, err)}] * len(job["calls"]))
-        continue
+        return failed(job, "load: %%s: %%s" %% (type(err).__name__, err))
     results = []
     for m, a in job["calls"]:
         if job["stop_after_timeout"] and results and results[-1].get("error", "").startswith("CallTimeout"):
             results.append({"ok": False, "error": "CallTimeout: not run: an earlier call ran past its time limit"})
         else:
             results.append(call(env, m, a, job["limit"]))
-    out.append(results)
-sys.stdout.write(MARK + json.dumps(out) + "\n")
+    return results
+
+def failed(job, why):
+    return [{"ok": False, "error": why}] * len(job["calls"])
+
+# each module in its own fork; one that ignores its alarms is killed after its calls' limits together
+send(MARK, each_fresh(json.loads(sys.stdin.read()), run_job, failed,
+                      lambda job: job["limit"] * (len(job["calls"]) + 1) + 1.0))
 ''' % (PRELUDE, MARK)
+RUNNER = batch_program(RUNNER_BODY)  # one fresh fork of the warmed-up runner per module (issue 41)
 
 
 def _runner():
@@ -133,12 +143,37 @@ def _runner():
     return run_python
 
 
+def _value_ok(method: str, value: Any) -> bool:
+    if method == "score":
+        return type(value) in (int, float) and 0.0 <= value <= 1.0  # NaN fails both comparisons
+    if method == "@render":
+        return (isinstance(value, dict) and "instance" in value and isinstance(value.get("prompt"), str)
+                and (value.get("reference") is None or isinstance(value["reference"], str)))
+    return True
+
+
+def _checked(method: str, result: Any) -> dict:
+    """One call's result as the trainer may use it: each module runs in its own fork and so decides its
+    own results (issue 41), which are therefore type-checked like any untrusted input."""
+    if isinstance(result, dict) and result.get("ok") is False and isinstance(result.get("error"), str):
+        return {"ok": False, "error": result["error"]}
+    if isinstance(result, dict) and result.get("ok") is True and "value" in result and _value_ok(method, result["value"]):
+        return {"ok": True, "value": result["value"]}
+    return {"ok": False, "error": f"the module sent back a malformed {method} result"}
+
+
+def _job_results(job: dict, results: Any) -> list[dict]:
+    if not isinstance(results, list) or len(results) != len(job["calls"]):
+        return [{"ok": False, "error": "the module sent back a malformed list of results"}] * len(job["calls"])
+    return [_checked(m, r) for (m, _), r in zip(job["calls"], results)]
+
+
 def _run_batch(jobs: list[dict], timeout: float, memory_mb: int) -> list[list[dict]]:
     res = _runner()(RUNNER, stdin=json.dumps(jobs), timeout=timeout, memory_mb=memory_mb)
     if res.status == "ok" and not getattr(res, "stdout_truncated", False) and MARK in res.stdout:
         out = json.loads(res.stdout[res.stdout.rfind(MARK) + len(MARK):])
-        if len(out) == len(jobs):
-            return out
+        if isinstance(out, list) and len(out) == len(jobs):
+            return [_job_results(job, r) for job, r in zip(jobs, out)]
     if len(jobs) > 1:  # bisect: the module that brought the sandbox down fails alone
         half = len(jobs) // 2
         return _run_batch(jobs[:half], timeout, memory_mb) + _run_batch(jobs[half:], timeout, memory_mb)
