@@ -37,6 +37,7 @@ from .models import load_model, resolve_device, save_model
 from .models.memory import weights_dtype
 from .parts import Recipe
 from .plots import plot_curves
+from .rewards.sandbox import requiring
 from .tasks import GuidedTask, get_task
 from .tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
@@ -171,7 +172,8 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
         raise UserError(f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
                         "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
-        return _train(cfg, recipe, group, device, resume, on_step, on_phase, on_note)
+        with requiring(cfg.sandbox.require):  # every model-written program of the run: at least this level
+            return _train(cfg, recipe, group, device, resume, on_step, on_phase, on_note)
     finally:
         group.close()
 

@@ -27,6 +27,7 @@ its process (``os._exit``, a crash) fails alone, and its result, which it contro
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 from collections import OrderedDict
@@ -150,10 +151,11 @@ _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 200_000
 
 
-def _sandbox_runner() -> Runner:
-    from ..rewards.sandbox import run_python  # the sandbox is the only place a program runs
+def _sandbox_runner(require: str | None = None) -> Runner:
+    """run_python at the run's minimum level (``sandbox.require``, issue 41) or ``require``."""
+    from ..rewards.sandbox import required_level, run_python  # the sandbox is the only place a program runs
 
-    return run_python
+    return functools.partial(run_python, require=require or required_level())
 
 
 def _step_ok(step: Any) -> bool:
@@ -196,8 +198,10 @@ def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: in
 
 
 def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, timeout: float = 5.0,
-                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True) -> list[dict]:
-    """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair.
+                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True,
+                   require: str | None = None) -> list[dict]:
+    """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair, at
+    least at level ``require`` (None: the run's ``sandbox.require``; :mod:`reasonrl.rewards.sandbox.policy`).
 
     Returns one result per pair (see the module docstring). A program that fails has ``error``
     set; the caller decides whether that is fatal. A sandbox timeout or kill is returned but not
@@ -205,7 +209,7 @@ def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, time
     pair afresh and stores nothing (a determinism check compares two such runs)."""
     fresh: dict[tuple[str, str], dict] = {}
     todo = list(dict.fromkeys(p for p in programs if not cache or p not in _CACHE))
-    runner = (runner or _sandbox_runner()) if todo else None
+    runner = (runner or _sandbox_runner(require)) if todo else None
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
         results = _trace_batch([{"code": c, "input": i} for c, i in chunk], runner, timeout, memory_mb)

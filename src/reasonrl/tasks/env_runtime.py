@@ -25,6 +25,7 @@ bisected so the failure is pinned on its module. Results come back as ``{"ok": b
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Sequence
 
@@ -137,10 +138,11 @@ send(MARK, each_fresh(json.loads(sys.stdin.read()), run_job, failed,
 RUNNER = batch_program(RUNNER_BODY)  # one fresh fork of the warmed-up runner per module (issue 41)
 
 
-def _runner():
-    from ..rewards.sandbox import run_python  # the sandbox is the only place an environment runs
+def _runner(require: str | None):
+    """run_python at the run's minimum level (``sandbox.require``, issue 41) or ``require``."""
+    from ..rewards.sandbox import required_level, run_python  # the sandbox is the only place an environment runs
 
-    return run_python
+    return functools.partial(run_python, require=require or required_level())
 
 
 def _value_ok(method: str, value: Any) -> bool:
@@ -168,23 +170,24 @@ def _job_results(job: dict, results: Any) -> list[dict]:
     return [_checked(m, r) for (m, _), r in zip(job["calls"], results)]
 
 
-def _run_batch(jobs: list[dict], timeout: float, memory_mb: int) -> list[list[dict]]:
-    res = _runner()(RUNNER, stdin=json.dumps(jobs), timeout=timeout, memory_mb=memory_mb)
+def _run_batch(jobs: list[dict], timeout: float, memory_mb: int, require: str | None) -> list[list[dict]]:
+    res = _runner(require)(RUNNER, stdin=json.dumps(jobs), timeout=timeout, memory_mb=memory_mb)
     if res.status == "ok" and not getattr(res, "stdout_truncated", False) and MARK in res.stdout:
         out = json.loads(res.stdout[res.stdout.rfind(MARK) + len(MARK):])
         if isinstance(out, list) and len(out) == len(jobs):
             return [_job_results(job, r) for job, r in zip(jobs, out)]
     if len(jobs) > 1:  # bisect: the module that brought the sandbox down fails alone
         half = len(jobs) // 2
-        return _run_batch(jobs[:half], timeout, memory_mb) + _run_batch(jobs[half:], timeout, memory_mb)
+        return _run_batch(jobs[:half], timeout, memory_mb, require) + _run_batch(jobs[half:], timeout, memory_mb, require)
     why = f"sandbox: {res.status} (returncode {res.returncode}) {res.stderr[-200:]}".strip()
     return [[{"ok": False, "error": why}] * len(jobs[0]["calls"])]
 
 
 def call_envs(jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]], *, limit: float = 1.0,
               timeout: float = 20.0, memory_mb: int = 256, batch: int = 32,
-              stop_after_timeout: bool = False) -> list[list[dict]]:
-    """Run ``(module code, [(method, args), ...])`` jobs in the sandbox, ``batch`` modules per process;
+              stop_after_timeout: bool = False, require: str | None = None) -> list[list[dict]]:
+    """Run ``(module code, [(method, args), ...])`` jobs in the sandbox, ``batch`` modules per process, at
+    least at level ``require`` (None: the run's ``sandbox.require``; :mod:`reasonrl.rewards.sandbox.policy`);
     each call has ``limit`` seconds. Returns, per job, one result dict per call. ``stop_after_timeout``:
     once a module's call times out, its later calls fail at once without running (a validation that
     rejects the module on its first failure need not wait ``limit`` seconds for each of them)."""
@@ -192,5 +195,5 @@ def call_envs(jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]], *
                 "stop_after_timeout": stop_after_timeout} for code, calls in jobs]
     out: list[list[dict]] = []
     for start in range(0, len(payload), batch):
-        out += _run_batch(payload[start:start + batch], timeout, memory_mb)
+        out += _run_batch(payload[start:start + batch], timeout, memory_mb, require)
     return out
