@@ -70,6 +70,32 @@ def test_a_program_cannot_forge_the_batch_results_on_stdout():
     assert outputs([(attack, ""), (READ_INT, "5")])[1] == ("6\n", None)
 
 
+def test_a_process_left_behind_by_a_program_is_gone_before_the_next_program_runs():
+    """The first program leaves a detached grandchild that writes a file in the batch's private /tmp
+    after 0.3 s; the next program looks for it after 0.8 s. Before, the grandchild lived on."""
+    leave = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+             "        time.sleep(0.3)\n        open('/tmp/left-behind', 'w').write('x')\n        os._exit(0)\n"
+             "    os._exit(0)\nos.wait()\n")
+    look = "import os, time\ntime.sleep(0.8)\nprint(os.path.exists('/tmp/left-behind'))\n"
+    assert outputs([(leave, ""), (look, "")])[1] == ("False\n", None)
+
+
+def test_a_program_flooding_fd_1_does_not_split_the_batch():
+    """What a program writes to fd 1 no longer lands before the batch's results: before, 100 kB there
+    pushed the results past the 64 kB output cap and the batch was re-run in halves."""
+    from reasonrl.rewards.sandbox import run_python
+
+    calls = []
+
+    def runner(code, **kw):
+        calls.append(1)
+        return run_python(code, **kw)
+
+    flood = "import os\nos.write(1, b'x' * 100_000)\n"
+    got = trace_programs([(flood, ""), (READ_INT, "5")], cache=False, runner=runner)
+    assert [(r["output"], r["error"]) for r in got] == [("", None), ("6\n", None)] and len(calls) == 1
+
+
 ENV_HEAD = "class E(Env):\n    name = 'e'\n    def reference(self, inst):\n        return 0\n"
 CHOICES = ENV_HEAD + "    def sample(self, seed, difficulty):\n        return R(seed).choices(range(10), k=4)\n"
 
@@ -92,3 +118,25 @@ def test_an_environment_patching_random_seeding_does_not_change_another_environm
     victim = ENV_HEAD + "    def sample(self, seed, difficulty):\n        return R(seed).randint(0, 10**9)\n"
     got = call_envs([(patch, [("sample", (0, 0))]), (victim, [("sample", (3, 0))])])[1][0]
     assert got == {"ok": True, "value": __import__("random").Random(3).randint(0, 10**9)}
+
+
+def test_the_host_type_checks_each_jobs_own_result():
+    """A job runs in the process that sends its result, so it can forge that result: the host keeps only
+    well-typed fields (worked out by hand: each bad field below makes the whole result an error)."""
+    from reasonrl.tasks import codegen, env_runtime
+
+    good = {"output": "6\n", "steps": [[1, [["a", "5"]]]], "error": None, "transient": True}
+    assert codegen._checked(good) == {"output": "6\n", "steps": [[1, [["a", "5"]]]], "error": None}
+    for bad in ({**good, "error": 123}, {**good, "output": ["6"]}, {**good, "steps": [[1, [["a", 5]]]]},
+                {**good, "steps": [["1", []]]}, {**good, "steps": "L1"}, [good], None):
+        assert codegen._checked(bad)["error"] == "the program sent back a malformed result"
+    assert env_runtime._checked("score", {"ok": True, "value": 1}) == {"ok": True, "value": 1}
+    assert env_runtime._checked("score", {"ok": False, "error": "E"}) == {"ok": False, "error": "E"}
+    render = {"instance": [1], "prompt": "p", "reference": "3"}
+    assert env_runtime._checked("@render", {"ok": True, "value": render})["ok"]
+    for method, bad in (("score", {"ok": True, "value": 1.5}), ("score", {"ok": True, "value": True}),
+                        ("score", {"ok": True, "value": float("nan")}), ("score", {"ok": "yes", "value": 1}),
+                        ("@render", {"ok": True, "value": {**render, "prompt": 7}}),
+                        ("@render", {"ok": True, "value": {**render, "reference": 3}}),
+                        ("@render", {"ok": True, "value": {"prompt": "p"}}), ("sample", {"ok": False, "error": 3})):
+        assert env_runtime._checked(method, bad) == {"ok": False, "error": f"the module sent back a malformed {method} result"}

@@ -174,3 +174,17 @@ def test_uid_slots_wait_at_most_their_timeout():
     assert "no free sandbox uid" in str(outcome[0]) and "0.2 s" in str(outcome[0])
     slots.release(held)
     assert slots.acquire() == held
+
+
+def test_the_supervisor_forwards_only_the_protocols_typed_fields():
+    """repl.checked, the supervisor's filter (hand examples: extra keys dropped, each bad type refused)."""
+    from reasonrl.rewards.sandbox.repl import checked
+
+    assert checked({"op": "result", "stdout": "x", "final": True, "answer": "4", "extra": 1}) == {
+        "op": "result", "stdout": "x", "value": None, "error": None, "answer": "4", "final": True, "truncated": False}
+    assert checked({"op": "tool", "name": "add", "args": [1, 2], "secret": 1}) == {
+        "op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}
+    for bad in ({"op": "result", "error": 123}, {"op": "result", "final": "yes"}, {"op": "result", "value": [1]},
+                {"op": "tool", "name": 5}, {"op": "tool", "name": "add", "args": {"a": 1}},
+                {"op": "tool", "name": "add", "kwargs": [1]}, {"op": "exec", "code": "1"}, {"op": 1}, [1]):
+        assert checked(bad) is None, bad
