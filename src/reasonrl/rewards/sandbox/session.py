@@ -11,6 +11,11 @@ and each cell gets ``turn_timeout`` seconds, enforced here: a cell that overruns
 session killed (nothing else stops a ``while True: pass`` that catches every exception), and the
 next cell starts a fresh interpreter. Tools run in the caller's process (they may hold a database);
 the sandboxed code calls them through the protocol with JSON values only.
+
+Issue 41: the cells run in an interpreter that :mod:`.repl`'s supervisor forks, so they cannot reach
+this protocol; every line is still decoded and type-checked here, and anything that fails (any decode
+error, a mistyped field) is a lost session, never an exception. :meth:`SandboxSession.close` lets the
+runner sweep the program's descendants before anything is killed from outside.
 """
 from __future__ import annotations
 
