@@ -17,7 +17,8 @@ Measured, all at the strongest isolation level available (``isolation()``) unles
 - batches (issue 41: every job of a batch runs in its own fork of the warmed-up harness): the line
   tracer (``trace_programs``) on 64 grammar programs in one call against 1 program, and the
   environment runner (``call_envs``) on 32 starting environments x 4 renders against 1 module; the
-  per-job cost is (time of the big batch - time of the single job) / (jobs - 1), with the medians.
+  per-job cost is (time of the big batch - time of the single job) / (jobs - 1), with the medians;
+  and EvoEnv's admission checks (``check_envs``: L2 twice and L3) of 8 starting environments.
   Run it with ``PYTHONPATH`` pointing at an older checkout to compare (the same public API).
 
 ``--sections`` picks some of ``per_call,limits,pool,batch`` (default: all).
@@ -126,6 +127,7 @@ def batches(repeats: int) -> dict[str, list[float]]:
     inflates far less than the wall time."""
     import reasonrl.rewards.sandbox as sandbox
     from reasonrl.tasks.codegen import trace_programs
+    from reasonrl.tasks.env_check import check_envs
     from reasonrl.tasks.env_runtime import call_envs
 
     programs, modules = batch_jobs()
@@ -142,6 +144,12 @@ def batches(repeats: int) -> dict[str, list[float]]:
     sandbox.run_python = counted
     try:
         for _ in range(repeats):
+            cpu.clear()  # EvoEnv's admission of a step's 8 generated modules: L2 (twice) and L3, 3 batches
+            reports = []
+            out.setdefault("check_envs: 8 modules (L2 twice + L3)", []).append(
+                timed(lambda: reports.extend(check_envs([code for code, _ in modules[:8]]))))
+            out.setdefault("check_envs: 8 modules (L2 twice + L3) (sandbox CPU)", []).append(sum(cpu))
+            assert all(r.ok for r in reports), [r.reason for r in reports if not r.ok]
             for fn, one, many, n in BATCHES:
                 jobs = programs if fn == "trace_programs" else modules
                 for label, part in ((one, jobs[:1]), (many, jobs[:n])):
