@@ -117,13 +117,19 @@ class Tracer:
             self.steps.append([line, [[n, now[n]] for n in names]])
         state[0], state[1] = next_line, now
 
-def run_one(code, stdin):
+def prepare(job):
+    """Before the fork (the program's text is only parsed and compiled, never run)."""
+    code = job["code"]
     try:
         tree = ast.parse(code)
         compiled = compile(code, "<prog>", "exec")
     except SyntaxError as err:
-        return {"output": "", "steps": [], "error": "SyntaxError: %%s" %% err}
-    tracer, out, error = Tracer(*static_targets(tree)), io.StringIO(), None
+        return Done({"output": "", "steps": [], "error": "SyntaxError: %%s" %% err})
+    return compiled, static_targets(tree), job.get("input", "")
+
+def run_one(prepared):
+    compiled, targets, stdin = prepared
+    tracer, out, error = Tracer(*targets), io.StringIO(), None
     saved = sys.stdin, sys.stdout
     sys.stdin, sys.stdout = io.StringIO(stdin), out
     sys.settrace(tracer)
@@ -142,7 +148,7 @@ def failed(job, why):
     return {"output": "", "steps": [], "error": why}
 
 jobs = json.loads(sys.stdin.read())
-send(MARK, each_fresh(jobs, lambda j: run_one(j["code"], j.get("input", "")), failed))
+send(MARK, each_fresh(jobs, run_one, failed, prepare=prepare))
 ''' % (MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR, MARK)
 TRACER = batch_program(TRACER_BODY)  # one fresh fork of the warmed-up tracer per program (issue 41)
 

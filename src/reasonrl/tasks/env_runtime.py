@@ -79,11 +79,13 @@ def _alarm(*_):
 
 signal.signal(signal.SIGALRM, _alarm)
 
-def load(code):
+PRELUDE_CODE = compile(PRELUDE, "<prelude>", "exec")
+
+def load(compiled):
     ns = {"__name__": "env_module"}
-    exec(PRELUDE, ns)
+    exec(PRELUDE_CODE, ns)
     base = ns["Env"]
-    exec(compile(code, "<env>", "exec"), ns)
+    exec(compiled, ns)
     found = [v for k, v in ns.items() if isinstance(v, type) and issubclass(v, base) and v is not base]
     if len(found) != 1:
         raise ValueError("the module defines %%d Env subclasses, not 1" %% len(found))
@@ -112,10 +114,18 @@ def call(env, method, args, limit):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
-def run_job(job):
+def prepare(job):
+    """Before the fork (the module's text is only compiled, never run)."""
+    try:
+        return job, compile(job["code"], "<env>", "exec")
+    except (SyntaxError, ValueError) as err:
+        return Done(failed(job, "load: %%s: %%s" %% (type(err).__name__, err)))
+
+def run_job(prepared):
+    job, compiled = prepared
     try:
         signal.setitimer(signal.ITIMER_REAL, job["limit"])
-        env = load(job["code"])
+        env = load(compiled)
         signal.setitimer(signal.ITIMER_REAL, 0)
     except BaseException as err:  # a module that does not load fails every call it was given
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -133,7 +143,7 @@ def failed(job, why):
 
 # each module in its own fork; one that ignores its alarms is killed after its calls' limits together
 send(MARK, each_fresh(json.loads(sys.stdin.read()), run_job, failed,
-                      lambda job: job["limit"] * (len(job["calls"]) + 1) + 1.0))
+                      lambda job: job["limit"] * (len(job["calls"]) + 1) + 1.0, prepare))
 ''' % (PRELUDE, MARK)
 RUNNER = batch_program(RUNNER_BODY)  # one fresh fork of the warmed-up runner per module (issue 41)
 

@@ -116,14 +116,14 @@ def _signal(pid, sig):
         pass
 
 
-def _child(job, work, failed, read_fd, write_fd):
+def _child(job, item, work, failed, read_fd, write_fd):
     """In the fork: run the job, send its JSON result, exit without interpreter teardown."""
     code = 0
     try:
         os.close(read_fd)
         os.close(_CHANNEL[0])
         try:
-            result = work(job)
+            result = work(item)
         except BaseException as exc:  # noqa: B036 - the job's failure is its result
             result = failed(job, f"{type(exc).__name__}: {exc}")
         data = _dumps(result).encode("utf-8")
@@ -184,11 +184,11 @@ def _exit_text(status):
     return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
 
-def _run_one(job, work, failed, limit):
+def _run_one(job, item, work, failed, limit):
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _child(job, work, failed, read_fd, write_fd)  # never returns
+        _child(job, item, work, failed, read_fd, write_fd)  # never returns
     os.close(write_fd)
     try:
         data, why = _collect(pid, read_fd, limit)
@@ -204,10 +204,29 @@ def _run_one(job, work, failed, limit):
     return failed(job, why)
 
 
-def each_fresh(jobs, work, failed, seconds=None):
-    """``[work(job) for job in jobs]``, each job in a fresh fork of this process (its result must be
-    JSON). ``failed(job, why)``: the result of a job whose process died, ran past ``seconds(job)``
-    (None: no limit of its own) or sent no JSON."""
+class Done:
+    """What ``prepare`` returns for a job it settled itself (e.g. a syntax error): its result, no fork."""
+
+    def __init__(self, result):
+        self.result = result
+
+
+def _prepared(job, prepare, failed):
+    try:
+        return prepare(job)
+    except Exception as exc:  # noqa: BLE001 - e.g. a RecursionError of the compiler: the job's failure
+        return Done(failed(job, f"{type(exc).__name__}: {exc}"))
+
+
+def each_fresh(jobs, work, failed, seconds=None, prepare=None):
+    """``[work(prepare(job)) for job in jobs]``, each ``work`` in a fresh fork of this process (its result
+    must be JSON). ``prepare(job)`` runs here, before the forks, and only ever reads the job's text
+    (parse, compile: never run it), so that the forks need not redo it on copy-on-write pages (the
+    parser and compiler are most of a short job's page faults); it returns what ``work`` takes, or a
+    :class:`Done`. ``failed(job, why)``: the result of a job whose process died, ran past
+    ``seconds(job)`` (None: no limit of its own) or sent no JSON."""
     protect()
+    ready = [(job, job if prepare is None else _prepared(job, prepare, failed)) for job in jobs]
     gc.freeze()  # the jobs' forks then neither walk nor copy (copy-on-write) the warmed-up heap
-    return [_run_one(job, work, failed, None if seconds is None else seconds(job)) for job in jobs]
+    return [item.result if isinstance(item, Done) else
+            _run_one(job, item, work, failed, None if seconds is None else seconds(job)) for job, item in ready]
