@@ -60,7 +60,7 @@ def test_infinite_loop_hits_the_timeout_and_the_next_turn_starts_fresh(env):
     assert "NameError" in obs
     # cells: x = 5, the loop (timed out: an error), print(x) (NameError)
     assert env.metrics() == {"codeact/cells": 3.0, "codeact/cell_errors": 2.0, "codeact/timeouts": 1.0,
-                             "codeact/malformed": 0.0}
+                             "codeact/malformed": 0.0, "codeact/sandbox_errors": 0.0}
 
 
 def test_malformed_block_and_no_code_are_error_observations(env):
@@ -73,7 +73,7 @@ def test_malformed_block_and_no_code_are_error_observations(env):
     assert env.step("done <answer>4</answer>") == ("", True, "4")
     # 4 turns: unclosed (malformed), a SyntaxError cell, no code (malformed), an answer tag (no cell)
     assert env.metrics() == {"codeact/cells": 1.0, "codeact/cell_errors": 1.0, "codeact/timeouts": 0.0,
-                             "codeact/malformed": 2.0}
+                             "codeact/malformed": 2.0, "codeact/sandbox_errors": 0.0}
 
 
 def test_tool_errors_are_observations(env):

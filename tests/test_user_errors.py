@@ -278,7 +278,7 @@ BOUNDARIES = [
     ("lora.r", 0, -1), ("lora.alpha", 1e-9, 0.0), ("lora.dropout", 0.0, -0.1), ("lora.dropout", 0.99, 1.0),
     ("dist.strategy", "ddp", "zero3"), ("dist.strategy", "fsdp", "FSDP"), ("dist.backend", "gloo", "mpi"), ("rollout.workers", 0, -1),
     ("rollout.check_every", 1, 0), ("rollout.compile", False, True),  # compile needs rollout.static_cache=true
-    ("data.pool", 0, -1),
+    ("data.pool", 0, -1), ("sandbox.require", "rlimits", "strong"),
     ("ssopd.coef", 0.0, -0.1), ("ssopd.template", "{prompt}{solution}", "{prompt} only"),
     ("ssopd.template", "{solution}{prompt}", "{prompt}{solution}{x}"), ("ssopd.divergence", "jsd", "kl"),
     ("ssopd.beta", 1.0, 1.01), ("ssopd.top_k", 1, 0), ("ssopd.clip", 1e-9, 0.0), ("ssopd.frontier", "mixed", "4p"),

@@ -24,7 +24,7 @@ from .errors import MissingPathError, UserError
 from .rewards.options import apply_reward_overrides, rewards_dict
 from .parts import IDENTITY, PART_TYPES, Recipe
 from .rules import SEED, Rule, at_least, one_of
-from .run_sections import ROWS, DataOpts, Dist, Guidance, Lora, Memory, Prompting, RolloutOpts
+from .run_sections import ROWS, DataOpts, Dist, Guidance, Lora, Memory, Prompting, RolloutOpts, SandboxOpts
 
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 
@@ -94,6 +94,7 @@ class TrainConfig:
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
     data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
     prompt: Prompting = field(default_factory=Prompting)  # prompt.format=chat, prompt.max_tokens=N: prompts as the model sees them
+    sandbox: SandboxOpts = field(default_factory=SandboxOpts)  # sandbox.require=userns: the isolation model-written code needs
     final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
     RULES: ClassVar[dict[str, Rule]] = {

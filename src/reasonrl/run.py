@@ -38,6 +38,7 @@ from .models.memory import weights_dtype
 from .parts import Recipe
 from .parts.episodes import episodic_problems
 from .plots import plot_curves
+from .rewards.sandbox import requiring
 from .tasks import GuidedTask, get_task
 from .tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
@@ -176,7 +177,8 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
         raise UserError(f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
                         "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
-        return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note)
+        with requiring(cfg.sandbox.require):  # every model-written program of the run: at least this level
+            return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note)
     finally:
         group.close()
 

@@ -1,11 +1,14 @@
 """The nested sections of the run config (``lora.*``, ``guidance.*``, ``memory.*``, ``dist.*``,
-``rollout.*``, ``data.*``, ``prompt.*``): run settings, not methods, so any recipe takes them. Each class declares
-the rules of its options beside its fields (``RULES``), checked before anything is loaded."""
+``rollout.*``, ``data.*``, ``prompt.*``, ``sandbox.*``): run settings, not methods, so any recipe takes
+them. Each class declares the rules of its options beside its fields (``RULES``), checked before anything
+is loaded."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .rewards.sandbox.levels import LEVELS
+from .rewards.sandbox.policy import DEFAULT_REQUIRE
 from .rules import Rule, at_least, one_of, within
 
 PROMPT_FORMATS = ("auto", "chat", "plain")  # prompt.format (reasonrl.models.chat renders each)
@@ -63,6 +66,20 @@ class Dist:
     RULES: ClassVar[dict[str, Rule]] = {
         "strategy": one_of(("ddp", "fsdp")),
         "backend": one_of(("auto", "gloo", "nccl")),
+    }
+
+
+@dataclass(frozen=True)
+class SandboxOpts:
+    """How isolated model-written code must be (``reasonrl.rewards.sandbox``; docs/sandbox.md). ``require``
+    is the weakest level a run accepts for a task that runs such code (AZR, EvoEnv, the CodeAct FHIR task,
+    ``code``): namespaces > userns > uid > rlimits, a level or a stronger one. Checked before anything
+    loads; ``rlimits`` is the opt-in for trusted code only (the program runs as the trainer's user, with
+    its network and files). Issue 41."""
+    require: str = DEFAULT_REQUIRE
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "require": one_of(LEVELS),
     }
 
 

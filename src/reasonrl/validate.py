@@ -27,8 +27,10 @@ from .parts import Recipe
 from .parts.episodes import episodic_problems
 from .parts.protocol import part_needs
 from .rewards.options import rewards_dict
+from .rewards.sandbox import LEVELS, SandboxUnavailable, isolation
+from .rewards.sandbox.levels import stronger_or_equal
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
-from .tasks import get_task
+from .tasks import BUILTIN, DEFAULT_TASK, get_task
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,31 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
-            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe))
+            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe)
+            + sandbox_problems(values))
+
+
+def sandbox_problems(values: Values) -> list[str]:
+    """A task that runs model-written code (its class declares ``untrusted_code = True``) needs the sandbox
+    level ``sandbox.require`` or a stronger one here (issue 41): the levels are probed now (a tiny program
+    each, once per process), before anything loads, instead of the run falling back to a weak level."""
+    task, require = values.get("task") or DEFAULT_TASK, values.get("sandbox.require")
+    cls = BUILTIN.get(task) if isinstance(task, str) else None
+    if not getattr(cls, "untrusted_code", False) or require not in LEVELS:
+        return []  # a bad value of the key is its rule's line
+    try:
+        info = isolation()
+    except SandboxUnavailable as err:
+        found, why = "none", str(err)
+    else:
+        if stronger_or_equal(info.level, require):
+            return []
+        found, why = info.level, "; ".join(f"{k}: {v}" for k, v in info.unavailable.items())
+    opt_in = found if found in LEVELS else "rlimits"
+    return [f"config key 'sandbox.require' = {require!r}: task {task!r} runs model-written code, and the strongest "
+            f"sandbox level on this machine is {found!r} ({why}); run where Linux namespaces work (util-linux "
+            f"unshare, as root or with unprivileged user namespaces), or opt in with sandbox.require={opt_in} "
+            "(trusted code only: it then runs with the trainer's user, network and files; docs/sandbox.md)"]
 
 
 def reward_problems(recipe: Recipe) -> list[str]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+from ..rewards.sandbox.limits import SandboxError
+from ..rewards.sandbox.policy import required_level
 from ..rewards.sandbox.session import CellResult, SandboxSession
 
 _BLOCKS = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```|<code>(.*?)</code>", re.S)
@@ -59,10 +61,11 @@ class CodeActEnv:
         self._session: SandboxSession | None = None
         self.cells: list[CellResult] = []  # every cell's result this episode (for judges and tests)
         self.malformed = 0  # turns without runnable code (none, unclosed, empty)
+        self.sandbox_errors = 0  # turns whose sandbox could not start (issue 41: an observation, not a crash)
 
     def reset(self, item: Any) -> str:
         self.close()
-        self.cells, self.malformed = [], 0
+        self.cells, self.malformed, self.sandbox_errors = [], 0, 0
         question = getattr(item, "prompt", item)
         return self.template.format(question=question, tools=self.tool_docs)
 
@@ -74,9 +77,14 @@ class CodeActEnv:
         if problem is not None or code is None:
             self.malformed += 1
             return (f"Error: {problem}" if problem is not None else NO_CODE), False, None
-        if self._session is None:
-            self._session = SandboxSession(self.tools, **self.options)
-        res = self._session.run(code)
+        try:
+            if self._session is None:  # at the run's minimum level (sandbox.require) unless given
+                self._session = SandboxSession(self.tools, **{"require": required_level(), **self.options})
+            res = self._session.run(code)
+        except SandboxError as exc:  # the sandbox itself (no free uid, a failed start): this turn's observation
+            self.close()
+            self.sandbox_errors += 1
+            return f"Error: the sandbox could not start ({exc}); the next code block starts it again", False, None
         self.cells.append(res)
         if res.final:
             return render_cell(res), True, res.answer
@@ -90,11 +98,13 @@ class CodeActEnv:
 
     def metrics(self) -> dict[str, float]:
         """This episode's counts: cells run, cells that ended in an error (an exception, a refused tool call,
-        a timeout), timeouts, and turns without runnable code (averaged over episodes as ``env/*``)."""
+        a timeout), timeouts, turns without runnable code, and turns whose sandbox could not start
+        (averaged over episodes as ``env/*``)."""
         return {"codeact/cells": float(len(self.cells)),
                 "codeact/cell_errors": float(sum(c.error is not None for c in self.cells)),
                 "codeact/timeouts": float(sum(c.timed_out for c in self.cells)),
-                "codeact/malformed": float(self.malformed)}
+                "codeact/malformed": float(self.malformed),
+                "codeact/sandbox_errors": float(self.sandbox_errors)}
 
     def close(self) -> None:
         if self._session is not None:

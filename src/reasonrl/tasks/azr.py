@@ -161,6 +161,7 @@ class AZRShaping(Reward):
 # ------------------------------------------------------------------------------------ the task
 class AZRTask:
     name = "azr"
+    untrusted_code = True  # the model's proposed programs run in the sandbox (sandbox.require, issue 41)
 
     def __init__(self, **options: Any):
         self.config = make_config(AZRConfig, "azr", options)

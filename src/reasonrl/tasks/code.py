@@ -265,6 +265,7 @@ class CodeTask:
     """Output prediction for small Python programs with a consistency-tracing chain of thought."""
 
     name = "code"
+    untrusted_code = True  # its programs (a data file's, or the grammar's) run in the sandbox (sandbox.require)
 
     def __init__(self, **options: Any):
         self.config = make_config(CodeConfig, "code", options)

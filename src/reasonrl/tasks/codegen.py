@@ -19,21 +19,27 @@ One step per executed line, in the order the lines finish, with the variables th
 
 Values are ``repr`` strings. A program past :data:`MAX_EVENTS` line events is stopped with an error.
 Tracing is batched (one sandbox call per list of programs; a sandbox failure of a batch is bisected
-to name the program that caused it) and cached per ``(code, input)``.
+to name the program that caused it) and cached per ``(code, input)``. Inside a batch every program runs
+in its own fork of the warmed-up tracer (:mod:`reasonrl.rewards.sandbox.jobs`), so no program can change
+another's result by patching builtins, classes, modules or random state (issue 41); a program that ends
+its process (``os._exit``, a crash) fails alone, and its result, which it controls, is type-checked.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import random
 from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
+from ..rewards.sandbox.pool import batch_program
+
 MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR = 2000, 20, 8, 40
 MARK = "@@REASONRL-TRACE@@"
 CONSTRUCTS = ("arith", "if", "loop", "list", "str")
 
-TRACER = r'''
+TRACER_BODY = r'''
 import ast, io, json, sys
 MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR, MARK = %d, %d, %d, %d, %r
 ATOMS = (type(None), bool, int, float, str)
@@ -111,13 +117,19 @@ class Tracer:
             self.steps.append([line, [[n, now[n]] for n in names]])
         state[0], state[1] = next_line, now
 
-def run_one(code, stdin):
+def prepare(job):
+    """Before the fork (the program's text is only parsed and compiled, never run)."""
+    code = job["code"]
     try:
         tree = ast.parse(code)
         compiled = compile(code, "<prog>", "exec")
     except SyntaxError as err:
-        return {"output": "", "steps": [], "error": "SyntaxError: %%s" %% err}
-    tracer, out, error = Tracer(*static_targets(tree)), io.StringIO(), None
+        return Done({"output": "", "steps": [], "error": "SyntaxError: %%s" %% err})
+    return compiled, static_targets(tree), job.get("input", "")
+
+def run_one(prepared):
+    compiled, targets, stdin = prepared
+    tracer, out, error = Tracer(*targets), io.StringIO(), None
     saved = sys.stdin, sys.stdout
     sys.stdin, sys.stdout = io.StringIO(stdin), out
     sys.settrace(tracer)
@@ -132,20 +144,38 @@ def run_one(code, stdin):
         sys.stdin, sys.stdout = saved
     return {"output": out.getvalue(), "steps": tracer.steps, "error": error}
 
+def failed(job, why):
+    return {"output": "", "steps": [], "error": why}
+
 jobs = json.loads(sys.stdin.read())
-results = [run_one(j["code"], j.get("input", "")) for j in jobs]
-sys.stdout.write(MARK + json.dumps(results) + "\n")
+send(MARK, each_fresh(jobs, run_one, failed, prepare=prepare))
 ''' % (MAX_EVENTS, MAX_STR, MAX_LIST, MAX_REPR, MARK)
+TRACER = batch_program(TRACER_BODY)  # one fresh fork of the warmed-up tracer per program (issue 41)
 
 Runner = Callable[..., Any]  # run_python's signature: (code, *, stdin, timeout, memory_mb) -> result
 _CACHE: OrderedDict = OrderedDict()
 _CACHE_SIZE = 200_000
 
 
-def _sandbox_runner() -> Runner:
-    from ..rewards.sandbox import run_python  # the sandbox is the only place a program runs
+def _sandbox_runner(require: str | None = None) -> Runner:
+    """run_python at the run's minimum level (``sandbox.require``, issue 41) or ``require``."""
+    from ..rewards.sandbox import required_level, run_python  # the sandbox is the only place a program runs
 
-    return run_python
+    return functools.partial(run_python, require=require or required_level())
+
+
+def _step_ok(step: Any) -> bool:
+    return (isinstance(step, list) and len(step) == 2 and type(step[0]) is int and isinstance(step[1], list)
+            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in step[1]))
+
+
+def _checked(result: Any) -> dict:
+    """A program's result as the trainer may use it: each program runs in its own fork and so decides its
+    own result (issue 41), which is therefore type-checked like any untrusted input."""
+    if (isinstance(result, dict) and isinstance(result.get("output"), str) and isinstance(result.get("steps"), list)
+            and (result.get("error") is None or isinstance(result["error"], str)) and all(map(_step_ok, result["steps"]))):
+        return {"output": result["output"], "steps": result["steps"], "error": result["error"]}
+    return {"output": "", "steps": [], "error": "the program sent back a malformed result"}
 
 
 def _parse_batch(res: Any, n: int) -> list[dict]:
@@ -153,9 +183,10 @@ def _parse_batch(res: Any, n: int) -> list[dict]:
     if at < 0:
         raise RuntimeError(f"the tracer printed no result (status ok); stderr: {res.stderr[-500:]!r}")
     results = json.loads(res.stdout[at + len(MARK):])
-    if len(results) != n:
-        raise RuntimeError(f"the tracer returned {len(results)} results for {n} programs")
-    return results
+    if not isinstance(results, list) or len(results) != n:
+        got = len(results) if isinstance(results, list) else type(results).__name__
+        raise RuntimeError(f"the tracer returned {got} results for {n} programs")
+    return [_checked(r) for r in results]
 
 
 def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: int) -> list[dict]:
@@ -173,8 +204,10 @@ def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: in
 
 
 def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, timeout: float = 5.0,
-                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True) -> list[dict]:
-    """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair.
+                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True,
+                   require: str | None = None) -> list[dict]:
+    """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair, at
+    least at level ``require`` (None: the run's ``sandbox.require``; :mod:`reasonrl.rewards.sandbox.policy`).
 
     Returns one result per pair (see the module docstring). A program that fails has ``error``
     set; the caller decides whether that is fatal. A sandbox timeout or kill is returned but not
@@ -182,7 +215,7 @@ def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, time
     pair afresh and stores nothing (a determinism check compares two such runs)."""
     fresh: dict[tuple[str, str], dict] = {}
     todo = list(dict.fromkeys(p for p in programs if not cache or p not in _CACHE))
-    runner = (runner or _sandbox_runner()) if todo else None
+    runner = (runner or _sandbox_runner(require)) if todo else None
     for start in range(0, len(todo), batch):
         chunk = todo[start:start + batch]
         results = _trace_batch([{"code": c, "input": i} for c, i in chunk], runner, timeout, memory_mb)

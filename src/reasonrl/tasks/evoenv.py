@@ -93,6 +93,7 @@ def parse_review(text: str) -> bool | None:
 # ------------------------------------------------------------------------------------ the task
 class EvoEnvTask:
     name = "evoenv"
+    untrusted_code = True  # the model's environment modules run in the sandbox (sandbox.require, issue 41)
 
     def __init__(self, **options: Any):
         self.config = make_config(EvoEnvConfig, "evoenv", options)

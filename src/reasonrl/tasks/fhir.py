@@ -108,6 +108,7 @@ class FhirTask:
     """Questions over a patient's FHIR record, one patient's tools per episode (module docs)."""
 
     name = "fhir"
+    untrusted_code = True  # the model's code cells run in sandbox sessions (sandbox.require, issue 41)
     max_new_tokens = 256
 
     def __init__(self, **options: Any):

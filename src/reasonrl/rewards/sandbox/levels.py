@@ -36,12 +36,15 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from .limits import SandboxError
+
 LEVELS = ("namespaces", "userns", "uid", "rlimits")
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 HIDDEN_DIRS = ("/run",)
 UID_BASE = 1_900_000_000  # far above real accounts and container sub-uid ranges
 UID_SLOTS = 64            # concurrent calls per process with distinct uids
+UID_WAIT = 600.0          # seconds a call waits for a free uid before it fails
 NS_FLAGS = ("--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 
 _COMMON = ("separate-process", "rlimits:cpu,as,nproc,nofile,fsize,core", "wall-timeout",
@@ -205,17 +208,21 @@ def count_tasks(uid: int) -> int:
 
 
 class UidSlots:
-    """Hands out distinct sandbox uids to concurrent calls of this process (one per call)."""
+    """Hands out distinct sandbox uids to concurrent calls of this process (one per call; a session
+    holds its uid to its end). ``wait``: seconds :meth:`acquire` waits for a free one before it raises
+    (issue 41: it used to wait forever); the default outlasts a session's default lifetime (300 s)."""
 
-    def __init__(self, base: int = UID_BASE, slots: int = UID_SLOTS):
-        self.base, self.slots = base, slots
+    def __init__(self, base: int = UID_BASE, slots: int = UID_SLOTS, wait: float = UID_WAIT):
+        self.base, self.slots, self.wait = base, slots, wait
         self._free = list(range(slots - 1, -1, -1))
         self._cond = threading.Condition()
 
     def acquire(self) -> int:
         with self._cond:
-            while not self._free:
-                self._cond.wait()
+            if not self._cond.wait_for(lambda: self._free, timeout=self.wait):
+                raise SandboxError(f"no free sandbox uid in {self.wait:g} s: all {self.slots} of this process are "
+                                   "held (each running program or open session holds one; close finished sessions, "
+                                   "or run fewer at once)")
             slot = self._free.pop()
         # Offset by pid so that two trainer processes on one machine rarely share a uid.
         return self.base + (os.getpid() % 20_000) * self.slots + slot

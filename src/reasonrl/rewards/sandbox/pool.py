@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Sequence
 
 from .core import execute, resolve_level
 from .limits import SandboxResult, make_limits
+
+
+JOBS = Path(__file__).with_name("jobs.py").read_text(encoding="utf-8")
+
+
+def batch_program(body: str) -> str:
+    """A batch harness: ``body`` after the fork-per-job helpers of :mod:`.jobs` (``each_fresh``,
+    ``send``), so that each of its jobs runs in a fresh copy of the warmed-up interpreter (issue 41)."""
+    return JOBS + "\n" + body
 
 
 def default_workers() -> int:

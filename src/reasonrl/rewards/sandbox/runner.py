@@ -17,10 +17,12 @@ untrusted code, and mounts need the privileges that the drop removes):
    empty capability bounding set, no_new_privs), closes the status pipe (so the program cannot
    forge the report) and runs the code in a fresh ``__main__`` of this very interpreter (no second
    interpreter start-up, and an exit without interpreter teardown: see ``finish``);
-5. the parent waits with a wall-clock deadline (pidfd), SIGKILLs the program on timeout, kills
-   every remaining descendant (in a PID namespace: by exiting, since the kernel kills all
-   processes of a namespace whose init dies), and writes a ``key<TAB>value`` report on the pipe.
+5. the parent waits with a wall-clock deadline (pidfd), SIGKILLs the program on timeout or on
+   SIGTERM (``SandboxSession.close``), kills every remaining descendant (in a PID namespace: by
+   exiting, since the kernel kills all processes of a namespace whose init dies), and writes a
+   ``key<TAB>value`` report on the pipe.
 """
+import _signal  # the C module: ``signal`` itself costs start-up time on every call
 import builtins
 import ctypes
 import gc
@@ -38,7 +40,8 @@ KEEP_FLAGS = {"nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodirati
 PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 36, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
-SIGKILL = 9
+SIGKILL, SIGTERM = 9, 15
+REAPED = []  # the program's pid once reaped (a pid must not be signalled after that)
 NS_LEVELS = ("namespaces", "userns")
 UID_LEVELS = ("namespaces", "uid")
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
@@ -273,18 +276,12 @@ def child(cfg, status_fd, workdir, prog, source):
     run_program(prog, source, cfg["site"] == "1")
 
 
-def wait_until(pid, deadline):
+def wait_until(pid, pidfd, deadline):
     """True when the child exited before the deadline (it is not reaped yet)."""
-    try:
-        fd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        fd = None
-    if fd is not None:
+    if pidfd is not None:
         poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
-        os.close(fd)
-        return bool(ready)
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(max(0.0, deadline - time.monotonic()) * 1000))
     while time.monotonic() < deadline:  # kernels before 5.3: no pidfd, poll the child instead
         if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
             return True
@@ -292,62 +289,45 @@ def wait_until(pid, deadline):
     return False
 
 
-def descendants(root):
-    """All live descendants of ``root`` (one scan of /proc, then a walk of the parent links)."""
-    children = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue  # exited meanwhile
-            children.setdefault(int(stat.rsplit(b")", 1)[1].split()[1]), []).append(int(name))
-    found, todo = set(), [root]
-    while todo:
-        for kid in children.get(todo.pop(), ()):
-            if kid not in found:
-                found.add(kid)
-                todo.append(kid)
-    return found
-
-
-def signal_all(pids, sig):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
 def kill_descendants():
-    """Weak levels (no PID namespace): stop the whole tree first, so that a fork bomb cannot
-    outpace the killing, then SIGKILL it and reap. As child subreaper every orphan is ours."""
+    """Weak levels (no PID namespace): kill and reap what the program left running. As child subreaper
+    every orphan is ours; ``sweep`` of the sibling ``jobs.py`` (the same code the batch harnesses use
+    between jobs) stops the whole tree first, so that a fork bomb cannot outpace the killing."""
     try:
         os.waitpid(-1, os.WNOHANG)
     except ChildProcessError:
         return  # no child at all: nothing survived (the common case, one cheap syscall)
-    import signal  # only here: the module costs start-up time on every call
-    me, stopped = os.getpid(), set()
-    while True:
-        fresh = descendants(me) - stopped
-        if not fresh:
-            break
-        signal_all(fresh, signal.SIGSTOP)  # a stopped process cannot fork
-        stopped |= fresh
-    signal_all(stopped, SIGKILL)
-    while True:
-        try:
-            os.waitpid(-1, 0)  # orphans of the killed are re-parented to us: reap until none
-        except ChildProcessError:
-            return
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs.py")
+    helpers = {"__name__": "reasonrl_sandbox_jobs"}
+    with open(path, "rb") as f:
+        exec(compile(f.read(), path, "exec"), helpers)  # only now: its imports cost start-up time
+    helpers["sweep"]()
+
+
+def stop(pid, pidfd):
+    """SIGTERM's handler (``SandboxSession.close``): end the program now; the runner then sweeps and
+    reports as after any exit. Through the pidfd, which can never name a reused pid."""
+    try:
+        if pidfd is not None:
+            _signal.pidfd_send_signal(pidfd, SIGKILL)
+        elif not REAPED:
+            os.kill(pid, SIGKILL)
+    except ProcessLookupError:
+        pass  # it is gone already
 
 
 def supervise(cfg, pid, start):
-    timed_out = not wait_until(pid, start + float(cfg["timeout"]))
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None  # kernels before 5.3
+    _signal.signal(SIGTERM, lambda *_: stop(pid, pidfd))
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {SIGTERM})
+    timed_out = not wait_until(pid, pidfd, start + float(cfg["timeout"]))
     if timed_out:
         os.kill(pid, SIGKILL)
     _, status, usage = os.wait4(pid, 0)
+    REAPED.append(pid)
     seconds = time.monotonic() - start
     if cfg["level"] not in NS_LEVELS:
         kill_descendants()
@@ -384,8 +364,10 @@ def main(argv):
         return 1
     warm_up()
     start = time.monotonic()
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {SIGTERM})  # until the handler that stops the program is in
     pid = os.fork()
     if pid == 0:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {SIGTERM})  # the program keeps the default action
         child(cfg, status_fd, workdir, prog, source)  # never returns: ends in os._exit
     write_status(status_fd, supervise(cfg, pid, start))
     return 0

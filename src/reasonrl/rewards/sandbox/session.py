@@ -11,6 +11,11 @@ and each cell gets ``turn_timeout`` seconds, enforced here: a cell that overruns
 session killed (nothing else stops a ``while True: pass`` that catches every exception), and the
 next cell starts a fresh interpreter. Tools run in the caller's process (they may hold a database);
 the sandboxed code calls them through the protocol with JSON values only.
+
+Issue 41: the cells run in an interpreter that :mod:`.repl`'s supervisor forks, so they cannot reach
+this protocol; every line is still decoded and type-checked here, and anything that fails (any decode
+error, a mistyped field) is a lost session, never an exception. :meth:`SandboxSession.close` lets the
+runner sweep the program's descendants before anything is killed from outside.
 """
 from __future__ import annotations
 
@@ -44,6 +49,26 @@ class CellResult:
     answer: str | None = None
     timed_out: bool = False
     restarted: bool = False  # the session was killed: the next cell starts with empty state
+
+
+def _text(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+def _cell(msg: dict) -> CellResult | None:
+    """A result line as a CellResult, or None when a field has the wrong type (issue 41: a forged
+    ``error`` that is not text crashed the step)."""
+    fields = {k: msg.get(k) for k in ("stdout", "value", "error", "answer")}
+    final = msg.get("final", False)
+    if not all(map(_text, fields.values())) or not isinstance(final, bool):
+        return None
+    return CellResult(stdout=fields["stdout"] or "", value=fields["value"], error=fields["error"], final=final,
+                      answer=fields["answer"])
+
+
+def _tool_call_ok(msg: dict) -> bool:
+    return (isinstance(msg.get("name"), str) and isinstance(msg.get("args", []), list)
+            and isinstance(msg.get("kwargs", {}), dict))
 
 
 class SandboxSession:
@@ -86,21 +111,32 @@ class SandboxSession:
         finally:
             os.close(write_fd)
         self._buf = b""
-        self._send({"op": "hello", "tools": sorted(self.tools), "max_chars": self.max_chars})
-        ready = self._read(time.monotonic() + max(10.0, self.turn_timeout))
+        try:
+            self._send({"op": "hello", "tools": sorted(self.tools), "max_chars": self.max_chars})
+            ready = self._read(time.monotonic() + max(10.0, self.turn_timeout))
+        except OSError:  # the interpreter died at once
+            ready = None
         if ready is None or ready.get("op") != "ready":
             report = self._status_report()
             self.close()
             raise SandboxError(f"the sandbox session did not start at level {self.level!r}: {report or 'no report'}")
 
     def close(self) -> None:
-        """Kill the interpreter (and everything it started) and remove its files."""
+        """Kill the interpreter and everything it started, then remove its files. SIGTERM first: the
+        runner then kills the program itself and sweeps its descendants (a detached grandchild at the
+        weak levels, issue 41) before it exits; SIGKILL of the whole group only if it does not in
+        ``grace`` seconds."""
         if self._proc is not None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(self._proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+                try:
+                    self._proc.wait(timeout=self.limits.grace if sig == signal.SIGTERM else None)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
             for stream in (self._proc.stdin, self._proc.stdout):
                 stream.close()
             self._proc = None
@@ -138,11 +174,14 @@ class SandboxSession:
                        else "the interpreter exited (or broke its protocol)")
                 return self._lost(why, timed_out)
             if msg.get("op") == "result":
-                return CellResult(stdout=str(msg.get("stdout") or ""), value=msg.get("value"), error=msg.get("error"),
-                                  final=bool(msg.get("final")), answer=msg.get("answer"))
-            if msg.get("op") != "tool":
-                return self._lost(f"the interpreter sent an unknown message {str(msg)[:80]!r}")
-            self._send(self._serve(msg))
+                cell = _cell(msg)
+                return cell if cell is not None else self._lost("the interpreter sent a malformed result")
+            if msg.get("op") != "tool" or not _tool_call_ok(msg):
+                return self._lost(f"the interpreter sent an unknown or malformed message {str(msg)[:80]!r}")
+            try:
+                self._send(self._serve(msg))
+            except OSError:
+                return self._lost("the interpreter exited")
 
     def _serve(self, msg: dict) -> dict:
         """A tool call from the sandbox, run here; its failure goes back as the cell's ToolError."""
@@ -167,7 +206,9 @@ class SandboxSession:
 
     def _read(self, deadline: float) -> dict | None:
         """The next protocol line, or None at the deadline, at end of file, on an over-long or bad line."""
-        fd, cap = self._proc.stdout.fileno(), 4 * self.max_chars + 65536
+        # the supervisor in the sandbox caps the interpreter's lines at 4 * max_chars + 64 KiB; its
+        # re-encoding (compact JSON) stays well inside twice that
+        fd, cap = self._proc.stdout.fileno(), 2 * (4 * self.max_chars + 65536)
         os.set_blocking(fd, False)
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
@@ -185,7 +226,7 @@ class SandboxSession:
         line, self._buf = self._buf.split(b"\n", 1)
         try:
             msg = json.loads(line)
-        except ValueError:
+        except Exception:  # noqa: BLE001 - any decode error (ValueError, RecursionError, ...) is a lost session
             return None
         return msg if isinstance(msg, dict) else None
 
