@@ -19,8 +19,10 @@ from typing import Any, Iterator
 from ..rewards.answers import extract_final_number, extract_tag, normalize_number
 from .base import Item, check_split, in_test_split, make_config
 
-SYSTEM_PROMPT = ("You are a careful math tutor. Solve the problem step by step, then give the final answer as a "
-                 "number inside <answer></answer>, for example <answer>42</answer>.")
+# measured against two other wordings on SmolLM2-135M-Instruct (docs/models-and-data.md): "step by step"
+# made it ramble to the budget (pass@1 0.20, 97 tokens); this one 0.375 in 63 tokens
+SYSTEM_PROMPT = ("You are a helpful assistant. Answer the question with one short calculation, then write the answer "
+                 "as a number inside <answer></answer>.")
 NAMES = ("Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Jack", "Emma", "Leo", "Sara", "Max", "Nora")
 THINGS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "flowers", "coins", "toys")
 OPS = ("add", "sub", "mul", "div")
@@ -97,7 +99,8 @@ class WordMathTask:
 
     @property
     def max_new_tokens(self) -> int:
-        """A few sentences of working and the tagged answer: SmolLM2-135M's greedy answers are 20-90 tokens."""
+        """A few sentences of working and the answer: SmolLM2-135M-Instruct's greedy answers are 25-100 tokens
+        (12% of them run to 128, repeating themselves)."""
         return 128 * self.config.steps
 
     def prompt(self, question: str) -> list[dict[str, str]]:
