@@ -55,7 +55,17 @@ def load_average() -> float:
 
 
 def train_seed(seed: int, steps: int, problems: int, runs: Path) -> dict:
-    """One seed: train, then evaluate its final model; the row of ``after`` plus timings."""
+    """One seed: train, then evaluate its final model; the row of ``after`` plus timings (kept in
+    ``runs/seedN.row.json``: a rerun with the same --runs reuses finished seeds)."""
+    done = runs / f"seed{seed}.row.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    row = _train_and_eval(seed, steps, problems, runs)
+    done.write_text(json.dumps(row))
+    return row
+
+
+def _train_and_eval(seed: int, steps: int, problems: int, runs: Path) -> dict:
     run_dir = runs / f"seed{seed}"
     load_start = load_average()
     train_s = run(cli("train", "--model", MODEL, "--task", TASK, "--steps", str(steps), "--out", str(run_dir),
@@ -84,20 +94,29 @@ def main() -> None:
     args = ap.parse_args()
     args.runs.mkdir(parents=True, exist_ok=True)
     load_start = load_average()
-    before, before_s = evaluate(MODEL, args.problems, args.runs / "before.json")
-    after = [train_seed(seed, args.steps, args.problems, args.runs) for seed in args.seeds]
+    cached = args.runs / "before.row.json"  # the starting model's scores, reused by a rerun with the same --runs
+    if not cached.exists():
+        cached.write_text(json.dumps(evaluate(MODEL, args.problems, args.runs / "before.json")))
+    before, before_s = json.loads(cached.read_text())
+    after: list[dict] = []
+    for seed in args.seeds:  # the JSON is rewritten after each seed: a long run that is stopped keeps its seeds
+        after.append(train_seed(seed, args.steps, args.problems, args.runs))
+        result = summarise(args, before, before_s, load_start, after)
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    print(f"mean gain {result['gain']['mean']:+.3f} (per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})")
+
+
+def summarise(args: argparse.Namespace, before: dict, before_s: float, load_start: float, after: list[dict]) -> dict:
     gains = [row["pass@1"] - before["pass@1"] for row in after]
-    result = {"model": MODEL, "task": TASK, "problems": args.problems, "steps": args.steps, "recipe": RECIPE,
+    return {"model": MODEL, "task": TASK, "problems": args.problems, "steps": args.steps, "recipe": RECIPE,
               "before": {**before, "eval_minutes": round(before_s / 60, 2), "load_average": load_start},
               "after": after, "gain": {"per_seed": gains, "mean": sum(gains) / len(gains)},
               "minutes": [round(r["train_minutes"] + r["eval_minutes"], 2) for r in after],
               "threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "cpu_count": os.cpu_count(),
               "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "") + " python benchmarks/real_model.py "
                          + " ".join(sys.argv[1:])}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(table(result))
-    print(f"mean gain {result['gain']['mean']:+.3f} (per seed {', '.join(f'{g:+.3f}' for g in gains)})")
 
 
 if __name__ == "__main__":
