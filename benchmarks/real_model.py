@@ -24,9 +24,12 @@ from pathlib import Path
 MODEL = "smollm2-135m-instruct"
 TASK = "word_math"
 # The recipe (docs/models-and-data.md, "Training SmolLM2-135M-Instruct"): GRPO with LoRA adapters
-RECIPE = ["--recipe", "grpo", "lora.r=16", "lora.alpha=32", "optim.lr=2e-4", "optim.warmup_steps=2",
-          "group_size=8", "prompts_per_step=8", "sampling.temperature=1.0", "sampling.max_new_tokens=128"]
-STEPS = 20
+# (probes: at T=1.0 only 5% of samples were right against 37.5% greedy, so few groups carried a signal; 8 prompts a
+# step cost 222 s at load 7): T=0.7, 4 prompts x 8 samples, 10 steps
+RECIPE = ["--recipe", "grpo", "lora.r=16", "lora.alpha=32", "optim.lr=3e-4", "optim.warmup_steps=1",
+          "group_size=8", "prompts_per_step=4", "sampling.temperature=0.7", "sampling.max_new_tokens=128",
+          "micro_batch_size=16"]
+STEPS = 10
 KEYS = ("pass@1", "format_rate", "answer_tag_rate", "mean_length", "truncation_rate")
 
 
