@@ -90,3 +90,29 @@ def test_models_get_fetches_and_converts_like_transformers_gguf_load(tmp_path, m
     reference = AutoModelForCausalLM.from_pretrained(str(wheel_dir), gguf_file=gguf.name, dtype=torch.float32)
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_lora_grpo_steps_on_the_real_model_save_a_loadable_model(tmp_path):
+    """The README's recipe, tiny: 2 steps of LoRA GRPO on word_math from the preset; the run saves its adapter
+    and a merged plain model (the save a GGUF quantization_config used to break) that loads back."""
+    if not presets.is_installed(NAME):
+        pytest.skip(NOT_FETCHED)
+    from typer.testing import CliRunner
+
+    from reasonrl.cli import app
+    from reasonrl.models import load_model
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [
+        "train", "--model", NAME, "--task", "word_math", "--steps", "2", "--out", str(out), "lora.r=4", "lora.alpha=8",
+        "group_size=2", "prompts_per_step=2", "sampling.max_new_tokens=24", "micro_batch_size=4",
+        "final_eval_problems=0", "eval_every=0", "save_every=0"])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    assert (out / "final" / "adapter_config.json").is_file()
+    merged = json.loads((out / "final" / "merged" / "config.json").read_text())
+    assert "quantization_config" not in merged and merged["architectures"] == ["LlamaForCausalLM"]
+    model, _ = load_model(str(out / "final"))  # a LoRA run's final/ stands for its merged model
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
