@@ -1,5 +1,5 @@
 """More recipes on the real model (issue 42 item 6): each for a few steps from SmolLM2-135M-Instruct
-on word_math, small steps (4 prompts x 4 samples, 96 new tokens) with the LoRA settings of
+on word_math, small steps (2 prompts x 4 samples, 96 new tokens) with the LoRA settings of
 benchmarks/real_model.py: whether it runs, what its own part did (its metrics), its peak memory,
 seconds per step, and held-out greedy pass@1 afterwards (a health check, one seed: not a comparison).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 MODEL = "smollm2-135m-instruct"
 TASK = "word_math"
 SETTINGS = ["lora.r=16", "lora.alpha=32", "optim.lr=3e-4", "optim.warmup_steps=1", "group_size=4",
-            "prompts_per_step=4", "sampling.temperature=0.7", "sampling.max_new_tokens=96", "micro_batch_size=16",
+            "prompts_per_step=2", "sampling.temperature=0.7", "sampling.max_new_tokens=96", "micro_batch_size=16",
             "final_eval_problems=0", "eval_every=0", "save_every=0"]
 # each recipe's own metrics (what its part did), read from metrics.jsonl
 PART_METRICS = {"dapo": ("dynamic/groups_kept", "dynamic/rounds", "dynamic/batch_short"),
@@ -87,7 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipes", default="dapo,cipo,lze")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--problems", type=int, default=64)
+    ap.add_argument("--problems", type=int, default=32)
     ap.add_argument("--runs", type=Path, default=Path("runs/real_model_recipes"))
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/real_model/recipes.json"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
