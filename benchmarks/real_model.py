@@ -111,8 +111,21 @@ def main() -> None:
     print(f"mean gain {result['gain']['mean']:+.3f} (per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})")
 
 
+def paired(runs: Path, seed: int) -> dict:
+    """The seed's greedy results against the starting model's on the same problems: McNemar, sign test and
+    the bootstrap CI of the difference (reasonrl.eval.paired, as `reasonrl eval --against`)."""
+    from reasonrl.eval.paired import paired_by_key
+
+    def correct(path: Path) -> dict:
+        return {r["key"]: r["correct"] for r in map(json.loads, path.read_text().splitlines())}
+
+    got = paired_by_key(correct(runs / f"after_seed{seed}.items.jsonl"), correct(runs / "before.items.jsonl"))
+    return {k: got[k] for k in ("diff", "ci_low", "ci_high", "mcnemar_p", "b", "c")}
+
+
 def summarise(args: argparse.Namespace, before: dict, before_s: float, load_start: float, after: list[dict]) -> dict:
     gains = [row["pass@1"] - before["pass@1"] for row in after]
+    after = [{**row, "paired_vs_before": paired(args.runs, row["seed"])} for row in after]
     return {"model": MODEL, "task": TASK, "problems": args.problems, "steps": args.steps, "recipe": RECIPE,
               "before": {**before, "eval_minutes": round(before_s / 60, 2), "load_average": load_start},
               "after": after, "gain": {"per_seed": gains, "mean": sum(gains) / len(gains)},
