@@ -276,7 +276,7 @@ def read_real_model(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
         out[r["recipe"]] = {"mean": r.get("after_pass@1"), "seeds": int(ran), "per_seed": [r["after_pass@1"]] if ran else None,
                             "trunc": r.get("after_truncation_rate"), "fmt": r.get("after_format_rate"),
                             "length": r.get("after_mean_length"), "s_step": r.get("s_per_step")}
-    return out, None, _steps(d, src)
+    return out, None, d["steps"]  # (its "settings" is the list of run keys, not _steps' dict)
 
 
 READERS = {"compare": read_compare, "real_model": read_real_model, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,

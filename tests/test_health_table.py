@@ -159,7 +159,7 @@ def test_populora_reader_against_the_single_agent(tmp_path):
 
 def test_real_model_reader_one_health_run_per_recipe(tmp_path):
     # real_model_recipes.py: one seed per recipe; a recipe that failed has a row with ran false and nothing else
-    _write(tmp_path, "rm.json", {"steps": 10, "rows": [
+    _write(tmp_path, "rm.json", {"steps": 10, "settings": ["lora.r=16", "group_size=4"], "rows": [
         {"recipe": "dapo", "ran": True, "after_pass@1": 0.406, "after_truncation_rate": 0.05, "after_format_rate": 1.0,
          "after_mean_length": 51.5, "s_per_step": 80.5, "peak_rss_mib": 3100},
         {"recipe": "lze", "ran": False, "exit": 1}]})
