@@ -175,3 +175,11 @@ def test_a_folder_saved_from_a_gguf_load_loads_plain_and_saves(tmp_path, chat_mo
     assert getattr(model, "hf_quantizer", None) is None
     out = save_model(model, tok, tmp_path / "saved")
     assert "quantization_config" not in json.loads((out / "config.json").read_text())
+
+
+def test_models_get_prints_the_path_alone_on_stdout(home, monkeypatch):
+    """`MODEL=$(reasonrl models get NAME)` captures the folder: the progress note goes to stderr."""
+    monkeypatch.setattr(presets, "fetch", lambda name, force=False: home / "models" / name)
+    result = CliRunner().invoke(cli.app, ["models", "get", NAME])
+    assert result.exit_code == 0 and result.stdout == f"{home / 'models' / NAME}\n"
+    assert "fetching" in result.stderr

