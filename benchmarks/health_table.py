@@ -71,6 +71,10 @@ SETTINGS = {
                "one-shot prompt, the reference 'none' the worker with no prompt",
     "azr": "AZR's program world from its warm start (0.240 on 200 held-out solver problems, below its 0.5 "
            "target); grpo on the task's gold programs (task_options.roles=solve)",
+    "smollm2": "SmolLM2-135M-Instruct (`reasonrl models get smollm2-135m-instruct`; 0.312 held-out greedy on these 32 "
+               "word_math problems), LoRA r=16, 2 prompts x 4 samples a step, 96 new tokens, one seed: a health check "
+               "on a real model (the run finishes, what its part does), not a comparison; peak memory in "
+               "docs/models-and-data.md",
     "evoenv": "EvoEnv's environment world from its warm start (0.385 on 200 held-out instances of the starting "
               "environments, below its 0.5 target); grpo on the starting environments (task_options.roles=solve)",
 }
@@ -167,6 +171,8 @@ SOURCES = [
          baseline="gspo", primary={"physics_r1": "physics_r1"}),
     dict(path=R + "compare_physics/compare.json", reader="compare", setting="multipart", doc="physics.md",
          baseline="gspo", primary={}),
+    dict(path=R + "real_model/recipes.json", reader="real_model", setting="smollm2", doc="models-and-data.md",
+         primary={}, tests=False),
 ]
 DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside the generic recipe_health command
     "azr": "bash benchmarks/selfplay_compare.sh azr 30", "evoenv": "bash benchmarks/selfplay_compare.sh evoenv 30",
@@ -260,7 +266,20 @@ def read_populora(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     return out, "azr", steps
 
 
-READERS = {"compare": read_compare, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,
+def read_real_model(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
+    """benchmarks/real_model_recipes.py: one short health run per recipe on SmolLM2-135M-Instruct (one seed): held-out
+    greedy pass@1 after it, its truncation, format and length, median s/step; a recipe that did not run has no row
+    values (seeds 0)."""
+    out = {}
+    for r in d["rows"]:
+        ran = bool(r.get("ran"))
+        out[r["recipe"]] = {"mean": r.get("after_pass@1"), "seeds": int(ran), "per_seed": [r["after_pass@1"]] if ran else None,
+                            "trunc": r.get("after_truncation_rate"), "fmt": r.get("after_format_rate"),
+                            "length": r.get("after_mean_length"), "s_step": r.get("s_per_step")}
+    return out, None, d["steps"]  # (its "settings" is the list of run keys, not _steps' dict)
+
+
+READERS = {"compare": read_compare, "real_model": read_real_model, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,
            "prompt_policy": read_prompt_policy, "populora": read_populora}
 
 

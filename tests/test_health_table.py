@@ -155,3 +155,18 @@ def test_populora_reader_against_the_single_agent(tmp_path):
     # s/step: populora (10 + 20) / 2 = 15, the agent (3.33 + 5) / 2 = 4.17; the ratio is the JSON's wall ratio
     assert row["s_per_step"] == pytest.approx(15.0) and row["baseline_s_per_step"] == pytest.approx(25 / 6)
     assert row["s_per_step_x"] == 3.5
+
+
+def test_real_model_reader_one_health_run_per_recipe(tmp_path):
+    # real_model_recipes.py: one seed per recipe; a recipe that failed has a row with ran false and nothing else
+    _write(tmp_path, "rm.json", {"steps": 10, "settings": ["lora.r=16", "group_size=4"], "rows": [
+        {"recipe": "dapo", "ran": True, "after_pass@1": 0.406, "after_truncation_rate": 0.05, "after_format_rate": 1.0,
+         "after_mean_length": 51.5, "s_per_step": 80.5, "peak_rss_mib": 3100},
+        {"recipe": "lze", "ran": False, "exit": 1}]})
+    src = dict(path="rm.json", reader="real_model", setting="smollm2", doc="x.md", primary={}, tests=False)
+    table = ht.build(["grpo", "dapo", "lze"], [src], tmp_path)
+    dapo, lze = table["other"]
+    assert (dapo["entry"], dapo["pass1_mean"], dapo["seeds"], dapo["per_seed"], dapo["steps"]) == ("dapo", 0.406, 1, [0.406], 10)
+    assert (dapo["eval_truncation"], dapo["eval_format"], dapo["eval_mean_length"], dapo["s_per_step"]) == (0.05, 1.0, 51.5, 80.5)
+    assert dapo["baseline_pass1_mean"] is None and dapo["welch_p"] is None and dapo["s_per_step_x"] is None
+    assert (lze["entry"], lze["pass1_mean"], lze["seeds"], lze["measured"]) == ("lze", None, 0, False)

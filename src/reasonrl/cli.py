@@ -1,4 +1,4 @@
-"""The ``reasonrl`` command line: train, eval, recipes, tasks, pretrain, compare.
+"""The ``reasonrl`` command line: train, eval, recipes, tasks, models, pretrain, compare.
 
 A user error (:class:`~reasonrl.errors.UserError`, a missing file, a malformed config file) is
 printed as one message on stderr with exit status 2; ``reasonrl --debug ...`` or
@@ -29,6 +29,7 @@ from .commands.drafts import drafts_app
 from .commands.diagnose import diagnose_app
 from .commands.rm import rm_app
 from .commands.disa import disa_app
+from .commands.models import models_app
 from .errors import UserError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
@@ -238,6 +239,7 @@ app.add_typer(drafts_app, name="drafts")
 app.add_typer(diagnose_app, name="diagnose")
 app.add_typer(rm_app, name="rm")
 app.add_typer(disa_app, name="disa")
+app.add_typer(models_app, name="models")
 
 
 if __name__ == "__main__":  # pragma: no cover - `python -m reasonrl.cli`

@@ -7,10 +7,11 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..errors import MissingPathError, UserError
 from .lora import is_lora, merged_copy
+from . import presets
 from .diffusion import MODEL_TYPE, DiffusionLM, build_diffusion
 from .diffusion import SIZES as DIFFUSION_SIZES
 from .tiny import SIZES, build_tiny
@@ -57,6 +58,13 @@ def _merged_if_adapter(name: str) -> str:
     return name
 
 
+def resolve_model_name(name: str | os.PathLike | None) -> str:
+    """What a model name stands for: None is ``base``, a preset's name (``smollm2-135m-instruct``,
+    :mod:`.presets`) its fetched folder (a UserError naming ``reasonrl models get`` when it is not
+    fetched), a LoRA run's ``final/`` its merged model; anything else as it is."""
+    return _merged_if_adapter(presets.resolve("base" if name is None else str(name)))
+
+
 def _is_hub_id(name: str) -> bool:
     return not os.path.exists(name) and name.count("/") == 1 and not name.startswith((".", "/"))
 
@@ -65,7 +73,7 @@ def check_model_name(name: str | os.PathLike | None) -> None:
     """Fail on a model name that cannot load, before anything is loaded: an unknown tiny size, a
     path that does not exist (and is no hub id) or a folder that is not an HF model directory (no
     config.json). A hub id passes: only downloading it can check it."""
-    name = _merged_if_adapter("base" if name is None else str(name))
+    name = resolve_model_name(name)
     if name.startswith("tiny:") and name[5:] not in SIZES:
         raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: {', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
     if name.startswith("diffusion:") and name[10:] not in DIFFUSION_SIZES:
@@ -75,7 +83,8 @@ def check_model_name(name: str | os.PathLike | None) -> None:
         return
     if not os.path.exists(name) and not _is_hub_id(name):
         raise MissingPathError(f"model {name!r} is neither a local directory nor a hub id (owner/name); "
-                               "give an HF model directory (e.g. a run's final/ folder) or omit it for the shipped base")
+                               "give an HF model directory (e.g. a run's final/ folder), a preset "
+                               f"({', '.join(sorted(presets.PRESETS))}: `reasonrl models list`) or omit it for the shipped base")
     if os.path.exists(name) and not os.path.isfile(os.path.join(name, "config.json")):
         raise MissingPathError(f"model {name!r} is not an HF model directory (no config.json in it); "
                                "give a folder written by save_pretrained (e.g. a run's final/ folder)")
@@ -92,9 +101,10 @@ def load_tokenizer(name: str | os.PathLike):
 def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """``(model, tokenizer)`` for ``name``: None/'base' = shipped base, 'tiny:<size>' = fresh tiny
     model, 'builtin:diffusion' = the shipped masked-diffusion LM, 'diffusion:<size>' = a fresh one,
+    a preset's name (``reasonrl models list``; fetched by ``reasonrl models get``),
     a local directory (a causal LM, or a masked-diffusion LM by its config), or a hub id (needs
     network; the error says so when offline)."""
-    name = _merged_if_adapter("base" if name is None else str(name))
+    name = resolve_model_name(name)
     check_model_name(name)
     if name.startswith(("tiny:", "diffusion:")):
         kind, size = name.split(":", 1)
@@ -103,7 +113,7 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
     path = {"base": lambda: str(base_model_path()), BUILTIN_DIFFUSION: _diffusion_path}.get(name, lambda: name)()
     try:
         cls = DiffusionLM if _is_diffusion_dir(path) else AutoModelForCausalLM
-        model = cls.from_pretrained(path, dtype=dtype)
+        model = cls.from_pretrained(path, dtype=dtype, **_plain_config(path))
         tok = load_tokenizer(path)
     except OSError as err:
         if _is_hub_id(path):
@@ -113,6 +123,22 @@ def load_model(name: str | os.PathLike | None = None, *, dtype: torch.dtype = to
             ) from err
         raise
     return model.to(device), tok
+
+
+def _plain_config(path: str) -> dict:
+    """``{"config": ...}`` without the GGUF ``quantization_config`` that a folder saved from a model
+    loaded out of a GGUF file keeps in its config.json (issue 42): its safetensors hold the plain,
+    dequantised weights, yet transformers would mark the model quantized and refuse to save it, so a
+    run's final save would fail after training. Any other folder: ``{}`` (the config as it is)."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return {}
+    quant = json.loads(config.read_text()).get("quantization_config") or {}
+    if quant.get("quant_method") != "gguf" or any(Path(path).glob("*.gguf")):
+        return {}
+    plain = AutoConfig.from_pretrained(path)
+    del plain.quantization_config
+    return {"config": plain}
 
 
 def _diffusion_path() -> str:

@@ -6,7 +6,8 @@
 * :func:`parse_number` -- a float from a number, a simple fraction, ``\\frac{a}{b}`` and numbers
   wrapped in ``\\boxed{}`` or ``$...$``.
 * Extractors pull a final answer out of a completion: :func:`extract_boxed`,
-  :func:`extract_tag`, :func:`extract_last_number`; :func:`resolve_extractor` maps the names in
+  :func:`extract_tag`, :func:`extract_last_number`, :func:`extract_final_number` (tag, box,
+  answer statement or last number: what a small instruct model really writes); :func:`resolve_extractor` maps the names in
   :data:`EXTRACTORS` (usable from config files) to them.
 
 Conventions: a comma is only ever a thousands separator (``"1,5"`` is not a number), and
@@ -27,6 +28,8 @@ __all__ = [
     "extract_boxed",
     "extract_tag",
     "extract_last_number",
+    "extract_final_number",
+    "stated_answer",
     "EXTRACTORS",
     "resolve_extractor",
 ]
@@ -200,11 +203,52 @@ def extract_whole(text: str) -> str | None:
     return text.strip() or None
 
 
+# "The answer is 12.", "The final answer is: 12", "Answer: 12", "#### 12": a statement of the answer;
+# the statement runs to the end of its line or sentence (a period not between digits)
+_STATEMENT = re.compile(r"(?i)\banswer\b\s*(?:is\b\s*:?|[:=])|####")
+_STATEMENT_END = re.compile(r"\n|\.(?!\d)")
+
+
+def _last_number_of(text: str) -> str | None:
+    found = extract_last_number(text)
+    return normalize_number(found) if found is not None else None
+
+
+def stated_answer(text: str) -> str | None:
+    """The number of the FIRST answer statement (``The answer is 7 * 7 = 49.`` -> ``49``: the last
+    number of its sentence), or None. The first, because a small model that has stated its answer
+    rambles on and often states other numbers after it (issue 42's greedy outputs)."""
+    for m in _STATEMENT.finditer(text):
+        rest = text[m.end():]
+        end = _STATEMENT_END.search(rest)
+        number = _last_number_of(rest[:end.start()] if end else rest)
+        if number is not None:
+            return number
+    return None
+
+
+def extract_final_number(text: str) -> str | None:
+    """The final numeric answer of a free-form completion, normalised (:func:`normalize_number`), in
+    this order: the last ``<answer>...</answer>`` (its last number; a tag without a number is None),
+    the last ``\\boxed{}``, the first answer statement (:func:`stated_answer`), the last number of
+    the text. Written for what a small instruct model writes when asked for the tag (issue 42): it
+    mostly ignores the tag and writes ``The answer is 12.``, ``#### 12`` or a sentence ending in the
+    number, and often runs on past it."""
+    tagged = extract_tag("answer")(text)
+    if tagged is not None:
+        return _last_number_of(tagged)
+    boxed = extract_boxed(text)
+    if boxed is not None and _last_number_of(boxed) is not None:
+        return _last_number_of(boxed)
+    return stated_answer(text) or _last_number_of(text)
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "boxed": extract_boxed,
     "answer_tag": extract_tag("answer"),
     "last_number": extract_last_number,
     "a_colon": extract_a_colon,
+    "final_number": extract_final_number,
     "answer_line": extract_answer_line,
     "none": extract_whole,
 }
@@ -217,3 +261,5 @@ def resolve_extractor(extract: Extractor | str | None) -> Extractor | None:
     if isinstance(extract, str) and extract in EXTRACTORS:
         return EXTRACTORS[extract]
     raise ValueError(f"unknown extractor {extract!r}; valid names: {sorted(EXTRACTORS)} or a callable")
+
+

@@ -21,9 +21,10 @@ from .fhir import FhirTask
 from .multipart import MultipartTask
 from .recommend import RecommendTask
 from .temporal import TemporalTask
+from .word_math import WordMathTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "explain": ExplainTask, "fhir": FhirTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask}
+BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "explain": ExplainTask, "fhir": FhirTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask, "word_math": WordMathTask}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -73,5 +74,5 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "TaskReward", "TaskWrapper", "get_task", "in_test_split",
+__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "WordMathTask", "TaskReward", "TaskWrapper", "get_task", "in_test_split",
            "is_correct", "list_tasks", "reward_columns", "take_items"]

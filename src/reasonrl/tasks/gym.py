@@ -12,12 +12,14 @@ import difflib
 from typing import Any, Iterator
 
 from ..errors import UserError
+from ..rewards.answers import extract_final_number
 from ..rewards.answers import extract_tag as extract_tag_named
 from .base import Item, check_split, in_test_split, stable_seed
 
 extract_tag = extract_tag_named("answer")
 INSTRUCTION = "\nPut the final answer in <answer></answer>.\n"
-_OWN_OPTIONS = {"test_fraction", "chunk", "instruction"}
+_OWN_OPTIONS = {"test_fraction", "chunk", "instruction", "answer"}
+ANSWER_READERS = {"tag": extract_tag, "final_number": extract_final_number}  # the `answer` option
 
 
 def rg_dataset_names() -> list[str]:
@@ -39,12 +41,15 @@ def rg_config_fields(name: str) -> dict[str, Any]:
 
 class ReasoningGymTask:
     def __init__(self, dataset: str, *, test_fraction: float = 0.1, chunk: int = 1000,
-                 instruction: str = INSTRUCTION, **config: Any):
+                 instruction: str = INSTRUCTION, answer: str = "tag", **config: Any):
         valid = rg_config_fields(dataset)
         bad = sorted(set(config) - set(valid))
         if bad:
             raise UserError(f"unknown option(s) {bad} for rg:{dataset}; valid: {sorted(valid) + sorted(_OWN_OPTIONS)}")
+        if answer not in ANSWER_READERS:
+            raise UserError(f"rg:{dataset}: answer={answer!r} is not one of {', '.join(ANSWER_READERS)}")
         self.name, self.dataset, self.config = f"rg:{dataset}", dataset, config
+        self.answer = answer  # the reader's name, not the function: the task pickles (Ray workers)
         self.test_fraction, self.chunk, self.instruction = test_fraction, chunk, instruction
         try:
             self._scorer = self._make(seed=0, size=1)
@@ -72,12 +77,12 @@ class ReasoningGymTask:
                     meta={"rg_entry": entry}, demo=f"<answer>{answer}</answer>")
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
-        got = extract_tag(completion)
+        got = ANSWER_READERS[self.answer](completion)
         if got is None:
             return 0.0
         entry = meta.get("rg_entry") or {"answer": answer, "metadata": {}}
         return float(self._scorer.score_answer(got, entry))
 
     def extract_answer(self, completion: str) -> str | None:
-        got = extract_tag(completion)
+        got = ANSWER_READERS[self.answer](completion)
         return None if got is None else " ".join(got.split())
