@@ -21,7 +21,7 @@ from .models.scoring import score_completions
 from .parts import Recipe
 from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
 from .parts.strategy import GenRequest
-from .rewards.base import score_rewards
+from .rewards.base import reward_name, score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
 from .rollout.base import trained_tokens
 from .rollout.branch import branch, token_char_offsets
@@ -175,6 +175,12 @@ class BatchMaker:
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, n) total rewards, (B, n) raw correctness, reward metrics, for ``ro`` holding n rows per item
         (G for a round; DISA's offline stage samples N proposals)."""
+        return self.reward_terms(items, ro)[:3]
+
+    def reward_terms(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float],
+                                                                      dict[str, torch.Tensor]]:
+        """:meth:`reward` and each reward's own (R,) values by name, unweighted (NaN: declined):
+        what ``completions.jsonl`` shows beside the total."""
         G = len(ro.texts) // max(len(items), 1)
         t0, rows = time.perf_counter(), [it for it in items for _ in range(G)]
         cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(), "truncated": ro.truncated.tolist(),
@@ -184,28 +190,31 @@ class BatchMaker:
         correct = torch.tensor([float(is_correct(v)) for v in res.values])
         cols["correct"] = [bool(c) for c in correct]  # raw task correctness, for shaping terms (CorR-PO correct_only)
         total, metrics = self.recipe.task_reward_weight * torch.tensor(res.values), dict(res.metrics)
+        terms = {reward_name(self.reward_fn): torch.tensor(res.values, dtype=torch.float)}
         for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
             total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
             metrics.update(extra.metrics)
+            name = reward_name(fn) if reward_name(fn) not in terms else f"{reward_name(fn)}_{len(terms) + 1}"
+            terms[name] = torch.tensor([float("nan") if v is None else v for v in extra.values])
         if ro.fixed_reward is not None:  # rows whose reward was fixed when they were made (an overflowed episode)
             fixed = ro.fixed_reward.to(total.dtype)
             total = torch.where(fixed.isnan(), total, fixed)
             correct = torch.where(fixed.isnan(), correct, torch.zeros_like(correct))
         self.seconds["score"] += time.perf_counter() - t0
-        return total.view(-1, G), correct.view(-1, G), metrics
+        return total.view(-1, G), correct.view(-1, G), metrics, terms
 
     def collect(self, n_prompts: int) -> Batch:
         """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
         and generate more, for up to its ``round_limit`` rounds (``max_rounds=None``: until full, or
         an error at the cap). Step statistics describe everything generated."""
         f, G = self.recipe.group_filter, self.recipe.group_size
-        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = []
         stats: list[tuple[float, dict[str, float]]] = []
         n_kept, generated, rounds = 0, 0, 0
         while rounds < (f.round_limit if f else 1) and n_kept < n_prompts:
             items, ro = self.rollout(n_prompts)
-            rewards, correct, metrics = self.reward(items, ro)
+            rewards, correct, metrics, terms = self.reward_terms(items, ro)
             scores = self.selector.observe(items, correct) if self.selector else torch.full((len(items),), float("nan"))
             rounds, generated = rounds + 1, generated + len(items)
             stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics,
@@ -215,7 +224,7 @@ class BatchMaker:
             if groups:
                 rows = [g * G + j for g in groups for j in range(G)]
                 kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups],
-                             scores[groups]))
+                             scores[groups], {k: v[rows] for k, v in terms.items()}))
                 n_kept += len(groups)
         out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
@@ -230,7 +239,8 @@ class BatchMaker:
         ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
         return Batch(sum((k[0] for k in kept), []), ro, torch.cat([k[2] for k in kept]),
                      torch.cat([k[3] for k in kept]), metrics=out,
-                     scores=torch.cat([k[4] for k in kept]) if self.selector else None)
+                     scores=torch.cat([k[4] for k in kept]) if self.selector else None,
+                     reward_terms={name: torch.cat([k[5][name] for k in kept]) for name in kept[0][5]})
 
     def batch_context(self, b: Batch) -> BatchContext:
         """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``kind`` set per part)."""
