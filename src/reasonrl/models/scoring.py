@@ -28,7 +28,9 @@ def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperatur
                          extra: torch.Tensor | None = None):
     """(R, T, V) logits, (R, T) targets -> (R, T) log p(target), (R, T) entropy of the distribution;
     with ``extra`` (R, T) ids also (R, T) log p(extra) from the same log-softmax (TGPO's teacher ids)."""
-    logp_all = (logits.float() / (temperature or 1.0)).log_softmax(-1)  # (R, T, V)
+    t = temperature or 1.0
+    scaled = logits.float() if t == 1 else logits.float() / t  # x / 1 is x: no (R, T, V) copy for nothing
+    logp_all = scaled.log_softmax(-1)  # (R, T, V)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # (R, T)
     entropy = -(logp_all.exp() * logp_all).sum(-1)  # (R, T)
     if extra is None:

@@ -37,7 +37,7 @@ class HFEngine:
     tokenizer; text it already rendered passes as it is), and a row ends at any of the model's end
     ids (:func:`reasonrl.models.chat.stop_ids`: ``generation_config.eos_token_id`` and the EOS)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float | None = None,
                  check_every: int | None = None,
                  static_cache: bool = False, compile: bool = False, compile_backend: str = "inductor",
                  formatter: PromptFormatter | None = None):
@@ -52,6 +52,8 @@ class HFEngine:
         self.device = next(model.parameters()).device
         if check_every is None:  # on a CPU a host look costs no copy, and dropping rows at once is faster
             check_every = 1 if self.device.type == "cpu" else 8
+        if compact_below is None:  # a CPU's step time is linear in the rows: drop a finished row at the next look
+            compact_below = 1.0 if self.device.type == "cpu" else 0.5
         self.opts = DecodeOpts(check_every, compact_below, static_cache, compile, compile_backend)
         self._cache_arg = cache_kwarg(model)
         self._compiled = None
