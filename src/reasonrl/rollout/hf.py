@@ -7,7 +7,6 @@ few long completions does not pay for the short ones. The loop itself lives on t
 """
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 import torch
@@ -15,15 +14,8 @@ import torch
 from .base import Rollouts, SamplingParams, concat_rollouts
 from .decode import DecodeOpts, Decoded, decode
 from .kvcache import StaticCaches
-from ..models.chat import PromptFormatter, stop_ids
+from ..models.chat import PromptFormatter, cache_kwarg, stop_ids
 from ..seeds import stable_seed
-
-
-def cache_kwarg(model) -> str:
-    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``.
-    A peft model's forward takes ``**kwargs`` and passes them on: its base model's forward decides."""
-    forward = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
