@@ -13,6 +13,7 @@ from reasonrl.batch import BatchMaker
 from reasonrl.config import TrainConfig
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards import OverlongPenalty
+from reasonrl.rewards.base import Reward, RewardResult
 from reasonrl.run import train_run
 from reasonrl.stepdata import Batch, chosen_rows, completion_count, completion_rows, row_advantage
 from reasonrl.tasks import Item, get_task
@@ -81,6 +82,24 @@ def test_the_batch_keeps_each_reward_by_name_and_the_rows_show_it():
         assert row["completion"] == b.ro.texts[r] and row["prompt"] == "ids [1]"  # text_rollouts: prompt ids [1]
         assert row["finish"] == ["eos", "eos", "eos", "length"][j]
     assert json.loads(json.dumps(rows)) == rows  # plain JSON
+
+
+class Verdict(Reward):
+    """A judge-like reward: 0.5 per row, but its verdict on every group's second row failed (value None)."""
+
+    name = "verdict"
+
+    def score(self, prompts, completions, **columns):
+        failed = [i % 4 == 1 for i in range(len(completions))]
+        return RewardResult([None if f else 0.5 for f in failed], {}, failed)
+
+
+def test_a_failed_verdict_is_none_in_the_rows():
+    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, extra_rewards=((Verdict(), 1.0),))
+    b = BatchMaker(get_task("arithmetic"), recipe, LengthEngine(), budget=20, seed=0).make(1)
+    rows = completion_rows(1, b, lambda ids: "", [0, 1])
+    assert b.reward_terms["verdict"][[0, 2, 3]].tolist() == [0.5] * 3 and b.reward_terms["verdict"][1].isnan()
+    assert rows[0]["rewards"] == {"correct": 1.0, "verdict": 0.5} and rows[1]["rewards"] == {"correct": 0.0, "verdict": None}
 
 
 def test_a_declined_reward_is_none_and_a_token_level_advantage_is_its_mean_over_trained_tokens():
@@ -158,7 +177,7 @@ def test_a_chat_run_logs_the_templated_prompt_and_what_its_batch_computed(chat_m
         # and each field is the batch's own
         assert text == b.ro.texts[r] and row["reward"] == float(b.rewards[row["group"], row["sample"]])
         assert row["advantage"] == pytest.approx(float(b.advantages[r])) and row["finish"] == b.ro.finish_reasons[r]
-        assert row["length"] == int(b.ro.lengths[r]) and row["key"] == b.items[row["group"]].key
+        assert row["length"] == int(b.ro.policy_lengths[r]) == int(b.ro.lengths[r]) and row["key"] == b.items[row["group"]].key
 
 
 def test_log_completions_zero_writes_no_file(chat_model_dir, chat_data, tmp_path):

@@ -124,8 +124,8 @@ def test_tools_search_read_neighbors_within_the_patient(tiny):
     (lambda t: t.search("Medication"), "unknown resource type 'Medication'"),
     (lambda t: t.search("Observation", performer="x"), "unsupported search parameter(s) ['performer']"),
     (lambda t: t.search("Observation", patient="pat-002"), "outside the current patient's record"),
-    (lambda t: t.read("Patient/pat-002"), "not reachable from the current patient"),
-    (lambda t: t.read("Observation/o5"), "not reachable from the current patient"),
+    (lambda t: t.read("Patient/pat-002"), "no resource Patient/pat-002 in the current patient's record"),
+    (lambda t: t.read("Observation/o5"), "no resource Observation/o5 in the current patient's record"),
     (lambda t: t.neighbors("Encounter/enc-a1", "performer"), "has no link 'performer'"),
     (lambda t: t.read("o1"), "a reference is 'Type/id'"),
     (lambda t: t.search("Encounter", _count="all"), "_count must be a whole number"),
@@ -135,6 +135,21 @@ def test_tools_refuse_what_breaks_the_traversal_constraints(tiny, call, why):
     with pytest.raises(FhirToolError, match=why.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         call(tools)
     assert tools.calls[-1][1].startswith("refused:")
+
+
+def test_a_missing_id_and_another_patients_id_get_the_same_answer(tiny):
+    """No existence oracle (issue 41): whether Observation/o5 exists (another patient's) or o99 does not, the
+    refusal reads the same once the id is swapped, from read and from neighbors alike."""
+    tools = PatientTools(SqliteBackend(tiny.store), "pat-001")
+    assert tiny.store.query('SELECT count(*) FROM "Observation" WHERE id = ?', ("o5",)) == [(1,)]  # it exists
+    answers = []
+    for rid in ("o5", "o99"):
+        for call in (lambda r: tools.read(f"Observation/{r}"), lambda r: tools.neighbors(f"Observation/{r}", "encounter")):
+            with pytest.raises(FhirToolError) as err:
+                call(rid)
+            answers.append(str(err.value).replace(rid, "ID"))
+    assert len(set(answers)) == 1, answers
+    assert answers[0] == "no resource Observation/ID in the current patient's record (Patient/pat-001)"
 
 
 @pytest.fixture
@@ -179,7 +194,7 @@ def test_bad_resource_type_and_traversal_violation_are_error_observations(tiny):
         obs, done, _ = env.step(fence("search('Medication')"))
         assert not done and obs.startswith("Error:") and "ToolError: FhirToolError: unknown resource type 'Medication'" in obs
         obs, done, _ = env.step(fence("x = 1\nread('Patient/pat-002')"))
-        assert not done and "not reachable from the current patient (Patient/pat-001)" in obs
+        assert not done and "no resource Patient/pat-002 in the current patient's record (Patient/pat-001)" in obs
         obs, done, _ = env.step(fence("print(x, len(search('Observation', code='2345-7')))"))  # the episode goes on
         assert (obs, done) == ("1 3", False)
         assert env.step(fence("final_answer(3)"))[1:] == (True, "3")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .advantages.scored import fill_unscored, scored_advantages
 from .data.pool import epoch_of, pool_stream, take_pool
 from .data.selector import SelectContext, group_tokens, prompt_hash
 from .distill import ContextScores, encode_contexts, score_under_context
@@ -179,30 +180,38 @@ class BatchMaker:
 
     def reward_terms(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float],
                                                                       dict[str, torch.Tensor]]:
-        """:meth:`reward` and each reward's own (R,) values by name, unweighted (NaN: declined):
-        what ``completions.jsonl`` shows beside the total."""
+        """:meth:`reward` and each reward's own (R,) values by name, unweighted (completions.jsonl)."""
         G = len(ro.texts) // max(len(items), 1)
         t0, rows = time.perf_counter(), [it for it in items for _ in range(G)]
-        cols = {**reward_columns(rows), "completion_lengths": ro.lengths.tolist(), "truncated": ro.truncated.tolist(),
-                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [self.budget] * len(rows),
+        # lengths are the policy's own tokens, against an episode's whole budget (issue 41: an episode's
+        # observations counted against one turn's budget gave an answered episode DAPO's -1)
+        budget = int(ro.extras.get("token_budget", self.budget))
+        cols = {**reward_columns(rows), "completion_lengths": ro.policy_lengths.tolist(), "truncated": ro.truncated.tolist(),
+                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [budget] * len(rows),
                 "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
         res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
         correct = torch.tensor([float(is_correct(v)) for v in res.values])
         cols["correct"] = [bool(c) for c in correct]  # raw task correctness, for shaping terms (CorR-PO correct_only)
         total, metrics = self.recipe.task_reward_weight * torch.tensor(res.values), dict(res.metrics)
-        terms = {reward_name(self.reward_fn): torch.tensor(res.values, dtype=torch.float)}
+        failed = _failed(res, len(rows))  # (R,) rows a reward could not score (a judge that failed)
+        terms = {reward_name(self.reward_fn): _values(res, len(rows))}  # each reward's own values, by name
         for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
             total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
             metrics.update(extra.metrics)
+            failed = failed | _failed(extra, len(rows))
             name = reward_name(fn) if reward_name(fn) not in terms else f"{reward_name(fn)}_{len(terms) + 1}"
-            terms[name] = torch.tensor([float("nan") if v is None else v for v in extra.values])
+            terms[name] = _values(extra, len(rows))
         if ro.fixed_reward is not None:  # rows whose reward was fixed when they were made (an overflowed episode)
             fixed = ro.fixed_reward.to(total.dtype)
             total = torch.where(fixed.isnan(), total, fixed)
             correct = torch.where(fixed.isnan(), correct, torch.zeros_like(correct))
+            failed = failed & fixed.isnan()  # a fixed reward needs no verdict
+        total = fill_unscored(total.view(-1, G), ~failed.view(-1, G))  # unscored: neutral for filters and stats
+        ro.unscored = failed if bool(failed.any()) else None  # left out of the advantage and the loss (prepare)
+        metrics["reward/unscored_frac"] = float(failed.float().mean()) if len(failed) else 0.0
         self.seconds["score"] += time.perf_counter() - t0
-        return total.view(-1, G), correct.view(-1, G), metrics, terms
+        return total, correct.view(-1, G), metrics, terms
 
     def collect(self, n_prompts: int) -> Batch:
         """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
@@ -274,7 +283,9 @@ class BatchMaker:
     def prepare(self, b: Batch) -> Batch:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
         G, t0 = self.recipe.group_size, time.perf_counter()
-        adv = self.recipe.advantage(b.rewards) if len(b.items) else torch.zeros(0, G)  # (B, G) or (B, G, T)
+        scored = torch.ones(b.rewards.shape, dtype=torch.bool) if b.ro.unscored is None else ~b.ro.unscored.view(-1, G)
+        # (B, G); rows no reward could score (a failed judge) are left out of their group's advantage
+        adv = scored_advantages(self.recipe.advantage, b.rewards, scored) if len(b.items) else torch.zeros(0, G)
         if b.preset is not None:  # a round's own advantages (STRIDE's harmless one) replace the estimator's
             pre = b.preset.view(*b.preset.shape, *([1] * (adv.dim() - 2))).expand_as(adv)
             adv = torch.where(pre.isnan(), adv, pre)
@@ -290,6 +301,8 @@ class BatchMaker:
         if b.weight is not None:  # a round's loss weight or importance weight, per row
             b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))
         b.loss_mask = trained_tokens(b.ro).clone()  # an episode's observation tokens never reach a loss
+        if b.ro.unscored is not None:  # nor a row no reward could score (metric reward/unscored_frac)
+            b.loss_mask[b.ro.unscored] = 0
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and self.recipe.kl.coef > 0 and len(b.items):
@@ -349,6 +362,14 @@ class BatchMaker:
     def known_prompts(self) -> dict[str, str] | None:
         """key -> prompt digest of every item the run can draw (its pool), for a resumed selector's check."""
         return None if self.pool is None else {it.key: prompt_hash(it.prompt) for it in self.pool}
+
+
+def _failed(res, n: int) -> torch.Tensor:  # -> (n,) bool
+    return torch.zeros(n, dtype=torch.bool) if res.failed is None else torch.tensor(res.failed, dtype=torch.bool)
+
+
+def _values(res, n: int) -> torch.Tensor:  # -> (n,) float: a reward's own values, NaN where it declined or failed
+    return torch.tensor([float("nan") if v is None else float(v) for v in res.values]).masked_fill(_failed(res, n), float("nan"))
 
 
 def _one_source(recipe: Recipe) -> tuple[str, Any] | None:

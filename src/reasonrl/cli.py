@@ -159,7 +159,7 @@ def train_cmd(
 
     args = [*(args or []), *(f"task_options.{pair}" for pair in task_opt or [])]
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
-    check_inputs(cfg)  # all before the heavy imports (transformers) and before any model is loaded
+    check_inputs(cfg, the_recipe)  # all before the heavy imports (transformers) and before any model is loaded
 
     from .run import check_fresh, run_dir_for, train_run
     from .trainer import ZERO_LOSS_HINT

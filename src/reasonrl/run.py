@@ -38,6 +38,7 @@ from .eval.runner import EvalConfig, evaluate_items, item_lines, write_jsonl
 from .models import load_model, resolve_device, save_model
 from .models.memory import weights_dtype
 from .parts import Recipe
+from .parts.episodes import episodic_problems
 from .plots import plot_curves
 from .stepdata import chosen_rows, completion_rows
 from .tasks import GuidedTask, get_task
@@ -178,13 +179,17 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
     such as where a resumed run continues."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
+    task = task_for(cfg)
+    refused = episodic_problems(task, recipe)  # a task with environments needs the episodes part (issue 41)
+    if refused:
+        raise UserError(refused[0])
     group, device = init_group(resolve_device(cfg.device), cfg.dist.backend)
     if group.world > 1 and cfg.rollout.workers > 0:
         group.close()
         raise UserError(f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
                         "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
-        return _train(cfg, recipe, group, device, resume, on_step, on_phase, on_note)
+        return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note)
     finally:
         group.close()
 
@@ -204,7 +209,7 @@ def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on
     return before
 
 
-def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume: bool, on_step, on_phase,
+def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, resume: bool, on_step, on_phase,
            on_note) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
     state, so it is all there is to write)."""
@@ -214,7 +219,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, group: Single, device: str, resume:
     config = resolved_dict(cfg, recipe)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
-    task = recipe.wrap_task(task_for(cfg), tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
+    task = recipe.wrap_task(task, tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)

@@ -14,6 +14,7 @@ from .parts.protocol import Channel
 from .seeds import stable_seed
 from .parts.strategy import Groups
 from .rollout import Rollouts, concat_rollouts, select_rows
+from .rollout.base import policy_tokens
 from .tasks import Item
 
 
@@ -69,8 +70,9 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
 
 def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
     """Reward, accuracy, zero-variance groups, completion shape and the sampling policy's mean token
-    entropy (from the rollout, so it covers every row, trained or skipped)."""
-    lengths, mask = ro.lengths.float(), ro.completion_mask.float()
+    entropy (from the rollout, so it covers every row, trained or skipped). Lengths and token counts are
+    the policy's own tokens (an episode's observations and turn markers are not its: issue 41)."""
+    lengths, mask = ro.policy_lengths.float(), policy_tokens(ro).float()
     ent = {} if ro.entropies is None else {"entropy/mean": float((ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
     return {**ent, "reward/mean": float(rewards.mean()),
             "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
@@ -145,7 +147,7 @@ def completion_rows(step: int, b: Batch, decode: Callable[[list[int]], str], row
         out.append({"step": step, "group": g, "sample": r % G, "kind": int(kinds[g]), "key": b.items[g].key,
                     "prompt": decode(ids), "completion": b.ro.texts[r], "answer": b.items[g].answer,
                     "reward": float(b.rewards[g, r % G]), "rewards": terms, "correct": bool(b.correct[g, r % G]),
-                    "advantage": row_advantage(b, r), "length": int(b.ro.lengths[r]),
+                    "advantage": row_advantage(b, r), "length": int(b.ro.policy_lengths[r]),  # the policy's tokens
                     "finish": b.ro.finish_reasons[r]})
     return out
 

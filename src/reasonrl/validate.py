@@ -24,6 +24,7 @@ from typing import Any
 from .config import KEY_ALIASES, TrainConfig, nested_part, recipe_scalars, recipe_sections
 from .errors import UserError
 from .parts import Recipe
+from .parts.episodes import episodic_problems
 from .parts.protocol import part_needs
 from .rewards.options import rewards_dict
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
@@ -272,9 +273,13 @@ def check_options(values: Values, rules: dict[str, Rule]) -> None:
         raise UserError("\n".join(found))
 
 
-def check_inputs(cfg: TrainConfig) -> None:
-    """The model name can load and the task can be built (its data read and validated)."""
-    get_task(cfg.task, **cfg.task_options)
+def check_inputs(cfg: TrainConfig, *recipes: Recipe) -> None:
+    """The model name can load and the task can be built (its data read and validated), and each of
+    ``recipes`` can train the task (a task with environments needs the episodes part)."""
+    task = get_task(cfg.task, **cfg.task_options)
+    found = [line for recipe in recipes for line in episodic_problems(task, recipe)]
+    if found:
+        raise UserError("\n".join(found))
     from .models.loading import check_model_name  # imports transformers: only once the rest is valid
 
     check_model_name(cfg.model)

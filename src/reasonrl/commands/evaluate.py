@@ -236,9 +236,11 @@ def compare_cmd(
                         f"--seeds {seeds} --pass-k {pass_k}")
     args = [*(args or []), *([f"final_eval_k={pass_k}"] if pass_k else [])]
     runs = checked_entries(names, args, task, steps)
-    inputs = {repr((cfg.model, cfg.task, cfg.task_options)): cfg for cfg, _ in runs.values()}
-    for cfg in inputs.values():  # each distinct task/model once
-        check_inputs(cfg)
+    inputs: dict[str, list] = {}
+    for cfg, recipe in runs.values():  # each distinct task/model once, with every recipe that trains it
+        inputs.setdefault(repr((cfg.model, cfg.task, cfg.task_options)), [cfg]).append(recipe)
+    for cfg, *recipes in inputs.values():
+        check_inputs(cfg, *recipes)
     with progress() as bar:
         job = bar.add_task("comparing", total=len(names) * seeds, info="")
 

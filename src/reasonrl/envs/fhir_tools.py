@@ -11,8 +11,8 @@ The **tools** (:class:`PatientTools`) sit above any backend and enforce the trav
 the episode: only the resource types and search parameters of :data:`SEARCH_PARAMS`; every search is
 restricted to the current patient's compartment (a ``patient``/``subject`` naming another patient is
 refused); ``read`` and ``neighbors`` reach only the current patient and resources whose ``subject`` is
-that patient; ``neighbors`` follows only the reference fields of :data:`FORWARD` and the reverse links of
-:data:`REVERSE`. A refused call raises :class:`FhirToolError`, which the sandbox session hands to the
+that patient, and refuse a missing id and another patient's with the same words (no existence oracle);
+``neighbors`` follows only the reference fields of :data:`FORWARD` and the reverse links of :data:`REVERSE`. A refused call raises :class:`FhirToolError`, which the sandbox session hands to the
 model's code as a ``ToolError`` (an error observation; the episode goes on).
 """
 from __future__ import annotations
@@ -165,10 +165,8 @@ class PatientTools:
         kind, rid = reference.split("/")
         self._check_type("read", kind)
         found = self.backend.read(kind, rid)
-        if found is None:
-            self._refuse("read", f"no resource {reference}")
-        if not self._reachable(found):
-            self._refuse("read", f"{reference} is not reachable from the current patient (Patient/{self.patient})")
+        if found is None or not self._reachable(found):  # one answer for both: no existence oracle (issue 41)
+            self._refuse("read", f"no resource {reference} in the current patient's record (Patient/{self.patient})")
         self.calls.append(("read", reference))
         return found
 

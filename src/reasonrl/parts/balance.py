@@ -33,6 +33,7 @@ from ..losses.balance import WEIGHTS, draw_masks, elbo_estimate, sequence_weight
 from ..models.diffusion import is_diffusion
 from ..models.heads import LogZHead, pooled_prompt_hidden
 from ..models.scoring import score_completions, trim_padding
+from ..rollout.base import policy_tokens
 from ..rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
 from .protocol import BatchContext, LossContext, ModelSetup, PartModule, RoundContext, UpdateContext, register_part
@@ -128,8 +129,9 @@ class TrajectoryBalance:
         with torch.no_grad(), ctx.reference() as ref:
             lp, _ = score_completions(ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                                       temperature=temp, chunk_rows=ctx.micro, entropies=False)
-        lbar_ref = sequence_scores(lp.cpu(), ro.completion_mask, self.length_norm).view(-1, n)
-        lbar_mu = sequence_scores(ro.logprobs, ro.completion_mask, self.length_norm).view(-1, n)
+        own = policy_tokens(ro)  # (R, T) the sequence is the policy's tokens (an episode's observations are not)
+        lbar_ref = sequence_scores(lp.cpu(), own, self.length_norm).view(-1, n)
+        lbar_mu = sequence_scores(ro.logprobs, own, self.length_norm).view(-1, n)
         return estimate_rows(items, lbar_ref, lbar_mu, rewards, self.beta)
 
     # ------------------------------------------------------------------ the reference's side, once per batch

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..rollout import Rollouts
-from ..rollout.agent import EpisodeOptions, environment_rollouts, require_episodic
+from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic, require_episodic
 from ..rollout.multiturn import EpisodeLimits
 from ..rewards.sandbox.levels import UID_SLOTS
 from ..rules import Rule, at_least, within
@@ -82,3 +82,15 @@ class EpisodicTask(TaskWrapper):
     def __init__(self, task: Any, options: EpisodeOptions):
         super().__init__(task)
         self.episode_options = options
+
+
+def episodic_problems(task: Any, recipe: Any) -> list[str]:
+    """One line when ``task`` hands out environments and ``recipe`` does not roll them out as episodes
+    (its rollout strategy is not the ``episodes`` part): it would train on single completions, the
+    reward reading the first action's text as the answer, while evaluation runs episodes (issue 41).
+    Refused rather than given the part with its defaults: turn caps and budgets are the recipe's choice."""
+    if not is_episodic(task) or any(isinstance(p, Episodes) for _, p in recipe.hooked("generate")):
+        return []
+    return [f"task {getattr(task, 'name', '?')!r} hands out environments (multi-turn episodes), but recipe "
+            f"{recipe.name!r} has no episodes part, so it would train on single completions: add it "
+            "(episodes.max_turns=4, docs/agents.md) or train recipe codeact"]

@@ -38,6 +38,7 @@ from ..losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES, demo_weight, d
 from ..models.scoring import score_completions, trim_padding
 from ..rules import Rule, above, at_least, one_of, within
 from ..rollout import select_rows
+from ..rollout.base import policy_tokens
 from ..seeds import stable_seed
 from ..tasks import Item, take_items
 from .protocol import LossContext, RoundContext, register_part
@@ -56,10 +57,12 @@ class Tokens:
     prompt_ids: Tensor
     prompt_mask: Tensor
     completion_ids: Tensor
-    completion_mask: Tensor
+    completion_mask: Tensor  # (N, T) what the forward attends to
+    score_mask: Tensor | None = None  # (N, T) what a sequence score sums: the policy's own tokens; None: completion_mask
 
     def rows(self, idx: Tensor) -> "Tokens":
-        return Tokens(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx], self.completion_mask[idx])
+        return Tokens(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx], self.completion_mask[idx],
+                      None if self.score_mask is None else self.score_mask[idx])
 
 
 @dataclass
@@ -108,16 +111,17 @@ def encode_demos(tok, prompts: list[str], completions: list[str]) -> Tokens:
 
 def _trimmed(t: Tokens) -> Tokens:
     """The rows without the padding columns none of them uses."""
-    return Tokens(*trim_padding(t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask))
+    trimmed = trim_padding(t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask)
+    return Tokens(*trimmed, None if t.score_mask is None else t.score_mask[:, :trimmed[3].shape[1]])
 
 
 def _logp(model, t: Tokens, temperature: float, chunk_rows: int) -> tuple[Tensor, Tensor]:
     """(N, T) token log-probs of ``t``'s completions under ``model`` (grad as the caller's mode) and
-    their (N, T) mask, padding columns trimmed."""
+    the (N, T) mask a sequence score sums (``score_mask``, else the completion's), padding columns trimmed."""
     t = _trimmed(t)
     lp, _ = score_completions(model, t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask,
                               temperature=temperature, chunk_rows=chunk_rows, entropies=False)
-    return lp, t.completion_mask.to(lp.device)
+    return lp, (t.completion_mask if t.score_mask is None else t.score_mask).to(lp.device)
 
 
 @contextmanager
@@ -241,10 +245,12 @@ class FEST:
         ro = ctx.sample(items, [it.prompt for it in items], tag="fest", first=first)
         _, correct, _ = ctx.reward(items, ro)  # (k, G) raw correctness
         G = correct.shape[1]
-        behaviour = sequence_logp(ro.logprobs, ro.completion_mask, self.length_norm).view(-1, G)  # (k, G)
+        own = policy_tokens(ro)  # (R, T) the tokens the policy sampled (an episode's observations are not)
+        behaviour = sequence_logp(ro.logprobs, own, self.length_norm).view(-1, G)  # (k, G)
         demo, col = pick_rejected(correct, behaviour, self.negatives, self.all_correct)  # (P,), (P,)
         rows = demo * G + col  # (P,) rows of ro
-        rejected = Tokens(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
+        rejected = Tokens(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows],
+                          own[rows])
         metrics = {"fest/demo_accuracy": float(correct.mean()),
                    "fest/demos_all_correct": float((correct.min(-1).values > 0).sum())}
         pairs = FestPairs(chosen=chosen, alpha=alpha, demo=demo, rejected=rejected, metrics=metrics)

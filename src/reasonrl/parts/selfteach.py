@@ -26,6 +26,7 @@ from ..distill import encode_contexts, score_under_context
 from ..distill.ema import WithWeights, ema_update, trainable_snapshot
 from ..losses.divergence import DIVERGENCES, token_divergence
 from ..models.chat import PLAIN, PromptFormatter
+from ..rollout.base import policy_tokens
 from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
                                 ssopd_pairs)
 from ..rules import Rule, above, at_least, one_of, within
@@ -274,7 +275,7 @@ class EGRSD:
         B, G = adv.shape
         flat = adv.reshape(-1)  # (R,)
         rows = (flat != 0).nonzero().squeeze(-1)  # (n,) rows a token weight can move
-        cmask = ro.completion_mask  # (R, T)
+        cmask = policy_tokens(ro)  # (R, T) the sampled tokens (an episode's observations get no weight)
         out = torch.zeros(cmask.shape, dtype=flat.dtype)  # (R, T)
         metrics = {"egrsd/rows": float(len(rows))}
         if len(rows):

@@ -29,6 +29,7 @@ from ..losses.kl import KL_ESTIMATORS
 from ..losses.teacher import (kdrl_loss, rkl_opd_advantages, teacher_agreement, teacher_coef, tgpo_adv_advantages,
                               tgpo_reg_loss)
 from ..models.scoring import score_completions
+from ..rollout.base import policy_tokens
 from ..rules import Rule, at_least, one_of
 from .protocol import BatchContext, Channel, LossContext, register_part
 
@@ -65,7 +66,7 @@ class Teacher:
         sc = handle.score(ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                           temperature=ctx.temperature, argmax=True, chunk_rows=self.chunk_rows)
         ctx.data.rows.update(logprobs=sc.logprobs.cpu(), argmax=sc.argmax.cpu())  # (R, T) each, 0 on padding
-        mask, rows = ro.completion_mask, ctx.data.rows
+        mask, rows = policy_tokens(ro), ctx.data.rows  # (R, T) the student's own tokens (no observations)
         return {"teacher/agree": teacher_agreement(rows["argmax"], ro.completion_ids, mask),
                 "teacher/logp": float((rows["logprobs"] * mask).sum() / mask.sum().clamp(min=1))}
 
@@ -127,7 +128,7 @@ class TGPO:
             raise ValueError(f"tgpo (adv) needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part "
                              "already made token-level advantages; use one token-level shaper per recipe")
         B, G = adv.shape
-        old, mask = ctx.data.rows["old_logp_at_argmax"], ctx.rollouts.completion_mask  # (R, T) each
+        old, mask = ctx.data.rows["old_logp_at_argmax"], policy_tokens(ctx.rollouts)  # (R, T) each
         lam = self.coef_at(ctx.step + 1)
         out = tgpo_adv_advantages(adv.reshape(-1), old, mask, lam)  # (R, T)
         m = mask.float()
@@ -160,9 +161,10 @@ class RKLOPD:
             raise ValueError(f"rkl_opd needs (B, G) sequence advantages, got {tuple(adv.shape)}")
         B, G = adv.shape
         teacher, ro = _scores(ctx.channels, "rkl_opd"), ctx.rollouts
-        out = rkl_opd_advantages(teacher["logprobs"], ro.logprobs, ro.completion_mask, coef=self.coef,
+        mask = policy_tokens(ro)  # (R, T) the student's own tokens (an episode's observations are not)
+        out = rkl_opd_advantages(teacher["logprobs"], ro.logprobs, mask, coef=self.coef,
                                  seq_adv=adv.reshape(-1), grpo_weight=self.grpo_weight)  # (R, T)
-        m = ro.completion_mask.float()
+        m = mask.float()
         gap = ((teacher["logprobs"] - ro.logprobs) * m).sum() / m.sum().clamp(min=1)
         return out.view(B, G, -1), {"teacher/rkl": -float(gap)}  # token mean of log pi_old - log pi_T
 

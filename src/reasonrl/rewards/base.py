@@ -20,6 +20,9 @@ RewardFn = Callable[..., Sequence["float | None"]]
 class RewardResult:
     values: list[float | None]
     metrics: dict[str, float] = field(default_factory=dict)
+    # rows the reward could not score (a judge that timed out or did not parse: their value is None): the
+    # batch maker leaves them out of the advantage and the loss instead of reading None as 0. None: none failed
+    failed: list[bool] | None = None
 
 
 class RewardError(RuntimeError):
@@ -109,5 +112,8 @@ def score_rewards(
     _check_values(list(result.values), len(completions), task, name, completions)
     values = [None if v is None else float(v) for v in result.values]
     metrics = {**summarize(name, values), **result.metrics}
-    return RewardResult(list(values), metrics)
+    failed = None if result.failed is None else [bool(f) for f in result.failed]
+    if failed is not None and (len(failed) != len(values) or any(f and v is not None for f, v in zip(failed, values))):
+        raise RewardError(task, name, None, None, "its failed rows must be one flag per row, each failed row's value None")
+    return RewardResult(list(values), metrics, failed)
 

@@ -7,7 +7,9 @@
 
 Where the length ``L`` of a completion comes from, first available wins:
 
-1. column ``completion_lengths`` -- one ``int`` token count per completion;
+1. column ``completion_lengths`` -- one ``int`` token count per completion (the batch maker passes the
+   tokens the policy sampled: an episode's observations and turn markers are not counted, and its
+   ``max_new_tokens`` is the episode's budget, every turn's; issue 41);
 2. column ``completion_ids`` -- one list of token ids per completion (what TRL passes), ``len``;
 3. otherwise ``len(completion)`` in *characters*, with a one-time warning, because character
    counts are several times token counts and ``max_len`` is normally given in tokens.

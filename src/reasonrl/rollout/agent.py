@@ -75,8 +75,15 @@ def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, s
     fixed = fixed_rewards(eps, {"turns": opts.turn_limit_reward, "context": opts.overflow_reward})
     ro = episodes_to_rollouts(eps, prompts, n, tok.pad_token_id, texts, fixed)
     ro.extras["metrics"] = {**episode_metrics(eps), **mean_counts(env_counts)}
+    ro.extras["token_budget"] = episode_budget(limits, sampling)  # what length rewards count the policy's tokens against
     ro.extras["evidence"] = evidence  # per row, the environment's evidence() (a judge reads it)
     return ro
+
+
+def episode_budget(limits: EpisodeLimits, sampling: SamplingParams) -> int:
+    """The most tokens the policy can sample in one episode: every turn at its budget, never past the
+    context cap (a length reward's ``max_new_tokens``, issue 41)."""
+    return min(limits.max_turns * (limits.max_turn_tokens or sampling.max_new_tokens), limits.max_context_tokens)
 
 
 def _wave(engine: Any, task: Any, rows: Sequence[Any], seeds: Sequence[int], sampling: SamplingParams,

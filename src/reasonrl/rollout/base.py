@@ -64,14 +64,28 @@ class Rollouts:
     # a row's total reward fixed when it was made (an episode that overflowed its context or turn cap); NaN:
     # the recipe's rewards decide. None: NaN everywhere
     fixed_reward: torch.Tensor | None = None  # (R,) float
+    # rows a reward could not score (a judge that failed: RewardResult.failed), set by the batch maker: left
+    # out of the advantage and the loss. None: every row scored
+    unscored: torch.Tensor | None = None  # (R,) bool
 
     @property
-    def lengths(self) -> torch.Tensor:  # (R,)
+    def lengths(self) -> torch.Tensor:  # (R,) every completion token, an episode's observations included
         return self.completion_mask.sum(-1)
+
+    @property
+    def policy_lengths(self) -> torch.Tensor:  # (R,) the tokens the policy sampled (what length rewards count)
+        return policy_tokens(self).sum(-1)
 
     @property
     def truncated(self) -> torch.Tensor:  # (R,) bool: cut at the token budget, or an episode at its context cap
         return torch.tensor([r in ("length", "context") for r in self.finish_reasons], dtype=torch.bool)
+
+
+def policy_tokens(ro: Rollouts) -> torch.Tensor:  # -> (R, T)
+    """The completion tokens the policy sampled: ``completion_mask`` times ``trainable`` (an episode's
+    observations and turn markers are 0). What length rewards, length metrics, shapers and sequence scores
+    read (issue 41); the scoring pass still attends to every completion token."""
+    return ro.completion_mask if ro.trainable is None else ro.completion_mask * ro.trainable.to(ro.completion_mask.dtype)
 
 
 def trained_tokens(ro: Rollouts) -> torch.Tensor:  # -> (R, T)
@@ -96,7 +110,8 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
                     train_mask=None if ro.train_mask is None else ro.train_mask[idx],
                     adapters=None if ro.adapters is None else pick(ro.adapters),
                     trainable=None if ro.trainable is None else ro.trainable[idx],
-                    fixed_reward=None if ro.fixed_reward is None else ro.fixed_reward[idx])
+                    fixed_reward=None if ro.fixed_reward is None else ro.fixed_reward[idx],
+                    unscored=None if ro.unscored is None else ro.unscored[idx])
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -120,6 +135,7 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
     train = [pad(p.train_mask if p.train_mask is not None else p.completion_mask, T, False) for p in parts]
     trainable = [pad(p.trainable if p.trainable is not None else p.completion_mask, T, False) for p in parts]
     fixed = [p.fixed_reward if p.fixed_reward is not None else torch.full((len(p.texts),), float("nan")) for p in parts]
+    unscored = [p.unscored if p.unscored is not None else torch.zeros(len(p.texts), dtype=torch.bool) for p in parts]
 
     return Rollouts(
         prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
@@ -138,6 +154,7 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         else sum((p.adapters if p.adapters is not None else [None] * len(p.texts) for p in parts), []),
         trainable=None if all(p.trainable is None for p in parts) else torch.cat(trainable),
         fixed_reward=None if all(p.fixed_reward is None for p in parts) else torch.cat(fixed),
+        unscored=None if all(p.unscored is None for p in parts) else torch.cat(unscored),
     )
 
 

@@ -4,9 +4,10 @@ Each round samples one turn for every live episode in one call of a :class:`Turn
 continues from each episode's ids), decodes each turn's ids to text for its environment only, steps
 every environment at once (threads: a CodeAct step waits on its sandbox), and appends each observation
 as ids: the turn markers (the chat template's, or the plain template's) and the observation are
-tokenised once, never the policy's text. Limits (:class:`EpisodeLimits`): a turn cap, an observation
-cap in tokens (middle-truncated, with a marker) and a context cap: an episode whose next turn or
-observation would not fit ends with ``finish_reason="context"``.
+tokenised once, never the policy's text, and special-token text inside an observation stays text
+(:func:`encode_text`). Limits (:class:`EpisodeLimits`): a turn cap, an observation cap in tokens
+(middle-truncated, with a marker) and a context cap: an episode whose next turn or observation would not
+fit ends with ``finish_reason="context"``. The engine decodes at most its ``max_rows`` rows at once.
 
 An environment implements ``reset(item) -> str`` (the episode's first user message: the question, any
 tool documentation) and ``step(action_text) -> (observation, done, answer)``; ``close()`` is optional.
@@ -65,8 +66,15 @@ class EngineTurns:
                             f"{type(engine).__name__} samples from text only")
         self.engine = engine
 
-    @torch.inference_mode()
     def sample(self, contexts: Sequence[list[int]], sampling: SamplingParams, seeds: Sequence[int]) -> list[Turn]:
+        """One turn per context, at most the engine's ``max_rows`` rows decoded at once (each row's
+        randomness is its seed's, so the chunks give the rows they would give together)."""
+        step = max(1, int(getattr(self.engine, "max_rows", len(contexts)) or len(contexts)))
+        return [turn for s in range(0, len(contexts), step)
+                for turn in self._chunk(contexts[s:s + step], sampling, seeds[s:s + step])]
+
+    @torch.inference_mode()
+    def _chunk(self, contexts: Sequence[list[int]], sampling: SamplingParams, seeds: Sequence[int]) -> list[Turn]:
         eng, width = self.engine, max(len(c) for c in contexts)
         ids = torch.full((len(contexts), width), eng.tok.pad_token_id, dtype=torch.long)  # (N, L) left-padded
         mask = torch.zeros_like(ids)
@@ -96,14 +104,14 @@ class ObservationFormat:
     @staticmethod
     def build(tok: Any, formatter: PromptFormatter = PLAIN, *, role: str = "user",
               template: str = "\nObservation:\n{observation}\n", marker: str = "\n...\n") -> "ObservationFormat":
-        encode = lambda s: list(tok(s, add_special_tokens=False)["input_ids"])  # noqa: E731
+        markup = lambda s: list(tok(s, add_special_tokens=False)["input_ids"]) if s else []  # noqa: E731
         if formatter.chat:
             head, tail, close = chat_markers(formatter, role)
         else:
             if template.count("{observation}") != 1:
                 raise UserError(f"observation template {template!r} must hold {{observation}} exactly once")
             (head, tail), close = template.split("{observation}"), None
-        return ObservationFormat(encode, encode(head) if head else [], encode(tail) if tail else [], encode(marker),
+        return ObservationFormat(lambda s: encode_text(tok, s), markup(head), markup(tail), encode_text(tok, marker),
                                  close)
 
     def ids(self, observation: str, cap: int, last_turn: list[int]) -> list[int]:
@@ -111,6 +119,13 @@ class ObservationFormat:
         body = middle_truncate(self.encode(observation), cap, self.marker)
         close = [self.close] if self.close is not None and (not last_turn or last_turn[-1] != self.close) else []
         return close + self.head + body + self.tail
+
+
+def encode_text(tok: Any, text: str) -> list[int]:
+    """``text`` as ids with special tokens read as plain text: an observation holding ``<|im_end|>`` or
+    ``<|im_start|>user`` (a tool's output, a file the agent printed) stays text instead of closing the turn
+    or opening a forged one (issue 41). The turn markers around it are the template's and parse normally."""
+    return list(tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
 def chat_markers(formatter: PromptFormatter, role: str) -> tuple[str, str, int]:
