@@ -3,6 +3,8 @@ every step (generate / reward / forward / backward / rest, ``vs_trl_parts.Phases
 step, torch.profiler's operators by self CPU time. Writes JSON beside the printout.
 
     python benchmarks/profile_step.py --model smollm2-135m-instruct --steps 3 --threads 1
+
+It runs on an older checkout too (``PYTHONPATH=<its src>``: a before/after profile of a change).
 """
 from __future__ import annotations
 
@@ -54,7 +56,8 @@ def main() -> None:
     trainer, phases, steps = make_trainer(args.model, task, s, args.steps), Phases(), []
     b = trainer.batches
     targets = [(trainer_mod, "score_rows", "forward"), (b, "rollout", "generate"), (b, "reward_terms", "reward"),
-               (b, "prepare", "reward")]
+               (b, "reward", "reward"), (b, "prepare", "reward")]
+    targets = [t for t in targets if hasattr(t[0], t[1])]  # an older version has no reward_terms (nested calls count once)
     with phases.wrap(targets):
         for i in range(args.steps):
             last = i == args.steps - 1
