@@ -32,17 +32,28 @@ def records(n_right: int, tag: str) -> list[dict]:
     return out
 
 
+def completion_row(step: int, sample: int) -> dict:
+    """A completions.jsonl record (stepdata.completion_rows' keys): step 4's second row is model output
+    carrying a script tag."""
+    return {"step": step, "group": 0, "sample": sample, "kind": 0, "key": f"key-{step}-{sample}",
+            "prompt": f"<|im_start|>user\nWhat is {step} + {sample}?<|im_end|>\n<|im_start|>assistant\n",
+            "completion": EVIL if (step, sample) == (4, 1) else f"step {step} row {sample} says {step + sample}",
+            "answer": str(step + sample), "reward": 0.75, "rewards": {"correct": 1.0, "overlong": -0.5},
+            "correct": True, "advantage": 0.5 * sample, "length": 7, "finish": "eos"}
+
+
 def write_run(run_dir: Path, recipe: str = "grpo", seed: int = 0, n_right: int = 6, before_right: int = 5,
-              steps: int = 4, samples: bool = True, finished: bool = True) -> Path:
+              steps: int = 4, samples: bool = True, finished: bool = True, completions: bool = True) -> Path:
     """A run folder as reasonrl train leaves it; held-out pass@1 logged at steps 2 and 4 and in
-    summary.json (before: before_right/10, after: n_right/10)."""
+    summary.json (before: before_right/10, after: n_right/10); two completions.jsonl rows per step."""
     cfg = replace(TrainConfig(recipe=recipe, steps=steps, seed=seed), out=str(run_dir))
     config = resolved_dict(cfg, get_recipe(recipe))
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     log_event(run_dir, "start", message="starting at step 1", first_step=1)
-    tracker = make_tracker(["jsonl"], run_dir, config, run_dir.name)
+    tracker = make_tracker(["jsonl"], run_dir, config, run_dir.name, completions=completions)
     for step in range(1, steps + 1):
+        tracker.log_completions([completion_row(step, 0), completion_row(step, 1)], step)
         row = {"reward/mean": 0.1 * step, "accuracy": 0.1 * step, "length/mean": 20.0 + step,
                "loss/approx_kl": 0.01 * step, "entropy/mean": 0.5, "tokens/generated": 100.0, "time/generate": 1.5,
                "time/update": 0.25}

@@ -18,7 +18,8 @@ def test_distinct_correct_counts_chains_and_answers():
                {"correct": True, "completion": "1+1=2\nA:2", "extracted": "2"},
                {"correct": False, "completion": "A:3", "extracted": "3"}]
     assert distinct_correct(samples) == {"correct_chains": 2, "correct_answers": 1}
-    greedy = [{"problem": 0, "key": "k", "prompt": "1+1=?\n", "answer": "2", "correct": True, "extracted": "2"}]
+    greedy = [{"problem": 0, "key": "k", "prompt": "1+1=?\n", "answer": "2", "correct": True, "extracted": "2",
+               "completion": "A:2", "finish": "eos"}]
     row, = item_rows(greedy, samples, 4, (1,))
     assert (row["n"], row["c"], row["correct_chains"], row["correct_answers"]) == (4, 3, 2, 1)
 

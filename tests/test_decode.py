@@ -229,3 +229,14 @@ def test_compile_needs_a_static_cache_and_check_every_is_positive(sharp_tiny):
         HFEngine(model, tok, compile=True)
     with pytest.raises(ValueError, match="check_every"):
         HFEngine(model, tok, check_every=0)
+
+
+def test_on_a_cpu_finished_rows_leave_at_once_and_the_samples_stay_the_same(sharp_tiny):
+    # a CPU's decode step costs in proportion to its rows: the engine drops a finished row at the next
+    # look (compact_below 1.0); the rows' tokens are those of keeping every row to the end (0.0)
+    model, tok = sharp_tiny
+    assert HFEngine(model, tok).compact_below == 1.0
+    sp = SamplingParams(temperature=1.0, max_new_tokens=24, stop=("\nA:",))
+    at_once, kept = _run(HFEngine, model, tok, sp, "seeds"), _run(HFEngine, model, tok, sp, "seeds", compact_below=0.0)
+    assert len(set(at_once.lengths.tolist())) > 2  # rows end at different steps: rows really leave early
+    assert_same(at_once, kept, exact=False)

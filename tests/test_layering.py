@@ -49,7 +49,7 @@ LAYERS = {
 
 # layer-4 module -> the other layer-4 modules it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
-    "run": {"checkpoint", "dist", "eval.runner", "plots", "tracking", "trainer", "validate"},
+    "run": {"checkpoint", "dist", "eval.runner", "plots", "stepdata", "tracking", "trainer", "validate"},
     "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
     "batch": {"runtime", "stepdata"},
     "sft": {"eval.runner", "schedule"},

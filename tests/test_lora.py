@@ -62,11 +62,15 @@ def test_the_reference_is_the_base_model_with_adapters_off(tiny_dir, tmp_path):
     assert tr.ref is not None and not tr.ref.has_weights  # no second copy of the weights
     t = tr.recipe.sampling.temperature or 1.0  # the reference is scored at the sampling temperature
     b = tr.batches.make(2)
-    assert torch.equal(b.ref_logp, _scores(base, b, t))  # before training: exactly the base model's log-probs
-    assert torch.equal(_scores(tr.model, b, t), b.ref_logp)  # peft starts B at 0: the adapted policy is the base
+    # the base model's log-probs, to float rounding: scoring prefills each distinct prompt once (a (2, P)
+    # batch here, models.scoring.shared_prefix_logits), and on such a shape peft's wrapped layers with the
+    # adapters off and the plain model round the last bits differently (1.4e-6 seen on log-probs near -9)
+    same = lambda x, y: torch.allclose(x, y, atol=1e-5, rtol=0)  # noqa: E731
+    assert same(b.ref_logp, _scores(base, b, t))  # before training: the base model's log-probs
+    assert same(_scores(tr.model, b, t), b.ref_logp)  # peft starts B at 0: the adapted policy is the base
     tr.train_step(), tr.train_step()
     b = tr.batches.make(2)
-    assert torch.equal(b.ref_logp, _scores(base, b, t))  # after 2 steps: still the base, bit for bit
+    assert same(b.ref_logp, _scores(base, b, t))  # after 2 steps: still the base
     assert not torch.allclose(_scores(tr.model, b, t), b.ref_logp, atol=1e-6)  # while the adapted policy moved
     assert tr.model.training  # scoring the reference left the policy's mode alone
 

@@ -14,7 +14,7 @@ from reasonrl.report.html import esc, fmt, table
 from reasonrl.report.run_page import downsample, step_seconds
 from reasonrl.run import sample_lines
 
-RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "samples", "audit", "config")
+RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "training", "samples", "audit", "config")
 COMPARE_SECTIONS = ("table", "curves", "runs", "config", "samples", "audit")
 
 
@@ -88,6 +88,21 @@ def test_run_page_sections_values_and_escaping(tmp_path):
     assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in page and EVIL not in page
     assert "No audit.json here" in page
     assert_self_contained(page)
+
+
+def test_run_page_shows_the_latest_training_rollouts_newest_first(tmp_path):
+    page = build_report(write_run(tmp_path / "run"))  # 4 steps x 2 rows in completions.jsonl
+    shown = page.split('<section id="training">')[1].split("</section>")[0]
+    assert "in the last 3 logged steps (6 of 8 rows in completions.jsonl)" in shown
+    # steps 4, 3, 2 (newest first, row 1 before row 0); step 1 is not shown
+    keys = ["key-4-1", "key-4-0", "key-3-1", "key-3-0", "key-2-1", "key-2-0"]
+    assert [shown.index(k) for k in keys] == sorted(shown.index(k) for k in keys) and "key-1-0" not in shown
+    assert "step 3 row 1 says 4" in shown and "What is 3 + 1?" in shown
+    assert "&lt;|im_start|&gt;user" in shown  # the templated prompt, escaped
+    assert "reward 0.75 (correct 1 · overlong -0.5) · advantage 0.5" in shown
+    assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt;" in shown and EVIL not in page
+    old = build_report(write_run(tmp_path / "old", completions=False))
+    assert "No completions.jsonl in" in old
 
 
 def test_run_page_older_and_unfinished_runs_say_what_is_missing(tmp_path):

@@ -1,7 +1,8 @@
 """Resume is proven, not assumed: real processes are SIGKILLed (after a checkpoint, inside a save, at a
 random moment), resumed with ``--resume``, and must (a) report that they loaded the checkpoint and
 continued from the step after it, (b) train only the remaining steps and draw only their prompts
-(``events.jsonl``), and (c) end with the same ``metrics.jsonl`` values as a run never interrupted.
+(``events.jsonl``), and (c) end with the same ``metrics.jsonl`` values (and ``completions.jsonl``
+bytes) as a run never interrupted.
 
 A deterministic restart from step 1 would pass (c) alone, so (a) and (b) are what make these tests
 about resuming. Each run is a separate ``python -m reasonrl.cli train`` process on the tiny model.
@@ -98,6 +99,8 @@ def _resume_and_check(model, run: Path, recipe: str, straight, steps=STEPS):
     values = _values(run / "metrics.jsonl")
     assert [r["step"] for r in values] == list(range(1, steps + 1))
     assert values == straight["values"]
+    if "completions" in straight:  # the rollouts' text too: rows past the checkpoint dropped, then logged again
+        assert (run / "completions.jsonl").read_text() == straight["completions"]
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,7 @@ def straight_runs(tiny_dir, tmp_path_factory):
             _run(_cli(*_args(tiny_dir, run, recipe)))
             start, trained = _events(run)
             cache[recipe] = {"values": _values(run / "metrics.jsonl"), "train_seconds": trained["time"] - start["time"],
+                             "completions": (run / "completions.jsonl").read_text(),
                              "items_drawn": start["items_drawn"] + trained["items_drawn_this_process"]}
         return cache[recipe]
 

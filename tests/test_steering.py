@@ -51,7 +51,8 @@ def test_steered_samples_differ_and_are_rescored_without_the_hook(sharp_tiny):
     unit, scale = steering_vector(model, tok, ["1+1=?\n"], ["999+999=?\n"], layer=1)
     ro = generate_steered(engine, PROMPTS, sp, unit=unit, scale=scale, layer=1, alphas=[0.0, 8.0])
     assert ro.texts[0] != ro.texts[1] or ro.texts[2] != ro.texts[3]  # greedy, so only the intensity differs
-    assert ro.extras["alpha"].tolist() == [0.0, 8.0, 0.0, 8.0] and engine.compact_below == 0.5
+    # the call kept finished rows (compact_below 0) and gave the engine back its own setting (on a CPU: 1.0)
+    assert ro.extras["alpha"].tolist() == [0.0, 8.0, 0.0, 8.0] and engine.compact_below == 1.0
     with torch.no_grad():  # the hook is gone: re-scoring now equals the stored (unhooked) log-probs
         lp, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask)
     assert torch.allclose(lp, ro.logprobs, atol=1e-5)

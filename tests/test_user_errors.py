@@ -240,6 +240,8 @@ BOUNDARIES = [
     ("seed", 0, -1), ("seed", 2**32 - 1, 2**32), ("eval_seed", 0, -1), ("eval_every", 0, -1),
     ("eval_problems", 1, 0), ("final_eval_problems", 0, -1), ("final_eval_k", 0, -1), ("final_eval_temperature", 0.01, 0.0), ("save_every", 0, -1),
     ("keep_last", 0, -1), ("max_nonfinite", 1, 0), ("dtype", "bfloat16", "float64"),
+    # log_completions: 0 off, a fraction below 1, or a whole count of rows per step
+    ("log_completions", 0, -1), ("log_completions", 0.999, 1.5), ("log_completions", 3, 3.25),
     ("group_size", 2, 1), ("advantage.estimator", "reinforce_pp", "ppo"), ("advantage.scale", "none", "std"),
     ("advantage.eps", 0.0, -1e-9),
     ("loss.ratio", "sequence-token", "seq"), ("loss.trust_region", "cispo", "ppo"), ("loss.agg", "token-mean", "mean"),

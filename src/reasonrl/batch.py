@@ -22,7 +22,7 @@ from .models.scoring import score_completions
 from .parts import Recipe
 from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
 from .parts.strategy import GenRequest
-from .rewards.base import score_rewards
+from .rewards.base import reward_name, score_rewards
 from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
 from .rollout.base import trained_tokens
 from .rollout.branch import branch, token_char_offsets
@@ -176,6 +176,11 @@ class BatchMaker:
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, n) total rewards, (B, n) raw correctness, reward metrics, for ``ro`` holding n rows per item
         (G for a round; DISA's offline stage samples N proposals)."""
+        return self.reward_terms(items, ro)[:3]
+
+    def reward_terms(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float],
+                                                                      dict[str, torch.Tensor]]:
+        """:meth:`reward` and each reward's own (R,) values by name, unweighted (completions.jsonl)."""
         G = len(ro.texts) // max(len(items), 1)
         t0, rows = time.perf_counter(), [it for it in items for _ in range(G)]
         # lengths are the policy's own tokens, against an episode's whole budget (issue 41: an episode's
@@ -189,11 +194,14 @@ class BatchMaker:
         cols["correct"] = [bool(c) for c in correct]  # raw task correctness, for shaping terms (CorR-PO correct_only)
         total, metrics = self.recipe.task_reward_weight * torch.tensor(res.values), dict(res.metrics)
         failed = _failed(res, len(rows))  # (R,) rows a reward could not score (a judge that failed)
+        terms = {reward_name(self.reward_fn): _values(res, len(rows))}  # each reward's own values, by name
         for fn, weight in self.recipe.extra_rewards:  # shaping terms; None (not applicable) adds nothing
             extra = score_rewards(fn, ro.prompts, ro.texts, cols, task=self.task.name)
             total = total + weight * torch.tensor([0.0 if v is None else v for v in extra.values])
             metrics.update(extra.metrics)
             failed = failed | _failed(extra, len(rows))
+            name = reward_name(fn) if reward_name(fn) not in terms else f"{reward_name(fn)}_{len(terms) + 1}"
+            terms[name] = _values(extra, len(rows))
         if ro.fixed_reward is not None:  # rows whose reward was fixed when they were made (an overflowed episode)
             fixed = ro.fixed_reward.to(total.dtype)
             total = torch.where(fixed.isnan(), total, fixed)
@@ -203,19 +211,19 @@ class BatchMaker:
         ro.unscored = failed if bool(failed.any()) else None  # left out of the advantage and the loss (prepare)
         metrics["reward/unscored_frac"] = float(failed.float().mean()) if len(failed) else 0.0
         self.seconds["score"] += time.perf_counter() - t0
-        return total, correct.view(-1, G), metrics
+        return total, correct.view(-1, G), metrics, terms
 
     def collect(self, n_prompts: int) -> Batch:
         """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
         and generate more, for up to its ``round_limit`` rounds (``max_rounds=None``: until full, or
         an error at the cap). Step statistics describe everything generated."""
         f, G = self.recipe.group_filter, self.recipe.group_size
-        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        kept: list[tuple[list[Item], Rollouts, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = []
         stats: list[tuple[float, dict[str, float]]] = []
         n_kept, generated, rounds = 0, 0, 0
         while rounds < (f.round_limit if f else 1) and n_kept < n_prompts:
             items, ro = self.rollout(n_prompts)
-            rewards, correct, metrics = self.reward(items, ro)
+            rewards, correct, metrics, terms = self.reward_terms(items, ro)
             scores = self.selector.observe(items, correct) if self.selector else torch.full((len(items),), float("nan"))
             rounds, generated = rounds + 1, generated + len(items)
             stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics,
@@ -225,7 +233,7 @@ class BatchMaker:
             if groups:
                 rows = [g * G + j for g in groups for j in range(G)]
                 kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups],
-                             scores[groups]))
+                             scores[groups], {k: v[rows] for k, v in terms.items()}))
                 n_kept += len(groups)
         out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
@@ -240,7 +248,8 @@ class BatchMaker:
         ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
         return Batch(sum((k[0] for k in kept), []), ro, torch.cat([k[2] for k in kept]),
                      torch.cat([k[3] for k in kept]), metrics=out,
-                     scores=torch.cat([k[4] for k in kept]) if self.selector else None)
+                     scores=torch.cat([k[4] for k in kept]) if self.selector else None,
+                     reward_terms={name: torch.cat([k[5][name] for k in kept]) for name in kept[0][5]})
 
     def batch_context(self, b: Batch) -> BatchContext:
         """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``kind`` set per part)."""
@@ -357,6 +366,10 @@ class BatchMaker:
 
 def _failed(res, n: int) -> torch.Tensor:  # -> (n,) bool
     return torch.zeros(n, dtype=torch.bool) if res.failed is None else torch.tensor(res.failed, dtype=torch.bool)
+
+
+def _values(res, n: int) -> torch.Tensor:  # -> (n,) float: a reward's own values, NaN where it declined or failed
+    return torch.tensor([float("nan") if v is None else float(v) for v in res.values]).masked_fill(_failed(res, n), float("nan"))
 
 
 def _one_source(recipe: Recipe) -> tuple[str, Any] | None:

@@ -82,6 +82,7 @@ class TrainConfig:
     save_every: int = 30
     keep_last: int = 2
     tracking: list[str] = field(default_factory=lambda: ["jsonl"])
+    log_completions: int | float = 2  # rollouts per step written to completions.jsonl as text (a fraction < 1: of the rows; 0: off)
     max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
     max_rows: int | str = "auto"  # rows decoded at once by the rollout engine (auto: from free GPU memory; 512 off CUDA)
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
@@ -114,6 +115,8 @@ class TrainConfig:
         "save_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no checkpoints)"),
         "keep_last": Rule(lambda v, _: v >= 0, ">= 0 (0: keep every checkpoint)"),
         "max_nonfinite": at_least(1),
+        "log_completions": Rule(lambda v, _: v == 0 or 0 < v < 1 or (v >= 1 and v == int(v)),
+                                "0 (off), a whole number of rows per step, or a fraction in (0, 1) of the step's rows"),
         "dtype": one_of(("float32", "bfloat16", "float16")),  # models.loading.DTYPES (importing it pulls in transformers)
         "device": Rule(lambda v, _: not v.startswith("cuda") or torch.cuda.is_available(),
                        "a device this machine has (torch sees no CUDA device: use auto or cpu)"),

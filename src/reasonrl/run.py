@@ -8,7 +8,9 @@ correct; what ``reasonrl compare`` pairs across recipes), ``before.items.jsonl``
 greedy correctness and, from ``final_eval_k`` samples at ``final_eval_temperature``, c, n and
 pass@1), ``prompt_rewards.jsonl`` (per step, per training prompt key: its group's mean reward and
 accuracy; a resumed run may repeat the lines of steps after its checkpoint; what
-``reasonrl diagnose unlearnable`` reads), ``samples.jsonl`` (up to 10 correct and 10
+``reasonrl diagnose unlearnable`` reads), ``completions.jsonl`` (``log_completions`` of each step's
+rollouts as text: prompt as the model saw it, completion, each reward, advantage; kept exact on resume
+like ``metrics.jsonl``), ``samples.jsonl`` (up to 10 correct and 10
 wrong greedy completions of that evaluation, for ``reasonrl report``), ``curves.png``,
 ``final/`` (an HF model directory; with LoRA the adapter, and ``final/merged/`` the merged model),
 ``checkpoints/`` and ``events.jsonl`` (one line per process start and end of training: where a
@@ -39,6 +41,7 @@ from .parts import Recipe
 from .parts.episodes import episodic_problems
 from .plots import plot_curves
 from .rewards.sandbox import requiring
+from .stepdata import chosen_rows, completion_rows
 from .tasks import GuidedTask, get_task
 from .tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
@@ -103,6 +106,16 @@ def sample_lines(records: list[dict], per_kind: int = 10) -> str:
     greedy = [r for r in records if r["mode"] == "greedy"]
     picked = [r for r in greedy if r["correct"]][:per_kind] + [r for r in greedy if not r["correct"]][:per_kind]
     return "".join(json.dumps({k: r[k] for k in SAMPLE_KEYS}) + "\n" for r in picked)
+
+
+def _on_batch(run_dir: Path, tracker, trainer: Trainer, step: int, b) -> None:
+    """A fresh batch's records: per-prompt rewards, and ``log_completions`` of its rollouts as text."""
+    _append(run_dir / "prompt_rewards.jsonl", prompt_reward_lines(step, b))
+    rate, tok = trainer.cfg.log_completions, trainer.tok
+    if rate and len(b.ro.texts):
+        rows = chosen_rows(rate, len(b.ro.texts), trainer.cfg.seed, step)
+        tracker.log_completions(completion_rows(step, b, lambda ids: tok.decode(ids, skip_special_tokens=False), rows),
+                                step)
 
 
 def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
@@ -223,7 +236,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
                   resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
                   **trainer.resume_info)
     drawn_at_start = trainer.batches.items_drawn
-    tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start) if main else None
+    tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start,
+                           completions=cfg.log_completions > 0) if main else None
     t0 = time.perf_counter()
 
     def log(m: dict) -> None:
@@ -232,7 +246,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
 
     trainer.log = log if main else (lambda m: None)
     if main:
-        trainer.on_batch = lambda step, b: _append(run_dir / "prompt_rewards.jsonl", prompt_reward_lines(step, b))
+        trainer.on_batch = lambda step, b: _on_batch(run_dir, tracker, trainer, step, b)
     on_phase("training")
     try:
         trainer.train()

@@ -3,12 +3,15 @@ and the pure operations on it (join a round's groups, keep some groups, step sta
 merging). No model, no method names."""
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from .parts.protocol import Channel
+from .seeds import stable_seed
 from .parts.strategy import Groups
 from .rollout import Rollouts, concat_rollouts, select_rows
 from .rollout.base import policy_tokens
@@ -32,6 +35,8 @@ class Batch:
     weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
     scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
     extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
+    # each reward the batch computed, by name, unweighted, per row (NaN: declined, or a round's added row)
+    reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (R,)
     parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
 
     def channel(self, key: str) -> Channel:
@@ -53,6 +58,8 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
     return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
                  rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
                  metrics={**b.metrics, **g.metrics}, parts=b.parts,
+                 reward_terms={k: torch.cat([v, torch.full((len(g.ro.texts),), float("nan"))])
+                               for k, v in b.reward_terms.items()},  # a round's rows: its own rewards only
                  kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
                  preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
                  weight=torch.cat([ones(R) if b.weight is None else b.weight,
@@ -84,7 +91,7 @@ def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
                  correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
                  ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
                  weight=pick(b.weight, rows), scores=pick(b.scores, g),
-                 extra_labels=pick(b.extra_labels, rows),
+                 extra_labels=pick(b.extra_labels, rows), reward_terms={k: v[rows] for k, v in b.reward_terms.items()},
                  # per-row channel data (teacher scores) cut with the rows; the rest as it is (FEST's pairs find
                  # their anchor rows from the sliced loss mask when they train)
                  parts={k: Channel(rows={n: v[rows] for n, v in c.rows.items()}, values=c.values)
@@ -111,3 +118,49 @@ def merge_metrics(parts: list[tuple[float, dict[str, float]]],
 def additive_metric(key: str) -> bool:
     """Loss terms are normalised by the minibatch's global counts, so their micro-batch values add up."""
     return key == "loss/policy" or key.endswith("_term")
+
+
+def completion_count(rate: float, n_rows: int) -> int:
+    """Rows ``log_completions`` logs of a step with ``n_rows``: a number >= 1 is a count (capped at
+    ``n_rows``), one in (0, 1) a fraction of the rows rounded up, 0 none."""
+    return min(n_rows, int(rate)) if rate >= 1 else math.ceil(rate * n_rows)
+
+
+def chosen_rows(rate: float, n_rows: int, seed: int, step: int) -> list[int]:
+    """Which rows of step ``step`` are logged (ascending): a seeded choice of its own, keyed by the run's
+    seed and the step, so it draws nothing from the training RNG and a resumed run picks the same rows."""
+    k = completion_count(rate, n_rows)
+    return sorted(random.Random(stable_seed(seed, "completions", step)).sample(range(n_rows), k))
+
+
+def completion_rows(step: int, b: Batch, decode: Callable[[list[int]], str], rows: list[int]) -> list[dict[str, Any]]:
+    """``completions.jsonl``'s records of ``rows`` of a step's batch (TRL's ``log_completions``): the
+    prompt as the model saw it (its token ids decoded, template and special tokens included), the
+    completion text, the total reward, each reward's own value by name (None: declined), the advantage
+    (a per-token advantage: its mean over the tokens the loss sees), group, finish reason."""
+    G = b.rewards.shape[1] if b.rewards.dim() == 2 else 1
+    kinds, out = b.group_kinds(), []
+    for r in rows:
+        g = r // G
+        ids = b.ro.prompt_ids[r][b.ro.prompt_mask[r].bool()].tolist()
+        terms = {name: None if math.isnan(v[r]) else float(v[r]) for name, v in b.reward_terms.items()}
+        out.append({"step": step, "group": g, "sample": r % G, "kind": int(kinds[g]), "key": b.items[g].key,
+                    "prompt": decode(ids), "completion": b.ro.texts[r], "answer": b.items[g].answer,
+                    "reward": float(b.rewards[g, r % G]), "rewards": terms, "correct": bool(b.correct[g, r % G]),
+                    "advantage": row_advantage(b, r), "length": int(b.ro.policy_lengths[r]),  # the policy's tokens
+                    "finish": b.ro.finish_reasons[r]})
+    return out
+
+
+def row_advantage(b: Batch, r: int) -> float | None:
+    """Row ``r``'s advantage: the value (sequence-level), or the mean over the tokens the loss sees
+    (token-level; over its completion tokens when the loss sees none). None before ``prepare``."""
+    if b.advantages is None:
+        return None
+    adv = b.advantages[r]
+    if adv.dim() == 0:
+        return float(adv)
+    mask = b.loss_mask[r, :adv.shape[0]] if b.loss_mask is not None else b.ro.completion_mask[r, :adv.shape[0]]
+    if not mask.any():
+        mask = b.ro.completion_mask[r, :adv.shape[0]]
+    return float((adv * mask).sum() / mask.sum().clamp(min=1))

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 VALID_KINDS = ("jsonl", "tensorboard", "wandb", "trackio")
 METRICS_FILE = "metrics.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"  # a few rollouts per step as text (log_completions; CompletionsSink)
 PROJECT = "reasonrl"
 
 # The import name that must be present for each optional sink (and the pip name in the error).
@@ -138,6 +139,30 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+class CompletionsSink:
+    """``completions.jsonl``: a few of each step's rollouts as records (prompt, completion, rewards,
+    advantage; :func:`reasonrl.stepdata.completion_rows`), TRL's ``log_completions`` as a file.
+
+    The same life as ``metrics.jsonl``: a fresh run starts it anew, a run resumed at step ``s`` keeps
+    the records of steps <= ``s`` and appends, so a resumed run's file equals a straight run's (a run
+    started before reasonrl wrote the file has no records to keep: it starts one)."""
+
+    def __init__(self, path: Path, resume_from_step: int | None = None):
+        self._jsonl = JsonlSink(path, resume_from_step if Path(path).exists() else None)
+
+    def log_rows(self, rows: list[dict[str, Any]], step: int) -> None:
+        for row in rows:
+            self._jsonl.log({k: v for k, v in row.items() if k != "step"}, step)
+
+    def close(self) -> None:
+        self._jsonl.close()
+
+
+def read_completions(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``completions.jsonl`` in file order (as :func:`read_metrics` reads)."""
+    return read_metrics(path)
+
+
 class TensorBoardSink:
     """One ``add_scalar`` per numeric metric under ``run_dir/tensorboard``."""
 
@@ -194,9 +219,10 @@ class Tracker:
     """Fans each ``log`` out to every sink; the JSONL sink is first so it is written even if a
     remote sink then raises."""
 
-    def __init__(self, sinks: list[Sink], metrics_path: Path):
+    def __init__(self, sinks: list[Sink], metrics_path: Path, completions: CompletionsSink | None = None):
         self.sinks = sinks
         self.metrics_path = metrics_path
+        self.completions = completions  # None: log_completions=0
         self._closed = False
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -207,13 +233,20 @@ class Tracker:
         for sink in self.sinks:
             sink.log(metrics, step)
 
+    def log_completions(self, rows: list[dict[str, Any]], step: int) -> None:
+        """Records of a step's rollouts (``completions.jsonl``); nothing when the run logs none."""
+        if self._closed:
+            raise RuntimeError("Tracker.log_completions called after close()")
+        if self.completions is not None:
+            self.completions.log_rows(rows, step)
+
     def close(self) -> None:
         """Close every sink even if one fails, then raise the first failure."""
         if self._closed:
             return
         self._closed = True
         first_error: BaseException | None = None
-        for sink in self.sinks:
+        for sink in self.sinks + ([self.completions] if self.completions is not None else []):
             try:
                 sink.close()
             except Exception as exc:  # re-raised below once the remaining sinks are closed
@@ -236,8 +269,10 @@ def make_tracker(
     run_name: str,
     *,
     resume_from_step: int | None = None,
+    completions: bool = False,
 ) -> Tracker:
-    """Build a Tracker writing to ``run_dir``; ``"jsonl"`` is always included.
+    """Build a Tracker writing to ``run_dir``; ``"jsonl"`` is always included, and with
+    ``completions`` the ``completions.jsonl`` sink (:class:`CompletionsSink`).
 
     All kinds are validated (and optional packages checked) before any sink is opened, so a typo or
     a missing package fails before a fresh run truncates an existing ``metrics.jsonl``.
@@ -255,12 +290,13 @@ def make_tracker(
     try:
         for kind in wanted:
             sinks.append(_open_sink(kind, run_dir, config, run_name, resume_from_step))
+        done = CompletionsSink(run_dir / COMPLETIONS_FILE, resume_from_step) if completions else None
     except BaseException:
         # Do not leak the sinks already opened; the original error propagates.
         for sink in sinks:
             sink.close()
         raise
-    return Tracker(sinks, metrics_path)
+    return Tracker(sinks, metrics_path, done)
 
 
 def _open_sink(kind: str, run_dir: Path, config: dict[str, Any], run_name: str,

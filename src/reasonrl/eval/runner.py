@@ -166,7 +166,8 @@ def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ..
     """One row per problem from its greedy record and its ``n`` sampled records (problem-major).
 
     Row: problem, key, prompt, answer, greedy ``correct`` and ``extracted`` (so the file serves
-    ``eval --against`` as a ``--samples`` file does), ``n``, ``c`` (correct samples), ``avg@n`` =
+    ``eval --against`` as a ``--samples`` file does), the greedy ``completion`` text and its ``finish``
+    reason, and with samples the first sample's text (``sample``) and ``n``, ``c`` (correct samples), ``avg@n`` =
     c/n, and per k the unbiased pass@k from all n samples (Chen et al. 2021; spec section 9),
     ``maj@k`` (0/1) and ``maj_answer@k``: the majority vote over the problem's *first* k samples
     (samples are i.i.d., so the first k are a random k-subset: an unbiased, higher-variance
@@ -176,11 +177,12 @@ def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ..
         raise ValueError(f"item_rows: {len(sampled)} sampled records for {len(greedy)} problems x n = {n}")
     rows = []
     for p, g in enumerate(greedy):
-        row = {k: g[k] for k in ("problem", "key", "prompt", "answer", "correct", "extracted")}
+        row = {k: g[k] for k in ("problem", "key", "prompt", "answer", "correct", "extracted", "completion", "finish")}
         if n > 0:
             mine = sampled[p * n:(p + 1) * n]
             c = sum(bool(r["correct"]) for r in mine)
-            row.update({"n": n, "c": c, f"avg@{n}": c / n, **distinct_correct(mine)})
+            row.update({"sample": mine[0]["completion"], "sample_correct": bool(mine[0]["correct"]),
+                        "n": n, "c": c, f"avg@{n}": c / n, **distinct_correct(mine)})
             row.update({pass_key(k): pass_at_k(n, c, k) for k in ks})
             for k in ks:
                 answer, ok = majority_vote_grouped([r["extracted"] for r in mine[:k]],
@@ -212,10 +214,17 @@ def _shape_stats(greedy: list[dict], sampled: list[dict]) -> dict[str, float]:
 
 
 def item_lines(records: list[dict]) -> str:
-    """The greedy records, one small JSON line each (problem key and correctness): what the paired
-    tests need (``reasonrl compare``, ``reasonrl eval --against``), without the completions."""
-    keep = ("problem", "key", "mode", "score", "correct")
-    return "".join(json.dumps({k: r[k] for k in keep}) + "\n" for r in records if r["mode"] == "greedy")
+    """The greedy records, one JSON line each: problem key and correctness (what the paired tests need:
+    ``reasonrl compare``, ``reasonrl eval --against``), the greedy completion's text and, when the
+    evaluation sampled, the text of the problem's first sample (``sample``; why a score is what it is)."""
+    keep = ("problem", "key", "mode", "score", "correct", "completion")
+    first = {}
+    for r in records:
+        if r["mode"] == "sampled":
+            first.setdefault(r["problem"], r["completion"])
+    return "".join(json.dumps({**{k: r[k] for k in keep}, **({"sample": first[r["problem"]]}
+                                                            if r["problem"] in first else {})}) + "\n"
+                   for r in records if r["mode"] == "greedy")
 
 
 def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:

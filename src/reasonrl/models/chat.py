@@ -23,6 +23,7 @@ through the formatter's methods.
 """
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -261,3 +262,10 @@ class PromptFormatter:
 
 
 PLAIN = PromptFormatter()  # strings as they are; what a run without a tokenizer (tests, fakes) renders with
+
+
+def cache_kwarg(model) -> str:
+    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``.
+    A peft model's forward takes ``**kwargs`` and passes them on: its base model's forward decides."""
+    forward = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"

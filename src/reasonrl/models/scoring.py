@@ -14,7 +14,9 @@ from typing import Iterator
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from transformers import DynamicCache
 
+from .chat import cache_kwarg
 from .lora import base_model, score_by_adapter
 
 LOGIT_CHUNK_ELEMENTS = 2**26  # logits per float32 log-softmax slice: 256 MB a float32 copy
@@ -28,7 +30,9 @@ def logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, temperatur
                          extra: torch.Tensor | None = None):
     """(R, T, V) logits, (R, T) targets -> (R, T) log p(target), (R, T) entropy of the distribution;
     with ``extra`` (R, T) ids also (R, T) log p(extra) from the same log-softmax (TGPO's teacher ids)."""
-    logp_all = (logits.float() / (temperature or 1.0)).log_softmax(-1)  # (R, T, V)
+    t = temperature or 1.0
+    scaled = logits.float() if t == 1 else logits.float() / t  # x / 1 is x: no (R, T, V) copy for nothing
+    logp_all = scaled.log_softmax(-1)  # (R, T, V)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)  # (R, T)
     entropy = -(logp_all.exp() * logp_all).sum(-1)  # (R, T)
     if extra is None:
@@ -98,9 +102,12 @@ def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     for s in range(0, len(prompt_ids), chunk_rows):
         ids = torch.cat([prompt_ids[s:s + chunk_rows], completion_ids[s:s + chunk_rows]], 1).to(device)
         mask = torch.cat([prompt_mask[s:s + chunk_rows], completion_mask[s:s + chunk_rows]], 1).to(device)
+        P = ids.shape[1] - T
+        logits = None if hidden else shared_prefix_logits(model, ids[:, :P], mask[:, :P], ids[:, P:], mask[:, P:])
         with capture_last_hidden(model, on=hidden) as seen:
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
-                           logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V): position p predicts token p+1
+            if logits is None:  # every row its own prompt (or hidden states asked for): one forward of each row
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False,
+                               logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V): position p predicts token p+1
         extra = None if extra_labels is None else extra_labels[s:s + chunk_rows].to(device)  # (r, T)
         cm = mask[:, -T:]  # (r, T)
         row = [x * cm.to(x.dtype) for x in chunked_logprobs_and_entropy(logits, ids[:, -T:], temperature, extra=extra)]
@@ -112,6 +119,41 @@ def score_completions(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     if not entropies:
         cols[1] = None
     return tuple(cols)
+
+
+def shared_prefix_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                         completion_mask: torch.Tensor) -> torch.Tensor | None:
+    """(r, T, V) logits predicting each completion token, each distinct prompt run through the model once.
+
+    A GRPO batch holds G completions of each prompt; one forward of every (prompt, completion) row
+    computes each prompt G times, in the forward and again in the backward. Here the distinct
+    prompts are prefilled once (with gradients), their KV cache is indexed out to the rows (the
+    backward sums each row's gradient into its prompt's), and the completions run on top of it: the
+    same logits as the per-row forward up to float rounding (``tests/test_scoring_prefix.py``), for
+    (distinct prompts x P + r x T) positions instead of r x (P + T). The first logit of a row is the
+    prompt's last position. None when no two rows share a prompt, or when the model cannot keep a
+    cache in training (activation checkpointing): the caller runs the per-row forward."""
+    keys = torch.cat([prompt_ids, prompt_mask], 1)  # a prompt is its ids and its padding
+    unique, inverse = torch.unique(keys, dim=0, return_inverse=True)  # (u, 2P), (r,)
+    if len(unique) == len(keys) or completion_ids.shape[1] == 0 or prompt_ids.shape[1] == 0 or _checkpointing(model):
+        return None
+    P, arg = prompt_ids.shape[1], cache_kwarg(model)
+    u_ids, u_mask = unique[:, :P], unique[:, P:]
+    cache = DynamicCache()
+    first = model(input_ids=u_ids, attention_mask=u_mask, position_ids=_positions(u_mask), use_cache=True,
+                  logits_to_keep=1, **{arg: cache}).logits[:, -1]  # (u, V): each prompt's last position
+    cache.batch_select_indices(inverse)  # (u, ...) -> (r, ...) per layer, differentiable
+    mask = torch.cat([prompt_mask, completion_mask], 1)  # (r, P + T)
+    rest = model(input_ids=completion_ids, attention_mask=mask, position_ids=_positions(mask)[:, P:],
+                 use_cache=True, **{arg: cache}).logits[:, :-1]  # (r, T - 1, V): completion token t predicts t + 1
+    return torch.cat([first[inverse, None], rest], 1)  # (r, T, V)
+
+
+def _checkpointing(model) -> bool:
+    """Whether the model recomputes its layers in the backward (then transformers keeps no cache in training)."""
+    hf = base_model(model)
+    on = getattr(hf, "is_activation_checkpointing", None)  # renamed in transformers 5.2x
+    return bool(getattr(hf, "is_gradient_checkpointing", False) if on is None else on)
 
 
 @contextmanager

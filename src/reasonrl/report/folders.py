@@ -2,8 +2,8 @@
 (``reasonrl compare``), recognised by the file each always has, and the optional audit.
 
 A run folder is one with ``config.yaml`` and ``metrics.jsonl`` (both written as the run starts);
-``summary.json`` exists once the run finished and ``samples.jsonl`` since runs write it (an older
-or unfinished run lacks them: the page says so). A compare folder is one with ``compare.json``.
+``summary.json`` exists once the run finished, ``samples.jsonl`` and ``completions.jsonl`` since runs
+write them (an older or unfinished run lacks them: the page says so). A compare folder is one with ``compare.json``.
 An audit (``reasonrl audit --out DIR``) is ``DIR/audit.json`` or ``DIR/audit/audit.json``.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 from ..errors import MissingPathError, UserError
 from ..tasks.files import jsonl_rows
-from ..tracking import read_metrics
+from ..tracking import COMPLETIONS_FILE, read_metrics
 
 AUDIT_KEYS = ("stages", "counts", "seconds")  # what the audit summary cannot do without
 
@@ -52,6 +52,7 @@ class RunFolder:
     summary: dict[str, Any] | None  # None: the run has not finished (no summary.json)
     samples: list[dict[str, Any]] | None  # None: no samples.jsonl (an older or unfinished run)
     events: list[dict[str, Any]] = field(default_factory=list)
+    completions: list[dict[str, Any]] | None = None  # completions.jsonl; None: a run that wrote none
 
 
 @dataclass
@@ -87,7 +88,8 @@ def load_run(path: Path) -> RunFolder:
     summary = read_json(path / "summary.json") if (path / "summary.json").is_file() else None
     samples = read_jsonl(path / "samples.jsonl") if (path / "samples.jsonl").is_file() else None
     events = read_jsonl(path / "events.jsonl") if (path / "events.jsonl").is_file() else []
-    return RunFolder(path, read_yaml(path / "config.yaml"), metrics, summary, samples, events)
+    done = read_jsonl(path / COMPLETIONS_FILE) if (path / COMPLETIONS_FILE).is_file() else None
+    return RunFolder(path, read_yaml(path / "config.yaml"), metrics, summary, samples, events, done)
 
 
 def _check_compare(path: Path, report: Any) -> dict[str, Any]:

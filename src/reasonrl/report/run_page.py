@@ -1,4 +1,5 @@
-"""The page of one run folder: what ran, before/after, curves, per-step metrics, completions, audit."""
+"""The page of one run folder: what ran, before/after, curves, per-step metrics, training rollouts,
+evaluation completions, audit."""
 from __future__ import annotations
 
 import tempfile
@@ -8,7 +9,7 @@ from typing import Any
 from ..plots import plot_curves
 from .folders import RunFolder, find_audit, load_audit
 from .html import Raw, fmt, note, page, png, section, table, tag
-from .sections import audit_section, before_after_table, config_yaml, samples_parts
+from .sections import audit_section, before_after_table, config_yaml, samples_parts, training_parts
 
 MAX_METRIC_ROWS = 20
 # The per-step table's columns, in this order, where logged; the rest stay in metrics.jsonl.
@@ -92,6 +93,8 @@ def run_page(run: RunFolder) -> str:
                 ("before-after", "Before/after", before_after_section(run.summary)),
                 ("curves", "Curves", curves_section(run.metrics)),
                 ("metrics", "Metrics", metrics_section(run.metrics)),
+                ("training", "Training rollouts", section("training", "Training rollouts",
+                                                          *training_parts(run.completions, str(run.path)))),
                 ("samples", "Completions", section("samples", "Completions", *samples_parts(run.samples, str(run.path)))),
                 ("audit", "Audit", audit_section(audit_path, audit)),
                 ("config", "Config", config_section(cfg))]

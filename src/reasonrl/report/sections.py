@@ -24,6 +24,34 @@ def sample_block(rec: dict[str, Any]) -> Raw:
                f'<div><span class="meta">completion</span>{pre(rec.get("completion", ""))}</div></div></div>')
 
 
+def training_block(rec: dict[str, Any]) -> Raw:
+    """One logged training rollout (``completions.jsonl``): its rewards, advantage and texts; every field escaped."""
+    terms = " · ".join(f"{esc(name)} {esc(fmt(v))}" for name, v in (rec.get("rewards") or {}).items())
+    verdict = tag("span", "correct" if rec.get("correct") else "wrong", "ok" if rec.get("correct") else "bad")
+    meta = (f"step {esc(rec.get('step', '-'))} · group {esc(rec.get('group', '-'))} sample {esc(rec.get('sample', '-'))}"
+            f" · key {esc(rec.get('key', '-'))} · answer {esc(rec.get('answer', '-'))} · reward "
+            f"{esc(fmt(rec.get('reward')))} ({terms}) · advantage {esc(fmt(rec.get('advantage')))} · "
+            f"{esc(rec.get('length', '-'))} tokens ({esc(rec.get('finish', '-'))})")
+    return Raw(f'<div class="sample">{verdict} <span class="meta">{meta}</span>'
+               f'<div class="pc"><div><span class="meta">prompt as the model saw it</span>{pre(rec.get("prompt", ""))}'
+               f'</div><div><span class="meta">completion</span>{pre(rec.get("completion", ""))}</div></div></div>')
+
+
+def training_parts(rows: list[dict[str, Any]] | None, where: str, steps: int = 3) -> list[str]:
+    """The rollouts ``completions.jsonl`` logged in the last ``steps`` steps, newest first, or why there are none."""
+    if rows is None:
+        return [note(f"No completions.jsonl in {where}: a run written before reasonrl logged training rollouts, "
+                     "or one with log_completions=0.")]
+    if not rows:
+        return [note(f"completions.jsonl in {where} holds no row yet.")]
+    last = sorted({r["step"] for r in rows})[-steps:]
+    shown = [r for r in reversed(rows) if r["step"] in last]
+    return [note(f"Training rollouts logged by log_completions in the last {len(last)} logged steps "
+                 f"({len(shown)} of {len(rows)} rows in completions.jsonl), newest first: the prompt decoded from "
+                 "its token ids, the completion, the total reward and each reward's value, the advantage."),
+            *[training_block(r) for r in shown]]
+
+
 def samples_parts(samples: list[dict[str, Any]] | None, where: str) -> list[str]:
     """Correct and wrong completions of the final greedy evaluation, or why there are none."""
     if samples is None:

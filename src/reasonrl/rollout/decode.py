@@ -209,11 +209,15 @@ class Loop:
                        [REASONS[c] for c in self.host_reason])
 
 
-def prefill(model, cache_arg: str, ids, mask, pos, n: int):
-    """Prefill the prompts once, repeat each prompt's cache ``n`` times; (cache, (R, V) logits)."""
+def prefill(model, cache_arg: str, ids, mask, pos, n: int, capacity: int | None = None):
+    """Prefill the prompts once, repeat each prompt's cache ``n`` times; (cache, (R, V) logits).
+    ``capacity``: positions to reserve in every layer (prompt + new tokens), so that decoding writes
+    in place (:class:`~reasonrl.rollout.kvcache.GrowingLayer`); None: transformers' concatenating layers."""
     cache = DecodeCache()
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
                 **{cache_arg: cache})
+    if capacity is not None:
+        cache.reserve(capacity)
     cache.batch_repeat_interleave(n)
     return cache, out.logits[:, -1].repeat_interleave(n, 0)
 
@@ -233,7 +237,7 @@ class Inputs:
 def start(engine, ids, mask, pos, n: int, T: int, opts: DecodeOpts) -> tuple[Inputs, torch.Tensor]:
     """Prefill and lay out the chunk's model inputs; (inputs, (R, V) first logits)."""
     P = mask.shape[1]
-    dense, logits = prefill(engine.model, engine._cache_arg, ids, mask, pos, n)
+    dense, logits = prefill(engine.model, engine._cache_arg, ids, mask, pos, n, None if opts.static_cache else P + T)
     R = len(logits)
     rows, width = (bucket_rows(R, engine.max_rows), static_width(P + T)) if opts.static_cache else (R, P + T)
     cache = engine.caches.filled(engine.model.config, dense, rows, width) if opts.static_cache else dense

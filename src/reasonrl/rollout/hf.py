@@ -7,7 +7,6 @@ few long completions does not pay for the short ones. The loop itself lives on t
 """
 from __future__ import annotations
 
-import inspect
 from typing import Sequence
 
 import torch
@@ -15,15 +14,8 @@ import torch
 from .base import Rollouts, SamplingParams, concat_rollouts
 from .decode import DecodeOpts, Decoded, decode
 from .kvcache import StaticCaches
-from ..models.chat import PromptFormatter, stop_ids
+from ..models.chat import PromptFormatter, cache_kwarg, stop_ids
 from ..seeds import stable_seed
-
-
-def cache_kwarg(model) -> str:
-    """transformers >= 5.2x names the KV-cache argument ``cache``; older releases ``past_key_values``.
-    A peft model's forward takes ``**kwargs`` and passes them on: its base model's forward decides."""
-    forward = model.get_base_model().forward if hasattr(model, "get_base_model") else model.forward
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 def position_ids_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -37,7 +29,7 @@ class HFEngine:
     tokenizer; text it already rendered passes as it is), and a row ends at any of the model's end
     ids (:func:`reasonrl.models.chat.stop_ids`: ``generation_config.eos_token_id`` and the EOS)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float = 0.5,
+    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float | None = None,
                  check_every: int | None = None,
                  static_cache: bool = False, compile: bool = False, compile_backend: str = "inductor",
                  formatter: PromptFormatter | None = None):
@@ -52,6 +44,8 @@ class HFEngine:
         self.device = next(model.parameters()).device
         if check_every is None:  # on a CPU a host look costs no copy, and dropping rows at once is faster
             check_every = 1 if self.device.type == "cpu" else 8
+        if compact_below is None:  # a CPU's step time is linear in the rows: drop a finished row at the next look
+            compact_below = 1.0 if self.device.type == "cpu" else 0.5
         self.opts = DecodeOpts(check_every, compact_below, static_cache, compile, compile_backend)
         self._cache_arg = cache_kwarg(model)
         self._compiled = None

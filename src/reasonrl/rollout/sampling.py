@@ -67,7 +67,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
         token = logits.argmax(-1)  # (R,)
         logp = logits.log_softmax(-1)
     else:
-        scaled = logits / temperature
+        scaled = logits if temperature == 1 else logits / temperature  # x / 1 is x: no (R, V) pass for nothing
         logp = scaled.log_softmax(-1)  # (R, V)
         probs = filter_top_k_top_p(scaled, top_k, top_p, min_p).softmax(-1)
         token = (inverse_cdf(probs, uniform) if uniform is not None
