@@ -32,6 +32,7 @@ class Batch:
     weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
     scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
     extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
+    learner_logp: torch.Tensor | None = None  # (R, T) the trainer's log-probs at sampling (issue 43: vLLM rollouts)
     parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
 
     def channel(self, key: str) -> Channel:

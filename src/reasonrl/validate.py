@@ -27,6 +27,7 @@ from .parts import Recipe
 from .parts.episodes import episodic_problems
 from .parts.protocol import part_needs
 from .rewards.options import rewards_dict
+from .rollout.vllm_checks import vllm_problems  # issue 43
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
 from .tasks import get_task
 
@@ -158,7 +159,8 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
             bad.add(key)
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
-            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe))
+            + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe)
+            + vllm_problems(values, recipe))
 
 
 def reward_problems(recipe: Recipe) -> list[str]:
