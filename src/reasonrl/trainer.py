@@ -27,13 +27,13 @@ from .dist.choose import make_strategy
 from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, additive_metric, merge_metrics, step_stats
-from .rollout import EngineCorrection, select_rows
+from .rollout import select_rows
 from .models.lora import Reference, apply_lora
 from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_rows
 from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
-from .dist.ray_rollout import WorkerError, make_engine
+from .dist.ray_rollout import EngineCorrection, WorkerError, make_engine
 from .tasks import Task
 from .tasks.limits import prepare_prompts
 from .tasks.base import stable_seed

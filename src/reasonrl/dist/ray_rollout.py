@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..models.lora import is_lora
 from ..models.memory import compute_dtype, install_tf32_head
 from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, engine_for, is_diffusion
+from ..rollout.correction import EngineCorrection  # noqa: F401 - the trainer's view of an engine's log-probs (issue 43)
 
 INSTALL_HINT = "pip install ray (or pip install 'reasonrl[ray]')"
 
