@@ -117,3 +117,21 @@ def test_a_run_killed_after_its_step_2_checkpoint_resumes_to_the_straight_run(tm
         assert a.keys() == b.keys()
         for key in a:
             assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6), (a["step"], key)
+
+
+def test_two_data_parallel_ranks_each_with_its_engine_train_as_one_process(tmp_path):
+    """``--nproc 2`` (DDP, gloo): each rank runs its own engine on its share of the prompts and pushes its own
+    replica; the rows are keyed by their prompts' seeds, so the metrics are those of one process."""
+    runs = {}
+    for n in (1, 2):
+        out = tmp_path / f"nproc{n}"
+        cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--nproc", str(n), "--out", str(out), "--steps", "2",
+               "prompts_per_step=4", "group_size=4", "eval_every=0", "final_eval_problems=4", "final_eval_k=2",
+               "save_every=0", "rollout.engine=vllm", "rollout.vllm.kv_cache_gib=0.25"]
+        done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=1500)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "Exception ignored" not in done.stderr  # no vLLM shutdown against the ranks' closed process group
+        runs[n] = _values(out)
+    for a, b in zip(runs[1], runs[2]):
+        for key in ("reward/mean", "loss/policy", "grad_norm", "rollout/weight_version", "mismatch/dlogp_abs_max"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (a["step"], key)

@@ -45,6 +45,7 @@ from .vllm_setup import (export_model, hf_weights, import_vllm, kept_process_sta
                          torch_threads, vllm_dtype)
 
 _MASS_ELEMENTS = 2**25  # logits per slice of the kept-mass pass: 128 MB of float32
+_LEFT_TO_EXIT: list = []  # engines of data-parallel ranks, closed with their process (VLLMEngine.close)
 
 
 class VLLMEngine:
@@ -63,6 +64,8 @@ class VLLMEngine:
         self.version = 0  # the optimiser-step count of the weights the engine holds
         self.sync_seconds: list[float] = []  # pushes since the last generation (logged with it)
         self.vllm = import_vllm()
+        # a data-parallel rank's process group (torchrun) exists before the engine: vLLM's shutdown would destroy it
+        self.shared_dist = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.tokens_prompt = importlib.import_module("vllm.inputs").TokensPrompt
         self.dir = export_model(model, tokenizer)
         ctx = opts.max_model_len or context_length(model) or 2048
@@ -233,9 +236,17 @@ class VLLMEngine:
             self.asleep = True
 
     def close(self) -> None:
-        """Stop the engine and remove its model folder (idempotent)."""
+        """Stop the engine and remove its model folder (idempotent). On a data-parallel rank the engine is left
+        to the process's exit: vLLM's shutdown destroys the default process group, which is the trainer's."""
         llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
+        if llm is not None and getattr(self, "shared_dist", False):
+            engine = getattr(llm, "llm_engine", None)
+            for owner in (engine, getattr(engine, "engine_core", None)):  # vLLM's exit-time shutdown, detached
+                finalizer = getattr(owner, "_finalizer", None)
+                if finalizer is not None:
+                    finalizer.detach()
+            _LEFT_TO_EXIT.append(llm)  # and never garbage-collected: the process's exit frees it
+        elif llm is not None:
             engine = getattr(llm, "llm_engine", None)
             shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
             if shutdown is not None:

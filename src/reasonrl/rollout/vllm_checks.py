@@ -44,7 +44,7 @@ def vllm_problems(values: dict[str, Any], recipe: Any) -> list[str]:
                    "process: set rollout.workers=0")
     if values.get("dist.strategy") == "fsdp":
         out.append(f"{key} with dist.strategy=fsdp: not supported (each rank would gather the whole model for its "
-                   "own engine every push); use dist.strategy=ddp")
+                   "own engine at every push; not built); use dist.strategy=ddp (each rank its own engine)")
     if is_diffusion_name(values.get("model")):
         out.append(f"{key}: model {values.get('model')!r} is a masked-diffusion LM, which vLLM cannot sample: use "
                    "rollout.engine=hf")
