@@ -21,6 +21,9 @@ LAYERS = {
     "eval.refine": 4,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
     "models.chat": 1.9,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
+    "rollout.vllm_setup": 2.1, "rollout.vllm": 2.2,  # the vLLM engine (issue 43): starts from models (LoRA merge)
+    "rollout.correction": 2.2,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
+    "rollout.vllm_checks": 2.6,  # what vLLM cannot serve, read from the parts' declared needs
     "envs": 1.95,  # environments of multi-turn episodes (reset/step), the CodeAct harness, the FHIR store: tasks make them
     "tasks.env_check": 2.1,  # EvoEnv novelty: the audit's shingles and embedding checks (eval.audit_models)
     "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context

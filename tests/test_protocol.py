@@ -87,7 +87,7 @@ def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validat
 def test_every_hook_is_in_the_protocol_and_the_needs_are_named():
     assert set(HOOKS) == {"wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend",
                           "score_batch", "shape_advantages", "loss_term", "after_step"}
-    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden"}
+    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine"}
     with pytest.raises(ValueError, match="unknown hook 'shape'"):
         TOY.hooked("shape")
 

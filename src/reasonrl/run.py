@@ -249,15 +249,17 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
         trainer.on_batch = lambda step, b: _on_batch(run_dir, tracker, trainer, step, b)
     on_phase("training")
     try:
-        trainer.train()
+        try:
+            trainer.train()
+        finally:
+            if tracker is not None:
+                tracker.close()
+        seconds = time.perf_counter() - t0
+        on_phase("evaluating the trained model")
+        after, after_records, after_rows = _final_eval(trainer, cfg)  # on the engine, so it closes after (issue 43)
     finally:
-        if tracker is not None:
-            tracker.close()
-        if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0) are stopped
+        if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0), vLLM are stopped
             trainer.engine.close()
-    seconds = time.perf_counter() - t0
-    on_phase("evaluating the trained model")
-    after, after_records, after_rows = _final_eval(trainer, cfg)
     summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
                "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world,
                "prompts": prompt_report(trainer)}

@@ -69,6 +69,35 @@ class Dist:
     }
 
 
+ENGINES = ("hf", "vllm")  # rollout.engine: the own decode loop (rollout/hf.py) or vLLM (rollout/vllm.py)
+IS_CORRECTIONS = ("tis", "none")  # rollout.is_correction (losses/mismatch.py)
+
+
+@dataclass(frozen=True)
+class VLLMOpts:
+    """The colocated vLLM engine's settings (``rollout.vllm.*``, issue 43, docs/generator.md). ``dtype``: auto
+    is the trainer's compute dtype. CPU: ``kv_cache_gib`` (vLLM's ``kv_cache_memory_bytes``), ``threads``
+    (torch/OpenMP threads while vLLM decodes in the trainer's process; the probe measured 183 tok/s with one
+    and 33 with two on 2 shared cores). GPU: ``gpu_memory_utilization`` (TRL's colocate default 0.3) and
+    ``sleep`` (release the KV cache between generations). ``enforce_eager``: None is true on a CPU
+    (no compile), false on a GPU (CUDA graphs). ``max_model_len``: None is the model's context length."""
+    dtype: str = "auto"
+    kv_cache_gib: float = 1.0
+    threads: int = 1
+    gpu_memory_utilization: float = 0.3
+    sleep: bool = False
+    enforce_eager: bool | None = None
+    max_model_len: int | None = None
+
+    RULES: ClassVar[dict[str, Rule]] = {
+        "dtype": one_of(("auto", "float32", "bfloat16", "float16")),
+        "kv_cache_gib": Rule(lambda v, _: v > 0, "> 0 (GiB of KV cache on the CPU)"),
+        "threads": at_least(1),
+        "gpu_memory_utilization": within(0, 1, open_lo=True),
+        "max_model_len": Rule(lambda v, _: v >= 2, ">= 2, or null for the model's context length"),
+    }
+
+
 @dataclass(frozen=True)
 class SandboxOpts:
     """How isolated model-written code must be (``reasonrl.rewards.sandbox``; docs/sandbox.md). ``require``
@@ -87,7 +116,16 @@ class SandboxOpts:
 class RolloutOpts:
     """Where rollouts are generated. ``workers=0``: in the trainer's process; ``workers=N``: N Ray
     actors, each with a copy of the policy (``address``: a running Ray cluster, None: a local one).
-    ``async_`` (key ``rollout.async``): generate batch k+1 while the trainer updates on batch k."""
+    ``async_`` (key ``rollout.async``): generate batch k+1 while the trainer updates on batch k.
+    ``engine``: ``hf`` (the own decode loop on the trainer's model) or ``vllm`` (a colocated vLLM with its
+    own copy of the weights, pushed every ``sync_every`` optimiser steps; the gap between its log-probs and
+    the trainer's corrected by ``is_correction``: ``tis``, truncated importance weights capped at
+    ``is_cap``, or ``none``), issue 43, docs/generator.md."""
+    engine: str = "hf"
+    sync_every: int = 1
+    is_correction: str = "tis"
+    is_cap: float = 2.0  # TRL's vllm_importance_sampling_cap (token_truncate) and verl's tis_imp_ratio_cap use 2
+    vllm: VLLMOpts = field(default_factory=VLLMOpts)
     workers: int = 0
     address: str | None = None
     async_: bool = False
@@ -99,6 +137,10 @@ class RolloutOpts:
 
     RULES: ClassVar[dict[str, Rule]] = {
         "workers": Rule(lambda v, _: v >= 0, ">= 0 (0: generate in the trainer's process)"),
+        "engine": one_of(ENGINES),
+        "sync_every": at_least(1),
+        "is_correction": one_of(IS_CORRECTIONS),
+        "is_cap": Rule(lambda v, _: v >= 1, ">= 1 (the largest importance weight a token keeps; TRL and verl use 2)"),
         "check_every": at_least(1),
         "compile": Rule(lambda v, c: not v or bool(c.get("static_cache")),
                         "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)"),

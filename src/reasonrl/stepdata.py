@@ -37,6 +37,7 @@ class Batch:
     extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
     # each reward the batch computed, by name, unweighted, per row (NaN: declined, or a round's added row)
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (R,)
+    learner_logp: torch.Tensor | None = None  # (R, T) the trainer's log-probs at sampling (issue 43: vLLM rollouts)
     parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
 
     def channel(self, key: str) -> Channel:

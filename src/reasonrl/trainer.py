@@ -33,7 +33,7 @@ from .models.memory import prepare_for_training, resolve_rows
 from .models.scoring import score_rows
 from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
 from .parts.protocol import LossContext, ModelSetup, UpdateContext
-from .dist.ray_rollout import WorkerError, make_engine
+from .dist.ray_rollout import EngineCorrection, WorkerError, make_engine
 from .tasks import Task
 from .tasks.limits import prepare_prompts
 from .tasks.base import stable_seed
@@ -85,6 +85,7 @@ class Trainer:
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = budget  # max new tokens per completion (the limit prompts were held to above)
+        self.correction = EngineCorrection.of(cfg.rollout)  # issue 43: vLLM's rollouts weighted to the trainer's policy
         self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
                                   cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
@@ -150,7 +151,8 @@ class Trainer:
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
         adv = b.advantages[rows] if b.advantages.dim() == 1 else b.advantages[rows, :c_len]
         norm = {"n_tokens": n_tokens, "n_seqs": n_seqs, "norm_len": self.budget}
-        loss, metrics = policy_term(r.loss, logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask, **norm)
+        old, adv, m_engine = self.correction.apply(b, rows, logp, ro.logprobs[rows, :c_len].to(dev), adv.to(dev), mask)
+        loss, metrics = policy_term(r.loss, logp, old, adv, mask, **norm)  # old: the trainer's own with vLLM (issue 43)
         agg = {**loss_agg(r.loss, self.budget), "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
             mine = {k: v[rows.to(v.device), :c_len] for k, v in (draws or {}).items()}  # this micro-batch's noise
@@ -169,7 +171,7 @@ class Trainer:
                               modules=self.batches.parts.modules_of(key), hidden=more[-1] if hidden else None)
             a, m = term(ctx)
             loss, metrics = loss + a, {**metrics, **m}
-        return loss, metrics
+        return loss, {**metrics, **m_engine}
 
     def _optimizer_step(self, b: Batch, rows: torch.Tensor) -> dict[str, float]:
         """Accumulate micro-batch gradients over ``rows`` and take one (guarded) optimiser step."""
@@ -241,6 +243,7 @@ class Trainer:
             for _ in range(o.mu):
                 order = torch.randperm(len(b.ro.texts), generator=self.sampler, device=self.sampler.device).cpu()
                 minibatches += split_even(order, o.minibatches)
+        self.correction.prepare(b, self, len(minibatches))  # issue 43: vLLM rollouts' old log-probs, when needed
         self.model.train()
         results = []
         with self.dist.updating(self.model):  # FSDP: sharded for the optimiser steps, gathered again after
@@ -362,8 +365,7 @@ class Trainer:
 
     # ---------------------------------------------------------------- rollout workers (dist.ray_rollout)
     def _push_weights(self) -> None:
-        """Ray rollout workers get the new weights, versioned by the optimiser step count; the
-        in-process engine shares the model and has no ``push_weights``."""
+        """Engines with their own weights (Ray workers, vLLM) get the new ones, versioned by optimiser steps."""
         push = getattr(self.engine, "push_weights", None)
         if push is not None:
             push(self.model, self.optimizer_steps)

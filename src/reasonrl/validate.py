@@ -29,6 +29,7 @@ from .parts.protocol import part_needs
 from .rewards.options import rewards_dict
 from .rewards.sandbox import LEVELS, SandboxUnavailable, isolation
 from .rewards.sandbox.levels import stronger_or_equal
+from .rollout.vllm_checks import vllm_problems  # issue 43
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
 from .tasks import BUILTIN, DEFAULT_TASK, get_task
 
@@ -161,7 +162,7 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
             + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe)
-            + sandbox_problems(values))
+            + sandbox_problems(values) + vllm_problems(values, recipe))
 
 
 def sandbox_problems(values: Values) -> list[str]:

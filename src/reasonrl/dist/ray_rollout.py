@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..models.lora import is_lora
 from ..models.memory import compute_dtype, install_tf32_head
 from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, engine_for, is_diffusion
+from ..rollout.correction import EngineCorrection  # noqa: F401 - the trainer's view of an engine's log-probs (issue 43)
 
 INSTALL_HINT = "pip install ray (or pip install 'reasonrl[ray]')"
 
@@ -47,12 +48,19 @@ def import_ray():
 
 def make_engine(model, tok, cfg) -> Any:
     """The trainer's rollout engine: in-process (:class:`HFEngine`, it shares the trainer's model, so
-    no weights are ever pushed) for ``rollout.workers=0``, else a :class:`RayEngine`. Under mixed
+    no weights are ever pushed) for ``rollout.workers=0``, else a :class:`RayEngine`; a colocated vLLM
+    engine for ``rollout.engine=vllm`` (:class:`~reasonrl.rollout.vllm.VLLMEngine`). Under mixed
     precision with ``rollout.tf32_head`` the policy's output head computes in TF32 on CUDA."""
     ro = cfg.rollout
     decode = {"check_every": ro.check_every, "static_cache": ro.static_cache, "compile": ro.compile}
     if ro.tf32_head and compute_dtype(model) != next(model.parameters()).dtype:  # mixed precision: the head is float32
         install_tf32_head(model)  # the policy's: the sampler and the learner share it
+    if ro.engine == "vllm":  # issue 43: a colocated vLLM with its own weights (rollout/vllm.py)
+        from ..rollout.vllm import VLLMEngine
+
+        if is_diffusion(model):
+            raise UserError("rollout.engine=vllm cannot sample a masked-diffusion model: use rollout.engine=hf")
+        return VLLMEngine(model, tok, ro.vllm, max_rows=cfg.max_rows, seed=cfg.seed, sync_every=ro.sync_every)
     if is_diffusion(model):  # the diffusion sampler: in process only
         if ro.workers > 0:
             raise UserError("a masked-diffusion model samples in the trainer's process: set rollout.workers=0")

@@ -87,7 +87,7 @@ class Steering:
     alphas: str = "grid"  # grid | uniform
     anneal: str = "none"  # none | linear | cosine
     steer_prompt: bool = False
-    needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # forward hooks on the trainer's model
+    needs: ClassVar[frozenset[str]] = frozenset({"in_process", "own_engine"})  # forward hooks on the trainer's model
 
     RULES: ClassVar[dict[str, Rule]] = {
         "layer": at_least(0),

@@ -240,6 +240,7 @@ class CorrBonus(Reward):
     grad_norm: str = "logit"  # logit | hidden
     correct_only: bool = False
     name: str = "corr_po"
+    engine_stats: ClassVar[tuple[str, ...]] = ("entropies", "sum_p2")  # recorded while sampling (not by vLLM)
 
     def __post_init__(self):
         if self.grad_norm not in ("logit", "hidden"):

@@ -99,7 +99,7 @@ class PopuLoRA:
         "operators": Rule(lambda v, _: bool(v) and all(o in OPERATORS for o in v.split(",")),
                           f"a comma list of {', '.join(OPERATORS)}"),
     }
-    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process"})  # adapters switched on the trainer's model
+    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "own_engine"})  # adapters switched on the trainer's model
 
     # ---------------------------------------------------------------- members, state, the AZR game
     @property

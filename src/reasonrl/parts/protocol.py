@@ -57,8 +57,9 @@ from ..models.chat import PLAIN, PromptFormatter
 
 # what a part may need the run to provide; policy_in_loss: its loss term runs the policy on inputs of its own
 # (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks);
-# hidden: the trainer's forward also hands the policy's last hidden states to loss_term
-NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden")
+# hidden: the trainer's forward also hands the policy's last hidden states to loss_term; own_engine: its rollouts
+# need the own decode loop on the trainer's model (forward hooks, adapters switched per row): not vLLM (issue 43)
+NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine")
 HOOKS = ("wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend", "score_batch",
          "shape_advantages", "loss_term", "after_step")
 

@@ -130,7 +130,7 @@ class VPD:
         "warm_wrong_rate": Rule(lambda v, _: 0 <= v <= 1, "in [0, 1]"),
     }
     # two adapters on one backbone, switched on the trainer's own model
-    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "policy_in_loss"})
+    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "policy_in_loss", "own_engine"})
 
     # ---------------------------------------------------------------- the model: a second adapter
     def setup_model(self, ctx: ModelSetup):

@@ -68,7 +68,12 @@ class EngineTurns:
 
     def sample(self, contexts: Sequence[list[int]], sampling: SamplingParams, seeds: Sequence[int]) -> list[Turn]:
         """One turn per context, at most the engine's ``max_rows`` rows decoded at once (each row's
-        randomness is its seed's, so the chunks give the rows they would give together)."""
+        randomness is its seed's, so the chunks give the rows they would give together). An engine that
+        seeds rows itself (vLLM: ``sample_ids``, issue 43) gets the contexts' ids and seeds as they are."""
+        if hasattr(self.engine, "sample_ids"):
+            st = self.engine.sample_ids([list(c) for c in contexts], 1, sampling, list(seeds))
+            return [Turn(st.ids[i, :int(st.length[i])].tolist(), st.logp[i, :int(st.length[i])].tolist(), st.reason[i])
+                    for i in range(len(contexts))]
         step = max(1, int(getattr(self.engine, "max_rows", len(contexts)) or len(contexts)))
         return [turn for s in range(0, len(contexts), step)
                 for turn in self._chunk(contexts[s:s + step], sampling, seeds[s:s + step])]
