@@ -367,13 +367,13 @@ def test_steer_prompt_generation_keeps_whole_groups(sharp_tiny):
     # not a multiple of G; alphas [0, 0] change nothing, so greedy texts equal plain generation
     model, tok = sharp_tiny
     prompts, sp = ["12+3=?\n", "5+539=?\n"], SamplingParams(temperature=0, max_new_tokens=8)
-    engine = HFEngine(model, tok, max_rows=3)
+    engine = HFEngine(model, tok, max_rows=3, compact_below=0.5)  # not the CPU default (1.0): restoring shows
     unit = torch.zeros(model.config.hidden_size)
     unit[0] = 1.0
     plain = engine.generate(prompts, 2, sp)
     ro = generate_steered(engine, prompts, sp, unit=unit, scale=1.0, layer=0, alphas=[0.0, 0.0], steer_prompt=True)
     assert ro.texts == plain.texts and ro.n == 2 and ro.prompts == plain.prompts
-    assert engine.max_rows == 3 and engine.compact_below == 0.5  # restored
+    assert engine.max_rows == 3 and engine.compact_below == 0.5  # restored (the call ran with 0)
     ro = generate_steered(engine, prompts, sp, unit=unit, scale=1.0, layer=0, alphas=[0.0, 5.0], steer_prompt=True)
     assert ro.extras["alpha"].tolist() == [0.0, 5.0, 0.0, 5.0] and ro.texts[0] == plain.texts[0]
     assert math.isfinite(float(ro.logprobs.sum()))
