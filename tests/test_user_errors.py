@@ -366,6 +366,11 @@ BOUNDARIES = [
     ("episodes.max_live", 64, 65),
     ("episodes.observation_template", "{observation}", "{observation}{observation}"),
     ("episodes.answer_format", "A:{answer}", "A:"),
+    # the vLLM engine's keys (issue 43); engine=vllm itself is judged by vllm_problems (tests/test_vllm_checks.py)
+    ("rollout.engine", "hf", "vLLM"), ("rollout.sync_every", 1, 0), ("rollout.is_correction", "none", "is"),
+    ("rollout.is_cap", 1.0, 0.99), ("rollout.vllm.dtype", "float16", "fp16"), ("rollout.vllm.kv_cache_gib", 1e-3, 0.0),
+    ("rollout.vllm.threads", 1, 0), ("rollout.vllm.gpu_memory_utilization", 1.0, 1.01),
+    ("rollout.vllm.gpu_memory_utilization", 1e-9, 0.0), ("rollout.vllm.max_model_len", 2, 1),
 ]
 
 # rules that read another knob, judged with it set (key, good, bad, the other knobs): the bad value passes

@@ -218,7 +218,7 @@ def test_the_recipe_is_registered_with_its_part():
     r = RECIPES["vpd"]
     assert r.vpd == VPD() and r.rounds == [("vpd", r.vpd)] and ("vpd", r.vpd.loss_term) in r.calls("loss_term")
     assert r.calls("setup_model") == [("vpd", r.vpd.setup_model)] and r.describe()["vpd"]["beta"] == 0.1
-    assert r.needs == {"lora", "in_process", "policy_in_loss"} and dict(r.run_defaults) == {"lora.r": 8}
+    assert r.needs == {"lora", "in_process", "policy_in_loss", "own_engine"} and dict(r.run_defaults) == {"lora.r": 8}
 
 
 @pytest.mark.slow
