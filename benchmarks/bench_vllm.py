@@ -86,12 +86,12 @@ def sums_task():
 
 # ------------------------------------------------------------------ the arms (each in its own process)
 def run_reasonrl(args, engine: str) -> dict:
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.models import load_model
     from reasonrl.recipes import get_recipe
-    from reasonrl.run_sections import RolloutOpts, VLLMOpts
+    from reasonrl.config.sections import RolloutOpts, VLLMOpts
     from reasonrl.tasks import get_task
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     model, tok = load_model(model_dir(args.model))
     r = get_recipe("grpo")

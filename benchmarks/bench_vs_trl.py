@@ -34,14 +34,14 @@ from pathlib import Path
 
 import torch
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.eval.runner import EvalConfig, evaluate_model
 from reasonrl.models import load_model
 from reasonrl.models.chat import PromptFormatter
 from reasonrl.recipes import get_recipe
-from reasonrl.run_sections import Lora
+from reasonrl.config.sections import Lora
 from reasonrl.tasks import get_task, is_correct, take_items
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 from vs_trl_parts import PeakRSS, Phases, step_phases, write_chat_arithmetic
 
 
@@ -80,7 +80,7 @@ def run_reasonrl(model_name, task, s: Settings, steps: int, seed: int) -> dict:
         sampling=dataclasses.replace(base.sampling, max_new_tokens=s.max_new, temperature=s.temperature))
     cfg = TrainConfig(steps=steps, prompts_per_step=s.prompts, seed=seed, eval_every=0, save_every=0,
                       lora=Lora(r=s.lora_r, alpha=s.lora_alpha))
-    import reasonrl.trainer as trainer_mod
+    import reasonrl.loop.trainer as trainer_mod
 
     phases, rows = Phases(), []
     with PeakRSS() as rss:

@@ -31,12 +31,12 @@ def child(model: str, steps: int) -> None:
 
     sys.path.insert(0, str(HERE))
     from vs_trl_parts import write_chat_arithmetic  # the task file only: no reasonrl code of its own
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.models import load_model
     from reasonrl.recipes import get_recipe
-    from reasonrl.run_sections import Lora
+    from reasonrl.config.sections import Lora
     from reasonrl.tasks import get_task
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     torch.set_num_threads(1)
     train, test = write_chat_arithmetic(Path(tempfile.mkdtemp()))

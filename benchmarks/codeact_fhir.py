@@ -35,7 +35,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 KEYS = ("episode/turns_mean", "env/codeact/cell_errors", "env/codeact/malformed", "env/codeact/timeouts",
         "episode/finish_answer", "episode/finish_turns", "episode/finish_context", "accuracy", "reward/judge/mean",

@@ -15,7 +15,7 @@ from pathlib import Path
 from reasonrl.models import load_model
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import get_task
-from reasonrl.warmstart import with_context
+from reasonrl.loop.warmstart import with_context
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from reasonrl.commands.disa import stage_context
-from reasonrl.config import DataOpts, TrainConfig, apply_overrides
+from reasonrl.config.train import DataOpts, TrainConfig, apply_overrides
 from reasonrl.data.partition import ess_histogram, estimate_rows, summary
 from reasonrl.distill.teacher import BUILTIN, resolve_teacher_path
 from reasonrl.recipes import get_recipe

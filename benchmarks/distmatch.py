@@ -25,7 +25,7 @@ from pathlib import Path
 from reasonrl.commands.evaluate import checked_entries, expected_config
 from reasonrl.compare import compare
 from reasonrl.report.run_page import step_seconds as step_seconds_of
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 GROUPS = {"ar": ["grpo", "flowrl", "disa"], "diffusion": ["diffu_grpo", "trafl"]}
 KS = (1, 2, 4, 8, 16, 32, 64)

@@ -24,7 +24,7 @@ from reasonrl.models import load_model
 from reasonrl.models.lora import apply_lora
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout.kvcache import DecodeCache
-from reasonrl.run_sections import Lora
+from reasonrl.config.sections import Lora
 
 SYSTEM = "You are a helpful math assistant. Solve the problem and end with the final answer as a number."
 PROMPTS = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}]

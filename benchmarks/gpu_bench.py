@@ -112,11 +112,11 @@ def prompts(n: int) -> list[str]:
 
 
 def run_reasonrl(run: Run, s: Setup) -> dict:
-    from reasonrl.config import Lora, RolloutOpts, TrainConfig
+    from reasonrl.config.train import Lora, RolloutOpts, TrainConfig
     from reasonrl.models import build_char_tokenizer
     from reasonrl.recipes import get_recipe
     from reasonrl.tasks import get_task
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
     tok = build_char_tokenizer()
     r = get_recipe("grpo")
     r = dataclasses.replace(r, group_size=s.group, task_reward_weight=0.0, extra_rewards=((rand_reward, 1.0),),

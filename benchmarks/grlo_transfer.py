@@ -30,7 +30,7 @@ from reasonrl.eval.runner import EvalConfig, evaluate
 from reasonrl.models import load_model
 from reasonrl.rollout import HFEngine
 from reasonrl.tasks import get_task
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 TASKS = ("arithmetic", "explain")
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from reasonrl.config import Lora, TrainConfig
+from reasonrl.config.train import Lora, TrainConfig
 from reasonrl.eval.metrics import welch_t_test
 from reasonrl.eval.paired import paired_bootstrap_values_ci, paired_tests
 from reasonrl.eval.runner import EvalConfig, evaluate, evaluate_model
@@ -39,7 +39,7 @@ from reasonrl.parts import AZR, PopuLoRA
 from reasonrl.parts.populora import adapter_of
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 
 def recipes(a) -> dict:

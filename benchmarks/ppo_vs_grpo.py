@@ -23,16 +23,16 @@ import sys
 from pathlib import Path
 
 from reasonrl.report.run_page import step_seconds
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 RECIPES = ("grpo", "ppo")
 MEMORY_PROBE = """
 import json, resource, sys
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import load_model
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 recipe = get_recipe(sys.argv[1])
 model, tok = load_model()
 tr = Trainer(model, tok, get_task("arithmetic"), recipe, TrainConfig(steps=2, eval_every=0, save_every=0,

@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import reasonrl.trainer as trainer_mod
+import reasonrl.loop.trainer as trainer_mod
 from bench_vs_trl import PROFILES, build_task
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import load_model
 from reasonrl.recipes import get_recipe
-from reasonrl.run_sections import Lora
-from reasonrl.trainer import Trainer
+from reasonrl.config.sections import Lora
+from reasonrl.loop.trainer import Trainer
 from vs_trl_parts import Phases, step_phases
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import build_tiny, load_model
 from reasonrl.parts import PromptPolicy
 from reasonrl.parts.nudge import HINT_TEMPLATE
@@ -40,7 +40,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import SamplingParams
 from reasonrl.tasks import get_task
 from reasonrl.tasks.guidance import hints
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 
 class OracleWorker:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from reasonrl.compare import _json_safe, collect, parse_variant, run_dir_name, run_one, table_rows
 from reasonrl.recipes import RECIPES, get_recipe
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 BEFORE = ("before.json", "before.items.jsonl")
 

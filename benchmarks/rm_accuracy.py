@@ -19,7 +19,7 @@ from pathlib import Path
 from reasonrl.data.preferences import judged_pairs, split_pairs
 from reasonrl.models import load_model
 from reasonrl.models.reward_model import load_reward_model
-from reasonrl.rm_train import RMConfig, pairwise_accuracy, train_rm
+from reasonrl.loop.rm_train import RMConfig, pairwise_accuracy, train_rm
 from reasonrl.tasks import get_task, take_items
 from reasonrl.tasks.explain import judge
 

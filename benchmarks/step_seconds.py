@@ -15,7 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 
 def step_seconds(run_dir: Path) -> list[float]:

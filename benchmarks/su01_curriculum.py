@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from reasonrl.models import build_tiny
-from reasonrl.sft import SFTConfig, demo_nll, sft
+from reasonrl.loop.sft import SFTConfig, demo_nll, sft
 from reasonrl.tasks import get_task, take_items
 
 

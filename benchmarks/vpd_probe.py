@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from reasonrl.tracking import read_metrics
+from reasonrl.loop.tracking import read_metrics
 
 COLUMNS = ("step", "accuracy", "vpd/teacher_accuracy", "vpd/kl_measured", "vpd/beta", "vpd/beta_next",
            "vpd/e_pg_term", "vpd/e_kl_term", "vpd/m_loss_term", "vpd/feedback_on_wrong", "seconds")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from reasonrl.config import Lora
+from reasonrl.config.train import Lora
 from reasonrl.models import load_model
 from reasonrl.models.lora import apply_lora, use_adapter
 from reasonrl.parts import VPD

@@ -1,7 +1,7 @@
 import pytest
 
 from reasonrl.models import build_tiny
-from reasonrl.sft import SFTConfig, sft
+from reasonrl.loop.sft import SFTConfig, sft
 from reasonrl.tasks import get_task
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import yaml
 
 import reasonrl.compare as compare_mod
-from reasonrl.checkpoint import atomic_write_text
-from reasonrl.config import TrainConfig, resolved_dict
+from reasonrl.loop.checkpoint import atomic_write_text
+from reasonrl.config.train import TrainConfig, resolved_dict
 from reasonrl.eval.runner import item_lines
 from reasonrl.recipes import get_recipe
-from reasonrl.run import log_event, sample_lines
-from reasonrl.tracking import make_tracker
+from reasonrl.loop.run import log_event, sample_lines
+from reasonrl.loop.tracking import make_tracker
 
 N_ITEMS = 10
 EVIL = "<script>alert('pwned')</script>"

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import text_rollouts
-from reasonrl.config import Lora
+from reasonrl.config.train import Lora
 from reasonrl.models import build_tiny, score_completions
 from reasonrl.models.lora import (add_adapters, adapter_factors, adapter_modules, adapter_parameters, apply_lora,
                                   reset_optimizer_state, score_by_adapter, set_adapter_factors, use_adapter)

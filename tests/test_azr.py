@@ -9,7 +9,7 @@ import torch
 
 from helpers import batch_context, round_context, text_rollouts
 from reasonrl.advantages.buckets import role_task_advantages
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.parts import AZR
 from reasonrl.parts.azr import ast_depth, initial_buffers
@@ -18,8 +18,8 @@ from reasonrl.rewards.azr import azr_format_shaping, azr_proposal_reward, azr_pr
 from reasonrl.tasks import get_task
 from reasonrl.tasks.azr import AZRShaping, format_ok, parse_inputs, parse_proposal, solve_item
 from reasonrl.tasks.azr_world import IDENTITY, banned_names, validate_programs
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_part
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_part
 
 TASK = get_task("azr")
 MOD3 = "a=int(input())\nprint(a%3)\n"  # the spec's abduction example: f(x) = x % 3

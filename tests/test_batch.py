@@ -3,7 +3,7 @@ import zlib
 
 import torch
 
-from reasonrl.batch import BatchMaker
+from reasonrl.loop.batch import BatchMaker
 from reasonrl.parts import GroupFilter
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards import OverlongPenalty

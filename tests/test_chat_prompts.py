@@ -7,7 +7,7 @@ import torch
 
 from chat_model import build_tokenizer
 from helpers import round_context, text_rollouts
-from reasonrl.batch import Batch
+from reasonrl.loop.batch import Batch
 from reasonrl.errors import UserError
 from reasonrl.models import build_char_tokenizer, load_model
 from reasonrl.models.chat import PLAIN, PromptFormatter, Rendered, is_chat_model, stop_ids

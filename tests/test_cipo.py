@@ -15,15 +15,15 @@ import torch
 
 from helpers import round_context, text_rollouts
 from reasonrl.advantages import cipo_select, get_estimator
-from reasonrl.batch import Batch, join_groups
-from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.loop.batch import Batch, join_groups
+from reasonrl.config.train import TrainConfig, apply_overrides, split_config
 from reasonrl.errors import UserError
 from reasonrl.parts import Advantage, Correction
 from reasonrl.parts.correction import DEFAULT_TEMPLATE, correction_prompt, keep_at_most, next_rho, replay_cap
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import ArithmeticTask
-from reasonrl.validate import check_part, check_run
+from reasonrl.config.validate import check_part, check_run
 
 G = 4
 TASK = ArithmeticTask()
@@ -233,7 +233,7 @@ def _rows(run):
 
 @pytest.mark.slow
 def test_cipo_trains_end_to_end_and_its_replay_ratio_survives_a_resume(tiny_dir, tmp_path, monkeypatch):
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     seen, real_update = [], Trainer.update
 

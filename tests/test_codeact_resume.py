@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("fhir.resources")
 
-from reasonrl.checkpoint import latest_checkpoint  # noqa: E402
+from reasonrl.loop.checkpoint import latest_checkpoint  # noqa: E402
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -9,15 +9,15 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from reasonrl.batch import BatchMaker
-from reasonrl.config import TrainConfig
+from reasonrl.loop.batch import BatchMaker
+from reasonrl.config.train import TrainConfig
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards import OverlongPenalty
 from reasonrl.rewards.base import Reward, RewardResult
-from reasonrl.run import train_run
-from reasonrl.stepdata import Batch, chosen_rows, completion_count, completion_rows, row_advantage
+from reasonrl.loop.run import train_run
+from reasonrl.loop.stepdata import Batch, chosen_rows, completion_count, completion_rows, row_advantage
 from reasonrl.tasks import Item, get_task
-from reasonrl.tracking import CompletionsSink, read_completions
+from reasonrl.loop.tracking import CompletionsSink, read_completions
 
 from helpers import text_rollouts
 
@@ -149,7 +149,7 @@ CHAT_GRPO = dataclasses.replace(get_recipe("grpo"), group_size=4,
 
 def test_a_chat_run_logs_the_templated_prompt_and_what_its_batch_computed(chat_model_dir, chat_data, tmp_path,
                                                                           monkeypatch):
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     seen, real_update = [], Trainer.update
 

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from helpers import round_context, text_rollouts
-from reasonrl.batch import Batch
-from reasonrl.config import DataOpts, TrainConfig
+from reasonrl.loop.batch import Batch
+from reasonrl.config.train import DataOpts, TrainConfig
 from reasonrl.data.d2evo import D2EvoState
 from reasonrl.errors import UserError
 from reasonrl.parts import D2Evo
 from reasonrl.parts.d2evo import DEFAULT_TEMPLATE, role_prompt
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import ArithmeticTask
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 G, N = 4, 4  # group size, Solver samples per problem (estimation and generated problems)
 TASK = ArithmeticTask()
@@ -189,8 +189,8 @@ def _rows(run):
 
 @pytest.mark.slow
 def test_d2evo_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
-    from reasonrl.run import train_run
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.run import train_run
+    from reasonrl.loop.trainer import Trainer
 
     # every pool problem is an anchor (band [0, 1]) so the Questioner always runs; 2 steps per iteration
     recipe = dataclasses.replace(get_recipe("d2evo"), d2evo=D2Evo(

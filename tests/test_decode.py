@@ -163,7 +163,7 @@ def test_host_text_check_alone_equals_the_per_token_loop(sharp_tiny, monkeypatch
 
 
 def test_the_device_loop_equals_the_per_token_loop_with_lora(sharp_tiny):
-    from reasonrl.config import Lora
+    from reasonrl.config.train import Lora
     from reasonrl.models.lora import apply_lora
     from reasonrl.models import build_tiny
 

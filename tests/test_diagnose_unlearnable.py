@@ -261,8 +261,8 @@ def test_command_refuses_missing_run(tmp_path):
 def test_prompt_reward_lines_first_round_groups_only():
     # two groups of G = 2: "1+2" rewards (1, 0) -> mean 0.5, accuracy 0.5; "3+4" is a second-round
     # group (kind 1: a correction round's), left out
-    from reasonrl.batch import Batch
-    from reasonrl.run import prompt_reward_lines
+    from reasonrl.loop.batch import Batch
+    from reasonrl.loop.run import prompt_reward_lines
     from reasonrl.tasks import Item
 
     b = Batch(items=[Item("1+2", "1+2=?\n", "3"), Item("3+4", "3+4=?\n", "7")], ro=None,

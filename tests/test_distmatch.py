@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from helpers import batch_context, loss_context, text_rollouts
-from reasonrl.config import DataOpts, TrainConfig
+from reasonrl.config.train import DataOpts, TrainConfig
 from reasonrl.data.partition import ZRow, ZTable, read_table, write_table
 from reasonrl.data.selector import prompt_hash
 from reasonrl.errors import UserError
 from reasonrl.parts import TrajectoryBalance
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item, get_task, take_items
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 TASK = {"max_digits": 1}
 
@@ -174,8 +174,8 @@ def test_a_table_of_another_sampling_temperature_is_refused(tmp_path):
     read_table(path).check(1.0, True, 0.8)  # the table's own settings pass
     with pytest.raises(UserError, match=r"temperature=0.8 in the table, 1.0 here"):
         read_table(path).check(1.0, True, 1.0)
-    from reasonrl.config import apply_overrides
-    from reasonrl.validate import check_run
+    from reasonrl.config.train import apply_overrides
+    from reasonrl.config.validate import check_run
 
     recipe = apply_overrides(get_recipe("disa"), {"balance": {"table": str(path)}})
     cfg = TrainConfig(recipe="disa", task="arithmetic", data=DataOpts(pool=4))

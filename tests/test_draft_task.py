@@ -5,7 +5,7 @@ import json
 import pytest
 
 from helpers import batch_context
-from reasonrl.config import TrainConfig, apply_overrides
+from reasonrl.config.train import TrainConfig, apply_overrides
 from reasonrl.data.draft_task import DraftTask, draft_metrics, find_universe, problem_text
 from reasonrl.data.drafter import DraftSample, draft_lines, drafter_summary, make_drafts, quasi_correct
 from reasonrl.data.drafts import MODES, derangement, draft_prompt
@@ -14,7 +14,7 @@ from reasonrl.parts import Drafts
 from reasonrl.parts.protocol import TaskSetup
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item, get_task, take_items
-from reasonrl.validate import problems
+from reasonrl.config.validate import problems
 
 TASK = get_task("arithmetic")
 ITEMS = take_items(TASK, "train", 5, seed=0)  # 55+187, 53+601, 33+34, 37+800, 997+5
@@ -183,7 +183,7 @@ def fresh_tiny_dir(tmp_path_factory):
 def test_drafts_recipe_trains_end_to_end(fresh_tiny_dir, tmp_path):
     import yaml
 
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
 
     tiny_dir = fresh_tiny_dir
 

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from reasonrl.batch import Batch, BatchMaker
+from reasonrl.loop.batch import Batch, BatchMaker
 from reasonrl.models import build_tiny
 from reasonrl.parts.selfteach import EGRSD
 from reasonrl.recipes import get_recipe

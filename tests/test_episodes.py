@@ -219,7 +219,7 @@ def test_episodes_part_through_the_batch_maker(answers):
     or the configured turn-cap reward) and its loss mask is the episodes' trainable tokens."""
     import dataclasses
 
-    from reasonrl.batch import BatchMaker
+    from reasonrl.loop.batch import BatchMaker
     from reasonrl.models import build_tiny
     from reasonrl.parts import Episodes
     from reasonrl.rollout import HFEngine

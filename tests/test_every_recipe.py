@@ -8,12 +8,12 @@ import math
 
 import pytest
 
-from reasonrl.config import DataOpts, Lora, TrainConfig
+from reasonrl.config.train import DataOpts, Lora, TrainConfig
 from reasonrl.recipes import RECIPES, get_recipe
 from reasonrl.rewards.base import reward_name
 from reasonrl.tasks import get_task, take_items
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_run
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_run
 
 from test_draft_task import write_drafts
 
@@ -100,7 +100,7 @@ def small(name: str, task, tmp_path) -> tuple:
     if r.prompt_policy is not None:
         changes["prompt_policy"] = dataclasses.replace(r.prompt_policy, instances=2)
     if any(reward_name(fn) == "rm" for fn, _ in r.extra_rewards):  # an untrained reward model: the plumbing only
-        from reasonrl.rm_train import new_reward_model
+        from reasonrl.loop.rm_train import new_reward_model
 
         rm = new_reward_model("tiny:tiny", seed=0)
         rm.model.save_pretrained(tmp_path / "rm")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import batch_context, round_context, text_rollouts
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.parts import EvoEnv
 from reasonrl.parts.evoenv import env_name
@@ -21,8 +21,8 @@ from reasonrl.tasks.env_grammar import CATALOGUE, grammar_env
 from reasonrl.tasks.env_pool import EnvPool, env_id
 from reasonrl.tasks.env_seeds import SEED_ENVS
 from reasonrl.tasks.evoenv import parse_answer, parse_review, solve_item
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_part
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_part
 
 TASK = get_task("evoenv")
 GOOD = grammar_env("sum(x*x for x in xs)%9")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import loss_context
-from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.config.train import TrainConfig, apply_overrides, split_config
 from reasonrl.data.demos import Demo, load_demos
 from reasonrl.errors import UserError
 from reasonrl.losses.dpo import demo_weight, dpo_sigmoid, pick_rejected, sequence_logp, sft_nll
@@ -17,9 +17,9 @@ from reasonrl.models import build_tiny
 from reasonrl.parts.fest import FEST, FestPairs, Tokens, anchors, demo_draws, encode_demos
 from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
-from reasonrl.validate import check_run
+from reasonrl.config.validate import check_run
 
 
 # ------------------------------------------------------------------ maths

@@ -10,14 +10,14 @@ import torch
 import torch.multiprocessing as mp
 
 from fsdp_ranks import sharded_step_worker
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.dist.fsdp import indexed, named
 from reasonrl.dist.group import Single
 from reasonrl.dist.choose import make_strategy
 from reasonrl.dist.strategy import Replicated
 from reasonrl.recipes import get_recipe
-from reasonrl.run_sections import Dist, Lora
-from reasonrl.validate import problems
+from reasonrl.config.sections import Dist, Lora
+from reasonrl.config.validate import problems
 
 
 def test_optimizer_state_by_name_and_by_index_round_trip():

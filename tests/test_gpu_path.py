@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from reasonrl.config import Lora
+from reasonrl.config.train import Lora
 from reasonrl.models import build_tiny, score_completions
 from reasonrl.models.lora import apply_lora
 from reasonrl.models.memory import STATIC_WIDTH_MULTIPLE, Shape, compute_dtype, decode_bytes_per_row, \

@@ -270,8 +270,8 @@ def test_guided_arithmetic_keeps_its_own_methods_for_kinds_without_a_file(tmp_pa
 
 
 def test_guidance_files_from_the_run_config_wrap_the_task(tmp_path):
-    from reasonrl.config import split_config
-    from reasonrl.run import task_for
+    from reasonrl.config.train import split_config
+    from reasonrl.loop.run import task_for
     from reasonrl.tasks import get_task
     item = next(get_task("arithmetic").iter_items("train", 0))
     path = tmp_path / "hints.jsonl"

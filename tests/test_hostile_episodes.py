@@ -78,12 +78,12 @@ class TwoTurns:
 
 
 def test_dapo_with_episodes_counts_the_policys_tokens_against_the_episodes_budget(monkeypatch):
-    from reasonrl.batch import BatchMaker
+    from reasonrl.loop.batch import BatchMaker
     from reasonrl.models import build_tiny
     from reasonrl.parts import Episodes
     from reasonrl.recipes.objectives import DAPO
     from reasonrl.rollout import HFEngine, agent
-    from reasonrl.stepdata import step_stats
+    from reasonrl.loop.stepdata import step_stats
 
     task = EnvTask()
     item = next(task.base.iter_items("train", 0))
@@ -162,9 +162,9 @@ def test_engine_turns_decode_at_most_max_rows_at_once():
 
 
 def test_an_episodic_task_without_the_episodes_part_is_refused_before_loading(tmp_path):
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.recipes import get_recipe
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
     from reasonrl.tasks import get_task
 
     pytest.importorskip("fhir.resources")
@@ -174,7 +174,7 @@ def test_an_episodic_task_without_the_episodes_part_is_refused_before_loading(tm
                               out=str(tmp_path / "run")), get_recipe("grpo"))
     assert not (tmp_path / "run").exists()
     from reasonrl.parts.episodes import episodic_problems
-    from reasonrl.validate import check_inputs
+    from reasonrl.config.validate import check_inputs
 
     task = get_task("fhir", n_patients=4)
     assert episodic_problems(task, get_recipe("codeact")) == []

@@ -92,7 +92,7 @@ def scripted_batch(tmp_path, replies: dict[str, str]):
     one group of G = 4 rollouts whose texts are set by hand."""
     import dataclasses
 
-    from reasonrl.batch import BatchMaker
+    from reasonrl.loop.batch import BatchMaker
     from reasonrl.models import build_tiny
     from reasonrl.recipes.grpo import GRPO
     from reasonrl.rollout import HFEngine
@@ -109,7 +109,7 @@ def scripted_batch(tmp_path, replies: dict[str, str]):
 
 
 def test_a_failed_verdict_is_left_out_of_the_advantage_and_the_loss(tmp_path):
-    from reasonrl.batch import Batch
+    from reasonrl.loop.batch import Batch
 
     bm = scripted_batch(tmp_path, {"r1": "yes", "w": "no", "x": "garbled", "r2": "yes"})
     items, ro = bm.rollout(1)

@@ -215,7 +215,7 @@ def test_judge_as_an_extra_reward_reads_the_episodes_evidence(tmp_path):
     """Through the batch maker: the judge (the only reward, task weight 0) sees the env's evidence."""
     import dataclasses
 
-    from reasonrl.batch import BatchMaker
+    from reasonrl.loop.batch import BatchMaker
     from reasonrl.models import build_tiny
     from reasonrl.parts import Episodes
     from reasonrl.recipes.grpo import GRPO

@@ -3,7 +3,7 @@ data of the parts' channels (the teacher's scores) and the extra label set inclu
 composes with teacher methods; a channel's other values (FEST's pairs) stay as they are."""
 import torch
 
-from reasonrl.batch import Batch, keep_groups
+from reasonrl.loop.batch import Batch, keep_groups
 from reasonrl.parts.protocol import Channel
 from reasonrl.rollout import Rollouts
 

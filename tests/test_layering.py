@@ -1,5 +1,5 @@
 """The layering of the package, enforced: imports only go down; among the trainer-side modules
-(layer 4, the loop's machinery) only the imports listed in TRAINER_SIDE; no import cycle anywhere,
+(layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import cycle anywhere,
 inside a package or across packages (lazy imports in a function count); rewards need no torch;
 nothing imports the CLI; the trainer side never imports the named recipes."""
 import ast
@@ -9,63 +9,66 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 
-# package or module (relative to reasonrl) -> layer
+# package or module (relative to reasonrl) -> layer, whole numbers from 0 (nothing below) up
 LAYERS = {
+    "config": 0,  # the package's __init__ (a docstring); its modules have their own rows
+    # the loop (reasonrl.loop): run, trainer, batch, stepdata, runtime, schedule, checkpoint, warmstart, sft,
+    # rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only TRAINER_SIDE
+    "loop": 12,
     "errors": 0,  # the user-error types: anything may raise them
     "seeds": 0,  # process-independent seeds
     "text": 0,  # plain-text helpers (template slots)
     "eval": 1,  # the package's __init__ only
     "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
-    "eval.audit_sim": 1, "eval.audit_models": 2, "eval.audit_io": 3, "eval.audit": 4,  # contamination audit (spec 7)
-    "eval.majority": 1.5,  # maj@k answer grouping: rewards (math-verify) and stdlib only
-    "eval.refine": 4,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
-    "models.chat": 1.9,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
-    "models": 2, "tasks": 2, "rollout": 2, "distill": 2,
-    "rollout.vllm_setup": 2.1, "rollout.vllm": 2.2,  # the vLLM engine (issue 43): starts from models (LoRA merge)
-    "rollout.correction": 2.2,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
-    "rollout.vllm_checks": 2.6,  # what vLLM cannot serve, read from the parts' declared needs
-    "envs": 1.95,  # environments of multi-turn episodes (reset/step), the CodeAct harness, the FHIR store: tasks make them
-    "tasks.env_check": 2.1,  # EvoEnv novelty: the audit's shingles and embedding checks (eval.audit_models)
-    "distill.teacher": 2.2,  # the external teacher handle: loads models (models.loading), scores with distill.context
-    "distill.teacher_outputs": 2.2,  # users' teacher outputs (JSONL): reads rows with tasks.files
-    "data": 2,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
-    "data.draft_files": 2.1, "data.draft_task": 2.2, "data.drafter": 2.3,  # drafts: loader, task wrapper, drafter (read tasks)
-    "data.sft_rows": 2.1,  # supervised rows of tasks' items (reasonrl sft, VPD's warm start)
-    "prompting": 2.2,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
+    "eval.audit_sim": 1, "eval.audit_models": 5, "eval.audit_io": 11, "eval.audit": 12,  # contamination audit (spec 7)
+    "eval.majority": 2,  # maj@k answer grouping: rewards (math-verify) and stdlib only
+    "eval.refine": 12,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
+    "models.chat": 3,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
+    "models": 5, "tasks": 5, "rollout": 5, "distill": 5,
+    "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
+    "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
+    "rollout.vllm_checks": 10,  # what vLLM cannot serve, read from the parts' declared needs
+    "envs": 4,  # environments of multi-turn episodes (reset/step), the CodeAct harness, the FHIR store: tasks make them
+    "tasks.env_check": 6,  # EvoEnv novelty: the audit's shingles and embedding checks (eval.audit_models)
+    "distill.teacher": 7,  # the external teacher handle: loads models (models.loading), scores with distill.context
+    "distill.teacher_outputs": 7,  # users' teacher outputs (JSONL): reads rows with tasks.files
+    "data": 5,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
+    "data.draft_files": 6, "data.draft_task": 7, "data.drafter": 8,  # drafts: loader, task wrapper, drafter (read tasks)
+    "data.sft_rows": 6,  # supervised rows of tasks' items (reasonrl sft, VPD's warm start)
+    "prompting": 7,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
     "population": 1,  # PopuLoRA's operators, ratings and PBT plan: numpy and openskill only
-    "data.preferences": 2.3,  # preference pairs: a scripted judge's, sampled with rollout engines (reads tasks)
-    "parts": 2.5,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
-    "config": 3, "recipes": 3, "run_sections": 1.5,  # the run config's nested sections (rules only)
-    "trainer": 4, "batch": 4, "eval.runner": 4, "tracking": 4, "checkpoint": 4, "plots": 4, "sft": 4, "run": 4, "warmstart": 4,
-    "rm_train": 4,  # Bradley-Terry reward-model training (reasonrl rm train), beside sft
-    "dist": 4,
-    "diagnostics": 4,  # analyses of finished runs (unlearnability): read runs and models, train nothing
-    "rules": 1,  # the config-value rule builders (validate and its per-method tables)
-    "runtime": 4,  # the loop's side of the part protocol: each part's state and cache, checkpointed
-    "stepdata": 4,  # one step's Batch and the pure operations on it
-    "schedule": 4,  # the trainer's LR factor and minibatch split
-    "validate": 4,  # reads the config, the parts' name tables and builds the task: above config and tasks
-    "compare": 5, "commands": 5.5, "cli": 6, "__main__": 7,  # python -m reasonrl: the command itself
-    "report": 5.2,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
+    "data.preferences": 8,  # preference pairs: a scripted judge's, sampled with rollout engines (reads tasks)
+    "parts": 9,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
+    "config.train": 11, "recipes": 11, "config.sections": 2,  # the run config's nested sections (rules only)
+    "eval.runner": 12, "dist": 12,  # the loop's machinery outside reasonrl.loop (its modules: "loop" above)
+    "diagnostics": 12,  # analyses of finished runs (unlearnability): read runs and models, train nothing
+    "config.rules": 1,  # the config-value rule builders (validate and its per-method tables)
+    "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
+    "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
+    "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
 
+LOOP = LAYERS["loop"]  # the loop's machinery (reasonrl.loop, eval.runner, dist, diagnostics)
 
-# layer-4 module -> the other layer-4 modules it may import (the loop's machinery, top to bottom)
+
+# a module of layer LOOP -> the other modules of that layer it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
-    "run": {"checkpoint", "dist", "eval.runner", "plots", "stepdata", "tracking", "trainer", "validate"},
-    "trainer": {"batch", "stepdata", "checkpoint", "dist", "eval.runner", "schedule"},
-    "batch": {"runtime", "stepdata"},
-    "sft": {"eval.runner", "schedule"},
-    "rm_train": {"checkpoint", "schedule"},
-    "diagnostics": {"checkpoint", "eval.runner"},
-    "eval.runner": {"checkpoint"},
-    "dist": {"checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)
+    "loop.run": {"loop.checkpoint", "dist", "eval.runner", "loop.plots", "loop.stepdata", "loop.tracking", "loop.trainer", "config.validate"},
+    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule"},
+    "loop.batch": {"loop.runtime", "loop.stepdata"},
+    "loop.sft": {"eval.runner", "loop.schedule"},
+    "loop.rm_train": {"loop.checkpoint", "loop.schedule"},
+    "diagnostics": {"loop.checkpoint", "eval.runner"},
+    "eval.runner": {"loop.checkpoint"},
+    "dist": {"loop.checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)
 }
 
 
 def layer_of(dotted: str) -> tuple[str, int]:
     for name in sorted(LAYERS, key=len, reverse=True):
         if dotted == name or dotted.startswith(name + "."):
+            if name == "loop" and dotted != name:  # the loop's modules are TRAINER_SIDE's units: loop.trainer, ...
+                return ".".join(dotted.split(".")[:2]), LAYERS[name]
             return name, LAYERS[name]
     raise KeyError(f"module reasonrl.{dotted} has no layer in tests/test_layering.py: add it")
 
@@ -103,13 +106,13 @@ def test_imports_only_go_down(path):
         name, theirs = layer_of(target)
         if name == me:
             continue
-        if theirs == mine == 4:
+        if theirs == mine == LOOP:
             assert name in TRAINER_SIDE.get(me, ()), (
                 f"{path.relative_to(SRC)} imports {target}: trainer-side module {me!r} may import only "
                 f"{sorted(TRAINER_SIDE.get(me, ())) or 'no other trainer-side module'} (TRAINER_SIDE)")
             continue
         assert theirs < mine, f"{path.relative_to(SRC)} (layer {mine}) imports {target} (layer {theirs})"
-        assert not (mine == 4 and name == "recipes"), f"{path.relative_to(SRC)}: the trainer side must not import recipes"
+        assert not (mine == LOOP and name == "recipes"), f"{path.relative_to(SRC)}: the trainer side must not import recipes"
 
 
 def import_graph() -> dict[str, set[str]]:

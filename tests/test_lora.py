@@ -9,15 +9,15 @@ import torch
 import yaml
 
 from reasonrl.cli import parse_options
-from reasonrl.config import Lora, TrainConfig, dotted_to_nested, split_config
+from reasonrl.config.train import Lora, TrainConfig, dotted_to_nested, split_config
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny, load_model, score_completions
 from reasonrl.models.lora import apply_lora
 from reasonrl.models.steering import decoder_layer, steering_vector
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 LORA = Lora(r=4, alpha=8.0)
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from reasonrl.config import Lora, Memory, TrainConfig, split_config
+from reasonrl.config.train import Lora, Memory, TrainConfig, split_config
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny, load_model, score_completions
 from reasonrl.models import scoring
@@ -18,11 +18,11 @@ from reasonrl.models.memory import (CPU_DEFAULTS, PROMPT_SAMPLE, Shape, compute_
                                     rows_that_fit, training_state_bytes, update_bytes_per_row)
 from reasonrl.models.scoring import chunked_logprobs_and_entropy, logprobs_and_entropy
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
 from reasonrl.tasks.base import Item
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_run
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_run
 
 S = Shape(layers=2, hidden=8, kv=4, intermediate=16, vocab=10)  # the small shape of the hand computations
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import loss_context
-from reasonrl.batch import Batch
+from reasonrl.loop.batch import Batch
 from reasonrl.parts import fest as fest_module
 from reasonrl.parts.fest import FEST, FestPairs, Tokens
 from reasonrl.parts.protocol import Channel

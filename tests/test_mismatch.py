@@ -10,7 +10,7 @@ import torch
 
 from reasonrl.losses.mismatch import engine_correction, kept_log_mass, mismatch_metrics, tis_weights, vllm_support
 from reasonrl.rollout.correction import EngineCorrection
-from reasonrl.run_sections import RolloutOpts
+from reasonrl.config.sections import RolloutOpts
 
 # learner - engine log-probs per token: 0, +1, -0.3 -> ratios 1, e = 2.718 (capped at 2), e^-0.3 = 0.740818
 LEARNER = torch.tensor([[-1.0, -2.0, -0.5]])

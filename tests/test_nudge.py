@@ -7,17 +7,17 @@ import pytest
 import torch
 from helpers import batch_context, loss_context, text_rollouts
 
-from reasonrl.batch import Batch, BatchMaker
-from reasonrl.config import TrainConfig
+from reasonrl.loop.batch import Batch, BatchMaker
+from reasonrl.config.train import TrainConfig
 from reasonrl.distill import encode_contexts, score_under_context
 from reasonrl.parts import GenRequest, HintSampling
 from reasonrl.parts.nudge import distill_loss
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, SamplingParams
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
 from reasonrl.errors import UserError
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 MARK = "Context (exploration condition)"
 

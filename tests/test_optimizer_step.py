@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 import torch
 
-from reasonrl.config import Lora
-from reasonrl.schedule import clip_if_finite
+from reasonrl.config.train import Lora
+from reasonrl.loop.schedule import clip_if_finite
 
 READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
 

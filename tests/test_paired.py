@@ -218,9 +218,9 @@ def test_compare_table_shows_the_paired_columns(tmp_path):
 @pytest.mark.slow
 def test_run_folder_keeps_per_item_results_and_eval_against_reads_them(tiny_dir, tmp_path):
     from reasonrl.cli import app
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.recipes import get_recipe
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
 
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=1, prompts_per_step=2, eval_every=0,
                       final_eval_problems=4, final_eval_k=0, save_every=0)

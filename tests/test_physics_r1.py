@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards import score_rewards
-from reasonrl.run import train_run
-from reasonrl.sft import SFTConfig, sft
+from reasonrl.loop.run import train_run
+from reasonrl.loop.sft import SFTConfig, sft
 from reasonrl.tasks import get_task
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from helpers import batch_context, round_context, text_rollouts
-from reasonrl.config import Lora, TrainConfig
+from reasonrl.config.train import Lora, TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
 from reasonrl.models.lora import adapter_factors, adapter_parameters, apply_lora
@@ -20,11 +20,11 @@ from reasonrl.parts.protocol import ModelSetup, UpdateContext
 from reasonrl.parts.strategy import GenRequest
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import SamplingParams
-from reasonrl.stepdata import Batch
+from reasonrl.loop.stepdata import Batch
 from reasonrl.tasks import get_task
 from reasonrl.tasks.azr import solve_item
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_part
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_part
 
 TASK = get_task("azr")
 LORA = Lora(r=2, alpha=4.0)

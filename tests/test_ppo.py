@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from helpers import batch_context, text_rollouts
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import build_tiny
 from reasonrl.parts import Critic
 from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 
 def _ctx(rewards, values, train_mask=None, step=0):

@@ -19,7 +19,7 @@ from reasonrl.prompting import (CallableWorker, CategoricalPrompter, ExperienceB
                                 worker_input)
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item, get_task
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 ARITH = get_task("arithmetic", max_digits=2)
 
@@ -288,8 +288,8 @@ def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_es
 def test_options_and_the_worker_call_cap_are_checked_before_the_run():
     with pytest.raises(UserError, match="prompt_policy.renderer"):
         check_part(PromptPolicy(renderer="emoji"))
-    from reasonrl.config import TrainConfig
-    from reasonrl.validate import check_run
+    from reasonrl.config.train import TrainConfig
+    from reasonrl.config.validate import check_run
 
     r = get_recipe("prompt_policy")
     capped = dataclasses.replace(r, prompt_policy=PromptPolicy(max_worker_calls=100))
@@ -307,8 +307,8 @@ def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_pa
     running estimates, the first maximum), the worker-call count and step 3's metrics are the same."""
     import copy
 
-    from reasonrl.config import TrainConfig
-    from reasonrl.trainer import Trainer
+    from reasonrl.config.train import TrainConfig
+    from reasonrl.loop.trainer import Trainer
 
     r = get_recipe("prompt_policy")
     recipe = dataclasses.replace(r, group_size=4, prompt_policy=dataclasses.replace(

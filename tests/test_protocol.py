@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from helpers import batch_context
-from reasonrl.batch import BatchMaker
-from reasonrl.config import TrainConfig, apply_overrides, split_config, valid_keys
+from reasonrl.loop.batch import BatchMaker
+from reasonrl.config.train import TrainConfig, apply_overrides, split_config, valid_keys
 from reasonrl.errors import UserError
 from reasonrl.parts import Correction, Groups, Recipe
 from reasonrl.parts.protocol import HOOKS, NEEDS, PART_TYPES, PartModule, Parts, register_part
 from reasonrl.recipes import get_recipe
-from reasonrl.rules import Rule, at_least
+from reasonrl.config.rules import Rule, at_least
 from reasonrl.tasks import get_task
-from reasonrl.validate import check_run, problems
+from reasonrl.config.validate import check_run, problems
 
 from test_batch import FakeEngine, kind
 
@@ -128,7 +128,7 @@ def test_two_second_rounds_each_see_the_first_round_and_keep_their_own_kind():
 
 def test_the_toy_part_trains_its_loss_term_and_its_state_is_checkpointed(tiny_dir, tmp_path):
     from reasonrl.models import load_model
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     recipe = dataclasses.replace(get_recipe("grpo"), group_size=2, toy=Toy(),
                                  sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12))
@@ -188,7 +188,7 @@ class ToyHead:
 
 def test_a_part_module_gets_its_own_group_clip_and_exact_checkpoint(tmp_path):
     from reasonrl.models import build_tiny
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     grpo = get_recipe("grpo")
     recipe = dataclasses.replace(grpo, group_size=2, toy_head=ToyHead(),

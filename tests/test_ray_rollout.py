@@ -8,18 +8,18 @@ import json
 import pytest
 import torch
 
-from reasonrl.config import Lora, RolloutOpts, TrainConfig
+from reasonrl.config.train import Lora, RolloutOpts, TrainConfig
 from reasonrl.dist.ray_rollout import RayEngine, WorkerError, shares
 from reasonrl.errors import UserError
 from reasonrl.models import load_model
 from reasonrl.models.lora import apply_lora
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, SamplingParams
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
 from reasonrl.tasks.base import take_items
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_run
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_run
 
 ray = pytest.importorskip("ray")
 

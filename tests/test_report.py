@@ -12,7 +12,7 @@ from reasonrl.report import build_report, write_report
 from reasonrl.report.compare_page import differing_keys
 from reasonrl.report.html import esc, fmt, table
 from reasonrl.report.run_page import downsample, step_seconds
-from reasonrl.run import sample_lines
+from reasonrl.loop.run import sample_lines
 
 RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "training", "samples", "audit", "config")
 COMPARE_SECTIONS = ("table", "curves", "runs", "config", "samples", "audit")
@@ -219,9 +219,9 @@ def test_report_command_writes_and_prints_the_path(tmp_path, capsys):
 @pytest.mark.slow
 def test_report_of_a_real_tiny_run(tiny_dir, tmp_path):
     """train_run writes samples.jsonl beside after_items.jsonl, and the page shows those completions."""
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.recipes import get_recipe
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
 
     cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=4, eval_every=2,
                       eval_problems=4, final_eval_problems=6, final_eval_k=0, save_every=2)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.checkpoint import latest_checkpoint
+from reasonrl.loop.checkpoint import latest_checkpoint
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 STEPS, SAVE_EVERY, PROMPTS = 8, 3, 4  # checkpoints at steps 3, 6 and 8
@@ -28,7 +28,7 @@ STEPS, SAVE_EVERY, PROMPTS = 8, 3, 4  # checkpoints at steps 3, 6 and 8
 # written, the folder not yet renamed into place (the last moment a save can be cut).
 KILL_IN_SAVE = """
 import os, signal, sys
-from reasonrl import checkpoint
+from reasonrl.loop import checkpoint
 point, tag = sys.argv[1], "step-%06d" % int(sys.argv[2])
 die = lambda: os.kill(os.getpid(), signal.SIGKILL)
 if point == "state":

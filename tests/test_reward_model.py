@@ -117,9 +117,9 @@ def test_a_causal_lm_with_a_value_head_is_a_reward_model(tmp_path):
 
 
 def test_a_run_without_a_reward_model_directory_is_refused_before_loading():
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.recipes import get_recipe
-    from reasonrl.validate import problems
+    from reasonrl.config.validate import problems
 
     found = problems(TrainConfig(task="explain"), get_recipe("grlo"))
     assert found == ["config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
@@ -134,7 +134,7 @@ def test_bt_training_learns_the_judges_preferences_on_held_out_prompts(tmp_path)
     # pairwise accuracy (66 pairs of prompts never trained on) rises above chance. Measured (seeds 0-5 of this
     # set-up, before -> after): .47->.65, .55->.72, .42->.60, .42->.50, .30->.64, .54->.72; seed 0 is the
     # one run here. 0.65 of 66 is 2.4 binomial sigmas above 0.5: a weak but real signal from a model this small.
-    from reasonrl.rm_train import RMConfig, train_rm
+    from reasonrl.loop.rm_train import RMConfig, train_rm
 
     _, pairs = _pairs_file(tmp_path / "p.jsonl", n_prompts=120)
     random.Random(0).shuffle(pairs)

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import yaml
 
-from reasonrl.config import TrainConfig, apply_overrides, dotted_to_nested, resolved_dict, split_config
+from reasonrl.config.train import TrainConfig, apply_overrides, dotted_to_nested, resolved_dict, split_config
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards import ConsistencyReward, SetReward, TempoReward
 from reasonrl.rewards.options import apply_reward_overrides, reward_options, rewards_dict

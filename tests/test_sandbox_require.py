@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from reasonrl import run as run_module
-from reasonrl import validate
+from reasonrl.loop import run as run_module
+from reasonrl.config import validate
 from reasonrl.commands.common import checked_run
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.envs import CodeActEnv
 from reasonrl.errors import UserError
 from reasonrl.recipes import get_recipe
 from reasonrl.rewards.sandbox import FEATURES, Isolation, SandboxUnavailable, core, required_level, requiring
 from reasonrl.rewards.sandbox import session as session_module
 from reasonrl.rewards.sandbox.levels import MISSING
-from reasonrl.run_sections import SandboxOpts
+from reasonrl.config.sections import SandboxOpts
 from reasonrl.tasks import BUILTIN
 from reasonrl.tasks.codegen import trace_programs
 from reasonrl.tasks.env_runtime import call_envs

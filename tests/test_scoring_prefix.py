@@ -5,7 +5,7 @@ different lengths, right-padded completions, LoRA adapters and a full model."""
 import pytest
 import torch
 
-from reasonrl.config import Lora
+from reasonrl.config.train import Lora
 from reasonrl.models import build_tiny
 from reasonrl.models.lora import apply_lora
 from reasonrl.models.scoring import score_completions, shared_prefix_logits

@@ -6,15 +6,15 @@ import json
 import pytest
 import torch
 
-from reasonrl.config import DataOpts, TrainConfig
+from reasonrl.config.train import DataOpts, TrainConfig
 from reasonrl.data.lze import LZE
 from reasonrl.errors import UserError
 from reasonrl.models import load_model
 from reasonrl.parts import GroupFilter, Stages
 from reasonrl.recipes import RECIPES, get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 SMALL = dict(prompts_per_step=4, eval_every=0, final_eval_problems=0, save_every=0)
 

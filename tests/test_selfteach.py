@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from helpers import batch_context, loss_context
-from reasonrl.batch import Batch
-from reasonrl.config import TrainConfig
+from reasonrl.loop.batch import Batch
+from reasonrl.config.train import TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.distill import ContextScores
 from reasonrl.models import build_tiny
@@ -17,9 +17,9 @@ from reasonrl.models.tokenizer import build_char_tokenizer
 from reasonrl.parts.selfteach import EGRSD, SSOPD, template_problem
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import Rollouts
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 
 def make_rollouts(tok, prompts, completions, logprobs=None):
@@ -256,9 +256,9 @@ def test_egrsd_trains_end_to_end(name, lookahead, tiny_dir, tmp_path):
 
 
 def test_config_keys_turn_the_parts_on_change_them_and_are_validated():
-    from reasonrl.config import apply_overrides, split_config
+    from reasonrl.config.train import apply_overrides, split_config
     from reasonrl.errors import UserError
-    from reasonrl.validate import check_run
+    from reasonrl.config.validate import check_run
 
     # dotted keys (YAML gives strings for 1e-1) reach the fields; an optional part can be switched off or on
     r = apply_overrides(get_recipe("ssopd"), split_config({"ssopd": {"coef": "1e-1", "max_prefix_tokens": "16"}})[1])

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from reasonrl.config import TrainConfig, apply_overrides, dotted_to_nested, split_config
+from reasonrl.config.train import TrainConfig, apply_overrides, dotted_to_nested, split_config
 from reasonrl.errors import UserError
 from reasonrl.eval.runner import EvalConfig, evaluate
 from reasonrl.losses.anchors import guide_schedule, random_guide, sage_guide, token_guide
@@ -17,8 +17,8 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, Rollouts, SamplingParams, filter_top_k_top_p, sample_next
 from reasonrl.rollout.sampling import next_hidden_grad_norm
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
-from reasonrl.validate import check_part
+from reasonrl.loop.trainer import Trainer
+from reasonrl.config.validate import check_part
 
 
 def t(x):

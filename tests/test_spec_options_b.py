@@ -7,17 +7,17 @@ import math
 import pytest
 import torch
 
-from reasonrl.batch import BatchMaker
-from reasonrl.config import apply_overrides, dotted_to_nested, split_config
+from reasonrl.loop.batch import BatchMaker
+from reasonrl.config.train import apply_overrides, dotted_to_nested, split_config
 from reasonrl.models import build_tiny, load_model
 from reasonrl.models.steering import annealed_alpha_max, generate_steered, steer, uniform_intensities
 from reasonrl.parts import GroupFilter, Optim, Stages, Steering, Veto
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 from reasonrl.errors import UserError
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 from helpers import text_rollouts
 
@@ -80,7 +80,7 @@ def test_stage_minibatches_run_mu_epochs_over_the_buffer(tmp_path):
     model, tok = build_tiny("tiny", seed=0)
     recipe = dataclasses.replace(get_recipe("mu_grpo"), group_size=2, stages=Stages(count=1),
                                  optim=Optim(mu=2, minibatches=1))
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
 
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, TrainConfig(steps=3, prompts_per_step=1), tmp_path)
     made = []
@@ -102,7 +102,7 @@ def test_a_minibatch_without_rows_advances_the_schedule_without_a_step(tmp_path)
     # slot of the LR schedule (3 empty minibatches: the scheduler moves 0 -> 3) but no optimiser step
     import warnings
 
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
 
     model, tok = build_tiny("tiny", seed=0)
     tr = Trainer(model, tok, get_task("arithmetic"), get_recipe("grpo"), TrainConfig(steps=2), tmp_path)
@@ -115,7 +115,7 @@ def test_a_minibatch_without_rows_advances_the_schedule_without_a_step(tmp_path)
 
 
 def _mu2(tiny_dir, run_dir, steps, count, lr_log=None, log=None):
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
 
     def spread(adv, ctx):  # every row a distinct non-zero advantage: every minibatch moves the weights
         return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
@@ -235,7 +235,7 @@ def test_short_batches_are_counted_and_the_count_survives_a_resume(tmp_path):
     assert [m["dynamic/short_batches_total"] for m in ms] == [1.0, 2.0, 3.0]
     assert all(m["dynamic/batch_short"] == 1.0 for m in ms)
     # the count is trainer state: saved with a checkpoint and restored by resume
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
 
     model, tok = build_tiny("tiny", seed=0)
     cfg = TrainConfig(steps=1, prompts_per_step=1)
@@ -314,7 +314,7 @@ def _position_seed(seed, drawn):
 
 def test_trainer_passes_its_progress_to_the_anneal(tiny_dir, tmp_path):
     # alpha_max 2 annealed linearly over 3 steps: 2 (1 - s/2) = 2, 1, 0 at steps 0, 1, 2
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
 
     model, tok = load_model(tiny_dir)
     grpo = get_recipe("grpo")

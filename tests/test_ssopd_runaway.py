@@ -18,14 +18,14 @@ import pytest
 import torch
 
 from helpers import loss_context
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.distill.ema import WithWeights, ema_update, trainable_snapshot
 from reasonrl.losses.selfteach import ssopd_pairs
 from reasonrl.parts.protocol import UpdateContext
 from reasonrl.parts.selfteach import SSOPD, last_token_eos
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 from test_selfteach import COMPLETIONS, PROMPTS, expected_pair_kl, make_batch
 

@@ -69,10 +69,10 @@ def test_a_steered_recipe_trains_and_logs_from_its_saved_config(tiny_dir, tmp_pa
 
     import yaml
 
-    from reasonrl.config import TrainConfig, apply_overrides, split_config
+    from reasonrl.config.train import TrainConfig, apply_overrides, split_config
     from reasonrl.parts import Steering
     from reasonrl.recipes import get_recipe
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
 
     recipe = dataclasses.replace(get_recipe("grpo"), group_size=4,
                                  steering=Steering(layer=1, alpha_max=2.0, positive=("1+1=?\n",), negative=("9+9=?\n",)))

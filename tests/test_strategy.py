@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from reasonrl.batch import BatchMaker
+from reasonrl.loop.batch import BatchMaker
 from reasonrl.parts import BeamSampling, GenRequest, Groups, PlainSampling, Steering
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task

@@ -8,18 +8,18 @@ import pytest
 import torch
 
 from reasonrl.advantages.subgroups import harmless_advantage, verifier_reward
-from reasonrl.batch import Batch, BatchMaker
-from reasonrl.config import TrainConfig
+from reasonrl.loop.batch import Batch, BatchMaker
+from reasonrl.config.train import TrainConfig
 from reasonrl.distill import score_under_context
 from reasonrl.parts import Redirect
 from reasonrl.parts.redirect import pack_round_robin, suffix_is_weight
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, Rollouts, SamplingParams
 from reasonrl.rollout.branch import _suffix_mask, branch, char_to_token, token_char_offsets
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task, guidance
 from reasonrl.errors import UserError
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 PROMPT = "55+187=?\n"
 RIGHT = "5+7+0=12,5+8+1=14,0+1+1=2\nA:242"  # the demonstration: 4 steps (3 columns + the answer line)

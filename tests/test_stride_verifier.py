@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 import torch
 
-from reasonrl.batch import BatchMaker
+from reasonrl.loop.batch import BatchMaker
 from reasonrl.models import build_tiny
 from reasonrl.parts import Redirect
 from reasonrl.recipes import get_recipe

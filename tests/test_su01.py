@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import round_context, text_rollouts
-from reasonrl.batch import Batch
+from reasonrl.loop.batch import Batch
 from reasonrl.errors import UserError
 from reasonrl.data.refine_replay import (extra_group_counts, pick_replay_row, pop_refine, push_refine,
                                          refine_candidates)
@@ -17,7 +17,7 @@ from reasonrl.parts import RefineReplay
 from reasonrl.parts.correction import correction_prompt
 from reasonrl.parts.su01 import DEFAULT_TEMPLATE
 from reasonrl.tasks import ArithmeticTask
-from reasonrl.validate import check_part, check_run
+from reasonrl.config.validate import check_part, check_run
 
 G = 4
 TASK = ArithmeticTask()
@@ -189,10 +189,10 @@ def _rows(run):
 
 @pytest.mark.slow
 def test_su01_trains_three_steps_and_checkpoints_its_buffers(tmp_path, monkeypatch):
-    from reasonrl.config import TrainConfig
+    from reasonrl.config.train import TrainConfig
     from reasonrl.recipes import get_recipe
-    from reasonrl.run import train_run
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.run import train_run
+    from reasonrl.loop.trainer import Trainer
 
     recipe = get_recipe("su01")
     assert recipe.loss.ratio == "sequence" and recipe.group_filter is not None and recipe.refine_replay is not None
@@ -245,7 +245,7 @@ def test_buffers_survive_a_checkpoint_round_trip():
 
 
 def test_dotted_keys_change_and_turn_off_the_round():
-    from reasonrl.config import TrainConfig, apply_overrides, split_config
+    from reasonrl.config.train import TrainConfig, apply_overrides, split_config
     from reasonrl.recipes import get_recipe
 
     _, over = split_config({"refine_replay": {"refine_share": 0.1, "capacity": 8}})

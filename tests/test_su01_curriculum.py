@@ -7,7 +7,7 @@ import torch
 
 from reasonrl.data.curriculum import check_curriculum, perplexities, reverse_ppl_order
 from reasonrl.models import build_tiny
-from reasonrl.sft import SFTConfig, curriculum_stream, demo_nll, sft, sft_batch
+from reasonrl.loop.sft import SFTConfig, curriculum_stream, demo_nll, sft, sft_batch
 from reasonrl.tasks import get_task
 
 

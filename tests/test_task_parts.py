@@ -11,7 +11,7 @@ from reasonrl.rollout.beam import beam_rollout, pick_branches
 from reasonrl.parts import BeamSampling, StepCredit
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.tasks import Item
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 
 class LineSteps:

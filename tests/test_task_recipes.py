@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 
 # recipe -> (task, task options, metric keys the method must log at every step)
 CASES = {

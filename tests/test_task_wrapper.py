@@ -7,7 +7,7 @@ from reasonrl.parts.episodes import EpisodicTask
 from reasonrl.rollout.agent import EpisodeOptions
 from reasonrl.tasks import get_task
 from reasonrl.tasks.base import TaskWrapper
-from reasonrl.warmstart import ContextMix
+from reasonrl.loop.warmstart import ContextMix
 
 
 class Doubled(TaskWrapper):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import batch_context, loss_context
-from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.config.train import TrainConfig, apply_overrides, split_config
 from reasonrl.distill import score_under_context
 from reasonrl.distill.teacher import (BUILTIN, check_vocab, clear_teachers, get_teacher, resolve_teacher_path,
                                       teacher_problem)
@@ -18,8 +18,8 @@ from reasonrl.models.scoring import score_completions
 from reasonrl.parts import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
-from reasonrl.validate import check_part, check_run
+from reasonrl.loop.run import train_run
+from reasonrl.config.validate import check_part, check_run
 
 from test_selfteach import make_rollouts
 
@@ -156,7 +156,7 @@ def test_builtin_teacher_is_shipped_and_stronger_than_the_base():
 # ------------------------------------------------------------------ the parts on a hand-made batch
 
 def _batch(tok, teacher_logp, argmax, behaviour):
-    from reasonrl.batch import Batch
+    from reasonrl.loop.batch import Batch
 
     ro = make_rollouts(tok, ["1+1=?\n"] * 2, ["A:2", "A:"], logprobs=behaviour)
     b = Batch(items=[None], ro=ro, rewards=torch.tensor([[1.0, 0.0]]), correct=torch.tensor([[1.0, 0.0]]),

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from reasonrl.plots import plot_curves
-from reasonrl.tracking import JsonlSink, make_tracker, numeric_only, read_metrics
+from reasonrl.loop.plots import plot_curves
+from reasonrl.loop.tracking import JsonlSink, make_tracker, numeric_only, read_metrics
 
 
 def _log_steps(tracker, steps):

@@ -6,14 +6,14 @@ import re
 import pytest
 import torch
 
-from reasonrl.checkpoint import latest_checkpoint, list_checkpoints
-from reasonrl.config import TrainConfig, apply_overrides, split_config
+from reasonrl.loop.checkpoint import latest_checkpoint, list_checkpoints
+from reasonrl.config.train import TrainConfig, apply_overrides, split_config
 from reasonrl.models import load_model
 from reasonrl.parts import PolicyLoss, Recipe
 from reasonrl.recipes import get_recipe
-from reasonrl.run import train_run
+from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
-from reasonrl.trainer import NonFiniteError, Trainer
+from reasonrl.loop.trainer import NonFiniteError, Trainer
 
 SMALL = dict(steps=3, prompts_per_step=4, eval_every=2, eval_problems=6, final_eval_problems=6, final_eval_k=2,
              save_every=2, keep_last=2)
@@ -377,7 +377,7 @@ def test_nonfinite_steps_are_skipped_counted_then_stop_with_a_checkpoint(tiny_di
 
 @pytest.mark.slow
 def test_a_save_killed_midway_leaves_the_previous_checkpoint_loadable(tiny_dir, tmp_path, monkeypatch):
-    from reasonrl import checkpoint
+    from reasonrl.loop import checkpoint
 
     model, tok = load_model(tiny_dir)
     cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=1)

@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import load_model
 from reasonrl.parts import KL
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
-from reasonrl.trainer import Trainer
+from reasonrl.loop.trainer import Trainer
 
 
 def _recipe(name="grpo", **changes):

@@ -3,7 +3,7 @@
 The table runs each bad input through the real command line (``python -m reasonrl.cli`` in a
 fresh process) and checks: exit status 2, a short message on stderr naming the bad key or value,
 no Python exception name, and nothing written (the check comes before any run starts). Then every
-range rule of :mod:`reasonrl.validate` directly (its valid boundary passes, one step past fails),
+range rule of :mod:`reasonrl.config.validate` directly (its valid boundary passes, one step past fails),
 and the other side: a bug keeps its traceback, and ``--debug`` / ``REASONRL_DEBUG`` show one.
 """
 import dataclasses
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from reasonrl import cli
-from reasonrl.config import DataOpts, Lora, TrainConfig, apply_overrides, split_config
+from reasonrl.config.train import DataOpts, Lora, TrainConfig, apply_overrides, split_config
 from reasonrl.data.lze import LZE
 from reasonrl.errors import MissingPathError, UserError
 from reasonrl.parts import (AZR, EGRSD, FEST, SSOPD, VPD, BeamSampling, Correction, Critic, D2Evo, Diffusion, Drafts, Episodes,
@@ -27,7 +27,7 @@ from reasonrl.parts import (AZR, EGRSD, FEST, SSOPD, VPD, BeamSampling, Correcti
 from reasonrl.recipes import get_recipe
 from reasonrl.parts.teacher import KDRL, RKLOPD, TGPO, Teacher
 from reasonrl.advantages import group_relative
-from reasonrl.validate import RULES, check_run, problems, range_problems
+from reasonrl.config.validate import RULES, check_run, problems, range_problems
 
 ROOT = Path(__file__).resolve().parents[1]
 PY_EXCEPTION = re.compile(r"Traceback|\b[A-Z]\w*(Error|Exception)\b")  # ValueError, KeyError, UnboundLocalError, ...

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout.vllm_checks import is_diffusion_name, vllm_problems
-from reasonrl.run_sections import RolloutOpts
-from reasonrl.validate import check_run, problems, run_values
+from reasonrl.config.sections import RolloutOpts
+from reasonrl.config.validate import check_run, problems, run_values
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 KEY = "config key 'rollout.engine' = 'vllm'"

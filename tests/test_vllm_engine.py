@@ -11,7 +11,7 @@ from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout.branch import branch
 from reasonrl.rollout.hf import _strip_stop
 from reasonrl.rollout.multiturn import EngineTurns
-from reasonrl.run_sections import VLLMOpts
+from reasonrl.config.sections import VLLMOpts
 from vllm_helpers import NEEDS_VLLM, gap, needs_real_model, real_model_dir, trainer_logprobs
 
 pytestmark = NEEDS_VLLM

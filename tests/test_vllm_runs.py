@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from reasonrl.checkpoint import latest_checkpoint
-from reasonrl.config import TrainConfig
+from reasonrl.loop.checkpoint import latest_checkpoint
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import load_model
 from reasonrl.recipes import get_recipe
-from reasonrl.run_sections import RolloutOpts, VLLMOpts
+from reasonrl.config.sections import RolloutOpts, VLLMOpts
 from reasonrl.tasks import get_task
 from vllm_helpers import NEEDS_VLLM, needs_real_model, real_model_dir
 
@@ -27,7 +27,7 @@ pytestmark = [*NEEDS_VLLM, pytest.mark.slow]
 
 def _rewards(engine: str, model_name, task, recipe, steps: int, prompts: int, kv: float = 0.25) -> list[dict]:
     """``steps`` train steps' metrics with ``engine``, one torch thread (2 shared cores: no oversubscription)."""
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     model, tok = load_model(model_name)
     cfg = TrainConfig(steps=steps, prompts_per_step=prompts, seed=0, eval_every=0, save_every=0, micro_batch_size=8,

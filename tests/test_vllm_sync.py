@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from reasonrl.config import TrainConfig
+from reasonrl.config.train import TrainConfig
 from reasonrl.models import load_model
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout import SamplingParams
-from reasonrl.run_sections import Lora, RolloutOpts, VLLMOpts
+from reasonrl.config.sections import Lora, RolloutOpts, VLLMOpts
 from reasonrl.tasks import get_task
 from vllm_helpers import NEEDS_VLLM, gap, needs_real_model, real_model_dir
 
@@ -23,7 +23,7 @@ def _trainer(tmp_path, model, tok, *, lora: int = 0, sync_every: int = 1, miniba
              kv: float = 0.25):
     """A grpo trainer on arithmetic with the vLLM engine; lr 1e-3 and an entropy bonus, so every step moves
     the weights (an entropy term has a gradient even when every group's rewards are equal)."""
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     r = get_recipe("grpo")
     recipe = dataclasses.replace(r, group_size=4, entropy_coef=0.01,

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from helpers import batch_context, loss_context, round_context, text_rollouts
-from reasonrl.batch import Batch
-from reasonrl.checkpoint import latest_checkpoint
-from reasonrl.config import Lora, TrainConfig, apply_overrides
+from reasonrl.loop.batch import Batch
+from reasonrl.loop.checkpoint import latest_checkpoint
+from reasonrl.config.train import Lora, TrainConfig, apply_overrides
 from reasonrl.parts.feedback import FEEDBACK, critique_feedback, feedback_fn, register_feedback, verdict_feedback
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
@@ -23,7 +23,7 @@ from reasonrl.parts.protocol import Channel, ModelSetup
 from reasonrl.parts.vpd import TEACHER, pair_rows, pick_attempts, teacher_prompt
 from reasonrl.recipes import RECIPES, get_recipe
 from reasonrl.tasks import ArithmeticTask
-from reasonrl.validate import check_part
+from reasonrl.config.validate import check_part
 
 G = 2
 TASK = ArithmeticTask()
@@ -223,7 +223,7 @@ def test_the_recipe_is_registered_with_its_part():
 
 @pytest.mark.slow
 def test_vpd_trains_three_steps_end_to_end(tiny_dir, tmp_path):
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
 
     train_run(_cfg(tiny_dir, tmp_path / "a", 3), RECIPE)
     rows = _rows(tmp_path / "a")
@@ -250,9 +250,9 @@ def test_a_resumed_vpd_run_loads_both_adapters_and_beta(tiny_dir, tmp_path):
     from safetensors.torch import load_file
 
     from reasonrl.models import load_model
-    from reasonrl.run import train_run
+    from reasonrl.loop.run import train_run
     from reasonrl.tasks import get_task
-    from reasonrl.trainer import Trainer
+    from reasonrl.loop.trainer import Trainer
 
     train_run(_cfg(tiny_dir, tmp_path / "b", 2), RECIPE)
     ckpt = latest_checkpoint(tmp_path / "b")
@@ -323,7 +323,7 @@ def test_e_step_trains_only_the_teacher_and_m_step_only_the_student():
 
 
 def test_checkpoint_loading_reads_every_adapter_and_names_a_missing_one(tmp_path):
-    from reasonrl.checkpoint import _load_adapter
+    from reasonrl.loop.checkpoint import _load_adapter
 
     a, _ = _peft_tiny(seed=1)
     with torch.no_grad():

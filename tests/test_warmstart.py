@@ -1,4 +1,4 @@
-"""The context-mix warm start (reasonrl.warmstart): the self-teacher contexts, written as the
+"""The context-mix warm start (reasonrl.loop.warmstart): the self-teacher contexts, written as the
 recipe parts write them, over the task's own demonstrations."""
 import random
 
@@ -7,7 +7,7 @@ import pytest
 from reasonrl.parts import EGRSD, SSOPD, Correction, HintSampling, Redirect
 from reasonrl.tasks import get_task
 from reasonrl.tasks import guidance as g
-from reasonrl.warmstart import CONTEXTS, ContextMix, with_context
+from reasonrl.loop.warmstart import CONTEXTS, ContextMix, with_context
 
 TASK = get_task("arithmetic")
 ITEM = TASK.make_item([347, 85], ["+"])  # demo: 7+5+0=12,4+8+1=13,3+0+1=4 / A:432
@@ -60,7 +60,7 @@ def test_the_mix_is_reproducible_keeps_held_out_items_plain_and_checks_its_argum
 
 def test_the_pretrain_option_names_a_bad_context_kind():
     from reasonrl.errors import UserError
-    from reasonrl.warmstart import context_mix
+    from reasonrl.loop.warmstart import context_mix
     assert context_mix(TASK, "all", 0.5, 0).kinds == CONTEXTS
     assert context_mix(TASK, "hint, solution", 0.2, 0).kinds == ("hint", "solution")
     with pytest.raises(UserError, match="--contexts 'hints'"):

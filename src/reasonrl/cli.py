@@ -95,7 +95,7 @@ def pretrain_cmd(
     half: bool = typer.Option(False, help="Save weights in float16 (halves the files; loads back as float32)."),
     out: Path = typer.Option(Path("runs/pretrain"), help="Output HF model directory."),
     contexts: Optional[str] = typer.Option(None, help="Self-teacher contexts to mix in: solution,hint,correction,redirect "
-                                           "(or all); the model learns to read them (reasonrl.warmstart)."),
+                                           "(or all); the model learns to read them (reasonrl.loop.warmstart)."),
     context_rate: float = typer.Option(0.5, help="Fraction of training items that carry a context (with --contexts)."),
     curriculum: str = typer.Option("none", help="none: the task's order; reverse_ppl (SU-01): demonstrations by "
                                    "descending perplexity under the starting model, scored once, no shuffling."),
@@ -104,9 +104,9 @@ def pretrain_cmd(
     import torch
 
     from .models import load_model, save_model
-    from .sft import SFTConfig, sft
+    from .loop.sft import SFTConfig, sft
     from .tasks import get_task
-    from .validate import OPTION_RULES, check_options
+    from .config.validate import OPTION_RULES, check_options
 
     check_options({"--steps": steps, "--seconds": seconds, "--batch-size": batch_size, "--lr": lr, "--seed": seed,
                    "--eval-every": eval_every, "--eval-problems": eval_problems, "--until-pass": until_pass},
@@ -117,7 +117,7 @@ def pretrain_cmd(
     _quiet_transformers()
     the_task = get_task(task, **parse_options(task_opt))
     if contexts:  # the self-teacher contexts mixed into the demonstrations
-        from .warmstart import context_mix
+        from .loop.warmstart import context_mix
         the_task = context_mix(the_task, contexts, context_rate, seed)
     if arch not in ("causal", "diffusion"):
         raise UserError(f"--arch {arch!r} is not one of causal, diffusion")
@@ -156,14 +156,14 @@ def train_cmd(
 ) -> None:
     """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
     from .dist.group import launched_by_torchrun
-    from .validate import check_inputs
+    from .config.validate import check_inputs
 
     args = [*(args or []), *(f"task_options.{pair}" for pair in task_opt or [])]
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
     check_inputs(cfg, the_recipe)  # all before the heavy imports (transformers) and before any model is loaded
 
-    from .run import check_fresh, run_dir_for, train_run
-    from .trainer import ZERO_LOSS_HINT
+    from .loop.run import check_fresh, run_dir_for, train_run
+    from .loop.trainer import ZERO_LOSS_HINT
 
     check_fresh(run_dir_for(cfg, the_recipe), resume)
     if nproc > 1 and not launched_by_torchrun():

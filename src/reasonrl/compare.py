@@ -39,11 +39,11 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
-from .checkpoint import atomic_write_text
+from .loop.checkpoint import atomic_write_text
 from .errors import UserError
 from .eval.metrics import mean_std, pass_at_k, welch_t_test
 from .eval.paired import load_item_results, pair_by_key, paired_bootstrap_values_ci, paired_tests
-from .tracking import read_metrics
+from .loop.tracking import read_metrics
 
 
 @dataclass

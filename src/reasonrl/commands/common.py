@@ -61,7 +61,7 @@ def summary_table(title: str, summary: dict[str, Any]) -> Table:
 def train_config(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
                   steps: int | None, out: Path | None, resume: bool):
     """YAML file (a run folder's config.yaml on --resume) < key=value pairs < explicit options."""
-    from ..config import dotted_to_nested, load_yaml, merge, split_config
+    from ..config.train import dotted_to_nested, load_yaml, merge, split_config
 
     files = [a for a in args or [] if a.endswith((".yaml", ".yml"))]
     pairs = [a for a in args or [] if a not in files]
@@ -82,7 +82,7 @@ def train_config(args: list[str] | None, recipe: str | None, model: str | None, 
 def recipe_run_defaults(name: Any) -> dict[str, Any]:
     """The run settings a recipe needs (``Recipe.run_defaults``, e.g. ``data.pool`` for LZE), nested, for
     the config to override; an unknown name gives none (the recipe check names it)."""
-    from ..config import dotted_to_nested
+    from ..config.train import dotted_to_nested
     from ..recipes import RECIPES
 
     recipe = RECIPES.get(name) if isinstance(name, str) else None
@@ -91,10 +91,10 @@ def recipe_run_defaults(name: Any) -> dict[str, Any]:
 
 def checked_run(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
                  steps: int | None, out: Path | None, resume: bool):
-    """(run config, recipe with the overrides applied), every knob checked (:mod:`reasonrl.validate`)."""
-    from ..config import apply_overrides
+    """(run config, recipe with the overrides applied), every knob checked (:mod:`reasonrl.config.validate`)."""
+    from ..config.train import apply_overrides
     from ..recipes import get_recipe
-    from ..validate import check_run
+    from ..config.validate import check_run
 
     cfg, overrides = train_config(args, recipe, model, task, steps, out, resume)
     the_recipe = apply_overrides(get_recipe(cfg.recipe), overrides)

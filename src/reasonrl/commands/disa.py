@@ -54,7 +54,7 @@ def estimate_cmd(
 ) -> None:
     """Estimate log Z_hat(x) for the run's prompts and write the table, with an ESS histogram."""
     from ..data.partition import ess_histogram, summary, write_table
-    from ..validate import check_inputs
+    from ..config.validate import check_inputs
 
     keys = {"data.pool": pool, "balance.proposals": proposals, "balance.beta": beta, "sampling.temperature": temperature,
             "balance.length_norm": length_norm, "seed": seed}
@@ -101,14 +101,14 @@ class FixedReference:
 
 def stage_context(cfg: Any, recipe: Any, proposal: str | None = None) -> tuple[Any, Any]:
     """(the offline stage's RoundContext, the run's task): the run's task, formatter, budget, pool and reward as
-    the trainer builds them (:class:`reasonrl.batch.BatchMaker`), sampling from ``proposal`` (default: the
+    the trainer builds them (:class:`reasonrl.loop.batch.BatchMaker`), sampling from ``proposal`` (default: the
     reference, the run's ``model``), the reference under ``ctx.reference()``."""
-    from ..batch import BatchMaker
+    from ..loop.batch import BatchMaker
     from ..dist.ray_rollout import make_engine
     from ..eval.runner import task_max_new_tokens
     from ..models import load_model, resolve_device
     from ..models.memory import resolve_rows
-    from ..run import task_for
+    from ..loop.run import task_for
     from ..tasks.limits import prepare_prompts
 
     device = resolve_device(cfg.device)

@@ -79,7 +79,7 @@ def warmstart_cmd(
     from ..eval.runner import EvalConfig, evaluate_model
     from ..data.drafts import MODES
     from ..models import load_model, save_model
-    from ..sft import SFTConfig, sft
+    from ..loop.sft import SFTConfig, sft
     from ..tasks import get_task
 
     if steps < 1 or batch_size < 1 or lr <= 0 or eval_problems < 1:

@@ -96,8 +96,8 @@ def _prompting(pairs: list[str] | None):
     the model loads."""
     import dataclasses
 
-    from ..config import Prompting, build_part, check_section, dotted_to_nested
-    from ..validate import class_rules, range_problems
+    from ..config.train import Prompting, build_part, check_section, dotted_to_nested
+    from ..config.validate import class_rules, range_problems
 
     part = build_part(Prompting, None, check_section(Prompting, dotted_to_nested(parse_options(pairs)), "prompt"), "prompt")
     found = range_problems({f"prompt.{k}": v for k, v in dataclasses.asdict(part).items()},
@@ -169,7 +169,7 @@ def _refine(engine, task, cfg, records: list[dict], rounds: int, verifier: str, 
 
 
 def _check_eval_options(problems, samples_per_problem, temperature, top_p, max_new_tokens, seed, sample_seed) -> None:
-    from ..validate import OPTION_RULES, check_options
+    from ..config.validate import OPTION_RULES, check_options
 
     check_options({"--problems": problems, "--samples-per-problem": samples_per_problem, "--temperature": temperature,
                    "--top-p": top_p, "--max-new-tokens": max_new_tokens, "--seed": seed,
@@ -228,7 +228,7 @@ def compare_cmd(
 ) -> None:
     """Train each recipe on each seed (separate processes) and compare held-out accuracy."""
     from ..compare import compare
-    from ..validate import check_inputs
+    from ..config.validate import check_inputs
 
     names = [r.strip() for r in recipes.split(",") if r.strip()]
     if not names or seeds < 1 or pass_k < 0:
@@ -272,7 +272,7 @@ def expected_config(runs: dict[str, Any]):
     """(entry, seed, run folder) -> the config.yaml that ``train`` would write for that run."""
     from dataclasses import replace
 
-    from ..config import resolved_dict
+    from ..config.train import resolved_dict
 
     def expected(entry: str, seed: int, run_dir: Path) -> dict:
         cfg, recipe = runs[entry]

@@ -31,7 +31,7 @@ def pairs_cmd(
     seed: int = typer.Option(0),
 ) -> None:
     """Judge candidates per prompt and write preference pairs."""
-    from ..checkpoint import atomic_write_text
+    from ..loop.checkpoint import atomic_write_text
     from ..data.preferences import judged_pairs, pair_lines
     from ..models import load_model
     from ..tasks import get_task
@@ -67,7 +67,7 @@ def train_cmd(
 ) -> None:
     """Train a Bradley-Terry reward model; report its held-out pairwise accuracy."""
     from ..data.preferences import read_pairs
-    from ..rm_train import RMConfig, train_rm
+    from ..loop.rm_train import RMConfig, train_rm
 
     bad = {k: v for k, v in {"--steps": steps, "--batch-size": batch_size, "--max-length": max_length}.items() if v < 1}
     if bad or lr <= 0 or not 0 <= eval_frac < 1 or center_coef < 0:

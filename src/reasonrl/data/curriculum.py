@@ -3,7 +3,7 @@
 SU-01 (arXiv 2605.13301; shared/specs/distill-and-data.md section 13) orders its SFT trajectories
 by *descending* perplexity under the starting backbone, so the demonstrations the model finds least
 likely come first, and does not shuffle. The scores come from one no-grad forward per example
-(:func:`reasonrl.sft.demo_nll`); the ordering itself is here, free of models.
+(:func:`reasonrl.loop.sft.demo_nll`); the ordering itself is here, free of models.
 """
 from __future__ import annotations
 

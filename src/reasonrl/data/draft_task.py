@@ -1,6 +1,6 @@
 """A task whose train prompts carry drafts (spec distill-and-data.md section 9; arXiv 2605.17314).
 
-:class:`DraftTask` wraps any task as :class:`~reasonrl.warmstart.ContextMix` does: the verifier,
+:class:`DraftTask` wraps any task as :class:`~reasonrl.loop.warmstart.ContextMix` does: the verifier,
 answer extractor and options stay the task's own; only the items change.
 
 - *Train* items are the problems of the drafts file (the "universe"), each prompt built by

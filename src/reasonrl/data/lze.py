@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from ..rules import Rule, at_least, within
+from ..config.rules import Rule, at_least, within
 from ..seeds import stable_seed
 from .selector import (GEN_FLOPS_PER_TOKEN_PARAM, SelectContext, check_known_keys, check_same_prompt, prompt_hash,
                        quantiles, savings)

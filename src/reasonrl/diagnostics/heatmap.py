@@ -1,7 +1,7 @@
 """The cosine heatmap of the unlearnability diagnostic: prompts ordered by block (easy, learnable,
 unlearnable), lines between blocks, a diverging colour map centred on 0 (as the paper's figure).
 
-Built on ``matplotlib.figure.Figure`` and the Agg canvas (as :mod:`reasonrl.plots`): headless, and
+Built on ``matplotlib.figure.Figure`` and the Agg canvas (as :mod:`reasonrl.loop.plots`): headless, and
 the caller's pyplot state is left alone.
 """
 from __future__ import annotations

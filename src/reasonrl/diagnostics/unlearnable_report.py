@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..checkpoint import atomic_write, atomic_write_text
+from ..loop.checkpoint import atomic_write, atomic_write_text
 from ..errors import UserError
 from ..eval.runner import task_max_new_tokens
 from ..models import load_model

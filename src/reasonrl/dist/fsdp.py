@@ -16,7 +16,7 @@ Two phases per step, the way verl feeds its rollout engine from FSDP:
   the ranks agree on the largest count and the others add zero-weight passes (one row of the
   minibatch with its loss times 0: a zero gradient). A part whose loss term runs the model on
   inputs of its own (a data-dependent number of forwards) declares the need ``policy_in_loss`` and
-  is refused with this strategy before anything is loaded (``reasonrl.validate``).
+  is refused with this strategy before anything is loaded (``reasonrl.config.validate``).
 
 Checkpoints and the final model are gathered whole to rank 0's CPU memory (``get_model_state_dict``
 / ``get_optimizer_state_dict`` with ``full_state_dict``) and written in the single process's format
@@ -153,7 +153,7 @@ class Sharded(Replicated):
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
                                                              set_optimizer_state_dict)
 
-        from ..checkpoint import check_weights
+        from ..loop.checkpoint import check_weights
 
         if (Path(path) / "adapter_model.safetensors").exists():
             raise UserError(f"checkpoint {path} holds LoRA adapters, which dist.strategy=fsdp does not train: "

@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..checkpoint import load_checkpoint
+from ..loop.checkpoint import load_checkpoint
 from .group import Single
 
 STRATEGIES = ("ddp", "fsdp")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 
-from ..checkpoint import atomic_write_text
+from ..loop.checkpoint import atomic_write_text
 from ..errors import UserError
 from ..models.chat import PromptFormatter
 from ..rollout import Generator, SamplingParams, engine_for

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from jinja2.exceptions import TemplateError
 
 from ..errors import UserError
-from ..run_sections import PROMPT_FORMATS as FORMATS
+from ..config.sections import PROMPT_FORMATS as FORMATS
 from ..text import fill_slots
 
 ROLES = ("system", "user", "assistant")

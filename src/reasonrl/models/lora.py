@@ -27,7 +27,7 @@ def base_model(model):
 
 def apply_lora(model, lora, seed: int = 0):
     """``model`` wrapped with trainable LoRA adapters (its own weights frozen) as ``lora`` says (a
-    :class:`reasonrl.config.Lora`, not imported: config sits above models). ``lora.r == 0`` or a
+    :class:`reasonrl.config.train.Lora`, not imported: config sits above models). ``lora.r == 0`` or a
     model that already has adapters (a resumed trainer given the wrapped model) is returned as is.
     peft injects the adapter layers into ``model`` in place. The A matrices' random init draws from
     a generator seeded by ``seed`` alone, not from whatever the global RNG holds: two trainers of one

@@ -136,7 +136,7 @@ def prompt_tokens_estimate(task, tokenizer, seed: int) -> int:
 
 
 def resolve_rows(cfg, model, tokenizer, task, *, new_tokens: int, needs_reference: bool):
-    """``cfg`` (a :class:`reasonrl.config.TrainConfig`, not imported: config sits above models) with
+    """``cfg`` (a :class:`reasonrl.config.train.TrainConfig`, not imported: config sits above models) with
     ``max_rows`` / ``micro_batch_size`` = ``auto`` replaced by numbers of rows (see the module docs);
     ``model`` is the policy as it will train (adapters, precision and checkpointing already set)."""
     auto = tuple(k for k in ("max_rows", "micro_batch_size") if getattr(cfg, k) == "auto")

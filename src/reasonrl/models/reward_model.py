@@ -45,7 +45,7 @@ def encode_pairs(tok, prompts: Sequence[str], completions: Sequence[str], max_le
 
 
 class HFRewardModel:
-    """A reward model directory loaded for scoring (or training, :mod:`reasonrl.rm_train`)."""
+    """A reward model directory loaded for scoring (or training, :mod:`reasonrl.loop.rm_train`)."""
 
     def __init__(self, model: torch.nn.Module, tok, head: ValueHead | None = None, max_length: int = 1024,
                  batch_size: int = 64):
@@ -129,7 +129,7 @@ class RMReward(Reward):
     name = "rm"
 
     def problems(self) -> list[str]:
-        """Checked with the run's config, before any model loads (:func:`reasonrl.validate.reward_problems`)."""
+        """Checked with the run's config, before any model loads (:func:`reasonrl.config.validate.reward_problems`)."""
         if not self.model:
             return ["config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
                     "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)"]

@@ -18,7 +18,7 @@ from ..advantages import group_relative
 from ..data.lze import LZE
 from ..data.selector import Selector
 from ..rewards.options import reward_options
-from ..rules import Rule
+from ..config.rules import Rule
 from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
 # the method parts, in the order their hooks run (a part reading another's channel comes after it)
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering

@@ -26,7 +26,7 @@ import torch
 
 from ..advantages.buckets import role_task_advantages
 from ..rewards.azr import azr_proposal_reward
-from ..rules import Rule, at_least
+from ..config.rules import Rule, at_least
 from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, format_ok, parse_inputs, parse_proposal, propose_prompt, solve_item

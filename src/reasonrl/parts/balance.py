@@ -35,7 +35,7 @@ from ..models.diffusion import is_diffusion
 from ..models.heads import LogZHead, pooled_prompt_hidden
 from ..models.scoring import score_completions, trim_padding
 from ..rollout.base import policy_tokens
-from ..rules import Rule, above, at_least, one_of, within
+from ..config.rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
 from .protocol import BatchContext, LossContext, ModelSetup, PartModule, RoundContext, UpdateContext, register_part
 

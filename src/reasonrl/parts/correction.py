@@ -19,7 +19,7 @@ import torch
 
 from ..advantages.subgroups import cipo_pick_failure, cipo_rewards, cipo_select
 from ..rollout import Rollouts, concat_rollouts, select_rows
-from ..rules import Rule, above, at_least, within
+from ..config.rules import Rule, above, at_least, within
 from ..seeds import stable_seed
 from ..text import fill_slots
 from .protocol import RoundContext, register_part

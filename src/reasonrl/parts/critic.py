@@ -39,7 +39,7 @@ from ..losses.value import value_loss
 from ..models.critic import ValueHead, critic_from_policy, load_critic, policy_hidden
 from ..models.scoring import trim_padding
 from ..rollout.base import trained_tokens
-from ..rules import Rule, above, at_least, within
+from ..config.rules import Rule, above, at_least, within
 from ..seeds import stable_seed
 from .protocol import BatchContext, LossContext, ModelSetup, PartModule, register_part
 

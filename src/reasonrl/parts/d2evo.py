@@ -32,7 +32,7 @@ import torch
 from ..data.d2evo import D2EvoState, Verdict, accepted, judge, ngram_similarity, pass_rates, questioner_rewards
 from ..errors import UserError
 from ..rollout import concat_rollouts, select_rows
-from ..rules import Rule, at_least, one_of, within
+from ..config.rules import Rule, at_least, one_of, within
 from ..tasks import is_correct
 from ..text import fill_slots
 from .protocol import RoundContext, register_part

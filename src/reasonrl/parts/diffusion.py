@@ -16,7 +16,7 @@ from typing import ClassVar
 from ..errors import UserError
 from ..models.diffusion import is_diffusion
 from ..rollout.diffusion import REMASKING, sampler_opts
-from ..rules import Rule, at_least, one_of
+from ..config.rules import Rule, at_least, one_of
 from .protocol import ModelSetup, register_part
 
 

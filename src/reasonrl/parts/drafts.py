@@ -13,7 +13,7 @@ from typing import ClassVar
 from ..data.draft_task import DraftTask, draft_metrics
 from ..data.drafter import builtin_drafts, draft_table
 from ..data.drafts import MAX_PROMPT_TOKENS, MODES, TEMPLATE, template_problem
-from ..rules import SEED, Rule, one_of
+from ..config.rules import SEED, Rule, one_of
 from .protocol import BatchContext, TaskSetup, register_part
 
 

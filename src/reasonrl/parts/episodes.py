@@ -19,7 +19,7 @@ from ..rollout import Rollouts
 from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic, require_episodic
 from ..rollout.multiturn import EpisodeLimits
 from ..rewards.sandbox.levels import UID_SLOTS
-from ..rules import Rule, at_least, within
+from ..config.rules import Rule, at_least, within
 from ..tasks.base import TaskWrapper
 from .protocol import TaskSetup, register_part
 from .strategy import GenRequest

@@ -33,7 +33,7 @@ from ..errors import UserError
 from ..rewards.evoenv import GENERATOR_REWARDS, PAID, evoenv_generator_reward, in_band
 from ..rewards.user import load_function
 from ..eval.audit_models import make_embedder
-from ..rules import Rule, at_least, one_of, within
+from ..config.rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.env_check import EnvCheck, EnvReport, check_envs, novel

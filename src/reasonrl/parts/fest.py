@@ -36,7 +36,7 @@ from ..errors import UserError
 from ..losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES, demo_weight, dpo_sigmoid, pick_rejected, \
     sequence_logp, sft_nll
 from ..models.scoring import score_completions, trim_padding
-from ..rules import Rule, above, at_least, one_of, within
+from ..config.rules import Rule, above, at_least, one_of, within
 from ..rollout import select_rows
 from ..rollout.base import policy_tokens
 from ..seeds import stable_seed

@@ -11,7 +11,7 @@ import torch
 from ..models.steering import annealed_alpha_max, generate_steered, intensity_grid, steering_vector, uniform_intensities
 from ..rollout import Rollouts
 from ..rollout.beam import beam_rollout
-from ..rules import Rule, above, at_least, one_of, within
+from ..config.rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
 from .protocol import register_part
 from .strategy import GenRequest

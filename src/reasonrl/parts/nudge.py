@@ -20,7 +20,7 @@ import torch
 from ..advantages.subgroups import nudge_advantages, nudge_contexts, nudge_dropout_counts
 from ..distill import encode_contexts, score_under_context
 from ..rollout import Rollouts
-from ..rules import Rule, at_least, one_of, within
+from ..config.rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks.guidance import hints as task_hints
 from .protocol import BatchContext, LossContext, register_part

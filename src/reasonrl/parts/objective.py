@@ -20,7 +20,7 @@ from ..losses.anchors import SAGE_GUIDES, SURPRISAL_NORMS, guide_draws
 from ..losses.kl import KL_ESTIMATORS
 from ..losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from ..rewards.base import Reward, RewardResult
-from ..rules import Rule, at_least, one_of, within
+from ..config.rules import Rule, at_least, one_of, within
 from .protocol import BatchContext
 
 @dataclass(frozen=True)

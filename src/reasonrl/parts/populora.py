@@ -42,7 +42,7 @@ from ..population.pbt import OPERATORS, make_offspring, pbt_plan
 from ..population.ratings import PFSP_MODES, RatingModel
 from ..rewards.populora import teacher_proposal_reward
 from ..rollout import concat_rollouts, select_rows
-from ..rules import Rule, above, at_least, one_of, within
+from ..config.rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.azr import AZRTask, propose_prompt, solve_item

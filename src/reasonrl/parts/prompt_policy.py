@@ -34,7 +34,7 @@ from ..models.scoring import score_completions, trim_padding
 from ..prompting.buffer import TARGETS, ExperienceBuffer
 from ..prompting.task import RENDERERS, PromptTask, prompter_prompt
 from ..prompting.workers import FailureCritic, load_worker
-from ..rules import Rule, at_least, one_of
+from ..config.rules import Rule, at_least, one_of
 from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.limits import played_task

@@ -22,7 +22,7 @@ Selector ``admit`` /      before rollout / after each round's rewards /         
 ``after_step(UpdateContext)`` after a step's optimiser steps                    metrics or None
 ========================  ====================================================  ==========================
 
-Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.rules.Rule`` per
+Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.config.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
 of :data:`NEEDS`; ``hidden``: the trainer's forward also hands the policy's last hidden states to
 ``loss_term``, ``LossContext.hidden``).

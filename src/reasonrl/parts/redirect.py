@@ -27,7 +27,7 @@ import torch
 from ..advantages.subgroups import harmless_advantage, parse_first_error, parse_verdict, verifier_reward
 from ..rollout import concat_rollouts, select_rows
 from ..rollout.branch import char_to_token, token_char_offsets
-from ..rules import Rule, above, at_least, one_of
+from ..config.rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
 from ..tasks import guidance
 from .protocol import RoundContext, register_part

@@ -29,7 +29,7 @@ from ..models.chat import PLAIN, PromptFormatter
 from ..rollout.base import policy_tokens
 from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
                                 ssopd_pairs)
-from ..rules import Rule, above, at_least, one_of, within
+from ..config.rules import Rule, above, at_least, one_of, within
 from ..tasks.guidance import reference_solution
 from .protocol import BatchContext, LossContext, RoundContext, UpdateContext, register_part
 

@@ -24,7 +24,7 @@ import torch
 
 from ..data.refine_replay import extra_group_counts, pick_replay_row, pop_refine, push_refine, refine_candidates
 from ..rollout import Rollouts, concat_rollouts, select_rows
-from ..rules import Rule, at_least, within
+from ..config.rules import Rule, at_least, within
 from ..seeds import stable_seed
 from .protocol import RoundContext, register_part
 from .strategy import Groups

@@ -30,7 +30,7 @@ from ..losses.teacher import (kdrl_loss, rkl_opd_advantages, teacher_agreement, 
                               tgpo_reg_loss)
 from ..models.scoring import score_completions
 from ..rollout.base import policy_tokens
-from ..rules import Rule, at_least, one_of
+from ..config.rules import Rule, at_least, one_of
 from .protocol import BatchContext, Channel, LossContext, register_part
 
 __all__ = ["KDRL", "RKLOPD", "TGPO", "TGPO_VARIANTS", "Teacher"]

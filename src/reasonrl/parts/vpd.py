@@ -40,7 +40,7 @@ from ..losses.vpd import (E_KL_ESTIMATORS, M_DIVERGENCES, adapt_beta, exact_toke
                           m_step_token_loss, row_token_mean, sampled_kl)
 from ..models.lora import add_adapter, is_lora, use_adapter
 from ..models.scoring import trim_padding
-from ..rules import Rule, above, at_least, one_of
+from ..config.rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
 from .protocol import BatchContext, LossContext, ModelSetup, RoundContext, register_part
 from .strategy import Groups

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint import atomic_write_text
+from ..loop.checkpoint import atomic_write_text
 from ..errors import ExistingPathError
 from .compare_page import compare_page
 from .folders import folder_kind, load_compare, load_run

@@ -17,7 +17,7 @@ import yaml
 
 from ..errors import MissingPathError, UserError
 from ..tasks.files import jsonl_rows
-from ..tracking import COMPLETIONS_FILE, read_metrics
+from ..loop.tracking import COMPLETIONS_FILE, read_metrics
 
 AUDIT_KEYS = ("stages", "counts", "seconds")  # what the audit summary cannot do without
 

@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..plots import plot_curves
+from ..loop.plots import plot_curves
 from .folders import RunFolder, find_audit, load_audit
 from .html import Raw, fmt, note, page, png, section, table, tag
 from .sections import audit_section, before_after_table, config_yaml, samples_parts, training_parts
@@ -45,7 +45,7 @@ def metrics_section(metrics: list[dict[str, Any]]) -> Raw:
 
 
 def curves_section(metrics: list[dict[str, Any]]) -> Raw:
-    """The five training panels of :func:`reasonrl.plots.plot_curves`, drawn afresh from metrics.jsonl."""
+    """The five training panels of :func:`reasonrl.loop.plots.plot_curves`, drawn afresh from metrics.jsonl."""
     if not metrics:
         return section("curves", "Curves", note("metrics.jsonl holds no step yet: nothing to draw."))
     with tempfile.TemporaryDirectory() as tmp:

@@ -50,7 +50,7 @@ _LEFT_TO_EXIT: list = []  # engines of data-parallel ranks, closed with their pr
 
 class VLLMEngine:
     """Generator over a vLLM engine in this process; ``model`` stays the trainer's (scoring, the kept mass,
-    the batch maker's ``device`` and ``tok``). ``opts``: ``rollout.vllm`` (:class:`~reasonrl.run_sections.VLLMOpts`);
+    the batch maker's ``device`` and ``tok``). ``opts``: ``rollout.vllm`` (:class:`~reasonrl.config.sections.VLLMOpts`);
     ``max_rows``: requests vLLM schedules at once; ``seed``: the engine's own (every request carries one);
     ``sync_every``: optimiser steps between weight pushes (``rollout.sync_every``)."""
 

@@ -186,7 +186,7 @@ def critique_prompt(task: Any, item: Item, completion: str) -> str:
 def synthetic_critiques(task: Any, n: int, seed: int, split: str = "train", correct_rate: float = 0.0) -> list[Item]:
     """``n`` verifier warm-start pairs: a demonstration with one digit of one random step changed
     (a fraction ``correct_rate`` left intact), as an Item whose ``prompt`` is the critique prompt
-    and ``demo`` the task's critique text, so :func:`reasonrl.sft.sft_batch` takes them as they are.
+    and ``demo`` the task's critique text, so :func:`reasonrl.loop.sft.sft_batch` takes them as they are.
     ``answer`` is the verdict; ``meta`` holds first_error, verdict, the completion and the problem key."""
     if not 0.0 <= correct_rate <= 1.0:
         raise UserError(f"synthetic_critiques: correct_rate must be in [0, 1], got {correct_rate}")

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from ..errors import UserError
 from ..models.chat import PromptFormatter, context_length, is_conversational, prompt_text
-from ..run_sections import PROMPT_OVERFLOW as OVERFLOW
+from ..config.sections import PROMPT_OVERFLOW as OVERFLOW
 from .base import Item, TaskWrapper
 MAX_MISSES = 10_000  # prompts in a row that do not fit before a task counts as unusable (never spin)
 
@@ -136,7 +136,7 @@ def prepare_prompts(task: Any, tok: Any, model: Any, prompt: Any, budget: int,
                     name: str = "the model") -> tuple[PromptFormatter, Any]:
     """A run's prompt formatter (``prompt.format``, ``system_prompt``, ``chat_template_kwargs``) and its
     task limited to prompts that fit (``prompt.max_tokens``, ``prompt.overflow``, the context length);
-    ``prompt``: a :class:`reasonrl.config.Prompting` or anything with its fields."""
+    ``prompt``: a :class:`reasonrl.config.train.Prompting` or anything with its fields."""
     formatter = PromptFormatter.build(tok, model, prompt.format, prompt.system_prompt, prompt.chat_template_kwargs)
     cap = prompt_cap(prompt.max_tokens, budget, context_length(model), name)
     return formatter, limit_prompts(task, formatter, cap, prompt.overflow)

@@ -6,7 +6,7 @@ runner of ``tasks/env_runtime.py`` (EvoEnv) and the CodeAct sessions of ``envs/c
 such code never runs at a weaker level than asked: without the level the call raises
 :class:`~reasonrl.rewards.sandbox.SandboxUnavailable` instead of falling back behind a warning. A
 training run sets the level from its ``sandbox.require`` key for its duration (:func:`requiring`), after
-``reasonrl.validate`` has refused the run, before anything loads, on a machine that cannot give it;
+``reasonrl.config.validate`` has refused the run, before anything loads, on a machine that cannot give it;
 outside a run it is :data:`DEFAULT_REQUIRE`. Levels are ordered namespaces > userns > uid > rlimits;
 a requirement is met by its level or a stronger one. ``rlimits`` accepts any level: trusted code only.
 """

@@ -16,12 +16,12 @@ import dataclasses
 import random
 from typing import Any, Iterator
 
-from .errors import UserError
-from .parts import EGRSD, SSOPD, Correction, HintSampling, Redirect
-from .parts.correction import correction_prompt
-from .seeds import stable_seed
-from .tasks import Item, TaskWrapper
-from .tasks import guidance as g
+from ..errors import UserError
+from ..parts import EGRSD, SSOPD, Correction, HintSampling, Redirect
+from ..parts.correction import correction_prompt
+from ..seeds import stable_seed
+from ..tasks import Item, TaskWrapper
+from ..tasks import guidance as g
 
 CONTEXTS = ("solution", "hint", "correction", "redirect")
 

@@ -1,5 +1,5 @@
 """The optimiser-step schedule of the RL loop: the learning-rate factor, and how a batch's rows are
-split into minibatches (kept out of :mod:`reasonrl.trainer` so that it stays small)."""
+split into minibatches (kept out of :mod:`reasonrl.loop.trainer` so that it stays small)."""
 from __future__ import annotations
 
 import math

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .rewards.sandbox.levels import LEVELS
-from .rewards.sandbox.policy import DEFAULT_REQUIRE
+from ..rewards.sandbox.levels import LEVELS
+from ..rewards.sandbox.policy import DEFAULT_REQUIRE
 from .rules import Rule, at_least, one_of, within
 
 PROMPT_FORMATS = ("auto", "chat", "plain")  # prompt.format (reasonrl.models.chat renders each)

@@ -20,23 +20,23 @@ import torch
 
 from .schedule import clip_groups, group_rows, make_optimizer, param_groups, split_even
 from .checkpoint import atomic_write, latest_checkpoint, rng_state, save_checkpoint, set_rng_state
-from .config import TrainConfig
-from .dist.group import Single
-from .dist.shard import ShardedEngine
-from .dist.choose import make_strategy
-from .eval.runner import EvalConfig, evaluate, task_max_new_tokens
+from ..config.train import TrainConfig
+from ..dist.group import Single
+from ..dist.shard import ShardedEngine
+from ..dist.choose import make_strategy
+from ..eval.runner import EvalConfig, evaluate, task_max_new_tokens
 from .batch import BatchMaker
 from .stepdata import Batch, additive_metric, merge_metrics, step_stats
-from .rollout import select_rows
-from .models.lora import Reference, apply_lora
-from .models.memory import prepare_for_training, resolve_rows
-from .models.scoring import score_rows
-from .parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
-from .parts.protocol import LossContext, ModelSetup, UpdateContext
-from .dist.ray_rollout import EngineCorrection, WorkerError, make_engine
-from .tasks import Task
-from .tasks.limits import prepare_prompts
-from .tasks.base import stable_seed
+from ..rollout import select_rows
+from ..models.lora import Reference, apply_lora
+from ..models.memory import prepare_for_training, resolve_rows
+from ..models.scoring import score_rows
+from ..parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
+from ..parts.protocol import LossContext, ModelSetup, UpdateContext
+from ..dist.ray_rollout import EngineCorrection, WorkerError, make_engine
+from ..tasks import Task
+from ..tasks.limits import prepare_prompts
+from ..tasks.base import stable_seed
 
 ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
                   "so the surrogate's value is ~0 while its gradient is not.")

@@ -1,6 +1,6 @@
 """Building one step's training batch: prompts -> groups -> rewards -> (filter, refill) -> advantages.
 
-Kept apart from the optimisation loop (:mod:`reasonrl.trainer`), and just as blind to method names:
+Kept apart from the optimisation loop (:mod:`reasonrl.loop.trainer`), and just as blind to method names:
 dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` and
 ``extra_rewards``, overlong filtering its ``mask_truncated`` flag.
 """
@@ -13,23 +13,23 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .advantages.scored import fill_unscored, scored_advantages
-from .data.pool import epoch_of, pool_stream, take_pool
-from .data.selector import SelectContext, group_tokens, prompt_hash
-from .distill import ContextScores, encode_contexts, score_under_context
-from .models.chat import PLAIN, PromptFormatter
-from .models.scoring import score_completions
-from .parts import Recipe
-from .parts.protocol import BatchContext, Channel, RoundContext, part_needs
-from .parts.strategy import GenRequest
-from .rewards.base import reward_name, score_rewards
-from .rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
-from .rollout.base import trained_tokens
-from .rollout.branch import branch, token_char_offsets
-from .errors import UserError
+from ..advantages.scored import fill_unscored, scored_advantages
+from ..data.pool import epoch_of, pool_stream, take_pool
+from ..data.selector import SelectContext, group_tokens, prompt_hash
+from ..distill import ContextScores, encode_contexts, score_under_context
+from ..models.chat import PLAIN, PromptFormatter
+from ..models.scoring import score_completions
+from ..parts import Recipe
+from ..parts.protocol import BatchContext, Channel, RoundContext, part_needs
+from ..parts.strategy import GenRequest
+from ..rewards.base import reward_name, score_rewards
+from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
+from ..rollout.base import trained_tokens
+from ..rollout.branch import branch, token_char_offsets
+from ..errors import UserError
 from .runtime import PartRuntime
 from .stepdata import Batch, join_groups, keep_groups, merge_metrics, step_stats  # noqa: F401 - the batch's types
-from .tasks import Item, Task, TaskReward, is_correct, reward_columns
+from ..tasks import Item, Task, TaskReward, is_correct, reward_columns
 
 
 class BatchMaker:

@@ -1,4 +1,4 @@
-"""Bradley-Terry reward-model training (``reasonrl rm train``), beside :mod:`reasonrl.sft`.
+"""Bradley-Terry reward-model training (``reasonrl rm train``), beside :mod:`reasonrl.loop.sft`.
 
 A causal LM (the shipped base, ``tiny:<size>``, any HF directory) becomes an HF sequence-classification
 model with one label: its decoder's weights, a fresh score head (seeded). Each step draws
@@ -22,12 +22,12 @@ from typing import Any, Callable
 import torch
 
 from .checkpoint import atomic_write_text
-from .data.preferences import split_pairs
-from .errors import UserError
-from .losses.value import bt_loss
-from .models import load_model
-from .models.lora import base_model
-from .models.reward_model import HFRewardModel, encode_pairs
+from ..data.preferences import split_pairs
+from ..errors import UserError
+from ..losses.value import bt_loss
+from ..models import load_model
+from ..models.lora import base_model
+from ..models.reward_model import HFRewardModel, encode_pairs
 from .schedule import lr_lambda
 
 

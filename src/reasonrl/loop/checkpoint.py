@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import UserError
+from ..errors import UserError
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 

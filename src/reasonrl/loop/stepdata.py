@@ -10,12 +10,12 @@ from typing import Any, Callable
 
 import torch
 
-from .parts.protocol import Channel
-from .seeds import stable_seed
-from .parts.strategy import Groups
-from .rollout import Rollouts, concat_rollouts, select_rows
-from .rollout.base import policy_tokens
-from .tasks import Item
+from ..parts.protocol import Channel
+from ..seeds import stable_seed
+from ..parts.strategy import Groups
+from ..rollout import Rollouts, concat_rollouts, select_rows
+from ..rollout.base import policy_tokens
+from ..tasks import Item
 
 
 @dataclass

@@ -20,11 +20,11 @@ import yaml
 
 import torch
 
-from .errors import MissingPathError, UserError
-from .rewards.options import apply_reward_overrides, rewards_dict
-from .parts import IDENTITY, PART_TYPES, Recipe
+from ..errors import MissingPathError, UserError
+from ..rewards.options import apply_reward_overrides, rewards_dict
+from ..parts import IDENTITY, PART_TYPES, Recipe
 from .rules import SEED, Rule, at_least, one_of
-from .run_sections import ROWS, DataOpts, Dist, Guidance, Lora, Memory, Prompting, RolloutOpts, SandboxOpts
+from .sections import ROWS, DataOpts, Dist, Guidance, Lora, Memory, Prompting, RolloutOpts, SandboxOpts
 
 KEY_ALIASES = {"async": "async_"}  # field names that are Python keywords
 

@@ -21,17 +21,17 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
-from .config import KEY_ALIASES, TrainConfig, nested_part, recipe_scalars, recipe_sections
-from .errors import UserError
-from .parts import Recipe
-from .parts.episodes import episodic_problems
-from .parts.protocol import part_needs
-from .rewards.options import rewards_dict
-from .rewards.sandbox import LEVELS, SandboxUnavailable, isolation
-from .rewards.sandbox.levels import stronger_or_equal
-from .rollout.vllm_checks import vllm_problems  # issue 43
+from .train import KEY_ALIASES, TrainConfig, nested_part, recipe_scalars, recipe_sections
+from ..errors import UserError
+from ..parts import Recipe
+from ..parts.episodes import episodic_problems
+from ..parts.protocol import part_needs
+from ..rewards.options import rewards_dict
+from ..rewards.sandbox import LEVELS, SandboxUnavailable, isolation
+from ..rewards.sandbox.levels import stronger_or_equal
+from ..rollout.vllm_checks import vllm_problems  # issue 43
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
-from .tasks import BUILTIN, DEFAULT_TASK, get_task
+from ..tasks import BUILTIN, DEFAULT_TASK, get_task
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def check_inputs(cfg: TrainConfig, *recipes: Recipe) -> None:
     found = [line for recipe in recipes for line in episodic_problems(task, recipe)]
     if found:
         raise UserError("\n".join(found))
-    from .models.loading import check_model_name  # imports transformers: only once the rest is valid
+    from ..models.loading import check_model_name  # imports transformers: only once the rest is valid
 
     check_model_name(cfg.model)
 

@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 
 import torch
 
-from .data.curriculum import check_curriculum, perplexities, reverse_ppl_order
-from .eval.runner import EvalConfig, evaluate_model
-from .data.sft_rows import IGNORE, sft_batch  # noqa: F401 - re-exported
-from .tasks import Item, Task
+from ..data.curriculum import check_curriculum, perplexities, reverse_ppl_order
+from ..eval.runner import EvalConfig, evaluate_model
+from ..data.sft_rows import IGNORE, sft_batch  # noqa: F401 - re-exported
+from ..tasks import Item, Task
 from .schedule import lr_lambda
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import UserError
-from .parts import Recipe
+from ..errors import UserError
+from ..parts import Recipe
 
 
 class PartRuntime:

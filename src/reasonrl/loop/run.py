@@ -31,21 +31,21 @@ import torch
 import yaml
 
 from .checkpoint import atomic_write_text
-from .config import TrainConfig, resolved_dict
-from .errors import ExistingPathError, MissingPathError, UserError
-from .dist.group import Single, init_group, on_main
-from .eval.runner import EvalConfig, evaluate_items, item_lines, write_jsonl
-from .models import load_model, resolve_device, save_model
-from .models.memory import weights_dtype
-from .parts import Recipe
-from .parts.episodes import episodic_problems
+from ..config.train import TrainConfig, resolved_dict
+from ..errors import ExistingPathError, MissingPathError, UserError
+from ..dist.group import Single, init_group, on_main
+from ..eval.runner import EvalConfig, evaluate_items, item_lines, write_jsonl
+from ..models import load_model, resolve_device, save_model
+from ..models.memory import weights_dtype
+from ..parts import Recipe
+from ..parts.episodes import episodic_problems
 from .plots import plot_curves
-from .rewards.sandbox import requiring
+from ..rewards.sandbox import requiring
 from .stepdata import chosen_rows, completion_rows
-from .tasks import GuidedTask, get_task
-from .tasks.limits import LimitedTask
+from ..tasks import GuidedTask, get_task
+from ..tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
-from .validate import check_run
+from ..config.validate import check_run
 from .trainer import Trainer
 
 

@@ -141,7 +141,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 class CompletionsSink:
     """``completions.jsonl``: a few of each step's rollouts as records (prompt, completion, rewards,
-    advantage; :func:`reasonrl.stepdata.completion_rows`), TRL's ``log_completions`` as a file.
+    advantage; :func:`reasonrl.loop.stepdata.completion_rows`), TRL's ``log_completions`` as a file.
 
     The same life as ``metrics.jsonl``: a fresh run starts it anew, a run resumed at step ``s`` keeps
     the records of steps <= ``s`` and appends, so a resumed run's file equals a straight run's (a run
