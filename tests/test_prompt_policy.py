@@ -330,7 +330,13 @@ def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_pa
     assert resumed.resume() == 2
     last = resumed.train_step()
     drop = ("time/", "tokens_per_s")
-    assert {k: v for k, v in last.items() if not k.startswith(drop)} == \
-        {k: v for k, v in rows[2].items() if not k.startswith(drop)}
+    # the same rows, counts and rewards; the float metrics to float rounding: with scoring by shared prompts (each
+    # prompt's KV cache indexed out to its rows) the last bits of the forward and backward varied between the
+    # trainer that ran three steps and the resumed one from one run of this test to the next (measured: grad_norm
+    # 3.470470905 vs 3.470470667, loss/ratio_mean 1.0 vs 0.99999994; with the per-row forward, equal bits), while
+    # the resumed state itself is exact (asserted below)
+    want = {k: v for k, v in rows[2].items() if not k.startswith(drop)}
+    assert {k: v for k, v in last.items() if not k.startswith(drop)} == {
+        k: pytest.approx(v, rel=1e-6, abs=1e-7) if isinstance(v, float) else v for k, v in want.items()}
     state = resumed.batches.parts.state("prompt_policy")
     assert state == straight.batches.parts.state("prompt_policy") and state["buffer"]["stats"]

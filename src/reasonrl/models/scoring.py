@@ -131,11 +131,13 @@ def shared_prefix_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Ten
     backward sums each row's gradient into its prompt's), and the completions run on top of it: the
     same logits as the per-row forward up to float rounding (``tests/test_scoring_prefix.py``), for
     (distinct prompts x P + r x T) positions instead of r x (P + T). The first logit of a row is the
-    prompt's last position. None when no two rows share a prompt, or when the model cannot keep a
-    cache in training (activation checkpointing): the caller runs the per-row forward."""
+    prompt's last position. None when no two rows share a prompt, when the model cannot keep a cache in
+    training (activation checkpointing), or under FSDP (one forward per chunk on every rank): the caller
+    runs the per-row forward."""
     keys = torch.cat([prompt_ids, prompt_mask], 1)  # a prompt is its ids and its padding
     unique, inverse = torch.unique(keys, dim=0, return_inverse=True)  # (u, 2P), (r,)
-    if len(unique) == len(keys) or completion_ids.shape[1] == 0 or prompt_ids.shape[1] == 0 or _checkpointing(model):
+    if (len(unique) == len(keys) or completion_ids.shape[1] == 0 or prompt_ids.shape[1] == 0 or _checkpointing(model)
+            or _sharded(model)):
         return None
     P, arg = prompt_ids.shape[1], cache_kwarg(model)
     u_ids, u_mask = unique[:, :P], unique[:, P:]
@@ -147,6 +149,15 @@ def shared_prefix_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Ten
     rest = model(input_ids=completion_ids, attention_mask=mask, position_ids=_positions(mask)[:, P:],
                  use_cache=True, **{arg: cache}).logits[:, :-1]  # (r, T - 1, V): completion token t predicts t + 1
     return torch.cat([first[inverse, None], rest], 1)  # (r, T, V)
+
+
+def _sharded(model) -> bool:
+    """Whether the model is sharded by FSDP2: then every rank must run the same forwards (each one all-gathers
+    the layers' parameters), and whether a chunk's rows share a prompt is each rank's own data, so the
+    two-forward path would leave ranks waiting on each other (a deadlock: the dapo FSDP test)."""
+    import torch.distributed.fsdp as fsdp
+
+    return any(isinstance(m, fsdp.FSDPModule) for m in model.modules())
 
 
 def _checkpointing(model) -> bool:
