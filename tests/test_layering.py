@@ -28,6 +28,7 @@ LAYERS = {
     "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
     "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
     "rollout.vllm_checks": 10,  # what vLLM cannot serve, read from the parts' declared needs
+    "tasks.protocols": 4,  # the task's optional abilities (typing Protocols): errors only; rollouts and data ask them
     "envs": 4,  # environments of multi-turn episodes (reset/step), the CodeAct harness, the FHIR store: tasks make them
     "tasks.env_check": 6,  # EvoEnv novelty: the audit's shingles and embedding checks (eval.audit_models)
     "distill.teacher": 7,  # the external teacher handle: loads models (models.loading), scores with distill.context

@@ -8,8 +8,10 @@ each key must satisfy the rule its class declares beside its fields (``RULES``: 
 in-process engine) must be there. All problems are reported at once, one line each, in a
 :class:`~reasonrl.errors.UserError` that names the key, the bad value and the valid range.
 
-:func:`check_inputs` builds the task (which reads and validates its data) and checks the model
-name, so a bad task file or model folder also fails before a model is loaded.
+:func:`check_inputs` builds the task (which reads and validates its data), checks that it has the
+abilities the recipe's parts declare in ``task_needs`` (:mod:`reasonrl.tasks.protocols`:
+:func:`task_problems`) and checks the model name, so a bad task file, a task without the hints a
+part needs or a bad model folder also fails before a model is loaded.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from ..rewards.sandbox import LEVELS, SandboxUnavailable, isolation
 from ..rewards.sandbox.levels import stronger_or_equal
 from ..rollout.vllm_checks import vllm_problems  # issue 43
 from .rules import SEED, Rule, Values, above, at_least, one_of, within  # noqa: F401 - re-exported
-from ..tasks import BUILTIN, DEFAULT_TASK, get_task
+from ..tasks import BUILTIN, DEFAULT_TASK, GuidedTask, get_task
+from ..tasks.protocols import missing, provides
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,8 @@ def sandbox_problems(values: Values) -> list[str]:
     level ``sandbox.require`` or a stronger one here (issue 41): the levels are probed now (a tiny program
     each, once per process), before anything loads, instead of the run falling back to a weak level."""
     task, require = values.get("task") or DEFAULT_TASK, values.get("sandbox.require")
-    cls = BUILTIN.get(task) if isinstance(task, str) else None
-    if not getattr(cls, "untrusted_code", False) or require not in LEVELS:
+    task_cls = BUILTIN.get(task) if isinstance(task, str) else None
+    if not getattr(task_cls, "untrusted_code", False) or require not in LEVELS:
         return []  # a bad value of the key is its rule's line
     try:
         info = isolation()
@@ -300,11 +303,33 @@ def check_options(values: Values, rules: dict[str, Rule]) -> None:
         raise UserError("\n".join(found))
 
 
+def task_for(cfg: TrainConfig) -> Any:
+    """The run's task, with ``guidance.*`` files attached (self-teacher context a task cannot write)."""
+    task, g = get_task(cfg.task, **cfg.task_options), cfg.guidance
+    if g.hints or g.solutions or g.critiques:
+        task = GuidedTask(task, hints=g.hints, solutions=g.solutions, critiques=g.critiques)
+    return task
+
+
+def task_problems(task: Any, recipe: Recipe) -> list[str]:
+    """One line per ability a part of ``recipe`` declares in its ``task_needs`` (protocols of
+    :mod:`reasonrl.tasks.protocols`) and ``task`` lacks, naming the recipe, the part and the missing
+    methods; and the episodes part a task with environments needs (:func:`episodic_problems`)."""
+    out = []
+    for key, part in recipe.hooked():
+        for ability in getattr(part, "task_needs", ()):
+            if not provides(task, ability):
+                out.append(f"recipe {recipe.name!r}: its part {key!r} needs a task with {ability.__name__}, but "
+                           f"{missing(task, ability)} ({ability.__doc__.splitlines()[0]})")
+    return out + episodic_problems(task, recipe)
+
+
 def check_inputs(cfg: TrainConfig, *recipes: Recipe) -> None:
     """The model name can load and the task can be built (its data read and validated), and each of
-    ``recipes`` can train the task (a task with environments needs the episodes part)."""
-    task = get_task(cfg.task, **cfg.task_options)
-    found = [line for recipe in recipes for line in episodic_problems(task, recipe)]
+    ``recipes`` can train the task: the abilities its parts need, the episodes part for a task with
+    environments (:func:`task_problems`)."""
+    task = task_for(cfg)
+    found = [line for recipe in recipes for line in task_problems(task, recipe)]
     if found:
         raise UserError("\n".join(found))
     from ..models.loading import check_model_name  # imports transformers: only once the rest is valid
@@ -313,4 +338,4 @@ def check_inputs(cfg: TrainConfig, *recipes: Recipe) -> None:
 
 
 __all__ = ["OPTION_RULES", "RULES", "Rule", "all_rules", "check_inputs", "check_options", "check_part", "check_run", "problems",
-           "run_values"]
+           "run_values", "task_for", "task_problems"]

@@ -14,6 +14,7 @@ from ..rewards.answers import extract_last_number, normalize_number
 from ..rollout import HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, is_correct, take_items
+from ..tasks.protocols import budget as task_budget
 from .draft_files import DraftEntry, draft_line
 from .draft_task import UNIVERSE_SEED
 
@@ -38,7 +39,7 @@ def make_drafts(model, tokenizer, task: Any, n_problems: int, samples: int, temp
     """``samples`` drafts for each of the first ``n_problems`` distinct train problems of ``task``'s
     stream (seed :data:`~reasonrl.data.draft_task.UNIVERSE_SEED`, where the drafts recipe looks them up)."""
     items: list[Item] = take_items(task, "train", n_problems, seed=UNIVERSE_SEED)
-    budget = max_new_tokens or int(getattr(task, "max_new_tokens", 128))
+    budget = max_new_tokens or task_budget(task)
     sp = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=budget)
     engine = HFEngine(model, tokenizer, max_rows=max_rows)
     ro = engine.generate([it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "draft", it.key) for it in items])

@@ -21,6 +21,7 @@ from ..errors import MissingPathError, UserError
 from ..rollout import HFEngine, SamplingParams
 from ..seeds import stable_seed
 from ..tasks import Item, in_test_split, take_items
+from ..tasks.protocols import Judged, budget, provides
 
 FIELDS = ("prompt", "chosen", "rejected")
 
@@ -59,13 +60,13 @@ def judged_pairs(model, tok, task: Any, n_prompts: int, samples: int = 4, per_pr
                  temperature: float = 1.0, seed: int = 0, max_rows: int = 512) -> list[dict[str, Any]]:
     """Up to ``per_prompt`` judged pairs for each of ``n_prompts`` train problems of ``task`` (see the
     module notes); ``samples`` model completions per prompt join the task's edits."""
-    if not (hasattr(task, "judge") and hasattr(task, "variants")):
+    if not provides(task, Judged):
         raise UserError(f"task {task.name!r} has no scripted judge (judge, variants): bring your own pairs file "
                         "(JSONL with prompt, chosen, rejected) to `reasonrl rm train`")
     items: list[Item] = take_items(task, "train", n_prompts, seed=seed)
     texts: list[list[str]] = [[] for _ in items]
     if samples:
-        sp = SamplingParams(temperature=temperature, max_new_tokens=int(getattr(task, "max_new_tokens", 128)))
+        sp = SamplingParams(temperature=temperature, max_new_tokens=budget(task))
         ro = HFEngine(model, tok, max_rows=max_rows).generate(
             [it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "rm-pairs", it.key) for it in items])
         for r, text in enumerate(ro.texts):  # item-major rows

@@ -20,7 +20,7 @@ from ..rollout import Generator, SamplingParams, engine_for
 from ..rollout.agent import EpisodeOptions, environment_rollouts, is_episodic
 from ..seeds import stable_seed
 from ..tasks import Item, Task, is_correct, take_items
-from ..tasks.base import prepare_verify
+from ..tasks.protocols import Episodic, WithDiagnostics, budget, prepare_verify, provides
 from .majority import Equivalence, MathEquivalence, exact_equal, majority_vote_grouped
 from .metrics import pass_at_k
 
@@ -60,7 +60,7 @@ def pass_key(k: int) -> str:
 
 
 def task_max_new_tokens(task: Task) -> int:
-    return int(getattr(task, "max_new_tokens", 128))
+    return budget(task)
 
 
 def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mode: str) -> list[dict]:
@@ -89,7 +89,7 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
         if is_episodic(task):  # an agent task: each row is an episode, its text the episode's answer
             seeds = extra.get("seeds") or [stable_seed(0, "eval", s + i) for i in range(len(chunk))]
             ro = environment_rollouts(engine, task, chunk, n, sampling, seeds, formatter or engine.formatter,
-                                      getattr(task, "episode_options", None) or EpisodeOptions())
+                                      task.episode_options if provides(task, Episodic) else EpisodeOptions())
         else:
             prompts = [it.prompt for it in chunk]
             ro = engine.generate(formatter.render_all(prompts) if formatter else prompts, n, sampling, **extra)
@@ -154,9 +154,8 @@ def _evaluate_items(engine: Generator, task: Task, cfg: EvalConfig, progress: Ca
         summary.update({key: float(np.mean([r[key] for r in rows]))
                         for key in (*map(pass_key, cfg.k_values), f"avg@{n}", *(f"maj@{k}" for k in cfg.k_values))})
     summary.update(_shape_stats(greedy, sampled))
-    diagnostics = getattr(task, "diagnostics", None)  # optional: task-specific rates (e.g. TEMPO's leakage)
-    if diagnostics is not None:
-        summary.update(diagnostics([r["completion"] for r in greedy], [it.meta for it in items],
+    if provides(task, WithDiagnostics):  # task-specific rates (e.g. TEMPO's leakage)
+        summary.update(task.diagnostics([r["completion"] for r in greedy], [it.meta for it in items],
                                    [r["score"] for r in greedy]))
     return summary, greedy + sampled, rows
 

@@ -30,6 +30,7 @@ from ..errors import UserError
 from .runtime import PartRuntime
 from .stepdata import Batch, join_groups, keep_groups, merge_metrics, step_stats  # noqa: F401 - the batch's types
 from ..tasks import Item, Task, TaskReward, is_correct, reward_columns
+from ..tasks.protocols import Fitting, provides
 
 
 class BatchMaker:
@@ -87,8 +88,7 @@ class BatchMaker:
     def _fitted(self, item: Item) -> Item:
         """A self-play item under the run's prompt limit (tasks.limits), truncated by prompt.overflow=
         truncate_left; one that would be dropped stops the run (the part's roles are per item)."""
-        fit = getattr(self.task, "fit", None)
-        fitted = item if fit is None else fit(item, "train")
+        fitted = self.task.fit(item, "train") if provides(self.task, Fitting) else item
         if fitted is None:
             raise UserError(f"self-play prompt {item.key!r} is longer than the prompt limit ({self.task.cap} tokens); "
                             "raise prompt.max_tokens, lower sampling.max_new_tokens or use prompt.overflow=truncate_left")

@@ -38,14 +38,12 @@ from ..eval.runner import EvalConfig, evaluate_items, item_lines, write_jsonl
 from ..models import load_model, resolve_device, save_model
 from ..models.memory import weights_dtype
 from ..parts import Recipe
-from ..parts.episodes import episodic_problems
 from .plots import plot_curves
 from ..rewards.sandbox import requiring
 from .stepdata import chosen_rows, completion_rows
-from ..tasks import GuidedTask, get_task
 from ..tasks.limits import LimitedTask
 from .tracking import make_tracker, read_metrics
-from ..config.validate import check_run
+from ..config.validate import check_run, task_for, task_problems  # noqa: F401 - task_for re-exported (disa, tests)
 from .trainer import Trainer
 
 
@@ -165,14 +163,6 @@ def prompt_note(report: dict[str, Any]) -> str:
             f"{fate} (counted in summary.json)")
 
 
-def task_for(cfg: TrainConfig):
-    """The run's task, with ``guidance.*`` files attached (self-teacher context a task cannot write)."""
-    task, g = get_task(cfg.task, **cfg.task_options), cfg.guidance
-    if g.hints or g.solutions or g.critiques:
-        task = GuidedTask(task, hints=g.hints, solutions=g.solutions, critiques=g.critiques)
-    return task
-
-
 def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_step: Callable[[dict], None] = lambda m: None,
               on_phase: Callable[[str], None] = lambda s: None,
@@ -181,9 +171,9 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     such as where a resumed run continues."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
     task = task_for(cfg)
-    refused = episodic_problems(task, recipe)  # a task with environments needs the episodes part (issue 41)
+    refused = task_problems(task, recipe)  # the abilities its parts need; a task with environments, episodes
     if refused:
-        raise UserError(refused[0])
+        raise UserError("\n".join(refused))
     group, device = init_group(resolve_device(cfg.device), cfg.dist.backend)
     if group.world > 1 and cfg.rollout.workers > 0:
         group.close()

@@ -30,11 +30,11 @@ from typing import Any, ClassVar
 import torch
 
 from ..data.d2evo import D2EvoState, Verdict, accepted, judge, ngram_similarity, pass_rates, questioner_rewards
-from ..errors import UserError
 from ..rollout import concat_rollouts, select_rows
 from ..config.rules import Rule, at_least, one_of, within
 from ..tasks import is_correct
 from ..text import fill_slots
+from ..tasks.protocols import ReadsGenerated, require
 from .protocol import RoundContext, register_part
 from .strategy import Groups
 
@@ -83,6 +83,7 @@ class D2Evo:
     weight: float = 1.0
     needs: ClassVar[frozenset[str]] = frozenset({"pool"})  # anchors are mined from a finite real pool (data.pool=N)
 
+    task_needs: ClassVar[tuple[type, ...]] = (ReadsGenerated,)  # the questioner's problems read back as items
     RULES: ClassVar[dict[str, Rule]] = {
         **{k: at_least(1) for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step",
                                     "ngram")},
@@ -120,9 +121,7 @@ class D2Evo:
     # ---------------------------------------------------------------- every step: a round of two roles
     def extend(self, ctx: RoundContext) -> Groups:
         """The Questioner's groups (rewarded by R_Q), then Solver groups on generated problems."""
-        if not callable(getattr(ctx.task, "generated_item", None)):
-            raise UserError(f"d2evo: task {ctx.task.name!r} cannot read a generated problem (it has no "
-                            "generated_item(text, parse)); the built-in arithmetic task can")
+        require(ctx.task, ReadsGenerated, "d2evo", "the built-in arithmetic task can")
         batch = ctx.batch
         st, G = ctx.state, batch.rewards.shape[1]
         metrics, st.pending = {**st.pending, **_pool_metrics(st)}, {}

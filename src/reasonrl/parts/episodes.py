@@ -21,6 +21,7 @@ from ..rollout.multiturn import EpisodeLimits
 from ..rewards.sandbox.levels import UID_SLOTS
 from ..config.rules import Rule, at_least, within
 from ..tasks.base import TaskWrapper
+from ..tasks.protocols import WithEnvironments
 from .protocol import TaskSetup, register_part
 from .strategy import GenRequest
 
@@ -50,6 +51,7 @@ class Episodes:
     workers: int = 8
     max_live: int = 64  # episodes run at once (a CodeAct episode holds one of the sandbox's 64 uids to its end)
 
+    task_needs: ClassVar[tuple[type, ...]] = (WithEnvironments,)  # each row is an episode in a task's environment
     RULES: ClassVar[dict[str, Rule]] = {
         "max_turns": at_least(1), "max_obs_tokens": at_least(1), "max_context_tokens": at_least(2),
         "max_turn_tokens": Rule(lambda v, _: v is None or v >= 1, ">= 1, or null for sampling.max_new_tokens"),
@@ -91,6 +93,6 @@ def episodic_problems(task: Any, recipe: Any) -> list[str]:
     Refused rather than given the part with its defaults: turn caps and budgets are the recipe's choice."""
     if not is_episodic(task) or any(isinstance(p, Episodes) for _, p in recipe.hooked("generate")):
         return []
-    return [f"task {getattr(task, 'name', '?')!r} hands out environments (multi-turn episodes), but recipe "
+    return [f"task {task.name!r} hands out environments (multi-turn episodes), but recipe "
             f"{recipe.name!r} has no episodes part, so it would train on single completions: add it "
             "(episodes.max_turns=4, docs/agents.md) or train recipe codeact"]

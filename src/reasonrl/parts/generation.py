@@ -13,6 +13,7 @@ from ..rollout import Rollouts
 from ..rollout.beam import beam_rollout
 from ..config.rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
+from ..tasks.protocols import Branching
 from .protocol import register_part
 from .strategy import GenRequest
 
@@ -129,6 +130,7 @@ class BeamSampling:
     k_max: int = 2
     needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # branches from prefixes on the trainer's model
 
+    task_needs: ClassVar[tuple[type, ...]] = (Branching,)  # branches where the task says a completion goes wrong
     RULES: ClassVar[dict[str, Rule]] = {"first_frac": within(0, 1, open_lo=True), "k_max": at_least(1)}
 
     def plan(self, group_size: int) -> tuple[int, int]:

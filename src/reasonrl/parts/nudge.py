@@ -23,6 +23,7 @@ from ..rollout import Rollouts
 from ..config.rules import Rule, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks.guidance import hints as task_hints
+from ..tasks.protocols import WithHints
 from .protocol import BatchContext, LossContext, register_part
 from .strategy import GenRequest
 
@@ -55,6 +56,7 @@ class HintSampling:
     template: str = HINT_TEMPLATE
 
     needs: ClassVar[frozenset[str]] = frozenset({"policy_in_loss"})  # the distillation term re-scores hinted rows
+    task_needs: ClassVar[tuple[type, ...]] = (WithHints,)  # rollouts conditioned on the task's hints
     RULES: ClassVar[dict[str, Rule]] = {
         "n_hints": at_least(1),
         # a group is spent on M hints x K rollouts: G = M * K exactly

@@ -21,6 +21,7 @@ from ..losses.kl import KL_ESTIMATORS
 from ..losses.policy import RATIO_LEVELS, TRUST_REGIONS
 from ..rewards.base import Reward, RewardResult
 from ..config.rules import Rule, at_least, one_of, within
+from ..tasks.protocols import WithStepRewards, require
 from .protocol import BatchContext
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class StepCredit:
     eps: float = 1e-6
     unbiased: bool = True
 
+    task_needs: ClassVar[tuple[type, ...]] = (WithStepRewards,)  # the task segments and rewards the steps
+
     def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         task, ro, G = ctx.task, ctx.rollouts, adv.shape[1]
-        if not hasattr(task, "step_rewards"):
-            raise ValueError(f"StepCredit (SAPO) needs a task that segments completions into steps "
-                             f"(task.step_rewards); task {task.name!r} does not (try --task recommend)")
+        require(task, WithStepRewards, "StepCredit (SAPO)", "try --task recommend")
         metas = [it.meta for it in ctx.items for _ in range(G)]
         segs = [task.step_rewards(text, meta, self.mode) for text, meta in zip(ro.texts, metas)]
         rewards = torch.tensor([r for _, r in segs], dtype=torch.float32)  # (R, K)

@@ -39,6 +39,7 @@ from ..seeds import stable_seed
 from ..tasks import Item
 from ..tasks.limits import played_task
 from .fest import anchors, encode_demos
+from ..tasks.protocols import WithHints
 from .protocol import BatchContext, LossContext, RoundContext, TaskSetup, register_part
 
 __all__ = ["PromptPolicy"]
@@ -65,6 +66,10 @@ class PromptPolicy:
     target: str = "mean"  # p*: the best running mean of a prompt's evaluations | first_max (the first top R, pre-#41)
     max_worker_calls: int = 0  # 0: no cap
     pool: int = 256  # instances read from each split of the worker task (grouped into contexts)
+
+    @property
+    def task_needs(self) -> tuple[type, ...]:
+        return (WithHints,) if self.renderer == "hints" else ()  # the prompter's digits pick the task's hints
 
     RULES: ClassVar[dict[str, Rule]] = {
         "instances": at_least(1), "max_fragments": at_least(1), "k_top": at_least(0), "k_bottom": at_least(0),

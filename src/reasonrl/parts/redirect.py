@@ -30,6 +30,7 @@ from ..rollout.branch import char_to_token, token_char_offsets
 from ..config.rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
 from ..tasks import guidance
+from ..tasks.protocols import WithCritiques
 from .protocol import RoundContext, register_part
 from .strategy import Groups
 
@@ -87,6 +88,10 @@ class Redirect:
     template: str = "{critique}\n"  # how the critique sits between the prompt and the kept prefix
 
     needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # continuations branch on the trainer's model
+
+    @property
+    def task_needs(self) -> tuple[type, ...]:
+        return (WithCritiques,) if self.critic == "task" else ()  # critic=task: the task's exact critique
 
     RULES: ClassVar[dict[str, Rule]] = {
         "critic": one_of(CRITICS),

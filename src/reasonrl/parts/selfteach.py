@@ -31,6 +31,7 @@ from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egr
                                 ssopd_pairs)
 from ..config.rules import Rule, above, at_least, one_of, within
 from ..tasks.guidance import reference_solution
+from ..tasks.protocols import WithSolutions
 from .protocol import BatchContext, LossContext, RoundContext, UpdateContext, register_part
 
 __all__ = ["EGRSD", "SSOPD", "TEACHERS", "W_STAR_RULES", "last_token_eos", "template_problem"]
@@ -254,6 +255,7 @@ class EGRSD:
     lookahead: int = 0  # CL-EGRSD window K (spec default 8); 0: plain EGRSD
     alpha: float = 0.0  # [inferred option] weight of an additive plain-GRPO advantage
 
+    task_needs: ClassVar[tuple[type, ...]] = (WithSolutions,)  # the teacher sees the reference solution
     RULES: ClassVar[dict[str, Rule]] = {
         "template": TEMPLATE,
         "direction": one_of(DIRECTIONS),

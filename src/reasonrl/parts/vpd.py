@@ -42,6 +42,7 @@ from ..models.lora import add_adapter, is_lora, use_adapter
 from ..models.scoring import trim_padding
 from ..config.rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
+from ..tasks.protocols import WithCritiques
 from .protocol import BatchContext, LossContext, ModelSetup, RoundContext, register_part
 from .strategy import Groups
 from .vpd_warm import warm_teacher
@@ -106,6 +107,10 @@ class VPD:
     warm_batch: int = 32
     warm_lr: float = 1e-3
     warm_wrong_rate: float = 0.8
+
+    @property
+    def task_needs(self) -> tuple[type, ...]:
+        return (WithCritiques,) if self.feedback == "critique" else ()  # the critique feedback is the task's
 
     RULES: ClassVar[dict[str, Rule]] = {
         "feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),

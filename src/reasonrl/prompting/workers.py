@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 from ..errors import UserError
 from ..rollout import HFEngine, SamplingParams
 from ..tasks import Item
+from ..tasks.protocols import budget
 
 __all__ = ["CallableWorker", "Critic", "FailureCritic", "ModelWorker", "Worker", "WorkerCalls", "load_worker",
            "worker_input"]
@@ -78,7 +79,7 @@ class ModelWorker:
                  max_new_tokens: int | None = None, max_rows: int = 256):
         self.engine = HFEngine(model.eval().requires_grad_(False), tokenizer, max_rows=max_rows)
         self.task, self.template = task, template
-        self.sampling = SamplingParams(temperature=0, max_new_tokens=max_new_tokens or int(getattr(task, "max_new_tokens", 128)))
+        self.sampling = SamplingParams(temperature=0, max_new_tokens=max_new_tokens or budget(task))
 
     def run(self, prompt: str, instance: Item) -> tuple[float, str]:
         return self.run_many([(prompt, instance)])[0]

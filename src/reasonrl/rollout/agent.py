@@ -16,6 +16,7 @@ from typing import Any, Sequence
 from ..errors import UserError
 from ..models.chat import PromptFormatter, context_length
 from ..seeds import stable_seed
+from ..tasks.protocols import WithEnvironments, provides, require
 from .base import Rollouts, SamplingParams
 from .episode import FINISH, episodes_to_rollouts, fixed_rewards
 from .multiturn import EngineTurns, EpisodeLimits, ObservationFormat, run_episodes
@@ -38,14 +39,12 @@ class EpisodeOptions:
 
 def is_episodic(task: Any) -> bool:
     """Whether ``task`` hands out environments (its rows are episodes, not single completions)."""
-    return callable(getattr(task, "environment", None))
+    return provides(task, WithEnvironments)
 
 
 def require_episodic(task: Any) -> None:
     """A UserError naming ``task`` unless it hands out environments."""
-    if not is_episodic(task):
-        raise UserError(f"episodes need a task with environments: task {getattr(task, 'name', '?')!r} has no "
-                        "environment(item) method (reasonrl.envs, docs/agents.md)")
+    require(task, WithEnvironments, "episodes", "reasonrl.envs, docs/agents.md")
 
 
 def environment_rollouts(engine: Any, task: Any, items: Sequence[Any], n: int, sampling: SamplingParams,

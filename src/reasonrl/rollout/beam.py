@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..tasks.protocols import Branching, require
 from .base import Rollouts, SamplingParams, concat_rollouts, select_rows
 from .branch import branch, char_to_token, token_char_offsets
 
@@ -35,9 +36,7 @@ def beam_rollout(engine, task, items: Sequence[Any], group_size: int, sp: Sampli
                  generator: torch.Generator | None, rng: random.Random) -> Rollouts:
     """G completions per item (task items: ``.prompt``, ``.meta``) by dynamic beam sampling, ``plan`` =
     (B0 independent samples, k prefixes to branch from); ``extras["metrics"]`` describes the branching."""
-    if not hasattr(task, "branch_point"):
-        raise ValueError(f"beam sampling needs a task that locates branch points (task.branch_point); task "
-                         f"{task.name!r} has none (try --task code)")
+    require(task, Branching, "beam sampling", "try --task code")
     b0, k = plan
     first = engine.generate([it.prompt for it in items], b0, sp, generator=generator)
     n_br, rows, cuts = group_size - b0, [], []

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar, runtime
 from ..errors import UserError
 from ..seeds import stable_seed  # noqa: F401 - re-exported: tasks seed their streams with it
 from ..rewards.base import Reward, RewardResult
+from .protocols import prepare_verify  # noqa: F401 - re-exported: TaskReward and evaluation call it
 
 T = TypeVar("T")
 
@@ -45,11 +46,8 @@ class Task(Protocol):
     def extract_answer(self, completion: str) -> str | None:
         """The normalised final answer (what majority votes and error clusters compare), or None."""
 
-    # Optional: ``diagnostics(completions, metas, scores) -> dict[str, float]``, task-specific rates of
-    # greedy held-out outputs (``scores``: their ``verify`` results) that evaluation reports beside
-    # pass@1 (e.g. the temporal task's leak rate and leak-free accuracy).
-    # Optional: ``prepare(completions, metas)``, called before a batch of ``verify`` calls so a task
-    # that runs programs can run the whole batch in one sandbox call (the ``azr`` task).
+    # Optional abilities (a budget, batched verification, diagnostics, environments, hints, ...) are
+    # protocols of their own in reasonrl.tasks.protocols, asked with provides(task, Ability).
 
 
 class TaskWrapper:
@@ -62,6 +60,11 @@ class TaskWrapper:
 
     def __init__(self, task: Any):
         self.task, self.name = task, task.name
+
+    @property
+    def wrapped(self) -> Any:
+        """The task this one forwards to (tasks.protocols.provides looks through wrappers with it)."""
+        return getattr(self, self.delegate)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("task", self.delegate):  # not yet set (copy, pickle): no recursion
@@ -160,13 +163,6 @@ class TaskReward(Reward):
         values = [float(self.task.verify(c, a, m)) for c, a, m in zip(completions, answers, metas)]
         unparsed = sum(self.task.extract_answer(c) is None for c in completions) / max(len(completions), 1)
         return RewardResult(values, {f"reward/{self.name}/unparsed_frac": unparsed})
-
-
-def prepare_verify(task: Any, completions: Sequence[str], metas: Sequence[dict[str, Any]]) -> None:
-    """Let a task prepare a batch of verifications (its optional ``prepare``; nothing otherwise)."""
-    prepare = getattr(task, "prepare", None)
-    if prepare is not None:
-        prepare(list(completions), list(metas))
 
 
 def reward_columns(items: Sequence[Item]) -> dict[str, list[Any]]:

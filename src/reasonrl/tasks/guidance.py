@@ -37,6 +37,7 @@ from ..errors import MissingPathError, UserError
 from ..models.chat import prompt_text
 from .base import Item, TaskWrapper, take_items
 from .files import jsonl_rows
+from .protocols import WithCritiquePrompt, WithCritiques, WithHints, WithSolutions, WithSteps, provides
 
 VERDICTS = ("correct", "incorrect")
 BLANK_LINE = re.compile(r"\n[ \t]*\n")  # STRIDE's generic step separator (spec section 7 (b))
@@ -79,22 +80,10 @@ def parse_critique(text: str) -> Critique | None:
     return Critique(text, k, verdict)
 
 
-class GuidanceTask(Protocol):
-    """The optional guidance methods a task may define (every one optional; see the module doc)."""
+class GuidanceTask(WithHints, WithSolutions, WithCritiques, WithCritiquePrompt, WithSteps, Protocol):
+    """Every guidance ability at once (each one optional, a protocol of its own in tasks.protocols)."""
 
     name: str
-
-    def hints(self, item: Item) -> list[str]: ...
-
-    def reference_solution(self, item: Item) -> str: ...
-
-    def critique(self, item: Item, completion: str) -> Critique: ...
-
-    def critique_prompt(self, item: Item, completion: str) -> str: ...
-
-    def steps(self, completion: str) -> list[str]: ...
-
-    def prefix_before_step(self, completion: str, k: int) -> tuple[str, int]: ...
 
 
 # -- step splitting shared by the generic rule and the tasks' own separators ---------------------
@@ -132,17 +121,21 @@ def prefix_at_step(text: str, k: int, separator: re.Pattern) -> tuple[str, int]:
 
 # -- the module functions the methods call -------------------------------------------------------
 
-def _method(task: Any, name: str, fix: str):
-    fn = getattr(task, name, None)
-    if not callable(fn):
-        raise UserError(f"task {getattr(task, 'name', type(task).__name__)!r} has no {name}(): {fix}")
-    return fn
+HINTS_FIX = "attach a hints file with GuidedTask(task, hints=PATH) (rows {\"key\": ..., \"hints\": [...]})"
+SOLUTIONS_FIX = "attach a solutions file with GuidedTask(task, solutions=PATH) (rows {\"key\": ..., \"solution\": ...})"
+CRITIQUES_FIX = ("attach a critiques file with GuidedTask(task, critiques=PATH) "
+                 "(rows {\"key\": ..., \"completion\": ..., \"critique\": ...})")
+
+
+def _missing(task: Any, name: str, fix: str) -> UserError:
+    return UserError(f"task {task.name!r} has no {name}(): {fix}")
 
 
 def hints(task: Any, item: Item) -> list[str]:
     """Short strategy hints for ``item`` (NudgeRL's contexts)."""
-    fix = "attach a hints file with GuidedTask(task, hints=PATH) (rows {\"key\": ..., \"hints\": [...]})"
-    out = _method(task, "hints", fix)(item)
+    if not provides(task, WithHints):
+        raise _missing(task, "hints", HINTS_FIX)
+    out = task.hints(item)
     if not out or not all(isinstance(h, str) and h.strip() for h in out):
         raise UserError(f"task {task.name!r} gave no usable hints for {item.key!r}: {out!r}")
     return list(out)
@@ -150,34 +143,34 @@ def hints(task: Any, item: Item) -> list[str]:
 
 def reference_solution(task: Any, item: Item) -> str:
     """The privileged reference solution of ``item`` (EGRSD / SSOPD teacher context)."""
-    fix = "attach a solutions file with GuidedTask(task, solutions=PATH) (rows {\"key\": ..., \"solution\": ...})"
-    return _method(task, "reference_solution", fix)(item)
+    if not provides(task, WithSolutions):
+        raise _missing(task, "reference_solution", SOLUTIONS_FIX)
+    return task.reference_solution(item)
 
 
 def critique(task: Any, item: Item, completion: str) -> Critique:
     """The task's own stepwise critique of ``completion`` (STRIDE's target / CIPO's feedback)."""
-    fix = ("attach a critiques file with GuidedTask(task, critiques=PATH) "
-           "(rows {\"key\": ..., \"completion\": ..., \"critique\": ...})")
-    return _method(task, "critique", fix)(item, completion)
+    if not provides(task, WithCritiques):
+        raise _missing(task, "critique", CRITIQUES_FIX)
+    return task.critique(item, completion)
 
 
 def steps(task: Any, completion: str) -> list[str]:
     """The completion's steps: the task's own splitter, else STRIDE's blank-line rule."""
-    own = getattr(task, "steps", None)
-    return own(completion) if callable(own) else split_steps(completion, BLANK_LINE)
+    return task.steps(completion) if provides(task, WithSteps) else split_steps(completion, BLANK_LINE)
 
 
 def prefix_before_step(task: Any, completion: str, k: int) -> tuple[str, int]:
     """(the text a redirect keeps before step k, its length); ValueError when k is out of range."""
-    own = getattr(task, "prefix_before_step", None)
-    return own(completion, k) if callable(own) else prefix_at_step(completion, k, BLANK_LINE)
+    if provides(task, WithSteps):
+        return task.prefix_before_step(completion, k)
+    return prefix_at_step(completion, k, BLANK_LINE)
 
 
 def critique_prompt(task: Any, item: Item, completion: str) -> str:
     """The verifier role's prompt: the task's own, else a generic one for blank-line steps."""
-    own = getattr(task, "critique_prompt", None)
-    if callable(own):
-        return own(item, completion)
+    if provides(task, WithCritiquePrompt):
+        return task.critique_prompt(item, completion)
     return (f"Problem:\n{item.prompt.strip()}\n\nSolution (steps are separated by blank lines, numbered from 1):\n"
             f"{completion}\n\nName the first wrong step and explain it in one line, then write "
             "<first_error>k</first_error> (none if every step is right) and <verdict>correct|incorrect</verdict>.\n")
@@ -292,9 +285,11 @@ class GuidedTask(TaskWrapper):
     """Any task with guidance loaded from JSONL files attached (paths per kind, each optional).
 
     A row matches an item whose ``key`` (or, failing that, ``prompt``) equals the row's key; file
-    tasks key items by their prompt. A kind with no file is asked of the wrapped task (its own
-    method or the loud error); a kind with a file never falls back: a missing key is an error.
-    Everything else (items, verifier, options) is the wrapped task's."""
+    tasks key items by their prompt. A kind with a file is this wrapper's method (its ``hints``,
+    ``reference_solution``, ``critique``), which never falls back: a missing key is an error. A kind
+    with no file is not defined here, so it is the wrapped task's own method when it has one (or the
+    loud error), and ``provides(guided, WithHints)`` tells which. Everything else (items, verifier,
+    options, steps, critique prompt) is the wrapped task's."""
 
     def __init__(self, task: Any, *, hints: str | Path | None = None, solutions: str | Path | None = None,
                  critiques: str | Path | None = None):
@@ -304,6 +299,13 @@ class GuidedTask(TaskWrapper):
         if not self.files:
             raise UserError(f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= "
                             "(a JSONL path)")
+        # the abilities the files give, as instance methods (the others forward to the wrapped task)
+        if "hints" in self.files:
+            self.hints = self._file_hints
+        if "solutions" in self.files:
+            self.reference_solution = self._file_solution
+        if "critiques" in self.files:
+            self.critique = self._file_critique
 
     def _row(self, kind: str, item: Item) -> Any:
         path, table = self.files[kind]
@@ -313,30 +315,19 @@ class GuidedTask(TaskWrapper):
         raise UserError(f"{kind} file {path} has no row for problem key {item.key!r}; "
                         f"add one with \"key\": {item.key!r}")
 
-    def hints(self, item: Item) -> list[str]:
-        return list(self._row("hints", item)) if "hints" in self.files else hints(self.task, item)
+    def _file_hints(self, item: Item) -> list[str]:
+        return list(self._row("hints", item))
 
-    def reference_solution(self, item: Item) -> str:
-        return self._row("solutions", item) if "solutions" in self.files else reference_solution(self.task, item)
+    def _file_solution(self, item: Item) -> str:
+        return self._row("solutions", item)
 
-    def critique(self, item: Item, completion: str) -> Critique:
-        if "critiques" not in self.files:
-            return critique(self.task, item, completion)
+    def _file_critique(self, item: Item, completion: str) -> Critique:
         by_completion = self._row("critiques", item)
         if completion not in by_completion:
             raise UserError(f"critiques file {self.files['critiques'][0]} has no critique of completion "
                             f"{completion[:80]!r} for problem key {item.key!r} "
                             f"({len(by_completion)} completion(s) given)")
         return by_completion[completion]
-
-    def critique_prompt(self, item: Item, completion: str) -> str:
-        return critique_prompt(self.task, item, completion)
-
-    def steps(self, completion: str) -> list[str]:
-        return steps(self.task, completion)
-
-    def prefix_before_step(self, completion: str, k: int) -> tuple[str, int]:
-        return prefix_before_step(self.task, completion, k)
 
 
 __all__ = ["BLANK_LINE", "Critique", "GuidanceTask", "GuidedTask", "KINDS", "critique", "critique_prompt",
