@@ -98,7 +98,8 @@ class TrajectoryBalance:
     def needs(self) -> frozenset[str]:
         """The reference always (lbar_ref); a finite pool when the table is estimated in the run."""
         own_table = self.log_z == "table" and self.table is None
-        return frozenset({"reference", "pool"} if own_table else {"reference"})
+        table = {"exclude_rows"} if self.log_z == "table" else set()  # rows of prompts the table lacks leave the loss
+        return frozenset({"reference", "pool", *table} if own_table else {"reference", *table})
 
     # ------------------------------------------------------------------ setup: the log Z head
     def setup_modules(self, ctx: ModelSetup) -> dict[str, PartModule]:
@@ -205,11 +206,8 @@ class TrajectoryBalance:
         G = ctx.rewards.shape[1]
         if missing and self.missing == "error":
             raise missing_error(ctx.items, missing, table.source)
-        if missing:  # skip: those rows' train mask is 0, so the loss and its normalisers leave them out
-            ro = ctx.rollouts
-            ro.train_mask = ro.completion_mask.clone() if ro.train_mask is None else ro.train_mask
-            for i in missing:
-                ro.train_mask[i * G:(i + 1) * G] = 0
+        if missing:  # skip: those rows leave the loss mask, so the loss and its normalisers leave them out
+            ctx.exclude_rows(torch.tensor([i * G + j for i in missing for j in range(G)], dtype=torch.long))
         ctx.data.rows["log_z"] = torch.nan_to_num(values, nan=0.0).repeat_interleave(G)  # (R,)
         known = values[~values.isnan()]
         st = ctx.state["table_summary"]

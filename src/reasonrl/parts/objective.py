@@ -73,6 +73,8 @@ class StepCredit:
     eps: float = 1e-6
     unbiased: bool = True
 
+    needs: ClassVar[frozenset[str]] = frozenset({"char_offsets"})  # step spans are characters; advantages are tokens
+
     def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         task, ro, G = ctx.task, ctx.rollouts, adv.shape[1]
         if not hasattr(task, "step_rewards"):

@@ -102,6 +102,11 @@ class TGPO:
         "coef": at_least(0), "decay": at_least(0), "min_coef": at_least(0),
     }
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """reg: the student's log-probs at the teacher's ids, from the policy's own training forward."""
+        return frozenset({"extra_labels"} if self.variant == "reg" else ())
+
     def coef_at(self, step: int) -> float:
         """lambda_k at the 1-based training step k."""
         coef0, decay = _VARIANT_DEFAULTS[self.variant]
@@ -179,7 +184,12 @@ class KDRL:
 
     RULES: ClassVar[dict[str, Rule]] = {"coef": _needs_teacher(">= 0"), "estimator": one_of(KL_ESTIMATORS)}
 
+    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+        """The teacher's (R, T) log-probs into this part's own channel (cut with the rows, as every channel)."""
+        ctx.data.rows["teacher_logp"] = _scores(ctx.channels, "kdrl")["logprobs"]
+        return {}
+
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
         logp = ctx.logp
-        teacher = _scores(ctx.batch.parts, "kdrl")["logprobs"][ctx.rows, :logp.shape[1]].to(logp.device)  # (n, T)
+        teacher = ctx.data.rows["teacher_logp"][ctx.rows, :logp.shape[1]].to(logp.device)  # (n, T)
         return kdrl_loss(logp, teacher, ctx.mask, coef=self.coef, estimator=self.estimator, **ctx.agg_kwargs())
