@@ -148,8 +148,8 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     state = {"ratings": {"t0": [30.0, 1.0], "t1": [25.0, 1.0], "t2": [20.0, 1.0], "s0": [25.0, 1.0], "s1": [25.0, 8.0]}}
     before = {n: adapter_factors(model, n) for n in ("t0", "t1", "default")}
     ctx = UpdateContext(model=model, optimizer=opt, step=1, seed=0, state=state)
-    assert part.after_step(ctx) == {}  # step 1: not a PBT step
-    out = part.after_step(dataclasses.replace(ctx, step=2))
+    assert part.after_step(ctx) == (None, {})  # step 1: not a PBT step
+    _, out = part.after_step(dataclasses.replace(ctx, step=2))
     # teachers: floor(0.34 * 3) = 1 replaced, t2 (mu - 3 sigma 17); svd crossover of (t0, t1) with a = 1 is t0's
     # B A exactly; students: floor(0.68) = 0 replaced
     assert out == {"populora/pbt_replaced": 1.0, "populora/pbt_total": 1.0}

@@ -37,7 +37,7 @@ class Toy:
 
     def score_batch(self, ctx):
         ctx.data.rows["seen"] = torch.ones(len(ctx.rollouts.texts))  # (R,) per-row data, cut with the rows
-        return {"toy/rows": float(len(ctx.rollouts.texts))}
+        return None, {"toy/rows": float(len(ctx.rollouts.texts))}
 
     def shape_advantages(self, adv, ctx):
         scale = torch.where(ctx.kinds == 0, self.scale, 1.0)  # (B,)
@@ -60,7 +60,7 @@ class Toy:
 
     def after_step(self, ctx):
         ctx.state["steps"] = ctx.state.get("steps", 0) + 1
-        return {"toy/after_step": float(ctx.step)}
+        return None, {"toy/after_step": float(ctx.step)}
 
 
 TOY = Recipe(name="toy", paper="a test", toy=Toy(), group_size=4)

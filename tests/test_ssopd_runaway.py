@@ -182,4 +182,4 @@ def test_after_step_without_ema_state_fails_loudly():
     ctx = UpdateContext(model=torch.nn.Linear(1, 1), optimizer=None, step=1, seed=0, state={})
     with pytest.raises(RuntimeError, match="EMA"):
         SSOPD(teacher="ema").after_step(ctx)
-    assert SSOPD().after_step(ctx) is None
+    assert SSOPD().after_step(ctx) == (None, {})

@@ -89,9 +89,9 @@ def test_options_are_checked_by_the_parts_rules():
 
 def test_alpha_scales_only_the_student_advantages():
     adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
-    out = VPD(alpha=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
-    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]]
-    assert VPD().shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]))) is adv
+    out, m = VPD(alpha=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
+    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {}
+    assert VPD().shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))[0] is adv
 
 
 # ------------------------------------------------------------------ the two adapters

@@ -20,7 +20,7 @@ from ..distill import ContextScores, encode_contexts, score_under_context
 from ..models.chat import PLAIN, PromptFormatter
 from ..models.scoring import score_completions
 from ..parts import Recipe
-from ..parts.protocol import BatchContext, Channel, RoundContext, part_needs
+from ..parts.protocol import BatchContext, Channel, RoundContext, hook_result, part_needs
 from ..parts.strategy import GenRequest
 from ..rewards.base import reward_name, score_rewards
 from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
@@ -289,11 +289,10 @@ class BatchMaker:
         if len(b.items):  # an empty batch has nothing to score or shape
             base = self.batch_context(b, excluded)
             for key, score in self.recipe.calls("score_batch"):  # annotations first: shapers read them
-                b.metrics.update(score(self._for_part(base, b, key)) or {})
+                b.metrics.update(hook_result(key, "score_batch", score(self._for_part(base, b, key)))[1])
             for key, shaper in self.recipe.calls("shape_advantages"):
-                out = shaper(adv, self._for_part(base, b, key))
-                adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
-                b.metrics.update(shaped_metrics)
+                adv, shaped = hook_result(key, "shape_advantages", shaper(adv, self._for_part(base, b, key)))
+                b.metrics.update(shaped)
         b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
         if b.weight is not None:  # a round's loss weight or importance weight, per row
             b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))

@@ -32,7 +32,7 @@ from ..models.lora import Reference, apply_lora
 from ..models.memory import prepare_for_training, resolve_rows
 from ..models.scoring import score_rows
 from ..parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
-from ..parts.protocol import LossContext, ModelSetup, UpdateContext
+from ..parts.protocol import LossContext, ModelSetup, UpdateContext, hook_result
 from ..dist.ray_rollout import EngineCorrection, WorkerError, make_engine
 from ..tasks import Task
 from ..tasks.limits import prepare_prompts
@@ -170,7 +170,7 @@ class Trainer:
                               state=parts.state(key), kind=parts.kind_of(key), formatter=self.formatter,
                               reference=None if self.ref is None else self.ref.scoring,
                               modules=parts.modules_of(key), hidden=more[-1] if hidden else None)
-            a, m = term(parts.grant(key, ctx))
+            a, m = hook_result(key, "loss_term", term(parts.grant(key, ctx)))
             loss, metrics = loss + a, {**metrics, **m}
         return loss, {**metrics, **m_engine}
 
@@ -327,7 +327,7 @@ class Trainer:
         for key, hook in self.recipe.calls("after_step"):
             ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, seed=self.cfg.seed,
                                 state=self.batches.parts.state(key))
-            out.update(hook(self.batches.parts.grant(key, ctx)) or {})
+            out.update(hook_result(key, "after_step", hook(self.batches.parts.grant(key, ctx)))[1])
         return out
 
     def _guard_nonfinite(self, skipped: float) -> None:

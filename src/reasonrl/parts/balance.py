@@ -165,7 +165,7 @@ class TrajectoryBalance:
         return lbar_ref, lbar_mu, rewards
 
     # ------------------------------------------------------------------ the reference's side, once per batch
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         if ctx.reference is None:
             raise RuntimeError("the balance part needs the run's reference model (its needs include 'reference')")
         ro, rows, metrics = ctx.rollouts, ctx.data.rows, {}
@@ -178,7 +178,7 @@ class TrajectoryBalance:
                 rows["ref_logp"] = lp.cpu()  # (R, T)
         if self.log_z == "table":
             metrics.update(self._table_rows(ctx))
-        return metrics
+        return None, metrics
 
     def _reference_elbo(self, ctx: BatchContext, ref) -> dict[str, Tensor]:
         """TraFL's masks for the batch, (R, K) levels and (R, K, L) masks, and the reference's (R,) ELBO under them."""
@@ -262,10 +262,10 @@ class TrajectoryBalance:
             entry[0] += d
             entry[1] += 1
 
-    def after_step(self, ctx: UpdateContext) -> dict[str, float]:
+    def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         acc = ctx.state.get("residual")
         if not acc:
-            return {}
+            return None, {}
         means = torch.tensor([s / n for s, n in acc.values()])
-        return {"disa/residual_prompts": float(len(means)), "disa/residual_prompt_mean": float(means.mean()),
+        return None, {"disa/residual_prompts": float(len(means)), "disa/residual_prompt_mean": float(means.mean()),
                 "disa/residual_prompt_abs": float(means.abs().mean())}

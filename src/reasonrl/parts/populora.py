@@ -262,9 +262,9 @@ class PopuLoRA:
         return out, {"populora/buckets": float(len(set(keys)))}
 
     # ---------------------------------------------------------------- PBT
-    def after_step(self, ctx: UpdateContext) -> dict[str, float]:
+    def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         if not self.pbt_every or ctx.step % self.pbt_every:
-            return {}
+            return None, {}
         league, ops = self.league(ctx.state), self.operators.split(",")
         log = ctx.state.setdefault("pbt", [])
         replaced = 0
@@ -283,7 +283,7 @@ class PopuLoRA:
             if side == "teachers":
                 self._inherit_buffers(ctx.state, plan)
             replaced += len(plan)
-        return {"populora/pbt_replaced": float(replaced), "populora/pbt_total": float(len(log))}
+        return None, {"populora/pbt_replaced": float(replaced), "populora/pbt_total": float(len(log))}
 
     def _inherit_buffers(self, state: dict, plan: list) -> None:
         """A replaced teacher's task buffers [inferred; spec 4 (b) says the offspring inherits its parent's rating,

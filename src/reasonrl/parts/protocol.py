@@ -16,16 +16,24 @@ hook                      when                                                  
 Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
 ``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
 ``extend(RoundContext)``  after the first round is rewarded (and filtered)      Groups or None
-``score_batch(BatchContext)`` once per batch, before the advantages are shaped  metrics
-``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     adv or (adv, metrics)
+``score_batch(BatchContext)`` once per batch, before the advantages are shaped  (None, metrics)
+``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     (adv, metrics)
 ``loss_term(LossContext)`` every micro-batch, beside the policy loss            (loss, metrics)
-``after_step(UpdateContext)`` after a step's optimiser steps                    metrics or None
+``after_step(UpdateContext)`` after a step's optimiser steps                    (None, metrics)
 ========================  ====================================================  ==========================
+
+Every hook that reports metrics returns ``(value, metrics)`` (``hook_result`` checks it where the loop
+receives it; a hook with nothing to hand back gives ``(None, metrics)``).
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.config.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
-of :data:`NEEDS`; ``hidden``: the trainer's forward also hands the policy's last hidden states to
-``loss_term``, ``LossContext.hidden``).
+of :data:`NEEDS`). A context carries the step's data for every part, and the abilities of
+:data:`ABILITIES` only to a part that declared them (``granted``; the others find None):
+``reference`` (the run's initial model), ``hidden`` (the policy's last hidden states in
+``loss_term``), ``branch`` (continuations from prefixes, STRIDE), ``char_offsets`` (token character
+spans, SAPO), ``extra_labels`` (a second label set scored in the training forward, TGPO),
+``optimizer`` (PopuLoRA's PBT resets moments) and ``exclude_rows`` (rows that leave the loss, DISA).
+A part never writes the batch itself: it writes its own channel (``ctx.data``) or uses an ability.
 
 A part's own trainable modules (``setup_modules``: a critic, a value head, a log-Z head) are not
 the policy's: each gets its own AdamW parameter group (its lr, betas, weight decay) and its own
@@ -323,3 +331,10 @@ def granted(ctx: C, needs: frozenset[str]) -> C:
     off = {f for need, fields in ABILITIES.items() if need not in needs for f in fields}
     off &= {f.name for f in dataclasses.fields(ctx)}
     return dataclasses.replace(ctx, **{f: None for f in off}) if off else ctx
+
+
+def hook_result(key: str, hook: str, out: object) -> tuple[Any, Mapping[str, float]]:
+    """A hook's ``(value, metrics)``, checked where the loop receives it: another shape is the part's error."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+        raise TypeError(f"part {key!r}: {hook} returned {type(out).__name__}; a hook returns (value, metrics)")
+    return out
