@@ -18,7 +18,8 @@ HOOK_CTX = {"wrap_task": "TaskSetup", "setup_model": "ModelSetup", "setup_module
             "before_step": "RoundContext", "draw": "RoundContext", "extend": "RoundContext",
             "score_batch": "BatchContext", "shape_advantages": "BatchContext", "loss_term": "LossContext",
             "after_step": "UpdateContext"}
-METRIC_HOOKS = ("score_batch", "shape_advantages", "loss_term", "after_step")  # each returns (value, metrics)
+# each returns (value, metrics); the others return their value (a task, a model, items, rollouts, Groups)
+METRIC_HOOKS = ("before_step", "score_batch", "shape_advantages", "loss_term", "after_step")
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 

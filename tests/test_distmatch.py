@@ -325,7 +325,7 @@ def test_disa_estimate_is_the_runs_own_offline_stage(sharp_tiny, tiny_dir, tmp_p
 
     part = TrajectoryBalance(log_z="table", reward="raw", beta=1.0, proposals=2)
     tr = trainer_for("disa", sharp_tiny, tmp_path / "run", pool=4, balance=part)
-    part.before_step(tr.batches.round_context("balance", None, 0))
+    part.before_step(tr.batches.round_context("balance", None))
     in_run = ZTable.from_state(tr.batches.parts.state("balance")["table"])
     cfg = dataclasses.replace(tr.cfg, model=str(tiny_dir))
     header, rows = estimate_table(cfg, tr.recipe)

@@ -338,9 +338,11 @@ class BatchMaker:
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        for key, part in self.recipe.hooked("before_step"):  # parts that prepare the step's data (D2Evo's estimation)
-            part.before_step(self.round_context(key, None))
-        return self.select(self.prepare(self.extend(self.collect(n_prompts))))
+        pre = {k: v for key, part in self.recipe.hooked("before_step")  # parts that prepare the step (D2Evo's estimation)
+               for k, v in hook_result(key, "before_step", part.before_step(self.round_context(key, None)))[1].items()}
+        b = self.select(self.prepare(self.extend(self.collect(n_prompts))))
+        b.metrics.update(pre)
+        return b
 
     def select(self, b: Batch) -> Batch:
         """The selector's post-advantage hook: only the whole groups it keeps stay in the batch."""

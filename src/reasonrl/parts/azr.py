@@ -35,7 +35,7 @@ from ..tasks.limits import played_task
 from .protocol import BatchContext, RoundContext, Sample, register_part
 from .strategy import Groups
 
-__all__ = ["AZR", "initial_buffers"]
+__all__ = ["AZR", "check_proposals", "estimate_solve_rates", "initial_buffers", "proposal_metrics"]
 
 
 def initial_buffers(n_inputs: int) -> dict[str, list[dict]]:
@@ -133,9 +133,10 @@ class AZR:
         return out, {"azr/buckets": float(len(set(keys)))}
 
 
-def check_proposals(rows: list[tuple[Item, str]], task: AZRTask, min_inputs: int) -> tuple[dict[int, tuple[str, dict]], list[str]]:
+def check_proposals(rows: list[tuple[Item, str]], task: AZRTask,
+                    min_inputs: int) -> tuple[dict[int, tuple[str, dict]], list[str]]:
     """Each proposal's verdict (``""`` valid, ``"format"``, or the validation stage that failed) and
-    the (type, buffer entry) of the valid ones, by row."""
+    the (type, buffer entry) of the valid ones, by row (AZR's proposer round and PopuLoRA's teachers')."""
     verdicts, triplets, inductions = [], [], []
     for r, (item, text) in enumerate(rows):
         if not format_ok("propose", item.meta["type"], text):

@@ -118,9 +118,9 @@ class TrajectoryBalance:
         return {HEAD: PartModule(head, lr=self.z_lr, schedule=True)}
 
     # ------------------------------------------------------------------ DISA's offline stage, in the run
-    def before_step(self, ctx: RoundContext) -> None:
+    def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:
         if self.log_z != "table" or "table" in ctx.state:
-            return
+            return None, {}
         if self.table is not None:
             table = read_table(self.table)
         else:  # proposals of the initial policy
@@ -128,6 +128,7 @@ class TrajectoryBalance:
         table.check(self.beta, self.length_norm, ctx.sampling.temperature or 1.0)  # the residual's scoring temperature
         ctx.state["table"] = table.state()
         ctx.state["table_summary"] = summary(list(table.rows.values()))
+        return None, {}
 
     def table_header(self, ctx: RoundContext, proposal: str, reference: str) -> dict:
         """A table's settings: what the residual must share with it (``ZTable.check``), and its models."""

@@ -109,10 +109,11 @@ class SSOPD:
         the run's initial model: the trainer keeps it."""
         return frozenset({"policy_in_loss", "reference"} if self.teacher == "initial" else {"policy_in_loss"})
 
-    def before_step(self, ctx: RoundContext) -> None:
+    def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:
         """``teacher=ema``: the average starts at the initial weights (a resumed run has it in its state)."""
         if self.teacher == "ema" and "ema" not in ctx.state:
             ctx.state["ema"] = trainable_snapshot(ctx.policy)
+        return None, {}
 
     def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         if self.teacher != "ema":
