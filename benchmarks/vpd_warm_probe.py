@@ -51,7 +51,7 @@ def main() -> None:
         model = apply_lora(model, Lora(r=args.lora_r, alpha=2.0 * args.lora_r), seed=0)
         part = VPD(warm_steps=n)
         t0 = time.perf_counter()
-        model = part.setup_model(ModelSetup(model, Lora(r=args.lora_r, alpha=2.0 * args.lora_r), 0, task, tok))
+        model = part.setup_model(ModelSetup(model, 0, task, tok))
         seconds = time.perf_counter() - t0
         model.eval()
         fb = take_feedback_items(task, args.problems, part.template, part.feedback, seed=0)

@@ -142,14 +142,16 @@ def test_prompts_missing_from_the_table_are_named_or_skipped(tmp_path):
     ro, rewards = _batch(items)
     ref = SimpleNamespace(score_completions=lambda *a, **k: (torch.zeros(ro.completion_ids.shape), None))
     part = TrajectoryBalance(log_z="table", reward="raw", table=str(path))
+    excluded = []  # the rows the part takes out of the loss (its declared exclude_rows)
     ctx = batch_context(items=items, rollouts=ro, rewards=rewards, reference=lambda: nullcontext(ref), micro=64,
-                        state={"table": table.state(), "table_summary": {"ess_mean": 2.0, "ess_min": 2.0,
+                        exclude_rows=excluded.append, state={"table": table.state(), "table_summary": {"ess_mean": 2.0, "ess_min": 2.0,
                                                                          "ess_tilted_mean": 1.5}})
     with pytest.raises(UserError, match=r"6 prompt\(s\) of this batch are missing from the DISA table .*z.jsonl: "
                                         r"'k1', 'k2', 'k3', 'k4', 'k5' and 1 more"):
         part.score_batch(ctx)
-    m = dataclasses.replace(part, missing="skip").score_batch(ctx)
-    assert m["disa/missing"] == 6.0 and ro.train_mask[:2].sum() > 0 and ro.train_mask[2:].sum() == 0
+    _, m = dataclasses.replace(part, missing="skip").score_batch(ctx)
+    # k0 (group 0, rows 0-1) is in the table; the 6 others' rows 2..13 (G = 2) leave the loss
+    assert m["disa/missing"] == 6.0 and torch.cat(excluded).tolist() == list(range(2, 14)) and ro.train_mask is None
     assert ctx.data.rows["log_z"].tolist() == [0.5, 0.5] + [0.0] * 12
 
 
@@ -323,7 +325,7 @@ def test_disa_estimate_is_the_runs_own_offline_stage(sharp_tiny, tiny_dir, tmp_p
 
     part = TrajectoryBalance(log_z="table", reward="raw", beta=1.0, proposals=2)
     tr = trainer_for("disa", sharp_tiny, tmp_path / "run", pool=4, balance=part)
-    part.before_step(tr.batches.round_context("balance", None, 0))
+    part.before_step(tr.batches.round_context("balance", None))
     in_run = ZTable.from_state(tr.batches.parts.state("balance")["table"])
     cfg = dataclasses.replace(tr.cfg, model=str(tiny_dir))
     header, rows = estimate_table(cfg, tr.recipe)

@@ -119,7 +119,7 @@ def test_drafts_part_wraps_with_a_tokenizer_cap_and_reports_the_batch_drafts(tmp
     first = next(it for it in first_epoch(task, 5) if it.key == "55+187")
     # the draft "5+7+0=12,5+8+1=14,0+1+1=2\nA:243" is cut to 5 + 3 (the N/A's room) = 8 characters
     assert first.prompt == draft_prompt("55+187=?", "5+7+0=12")
-    m = Drafts().score_batch(batch_context(items=[first], answers=[["242", "243"]]))
+    _, m = Drafts().score_batch(batch_context(items=[first], answers=[["242", "243"]]))
     assert m["drafts/with_draft_frac"] == 1.0 and m["drafts/mismatched_frac"] == 0.0
     assert get_recipe("dr_grpo").wrap_task(TASK) is TASK  # no part with wrap_task: the task itself
 

@@ -279,7 +279,7 @@ def test_rotation_from_the_solvers_rollouts_and_per_role_advantages():
     correct = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
     ctx = batch_context(rewards=correct.clone(), correct=correct, items=items, kinds=torch.tensor([0, 0, 1]),
                         state=state, task=TASK)
-    m = part.score_batch(ctx)
+    _, m = part.score_batch(ctx)
     # the solve rows' accuracy 3/4: EMA 0.5 * 0.7 + 0.5 * 0.75 = 0.725 (not above 0.8: stays)
     assert state["pool"][0]["p_hat"] == pytest.approx(0.725) and m["evoenv/retired_total"] == 0.0
     part.score_batch(dataclasses.replace(ctx, correct=torch.ones(3, 2)))  # 0.5 * 0.725 + 0.5 = 0.8625 > 0.8

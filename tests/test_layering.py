@@ -26,6 +26,7 @@ LAYERS = {
     "models.chat": 3,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 5, "tasks": 5, "rollout": 5, "distill": 5,
     "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
+    "rollout.batch": 6,  # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
     "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
     "rollout.vllm_checks": 10,  # what vLLM cannot serve, read from the parts' declared needs
     "tasks.protocols": 4,  # the task's optional abilities (typing Protocols): errors only; rollouts and data ask them

@@ -32,7 +32,7 @@ LORA = Lora(r=2, alpha=4.0)
 
 def _population(part):
     model, _ = build_tiny("tiny", seed=0)
-    return part.setup_model(ModelSetup(model=apply_lora(model, LORA, seed=0), lora=LORA, seed=0))
+    return part.setup_model(ModelSetup(model=apply_lora(model, LORA, seed=0), seed=0))
 
 
 class Scripted:
@@ -147,9 +147,9 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     opt.step()
     state = {"ratings": {"t0": [30.0, 1.0], "t1": [25.0, 1.0], "t2": [20.0, 1.0], "s0": [25.0, 1.0], "s1": [25.0, 8.0]}}
     before = {n: adapter_factors(model, n) for n in ("t0", "t1", "default")}
-    ctx = UpdateContext(model=model, optimizer=opt, step=1, total_steps=4, seed=0, state=state, metrics={})
-    assert part.after_step(ctx) == {}  # step 1: not a PBT step
-    out = part.after_step(dataclasses.replace(ctx, step=2))
+    ctx = UpdateContext(model=model, optimizer=opt, step=1, seed=0, state=state)
+    assert part.after_step(ctx) == (None, {})  # step 1: not a PBT step
+    _, out = part.after_step(dataclasses.replace(ctx, step=2))
     # teachers: floor(0.34 * 3) = 1 replaced, t2 (mu - 3 sigma 17); svd crossover of (t0, t1) with a = 1 is t0's
     # B A exactly; students: floor(0.68) = 0 replaced
     assert out == {"populora/pbt_replaced": 1.0, "populora/pbt_total": 1.0}
@@ -175,7 +175,7 @@ def test_a_replaced_teacher_takes_its_parents_buffers_or_fresh_ones():
     model = _population(part)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
     ratings = {"t0": [30.0, 1.0], "t1": [25.0, 1.0], "t2": [20.0, 1.0], "s0": [25.0, 1.0]}
-    ctx = UpdateContext(model=model, optimizer=opt, step=1, total_steps=1, seed=0, metrics={},
+    ctx = UpdateContext(model=model, optimizer=opt, step=1, seed=0,
                         state={"ratings": copy.deepcopy(ratings), "buffers": _buffers("t0", "t1", "t2")})
     part.after_step(ctx)
     # t2 (mu - 3 sigma 17, the lowest) is replaced by a mutation of one parent drawn from the top two; the child
@@ -202,7 +202,7 @@ def test_options_the_task_and_lora_it_needs():
     with pytest.raises(UserError, match="--task azr"):
         PopuLoRA().draw(round_context(None, task=get_task("arithmetic"), state={}), 1)
     with pytest.raises(UserError, match="lora.r > 0"):
-        PopuLoRA().setup_model(ModelSetup(model=build_tiny("tiny")[0], lora=Lora(), seed=0))
+        PopuLoRA().setup_model(ModelSetup(model=build_tiny("tiny")[0], seed=0))
     r = get_recipe("populora")
     assert dict(r.run_defaults) == {"task": "azr", "lora.r": 8} and r.azr is None and r.needs >= {"lora", "in_process"}
 

@@ -240,7 +240,7 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     texts = ["1", "x", "2", "12"]  # hint 1 (carries) solves; "x" is no prompt; hint 2 does not; "12" has hint 1
     task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
     data = Channel()
-    m = part.score_batch(batch_context(items=first, rewards=torch.zeros(2, 2), rollouts=text_rollouts(
+    _, m = part.score_batch(batch_context(items=first, rewards=torch.zeros(2, 2), rollouts=text_rollouts(
         [it.prompt for it in first], texts, 2), task=task, state=state, data=data, tok=build_char_tokenizer()))
     assert m["prompt_policy/worker_calls"] == 8.0 and m["prompt_policy/calls_step"] == 8.0  # 2 x 2 x M=2
     assert m["prompt_policy/best_reward"] == 1.0 and m["prompt_policy/empty_prompt_frac"] == 0.25
@@ -262,7 +262,7 @@ def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_es
         task.worker = CallableWorker(worker)
         task.prepare(texts, [items[0].meta] * 2)
         data = Channel()
-        m = part.score_batch(batch_context(items=items, rewards=torch.zeros(1, 2), rollouts=text_rollouts(
+        _, m = part.score_batch(batch_context(items=items, rewards=torch.zeros(1, 2), rollouts=text_rollouts(
             [items[0].prompt], texts, 2), task=task, state=state, data=data, tok=build_char_tokenizer()))
         ids = data.values["distill"].completion_ids[0].tolist()
         return m, build_char_tokenizer().decode(ids, skip_special_tokens=True).strip()

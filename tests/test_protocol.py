@@ -37,11 +37,11 @@ class Toy:
 
     def score_batch(self, ctx):
         ctx.data.rows["seen"] = torch.ones(len(ctx.rollouts.texts))  # (R,) per-row data, cut with the rows
-        return {"toy/rows": float(len(ctx.rollouts.texts))}
+        return None, {"toy/rows": float(len(ctx.rollouts.texts))}
 
     def shape_advantages(self, adv, ctx):
         scale = torch.where(ctx.kinds == 0, self.scale, 1.0)  # (B,)
-        return adv * scale.view(-1, *([1] * (adv.dim() - 1))), {"toy/kind": float(ctx.kind)}
+        return adv * scale.view(-1, *([1] * (adv.dim() - 1))), {"toy/first_groups": float((ctx.kinds == 0).sum())}
 
     def extend(self, ctx):
         b = ctx.batch
@@ -60,7 +60,7 @@ class Toy:
 
     def after_step(self, ctx):
         ctx.state["steps"] = ctx.state.get("steps", 0) + 1
-        return {"toy/after_step": float(ctx.step)}
+        return None, {"toy/after_step": float(ctx.step)}
 
 
 TOY = Recipe(name="toy", paper="a test", toy=Toy(), group_size=4)
@@ -87,7 +87,8 @@ def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validat
 def test_every_hook_is_in_the_protocol_and_the_needs_are_named():
     assert set(HOOKS) == {"wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend",
                           "score_batch", "shape_advantages", "loss_term", "after_step"}
-    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine"}
+    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine", "branch",
+                          "char_offsets", "extra_labels", "optimizer", "exclude_rows"}
     with pytest.raises(ValueError, match="unknown hook 'shape'"):
         TOY.hooked("shape")
 
@@ -103,7 +104,7 @@ def test_the_toy_round_score_and_shaper_join_a_step():
     wrong = [i for i, it in enumerate(b.items[:6]) if kind(it.prompt) != 0]
     assert b.kinds.tolist() == [0] * 6 + [1] * len(wrong) and b.metrics["toy/groups"] == len(wrong)
     assert b.parts["toy"].values == {"note": "mine"} and b.parts["toy"].rows["seen"].shape == (len(b.ro.texts),)
-    assert b.metrics["toy/rows"] == float(len(b.ro.texts)) and b.metrics["toy/kind"] == 1.0
+    assert b.metrics["toy/rows"] == float(len(b.ro.texts)) and b.metrics["toy/first_groups"] == 6.0
     r = b.rewards
     # first-round groups: (r - mean r) x 3; the round's groups keep the estimator's r - mean r
     assert torch.allclose(b.advantages.view(-1, 4)[:6], 3 * (r[:6] - r[:6].mean(-1, keepdim=True)))
@@ -123,7 +124,7 @@ def test_two_second_rounds_each_see_the_first_round_and_keep_their_own_kind():
     # the toy round saw the first round only: its groups are the first round's wrong prompts, once each
     toy_items = [it for it, k in zip(b.items, kinds) if k == 2]
     assert [it.key for it in toy_items] == [b.items[i].key for i in wrong]
-    assert (bm.kind_of("correction"), bm.kind_of("toy"), bm.kind_of("nothing")) == (1, 2, -1)
+    assert (bm.parts.kind_of("correction"), bm.parts.kind_of("toy"), bm.parts.kind_of("nothing")) == (1, 2, -1)
 
 
 def test_the_toy_part_trains_its_loss_term_and_its_state_is_checkpointed(tiny_dir, tmp_path):
@@ -159,8 +160,8 @@ def test_the_toy_part_trains_its_loss_term_and_its_state_is_checkpointed(tiny_di
 
 def test_a_batch_context_is_what_a_shaper_reads():
     adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
-    out, m = Toy(scale=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]), kind=3))
-    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {"toy/kind": 3.0}
+    out, m = Toy(scale=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
+    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {"toy/first_groups": 1.0}
 
 
 @register_part("toy_head")

@@ -179,7 +179,7 @@ def test_ema_teacher_is_checkpointed_and_resumes_exactly(sharp_tiny, tmp_path):
 
 
 def test_after_step_without_ema_state_fails_loudly():
-    ctx = UpdateContext(model=torch.nn.Linear(1, 1), optimizer=None, step=1, total_steps=1, seed=0, state={}, metrics={})
+    ctx = UpdateContext(model=torch.nn.Linear(1, 1), optimizer=None, step=1, seed=0, state={})
     with pytest.raises(RuntimeError, match="EMA"):
         SSOPD(teacher="ema").after_step(ctx)
-    assert SSOPD().after_step(ctx) is None
+    assert SSOPD().after_step(ctx) == (None, {})

@@ -133,7 +133,7 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     recipe = dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect)
     maker = BatchMaker(task, recipe, HFEngine(model, tok), task.max_new_tokens, seed=0)
     batch = _batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2.replace("A:252", "A:25")], [1, 0, 1, 0], 4)
-    g = redirect.extend(maker.round_context("redirect", batch, 1))
+    g = redirect.extend(maker.round_context("redirect", batch))
     # two failed rows, both wrong at step 2 -> 2 redirections x n_r = 2 rows = one group of G = 4
     assert len(g.items) == 1 and g.items[0] is item and len(g.ro.texts) == 4
     assert g.metrics["stride/redirects"] == 2 and g.metrics["stride/unparsed"] == 0 and g.metrics["stride/dropped"] == 0
@@ -158,7 +158,7 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     torch.testing.assert_close(g.weight, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(g.ro.logprobs[suffix], plain[suffix], atol=1e-5, rtol=0)  # ratio 1 at the first pass
     # ratio=False: weight lambda_r only; a group size n_r does not divide is refused
-    off = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker.round_context("redirect", batch, 1))
+    off = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker.round_context("redirect", batch))
     assert off.weight.tolist() == [0.5] * 4
     with pytest.raises(UserError, match=r"'redirect.n_r' = 3 .* a divisor of group_size = 4"):
         check_part(Redirect(n_r=3), recipe)

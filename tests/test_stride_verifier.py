@@ -53,7 +53,7 @@ def test_model_critic_with_parseable_critiques_redirects_and_rewards_the_verifie
     def reward(items, ro):  # the verifier's verdict on the redirections: unit 0's first continuation is right
         correct = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
         return correct.clone(), correct, {}
-    ctx = dataclasses.replace(maker.round_context("redirect", batch, 1), sample=_scripted(tok, critiques), reward=reward)
+    ctx = dataclasses.replace(maker.round_context("redirect", batch), sample=_scripted(tok, critiques), reward=reward)
     g = redirect.extend(ctx)
     m = g.metrics
     # 3 parseable critiques -> 3 units; packed in whole groups of G / n_r = 2 units: 2 kept, 1 dropped

@@ -203,21 +203,21 @@ def test_tgpo_adv_shaper_and_reg_term_by_hand():
         check_part(TGPO(variant="both"), get_recipe("tgpo"))
 
 
-def test_kdrl_term_reads_the_batch_rows():
+def test_kdrl_term_reads_the_teachers_rows_through_its_own_channel():
     from reasonrl.models.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
     b = _batch(tok, torch.tensor([[-2.0, -1.0, 0.0], [-1.0, -3.0, 0.0]]), torch.zeros(2, 3, dtype=torch.long),
                torch.zeros(2, 3))
+    part = KDRL(coef=0.5)
+    assert part.score_batch(batch_context(channels=b.parts, data=b.channel("kdrl"))) == (None, {})
     # row 1 only, its 2 tokens: student -1, -1 vs teacher -1, -3 -> k2 = 0, 2; token-mean over 2 -> 1; beta 0.5
-    loss, m = KDRL(coef=0.5).loss_term(loss_context(logp=torch.tensor([[-1.0, -1.0]]), mask=torch.ones(1, 2), batch=b,
-                                                    rows=torch.tensor([1]), agg="token-mean", norm_len=1, n_tokens=2,
-                                                    n_seqs=1))
+    loss, m = part.loss_term(loss_context(logp=torch.tensor([[-1.0, -1.0]]), mask=torch.ones(1, 2), batch=b,
+                                          rows=torch.tensor([1]), agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1,
+                                          data=b.channel("kdrl")))
     assert float(loss) == pytest.approx(0.5) and m["teacher/kdrl_kl"] == pytest.approx(1.0)
-    b.parts.clear()
-    with pytest.raises(UserError, match="teacher.model"):
-        KDRL().loss_term(loss_context(logp=torch.zeros(1, 2), mask=torch.ones(1, 2), batch=b, rows=torch.tensor([1]),
-                                      agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1))
+    with pytest.raises(UserError, match="teacher.model"):  # no teacher part on the batch: named when it is scored
+        part.score_batch(batch_context(channels={}, data=b.channel("kdrl")))
 
 
 def test_config_keys_and_validation(fresh_dir):

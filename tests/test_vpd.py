@@ -33,7 +33,7 @@ ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3))]  # answers 
 def _peft_tiny(seed=0):
     model, tok = build_tiny("tiny", seed=seed)
     model = apply_lora(model, Lora(r=2, alpha=4.0), seed=seed)
-    return VPD().setup_model(ModelSetup(model, Lora(r=2, alpha=4.0), seed)), tok
+    return VPD().setup_model(ModelSetup(model, seed)), tok
 
 
 # ------------------------------------------------------------------ pure glue
@@ -89,9 +89,9 @@ def test_options_are_checked_by_the_parts_rules():
 
 def test_alpha_scales_only_the_student_advantages():
     adv = torch.tensor([[1.0, -1.0], [2.0, -2.0]])
-    out = VPD(alpha=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
-    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]]
-    assert VPD().shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1]))) is adv
+    out, m = VPD(alpha=0.5).shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))
+    assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {}
+    assert VPD().shape_advantages(adv, batch_context(kinds=torch.tensor([0, 1])))[0] is adv
 
 
 # ------------------------------------------------------------------ the two adapters
@@ -99,7 +99,7 @@ def test_alpha_scales_only_the_student_advantages():
 def test_without_lora_the_part_asks_for_lora_r():
     model, _ = build_tiny("tiny")
     with pytest.raises(UserError, match="lora.r"):
-        VPD().setup_model(ModelSetup(model, Lora(), 0))
+        VPD().setup_model(ModelSetup(model, 0))
 
 
 def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
@@ -125,7 +125,7 @@ def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
         loss = model(input_ids=ids).logits.sum()
     loss.backward()
     assert all(p.grad is not None for p in teacher.values()) and all(p.grad is None for p in student.values())
-    assert VPD().setup_model(ModelSetup(model, Lora(r=2), 0)) is model  # already there (a resumed trainer): left alone
+    assert VPD().setup_model(ModelSetup(model, 0)) is model  # already there (a resumed trainer): left alone
 
 
 # ------------------------------------------------------------------ the teacher's round on a scripted maker
@@ -403,7 +403,7 @@ def test_teacher_warm_start_trains_the_teacher_adapter_alone_on_feedback_prompts
     model, tok = _peft_tiny()
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
     part = VPD(warm_steps=2, warm_batch=2)
-    assert part.setup_model(ModelSetup(model, Lora(r=2, alpha=4.0), 0, TASK, tok)) is model  # already has the teacher
+    assert part.setup_model(ModelSetup(model, 0, TASK, tok)) is model  # already has the teacher
     from reasonrl.parts.vpd_warm import warm_teacher
     m = warm_teacher(model, tok, TASK, TEACHER, template=part.template, feedback=part.feedback, steps=2, batch_size=2,
                      lr=1e-2, wrong_rate=0.8, seed=0)

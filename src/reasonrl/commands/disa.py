@@ -126,7 +126,7 @@ def stage_context(cfg: Any, recipe: Any, proposal: str | None = None) -> tuple[A
         engine.formatter = formatter
     maker = BatchMaker(task, recipe, engine, budget, cfg.seed, FixedReference(ref), cfg.micro_batch_size,
                        pool=cfg.data.pool, formatter=formatter)
-    return maker.round_context("balance", None, 0), task
+    return maker.round_context("balance", None), task
 
 
 def estimate_table(cfg: Any, recipe: Any, proposal: str | None = None,

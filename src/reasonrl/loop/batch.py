@@ -20,7 +20,7 @@ from ..distill import ContextScores, encode_contexts, score_under_context
 from ..models.chat import PLAIN, PromptFormatter
 from ..models.scoring import score_completions
 from ..parts import Recipe
-from ..parts.protocol import BatchContext, Channel, RoundContext, part_needs
+from ..parts.protocol import BatchContext, Channel, RoundContext, hook_result, part_needs
 from ..parts.strategy import GenRequest
 from ..rewards.base import reward_name, score_rewards
 from ..rollout import HFEngine, Rollouts, SamplingParams, concat_rollouts, select_rows
@@ -77,7 +77,7 @@ class BatchMaker:
 
     def draw(self, n: int) -> list[Item]:
         if self.source is not None:  # a self-play part supplies the items; positions still count for seeding
-            items = self.source[1].draw(self.round_context(self.source[0], None, self.kind_of(self.source[0])), n)
+            items = self.source[1].draw(self.round_context(self.source[0], None), n)
             self.items_drawn += len(items)
             return [self._fitted(item) for item in items]
         if self.selector is not None:
@@ -162,16 +162,15 @@ class BatchMaker:
                                    temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,
                                    **reduce)
 
-    def round_context(self, key: str, batch: Batch | None, kind: int) -> RoundContext:
-        """What the part ``key`` sees in ``extend`` (``batch``: the first round) and ``before_step`` (None)."""
-        return RoundContext(
-            batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step,
-            total_steps=self.total_steps, position=self.items_drawn, group_size=self.recipe.group_size, pool=self.pool,
-            state=self.parts.state(key), cache=self.parts.cache(key), kind=kind, sampling=self._sampling_params(),
-            micro=self.micro, policy=self.engine.model, in_process=getattr(self.engine, "push_weights", None) is None,
-            device=self.engine.device, sample=self.sample,
+    def round_context(self, key: str, batch: Batch | None) -> RoundContext:
+        """What the part ``key`` sees in ``extend`` (``batch``: the first round), ``draw`` and ``before_step`` (None)."""
+        return self.parts.grant(key, RoundContext(
+            batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step, position=self.items_drawn,
+            group_size=self.recipe.group_size, pool=self.pool, state=self.parts.state(key), cache=self.parts.cache(key),
+            sampling=self._sampling_params(), micro=self.micro, policy=self.engine.model,
+            in_process=getattr(self.engine, "push_weights", None) is None, device=self.engine.device, sample=self.sample,
             branch=self.branch, reward=self.reward, score_under=self.score_under, advantage=self.recipe.advantage,
-            reference=None if self.ref is None else self.ref.scoring, formatter=self.formatter)
+            reference=None if self.ref is None else self.ref.scoring, formatter=self.formatter))
 
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, n) total rewards, (B, n) raw correctness, reward metrics, for ``ro`` holding n rows per item
@@ -251,8 +250,9 @@ class BatchMaker:
                      scores=torch.cat([k[4] for k in kept]) if self.selector else None,
                      reward_terms={name: torch.cat([k[5][name] for k in kept]) for name in kept[0][5]})
 
-    def batch_context(self, b: Batch) -> BatchContext:
-        """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``kind`` set per part)."""
+    def batch_context(self, b: Batch, excluded: list[torch.Tensor]) -> BatchContext:
+        """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``modules`` set per part);
+        rows a part excludes (``exclude_rows``) are collected in ``excluded``, for the loss mask."""
         G = self.recipe.group_size
         answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
         contexts = (torch.zeros(b.rewards.shape, dtype=torch.long) if b.ro.context_ids is None
@@ -267,18 +267,14 @@ class BatchMaker:
             rewards=b.rewards, correct=b.correct, answers=answers, rollouts=b.ro, items=b.items, task=self.task,
             contexts=contexts, kinds=b.group_kinds(), step=self.step, temperature=self.recipe.sampling.temperature or 1.0,
             policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
-            score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts,
+            score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts, exclude_rows=excluded.append,
             char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
-            data=Channel(), state=None, kind=-1, formatter=self.formatter, seed=self.seed,
+            data=Channel(), state={}, formatter=self.formatter, seed=self.seed,
             reference=None if self.ref is None else self.ref.scoring)
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
-        return dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key), kind=self.kind_of(key),
-                                   modules=self.parts.modules_of(key))
-
-    def kind_of(self, key: str) -> int:
-        """The kind a part's round gives its groups (1, 2, ... in recipe order); -1 for a part with no round."""
-        return next((k for k, (name, _) in enumerate(self.recipe.rounds, start=1) if name == key), -1)
+        return self.parts.grant(key, dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key),
+                                                         modules=self.parts.modules_of(key)))
 
     def prepare(self, b: Batch) -> Batch:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
@@ -289,20 +285,22 @@ class BatchMaker:
         if b.preset is not None:  # a round's own advantages (STRIDE's harmless one) replace the estimator's
             pre = b.preset.view(*b.preset.shape, *([1] * (adv.dim() - 2))).expand_as(adv)
             adv = torch.where(pre.isnan(), adv, pre)
+        excluded: list[torch.Tensor] = []  # rows a part takes out of the loss (exclude_rows: DISA's unknown prompts)
         if len(b.items):  # an empty batch has nothing to score or shape
-            base = self.batch_context(b)
+            base = self.batch_context(b, excluded)
             for key, score in self.recipe.calls("score_batch"):  # annotations first: shapers read them
-                b.metrics.update(score(self._for_part(base, b, key)) or {})
+                b.metrics.update(hook_result(key, "score_batch", score(self._for_part(base, b, key)))[1])
             for key, shaper in self.recipe.calls("shape_advantages"):
-                out = shaper(adv, self._for_part(base, b, key))
-                adv, shaped_metrics = out if isinstance(out, tuple) else (out, {})
-                b.metrics.update(shaped_metrics)
+                adv, shaped = hook_result(key, "shape_advantages", shaper(adv, self._for_part(base, b, key)))
+                b.metrics.update(shaped)
         b.advantages = adv.reshape(len(b.ro.texts), *adv.shape[2:])  # (R,) or (R, T)
         if b.weight is not None:  # a round's loss weight or importance weight, per row
             b.advantages = b.advantages * b.weight.view(-1, *([1] * (b.advantages.dim() - 1)))
         b.loss_mask = trained_tokens(b.ro).clone()  # an episode's observation tokens never reach a loss
         if b.ro.unscored is not None:  # nor a row no reward could score (metric reward/unscored_frac)
             b.loss_mask[b.ro.unscored] = 0
+        for rows in excluded:
+            b.loss_mask[rows] = 0
         if self.recipe.mask_truncated:  # overlong filtering: a cut-off answer teaches nothing either way
             b.loss_mask[b.ro.truncated] = 0
         if self.ref is not None and self.recipe.kl.coef > 0 and len(b.items):
@@ -328,7 +326,7 @@ class BatchMaker:
         first = b
         for kind, (key, rnd) in enumerate(self.recipe.rounds, start=1):
             t0 = time.perf_counter()
-            groups = rnd.extend(self.round_context(key, first, kind)) if len(first.items) else None
+            groups = rnd.extend(self.round_context(key, first)) if len(first.items) else None
             self.seconds["generate"] += time.perf_counter() - t0
             if groups is None:
                 continue
@@ -340,9 +338,11 @@ class BatchMaker:
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        for key, part in self.recipe.hooked("before_step"):  # parts that prepare the step's data (D2Evo's estimation)
-            part.before_step(self.round_context(key, None, self.kind_of(key)))
-        return self.select(self.prepare(self.extend(self.collect(n_prompts))))
+        pre = {k: v for key, part in self.recipe.hooked("before_step")  # parts that prepare the step (D2Evo's estimation)
+               for k, v in hook_result(key, "before_step", part.before_step(self.round_context(key, None)))[1].items()}
+        b = self.select(self.prepare(self.extend(self.collect(n_prompts))))
+        b.metrics.update(pre)
+        return b
 
     def select(self, b: Batch) -> Batch:
         """The selector's post-advantage hook: only the whole groups it keeps stay in the batch."""

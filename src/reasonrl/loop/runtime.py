@@ -7,10 +7,13 @@ per-prompt energies, D2Evo's pool), saved through its ``state_dict`` / ``load_st
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import UserError
 from ..parts import Recipe
+from ..parts.protocol import granted, part_needs
+
+C = TypeVar("C")
 
 
 class PartRuntime:
@@ -19,10 +22,19 @@ class PartRuntime:
         self.states: dict[str, Any] = {}
         self.caches: dict[str, dict] = {}
         self.modules: dict[str, dict[str, Any]] = {}  # part key -> {name: PartModule} (setup_modules; the trainer's)
+        self.needs = {key: part_needs(part) for key, part in recipe.hooked()}  # what each part declared
         found = recipe.data_selector
         self.selector_key = None if found is None else found[0]
         if found is not None:
             self.states[found[0]] = found[1].build(seed)
+
+    def grant(self, key: str, ctx: C) -> C:
+        """``ctx`` as the part ``key`` sees it: the abilities it did not declare (``protocol.ABILITIES``) None."""
+        return granted(ctx, self.needs.get(key, frozenset()))
+
+    def kind_of(self, key: str) -> int:
+        """The kind a part's round gives its groups (1, 2, ... in recipe order); -1 for a part with no round."""
+        return next((k for k, (name, _) in enumerate(self.recipe.rounds, start=1) if name == key), -1)
 
     def state(self, key: str) -> Any:
         return self.states.setdefault(key, {})

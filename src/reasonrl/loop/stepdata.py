@@ -1,51 +1,18 @@
-"""One step's data: the :class:`Batch` of groups the batch maker builds and the trainer updates on,
-and the pure operations on it (join a round's groups, keep some groups, step statistics, metric
+"""One step's data: the pure operations on the :class:`~reasonrl.rollout.batch.Batch` of groups the
+batch maker builds and the trainer updates on (join a round's groups, keep some groups, step statistics, metric
 merging). No model, no method names."""
 from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
-from ..parts.protocol import Channel
-from ..seeds import stable_seed
-from ..parts.strategy import Groups
 from ..rollout import Rollouts, concat_rollouts, select_rows
 from ..rollout.base import policy_tokens
-from ..tasks import Item
-
-
-@dataclass
-class Batch:
-    """One step's data, rows in rollout order (B*G)."""
-
-    items: list[Item]
-    ro: Rollouts
-    rewards: torch.Tensor  # (B, G) total reward
-    correct: torch.Tensor  # (B, G) raw task accuracy, 0/1
-    advantages: torch.Tensor | None = None  # (R,) or (R, T)
-    loss_mask: torch.Tensor | None = None  # (R, T) tokens the loss sees (completion mask, minus filtered rows)
-    ref_logp: torch.Tensor | None = None  # (R, T)
-    metrics: dict[str, float] = field(default_factory=dict)
-    kinds: torch.Tensor | None = None  # (B,) 0: a first-round group, k: added by the recipe's k-th round
-    preset: torch.Tensor | None = None  # (B, G) advantages a round fixed (NaN: the estimator's)
-    weight: torch.Tensor | None = None  # (R,) factor on each row's advantage (round loss weights, IS weights)
-    scores: torch.Tensor | None = None  # (B,) the selector's score of each group when it was generated (NaN: none)
-    extra_labels: torch.Tensor | None = None  # (R, T) ids the policy's forward also scores (TGPO: the teacher's)
-    # each reward the batch computed, by name, unweighted, per row (NaN: declined, or a round's added row)
-    reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (R,)
-    learner_logp: torch.Tensor | None = None  # (R, T) the trainer's log-probs at sampling (issue 43: vLLM rollouts)
-    parts: dict[str, Channel] = field(default_factory=dict)  # each part's own data on this batch, by part key
-
-    def channel(self, key: str) -> Channel:
-        """The part ``key``'s channel on this batch (made empty on first use)."""
-        return self.parts.setdefault(key, Channel())
-
-    def group_kinds(self) -> torch.Tensor:  # (B,)
-        return torch.zeros(len(self.items), dtype=torch.long) if self.kinds is None else self.kinds
+from ..rollout.batch import Batch, Channel, Groups  # noqa: F401 - the step's data types (below the parts)
+from ..seeds import stable_seed
 
 
 def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:

@@ -32,7 +32,7 @@ from ..models.lora import Reference, apply_lora
 from ..models.memory import prepare_for_training, resolve_rows
 from ..models.scoring import score_rows
 from ..parts import Recipe, entropy_term, kl_term, loss_agg, policy_term
-from ..parts.protocol import LossContext, ModelSetup, UpdateContext
+from ..parts.protocol import LossContext, ModelSetup, UpdateContext, hook_result
 from ..dist.ray_rollout import EngineCorrection, WorkerError, make_engine
 from ..tasks import Task
 from ..tasks.limits import prepare_prompts
@@ -51,7 +51,7 @@ class Trainer:
                  log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
         for _, setup in recipe.calls("setup_model"):  # parts that add trainable modules (a second adapter) first
-            model = setup(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed, task=task, tokenizer=tokenizer))
+            model = setup(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer))
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
@@ -70,7 +70,7 @@ class Trainer:
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log, o = Path(run_dir), log, recipe.optim
         # the parts' own trainable modules (a critic): their own parameter groups, clips and checkpoint files
-        self.modules = {key: dict(make(ModelSetup(model=model, lora=cfg.lora, seed=cfg.seed, task=task, tokenizer=tokenizer)))
+        self.modules = {key: dict(make(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer)))
                         for key, make in recipe.calls("setup_modules")}
         # the policy's trainable parameters (FSDP: this rank's shards), then each part module's group
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
@@ -162,14 +162,15 @@ class Trainer:
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
             loss, metrics = loss + eb, {**metrics, **m}
+        parts = self.batches.parts
         for key, term in r.calls("loss_term"):  # auxiliary terms; teacher terms score rows under other prompts
-            ctx = LossContext(logp=logp, entropy=ent, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
+            ctx = LossContext(logp=logp, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
                               temperature=r.sampling.temperature or 1.0, extra_logp=more[0] if extra is not None else None,
                               train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
-                              state=self.batches.parts.state(key), kind=self.batches.kind_of(key),
-                              formatter=self.formatter, reference=None if self.ref is None else self.ref.scoring,
-                              modules=self.batches.parts.modules_of(key), hidden=more[-1] if hidden else None)
-            a, m = term(ctx)
+                              state=parts.state(key), kind=parts.kind_of(key), formatter=self.formatter,
+                              reference=None if self.ref is None else self.ref.scoring,
+                              modules=parts.modules_of(key), hidden=more[-1] if hidden else None)
+            a, m = hook_result(key, "loss_term", term(parts.grant(key, ctx)))
             loss, metrics = loss + a, {**metrics, **m}
         return loss, {**metrics, **m_engine}
 
@@ -296,7 +297,7 @@ class Trainer:
         if stage_info.get("stage/fresh", 1.0):  # a stage's buffer once, when generated
             self.on_batch(self.step + 1, batch)
         upd = self.update(batch, minibatches)
-        upd.update(self._after_step(upd))
+        upd.update(self._after_step())
         t2 = time.perf_counter()
         self.step += 1
         self.steps_this_process += 1
@@ -320,14 +321,13 @@ class Trainer:
         m["nonfinite_total"] = self.nonfinite_total
         return m
 
-    def _after_step(self, upd: dict[str, float]) -> dict[str, float]:
+    def _after_step(self) -> dict[str, float]:
         """The parts' ``after_step`` hooks (EMA copies, population updates), after the optimiser steps."""
         out: dict[str, float] = {}
         for key, hook in self.recipe.calls("after_step"):
-            ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, total_steps=self.cfg.steps,
-                                seed=self.cfg.seed, state=self.batches.parts.state(key), metrics=upd,
-                                modules=self.batches.parts.modules_of(key))
-            out.update(hook(ctx) or {})
+            ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, seed=self.cfg.seed,
+                                state=self.batches.parts.state(key))
+            out.update(hook_result(key, "after_step", hook(self.batches.parts.grant(key, ctx)))[1])
         return out
 
     def _guard_nonfinite(self, skipped: float) -> None:

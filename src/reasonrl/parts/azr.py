@@ -32,10 +32,10 @@ from ..tasks import Item
 from ..tasks.azr import AZRTask, format_ok, parse_inputs, parse_proposal, propose_prompt, solve_item
 from ..tasks.azr_world import IDENTITY, TYPES, run_programs, validate_programs
 from ..tasks.limits import played_task
-from .protocol import BatchContext, RoundContext, register_part
+from .protocol import BatchContext, RoundContext, Sample, register_part
 from .strategy import Groups
 
-__all__ = ["AZR", "initial_buffers"]
+__all__ = ["AZR", "check_proposals", "estimate_solve_rates", "initial_buffers", "proposal_metrics"]
 
 
 def initial_buffers(n_inputs: int) -> dict[str, list[dict]]:
@@ -101,13 +101,13 @@ class AZR:
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"azr-propose-{ctx.step}", first=0)
         G = ctx.group_size
         rows = [(items[r // G], ro.texts[r]) for r in range(len(ro.texts))]
-        entries, verdicts = self._check(rows, task)
-        p_hat = self._estimate(ctx, task, entries)
+        entries, verdicts = check_proposals(rows, task, self.min_inputs)
+        p_hat = estimate_solve_rates(ctx.sample, f"azr-estimate-{ctx.step}", task, entries, self.estimate_samples)
         rewards = torch.tensor([azr_proposal_reward(v != "format", v == "", p_hat.get(r)) for r, v in enumerate(verdicts)])
         for kind, entry in entries.values():
             buffers[kind].append(entry)
             del buffers[kind][:-self.capacity]
-        metrics = self._metrics(rows, verdicts, entries, p_hat, rewards, buffers)
+        metrics = proposal_metrics(rows, verdicts, entries, p_hat, rewards, buffers)
         valid = torch.tensor([float(v == "") for v in verdicts])
         return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
 
@@ -125,47 +125,6 @@ class AZR:
                                   meta={"role": "propose", "type": kind, "program": refs[0]["program"]}))
         return items
 
-    def _check(self, rows: list[tuple[Item, str]], task: AZRTask) -> tuple[dict[int, tuple[str, dict]], list[str]]:
-        """Each proposal's verdict (``""`` valid, ``"format"``, or the validation stage that failed) and
-        the (type, buffer entry) of the valid ones, by row."""
-        verdicts, triplets, inductions = [], [], []
-        for r, (item, text) in enumerate(rows):
-            if not format_ok("propose", item.meta["type"], text):
-                verdicts.append("format")
-            elif item.meta["type"] == "induction":
-                verdicts.append("?")
-                inductions.append((r, item.meta["program"], parse_inputs(text)))
-            else:
-                verdicts.append("?")
-                triplets.append((r, *parse_proposal(text)))
-        entries: dict[int, tuple[str, dict]] = {}
-        for (r, code, stdin), v in zip(triplets, validate_programs([(c, i) for _, c, i in triplets])):
-            verdicts[r] = "" if v.ok else v.stage
-            if v.ok:
-                entries[r] = (rows[r][0].meta["type"], {"program": code, "input": stdin, "output": v.output})
-        n_in = task.config.shown + task.config.held
-        for r, code, inputs in inductions:
-            ins = list(dict.fromkeys(inputs))[:n_in]
-            outs = run_programs([(code, i) for i in ins]) if len(ins) >= max(self.min_inputs, n_in) else []
-            ok = bool(outs) and all(o is not None for o, _ in outs)
-            verdicts[r] = "" if ok else ("inputs" if not outs else "run")
-            if ok:
-                entries[r] = ("induction", {"program": code, "inputs": ins, "outputs": [o for o, _ in outs]})
-        return entries, verdicts
-
-    def _estimate(self, ctx: RoundContext, task: AZRTask, entries: dict[int, tuple[str, dict]]) -> dict[int, float]:
-        """p_hat of each valid proposal: ``estimate_samples`` solver answers, graded (no gradient)."""
-        if not entries:
-            return {}
-        order = sorted(entries)
-        probs = [solve_item(*entries[r], task.config.shown) for r in order]
-        n = self.estimate_samples
-        ro = ctx.sample(probs, [p.prompt for p in probs], tag=f"azr-estimate-{ctx.step}", first=0, n=n)
-        metas = [p.meta for p in probs for _ in range(n)]
-        task.prepare(ro.texts, metas)
-        scores = [task.verify(t, "", m) for t, m in zip(ro.texts, metas)]
-        return {r: sum(scores[i * n:(i + 1) * n]) / n for i, r in enumerate(order)}
-
     def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         """TRR++: REINFORCE++ within each (role, task type) bucket of rows."""
         B, G = ctx.rewards.shape
@@ -173,19 +132,65 @@ class AZR:
         out = role_task_advantages(ctx.rewards.reshape(-1), keys).view(B, G)
         return out, {"azr/buckets": float(len(set(keys)))}
 
-    @staticmethod
-    def _metrics(rows, verdicts, entries, p_hat, rewards, buffers) -> dict[str, float]:
-        out = {f"azr/buffer_{k}": float(len(v)) for k, v in buffers.items()}
-        out["azr/proposer_reward"] = float(rewards.mean())
-        for kind in TYPES:
-            mine = [v for (item, _), v in zip(rows, verdicts) if item.meta["type"] == kind]
-            if mine:
-                out[f"azr/valid_{kind}"] = sum(v == "" for v in mine) / len(mine)
-        for stage in ("format", "parse", "banned", "run", "determinism", "inputs"):
-            out[f"azr/rejected_{stage}"] = float(sum(v == stage for v in verdicts))
-        if p_hat:
-            out["azr/p_hat"] = sum(p_hat.values()) / len(p_hat)
-            programs = [e["program"] for _, e in entries.values()]
-            out["azr/program_chars"] = sum(map(len, programs)) / len(programs)
-            out["azr/ast_depth"] = sum(map(ast_depth, programs)) / len(programs)
-        return out
+
+def check_proposals(rows: list[tuple[Item, str]], task: AZRTask,
+                    min_inputs: int) -> tuple[dict[int, tuple[str, dict]], list[str]]:
+    """Each proposal's verdict (``""`` valid, ``"format"``, or the validation stage that failed) and
+    the (type, buffer entry) of the valid ones, by row (AZR's proposer round and PopuLoRA's teachers')."""
+    verdicts, triplets, inductions = [], [], []
+    for r, (item, text) in enumerate(rows):
+        if not format_ok("propose", item.meta["type"], text):
+            verdicts.append("format")
+        elif item.meta["type"] == "induction":
+            verdicts.append("?")
+            inductions.append((r, item.meta["program"], parse_inputs(text)))
+        else:
+            verdicts.append("?")
+            triplets.append((r, *parse_proposal(text)))
+    entries: dict[int, tuple[str, dict]] = {}
+    for (r, code, stdin), v in zip(triplets, validate_programs([(c, i) for _, c, i in triplets])):
+        verdicts[r] = "" if v.ok else v.stage
+        if v.ok:
+            entries[r] = (rows[r][0].meta["type"], {"program": code, "input": stdin, "output": v.output})
+    n_in = task.config.shown + task.config.held
+    for r, code, inputs in inductions:
+        ins = list(dict.fromkeys(inputs))[:n_in]
+        outs = run_programs([(code, i) for i in ins]) if len(ins) >= max(min_inputs, n_in) else []
+        ok = bool(outs) and all(o is not None for o, _ in outs)
+        verdicts[r] = "" if ok else ("inputs" if not outs else "run")
+        if ok:
+            entries[r] = ("induction", {"program": code, "inputs": ins, "outputs": [o for o, _ in outs]})
+    return entries, verdicts
+
+
+def estimate_solve_rates(sample: Sample, tag: str, task: AZRTask, entries: dict[int, tuple[str, dict]],
+                         n: int) -> dict[int, float]:
+    """p_hat of each valid proposal: ``n`` solver answers sampled by ``sample`` under ``tag``, graded (no gradient)."""
+    if not entries:
+        return {}
+    order = sorted(entries)
+    probs = [solve_item(*entries[r], task.config.shown) for r in order]
+    ro = sample(probs, [p.prompt for p in probs], tag=tag, first=0, n=n)
+    metas = [p.meta for p in probs for _ in range(n)]
+    task.prepare(ro.texts, metas)
+    scores = [task.verify(t, "", m) for t, m in zip(ro.texts, metas)]
+    return {r: sum(scores[i * n:(i + 1) * n]) / n for i, r in enumerate(order)}
+
+
+def proposal_metrics(rows: list[tuple[Item, str]], verdicts: list[str], entries: dict[int, tuple[str, dict]],
+                     p_hat: dict[int, float], rewards: torch.Tensor, buffers: dict[str, list[dict]]) -> dict[str, float]:
+    """The proposer round's metrics (AZR and PopuLoRA): buffer sizes, validity per type, rejections, p_hat."""
+    out = {f"azr/buffer_{k}": float(len(v)) for k, v in buffers.items()}
+    out["azr/proposer_reward"] = float(rewards.mean())
+    for kind in TYPES:
+        mine = [v for (item, _), v in zip(rows, verdicts) if item.meta["type"] == kind]
+        if mine:
+            out[f"azr/valid_{kind}"] = sum(v == "" for v in mine) / len(mine)
+    for stage in ("format", "parse", "banned", "run", "determinism", "inputs"):
+        out[f"azr/rejected_{stage}"] = float(sum(v == stage for v in verdicts))
+    if p_hat:
+        out["azr/p_hat"] = sum(p_hat.values()) / len(p_hat)
+        programs = [e["program"] for _, e in entries.values()]
+        out["azr/program_chars"] = sum(map(len, programs)) / len(programs)
+        out["azr/ast_depth"] = sum(map(ast_depth, programs)) / len(programs)
+    return out

@@ -98,7 +98,8 @@ class TrajectoryBalance:
     def needs(self) -> frozenset[str]:
         """The reference always (lbar_ref); a finite pool when the table is estimated in the run."""
         own_table = self.log_z == "table" and self.table is None
-        return frozenset({"reference", "pool"} if own_table else {"reference"})
+        table = {"exclude_rows"} if self.log_z == "table" else set()  # rows of prompts the table lacks leave the loss
+        return frozenset({"reference", "pool", *table} if own_table else {"reference", *table})
 
     # ------------------------------------------------------------------ setup: the log Z head
     def setup_modules(self, ctx: ModelSetup) -> dict[str, PartModule]:
@@ -117,9 +118,9 @@ class TrajectoryBalance:
         return {HEAD: PartModule(head, lr=self.z_lr, schedule=True)}
 
     # ------------------------------------------------------------------ DISA's offline stage, in the run
-    def before_step(self, ctx: RoundContext) -> None:
+    def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:
         if self.log_z != "table" or "table" in ctx.state:
-            return
+            return None, {}
         if self.table is not None:
             table = read_table(self.table)
         else:  # proposals of the initial policy
@@ -127,6 +128,7 @@ class TrajectoryBalance:
         table.check(self.beta, self.length_norm, ctx.sampling.temperature or 1.0)  # the residual's scoring temperature
         ctx.state["table"] = table.state()
         ctx.state["table_summary"] = summary(list(table.rows.values()))
+        return None, {}
 
     def table_header(self, ctx: RoundContext, proposal: str, reference: str) -> dict:
         """A table's settings: what the residual must share with it (``ZTable.check``), and its models."""
@@ -164,7 +166,7 @@ class TrajectoryBalance:
         return lbar_ref, lbar_mu, rewards
 
     # ------------------------------------------------------------------ the reference's side, once per batch
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         if ctx.reference is None:
             raise RuntimeError("the balance part needs the run's reference model (its needs include 'reference')")
         ro, rows, metrics = ctx.rollouts, ctx.data.rows, {}
@@ -177,7 +179,7 @@ class TrajectoryBalance:
                 rows["ref_logp"] = lp.cpu()  # (R, T)
         if self.log_z == "table":
             metrics.update(self._table_rows(ctx))
-        return metrics
+        return None, metrics
 
     def _reference_elbo(self, ctx: BatchContext, ref) -> dict[str, Tensor]:
         """TraFL's masks for the batch, (R, K) levels and (R, K, L) masks, and the reference's (R,) ELBO under them."""
@@ -205,11 +207,8 @@ class TrajectoryBalance:
         G = ctx.rewards.shape[1]
         if missing and self.missing == "error":
             raise missing_error(ctx.items, missing, table.source)
-        if missing:  # skip: those rows' train mask is 0, so the loss and its normalisers leave them out
-            ro = ctx.rollouts
-            ro.train_mask = ro.completion_mask.clone() if ro.train_mask is None else ro.train_mask
-            for i in missing:
-                ro.train_mask[i * G:(i + 1) * G] = 0
+        if missing:  # skip: those rows leave the loss mask, so the loss and its normalisers leave them out
+            ctx.exclude_rows(torch.tensor([i * G + j for i in missing for j in range(G)], dtype=torch.long))
         ctx.data.rows["log_z"] = torch.nan_to_num(values, nan=0.0).repeat_interleave(G)  # (R,)
         known = values[~values.isnan()]
         st = ctx.state["table_summary"]
@@ -264,10 +263,10 @@ class TrajectoryBalance:
             entry[0] += d
             entry[1] += 1
 
-    def after_step(self, ctx: UpdateContext) -> dict[str, float]:
+    def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         acc = ctx.state.get("residual")
         if not acc:
-            return {}
+            return None, {}
         means = torch.tensor([s / n for s, n in acc.values()])
-        return {"disa/residual_prompts": float(len(means)), "disa/residual_prompt_mean": float(means.mean()),
+        return None, {"disa/residual_prompts": float(len(means)), "disa/residual_prompt_mean": float(means.mean()),
                 "disa/residual_prompt_abs": float(means.abs().mean())}

@@ -106,7 +106,7 @@ class Critic:
             return module(*tokens)
 
     # ---------------------------------------------------------------- the batch: values, GAE
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         ro, R = ctx.rollouts, len(ctx.rollouts.texts)
         out = torch.zeros(ro.completion_ids.shape)  # (R, T) V(s_t), 0 on padding
         for rows in torch.arange(R).split(max(ctx.micro, 1)):
@@ -114,7 +114,7 @@ class Critic:
             out[rows, :v.shape[1]] = v
         ctx.data.rows["values"] = out
         mask = train_mask(ro)
-        return {"critic/values_mean": float((out * mask).sum() / mask.sum().clamp(min=1))}
+        return None, {"critic/values_mean": float((out * mask).sum() / mask.sum().clamp(min=1))}
 
     def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         mask = train_mask(ctx.rollouts)  # (R, T)

@@ -98,17 +98,18 @@ class D2Evo:
         return D2EvoState()
 
     # ---------------------------------------------------------------- each iteration: estimate, mine, rebuild
-    def before_step(self, ctx: RoundContext) -> None:
+    def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:
         """At the first step of an iteration: estimate the real pool's pass rates, mine anchors and
         rebuild the Solver's pool (nothing on the iteration's other steps)."""
         st, it = ctx.state, ctx.step // self.iteration_steps
         if st.iteration == it:
-            return
+            return None, {}
         real = list(ctx.pool)
         p = self.estimate(ctx, real, it)  # (N,)
         st.rebuild(it, real, p, self.p_lo, self.p_hi)
         st.pending = {"d2evo/est_pass_rate_mean": float(p.mean()),
-                      "d2evo/est_rows": float(len(real) * self.estimate_samples)}
+                      "d2evo/est_rows": float(len(real) * self.estimate_samples)}  # logged with the step's selection
+        return None, {}
 
     def estimate(self, ctx: RoundContext, items: list[Any], iteration: int) -> torch.Tensor:
         """p_hat of each item (N,) from ``estimate_samples`` Solver samples against its gold answer."""

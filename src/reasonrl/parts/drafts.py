@@ -54,6 +54,6 @@ class Drafts:
         return DraftTask(task, drafts, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
                          template=self.template, **codec)
 
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         """The batch's draft statistics (:func:`draft_metrics`)."""
-        return draft_metrics(ctx.items, ctx.answers)
+        return None, draft_metrics(ctx.items, ctx.answers)

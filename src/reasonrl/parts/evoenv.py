@@ -229,7 +229,7 @@ class EvoEnv:
         return out
 
     # ---------------------------------------------------------------- rotation and advantages
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         """Each environment's solver accuracy in this step's first round: one check of its EMA."""
         pool, acc = self._pool(ctx), {}
         for b, item in enumerate(ctx.items):
@@ -239,7 +239,7 @@ class EvoEnv:
             pool.observe(eid, float(torch.cat([r.view(-1) for r in rows]).float().mean()))
         gone = pool.rotate()
         ctx.state["retired"] = ctx.state.get("retired", 0) + len(gone)
-        return {**pool.stats(), "evoenv/retired_total": float(ctx.state["retired"]),
+        return None, {**pool.stats(), "evoenv/retired_total": float(ctx.state["retired"]),
                 "evoenv/draw_failures": float(ctx.state.get("draw_failures", 0))}
 
     def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:

@@ -128,7 +128,7 @@ class HintSampling:
         return out, metrics
 
     # ---------------------------------------------------------------- distillation
-    def loss_term(self, ctx: LossContext):
+    def loss_term(self, ctx: LossContext) -> tuple[torch.Tensor, dict[str, float]]:
         """``distill_coef * L_d`` over this micro-batch's first-round rows, normalised by the minibatch's
         global sequence count ``n_seqs`` (so micro-batches add up to the whole). Bare rows reuse the
         policy's log-probs (their prompt is the bare one); hinted rows are re-scored, with grad, under

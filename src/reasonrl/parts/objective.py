@@ -75,6 +75,7 @@ class StepCredit:
     unbiased: bool = True
 
     task_needs: ClassVar[tuple[type, ...]] = (WithStepRewards,)  # the task segments and rewards the steps
+    needs: ClassVar[frozenset[str]] = frozenset({"char_offsets"})  # step spans are characters; advantages are tokens
 
     def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         task, ro, G = ctx.task, ctx.rollouts, adv.shape[1]

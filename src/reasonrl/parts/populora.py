@@ -48,7 +48,7 @@ from ..tasks import Item
 from ..tasks.azr import AZRTask, propose_prompt, solve_item
 from ..tasks.azr_world import TYPES
 from ..tasks.limits import played_task
-from .azr import AZR, initial_buffers
+from .azr import check_proposals, estimate_solve_rates, initial_buffers, proposal_metrics
 from .protocol import BatchContext, ModelSetup, RoundContext, UpdateContext, register_part
 from .strategy import GenRequest, Groups
 
@@ -99,7 +99,8 @@ class PopuLoRA:
         "operators": Rule(lambda v, _: bool(v) and all(o in OPERATORS for o in v.split(",")),
                           f"a comma list of {', '.join(OPERATORS)}"),
     }
-    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "own_engine"})  # adapters switched on the trainer's model
+    # adapters switched on the trainer's model; the optimizer: PBT resets a replaced member's moments
+    needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "own_engine", "optimizer"})
 
     # ---------------------------------------------------------------- members, state, the AZR game
     @property
@@ -113,11 +114,6 @@ class PopuLoRA:
     @property
     def type_list(self) -> list[str]:
         return self.types.split(",")
-
-    def azr(self) -> AZR:
-        """AZR's part with this game's options: its validation and s_hat estimate are reused as they are."""
-        return AZR(proposals=self.proposals, estimate_samples=self.estimate_samples, types=self.types,
-                   capacity=self.capacity, min_inputs=self.min_inputs)
 
     def league(self, state: dict) -> League:
         return League(state, self.teacher_names, self.student_names,
@@ -191,9 +187,8 @@ class PopuLoRA:
             items, parts = items + mine, parts + [ro]
         ro = concat_rollouts(parts, ctx.tok.pad_token_id)
         rows = [(items[r // G], ro.texts[r]) for r in range(len(ro.texts))]
-        azr = self.azr()
-        entries, verdicts = azr._check(rows, task)  # AZR's validation in the sandbox
-        s_hat = self._estimate(ctx, azr, task, entries, rows)
+        entries, verdicts = check_proposals(rows, task, self.min_inputs)  # AZR's validation in the sandbox
+        s_hat = self._estimate(ctx, task, entries, rows)
         rewards = torch.tensor([teacher_proposal_reward(v != "format", v == "", s_hat.get(r), self.zero_when_unsolved)
                                 for r, v in enumerate(verdicts)])
         for r, (kind, entry) in entries.items():
@@ -203,7 +198,7 @@ class PopuLoRA:
             bucket.append({**entry, "by": item.meta["member"]})
             del bucket[:-self.capacity]
         merged = {k: [e for b in buffers.values() for e in b[k]] for k in TYPES}
-        metrics = {**AZR._metrics(rows, verdicts, entries, s_hat, rewards, merged), **league.metrics(),
+        metrics = {**proposal_metrics(rows, verdicts, entries, s_hat, rewards, merged), **league.metrics(),
                    **self._teacher_metrics(rows, rewards)}
         valid = torch.tensor([float(v == "") for v in verdicts])
         return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
@@ -226,17 +221,16 @@ class PopuLoRA:
                                         "member": teacher, "opponent": student}))
         return items
 
-    def _estimate(self, ctx: RoundContext, azr: AZR, task: AZRTask, entries: dict, rows: list) -> dict[int, float]:
+    def _estimate(self, ctx: RoundContext, task: AZRTask, entries: dict, rows: list) -> dict[int, float]:
         """s_hat of each valid proposal by its matched student (AZR's estimate, under that student's adapter)."""
         out: dict[int, float] = {}
         for student in self.student_names:
             mine = {r: e for r, e in entries.items() if rows[r][0].meta["opponent"] == student}
             if not mine:
                 continue
-            tagged = dataclasses.replace(ctx, sample=lambda items, prompts, tag, first, n=None, s=student: ctx.sample(
-                items, prompts, f"{tag}-{s}", first, n))
             with use_adapter(ctx.policy, adapter_of(student)):
-                out.update(azr._estimate(tagged, task, mine))
+                out.update(estimate_solve_rates(ctx.sample, f"azr-estimate-{ctx.step}-{student}", task, mine,
+                                                self.estimate_samples))
         return out
 
     def _outcomes(self, s_hat: float) -> list[bool]:
@@ -268,9 +262,9 @@ class PopuLoRA:
         return out, {"populora/buckets": float(len(set(keys)))}
 
     # ---------------------------------------------------------------- PBT
-    def after_step(self, ctx: UpdateContext) -> dict[str, float]:
+    def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         if not self.pbt_every or ctx.step % self.pbt_every:
-            return {}
+            return None, {}
         league, ops = self.league(ctx.state), self.operators.split(",")
         log = ctx.state.setdefault("pbt", [])
         replaced = 0
@@ -289,7 +283,7 @@ class PopuLoRA:
             if side == "teachers":
                 self._inherit_buffers(ctx.state, plan)
             replaced += len(plan)
-        return {"populora/pbt_replaced": float(replaced), "populora/pbt_total": float(len(log))}
+        return None, {"populora/pbt_replaced": float(replaced), "populora/pbt_total": float(len(log))}
 
     def _inherit_buffers(self, state: dict, plan: list) -> None:
         """A replaced teacher's task buffers [inferred; spec 4 (b) says the offspring inherits its parent's rating,

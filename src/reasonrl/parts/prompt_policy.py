@@ -123,7 +123,7 @@ class PromptPolicy:
         return items
 
     # ---------------------------------------------------------------- the buffer and the distillation pairs
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         task, buf, G = self._task(ctx), self._buffer(ctx.state), ctx.rewards.shape[1]
         critic = FailureCritic() if self.critic == "failures" else None
         calls = 0
@@ -144,7 +144,7 @@ class PromptPolicy:
                                                       [e.prompt for e in best])
         texts = ctx.rollouts.texts
         empty = sum(not task.render(t, ctx.items[r // G].meta["instances"][0]) for r, t in enumerate(texts))
-        return {"prompt_policy/worker_calls": float(ctx.state["worker_calls"]), "prompt_policy/calls_step": float(calls),
+        return None, {"prompt_policy/worker_calls": float(ctx.state["worker_calls"]), "prompt_policy/calls_step": float(calls),
                 "prompt_policy/best_reward": sum(e.reward for e in best) / len(best),
                 "prompt_policy/best_evaluations": sum(e.evaluations for e in best) / len(best),
                 "prompt_policy/history_len": sum(it.meta["history"] for it in ctx.items) / len(ctx.items),

@@ -16,16 +16,24 @@ hook                      when                                                  
 Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
 ``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
 ``extend(RoundContext)``  after the first round is rewarded (and filtered)      Groups or None
-``score_batch(BatchContext)`` once per batch, before the advantages are shaped  metrics
-``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     adv or (adv, metrics)
+``score_batch(BatchContext)`` once per batch, before the advantages are shaped  (None, metrics)
+``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     (adv, metrics)
 ``loss_term(LossContext)`` every micro-batch, beside the policy loss            (loss, metrics)
-``after_step(UpdateContext)`` after a step's optimiser steps                    metrics or None
+``after_step(UpdateContext)`` after a step's optimiser steps                    (None, metrics)
 ========================  ====================================================  ==========================
+
+Every hook that reports metrics returns ``(value, metrics)`` (``hook_result`` checks it where the loop
+receives it; a hook with nothing to hand back gives ``(None, metrics)``).
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.config.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
-of :data:`NEEDS`; ``hidden``: the trainer's forward also hands the policy's last hidden states to
-``loss_term``, ``LossContext.hidden``).
+of :data:`NEEDS`). A context carries the step's data for every part, and the abilities of
+:data:`ABILITIES` only to a part that declared them (``granted``; the others find None):
+``reference`` (the run's initial model), ``hidden`` (the policy's last hidden states in
+``loss_term``), ``branch`` (continuations from prefixes, STRIDE), ``char_offsets`` (token character
+spans, SAPO), ``extra_labels`` (a second label set scored in the training forward, TGPO),
+``optimizer`` (PopuLoRA's PBT resets moments) and ``exclude_rows`` (rows that leave the loss, DISA).
+A part never writes the batch itself: it writes its own channel (``ctx.data``) or uses an ability.
 
 A part's own trainable modules (``setup_modules``: a critic, a value head, a log-Z head) are not
 the policy's: each gets its own AdamW parameter group (its lr, betas, weight decay) and its own
@@ -49,17 +57,32 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Protocol, Sequence, TypeVar, Union
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
+from ..data.selector import SelectorState
+from ..distill import ContextScores
 from ..models.chat import PLAIN, PromptFormatter
+from ..rollout import Rollouts, SamplingParams
+from ..rollout.batch import Batch, Channel, Groups  # noqa: F401 - the step's data, named by the contexts
+from ..tasks.base import Item, Task
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase as Tokenizer
+else:
+    Tokenizer = object  # the run's HF tokenizer (tests pass stand-ins with pad_token_id, decode)
+Prompt = Union[str, list[dict[str, str]]]  # a plain prompt or chat messages (models.chat)
 
 # what a part may need the run to provide; policy_in_loss: its loss term runs the policy on inputs of its own
 # (a data-dependent number of forwards, which FSDP's per-forward collectives cannot pair across ranks);
 # hidden: the trainer's forward also hands the policy's last hidden states to loss_term; own_engine: its rollouts
 # need the own decode loop on the trainer's model (forward hooks, adapters switched per row): not vLLM (issue 43)
-NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine")
+# (issue 43); branch, char_offsets, extra_labels, optimizer, exclude_rows: the context field of that name
+# (extra_labels: set_extra_labels and extra_logp) is given to the parts that declare it, None to the others
+NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine", "branch", "char_offsets",
+         "extra_labels", "optimizer", "exclude_rows")
 HOOKS = ("wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend", "score_batch",
          "shape_advantages", "loss_term", "after_step")
 
@@ -124,33 +147,55 @@ class Parts(Mapping):
         return Parts({**dict(self._items), **changes})
 
 
-@dataclass
-class Channel:
-    """A part's data on one batch (``batch.parts[key]``): ``rows`` holds (R, ...) tensors, one row per
-    rollout row, cut with the batch's rows when a selector keeps some groups; ``values`` anything
-    else (FEST's demonstration pairs)."""
-    rows: dict[str, Tensor] = field(default_factory=dict)
-    values: dict[str, Any] = field(default_factory=dict)
+# ------------------------------------------------------------------------------------------ what a part calls
+class Sample(Protocol):
+    """``RoundContext.sample``: ``n`` (default G) plain samples for each of ``prompts`` (one per item: its
+    own prompt, or a context the formatter built), keyed by the item's task position ``first + i`` and ``tag``."""
+    def __call__(self, items: Sequence[Item], prompts: Sequence[Prompt], tag: str, first: int,
+                 n: int | None = None) -> Rollouts: ...
+
+
+class Branch(Protocol):
+    """``RoundContext.branch`` (needs "branch"): continuations of ``source``'s ``rows`` from their first
+    ``cuts`` tokens, under ``contexts`` when given (STRIDE)."""
+    def __call__(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
+                 contexts: list[str] | None = None) -> Rollouts: ...
+
+
+class ScoreUnder(Protocol):
+    """``score_under``: the policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
+    def __call__(self, contexts: Sequence[Prompt], ro: Rollouts, rows: Tensor, **reduce: bool) -> ContextScores: ...
+
+
+Reward = Callable[[list[Item], Rollouts], tuple[Tensor, Tensor, dict[str, float]]]  # -> (B, n) rewards, correct, metrics
+ReferenceScope = Callable[[], ContextManager[nn.Module]]  # the run's reference model, inside a `with`
+CharOffsets = Callable[[int], list[tuple[int, int]]]  # row -> each completion token's (start, end) characters
+PartState = Union[dict[str, Any], SelectorState]  # a part's state: its dict, or the selector object its build() made
+
+# a declared need -> the context fields it fills; a part that does not declare it finds them None (granted)
+ABILITIES: dict[str, tuple[str, ...]] = {
+    "reference": ("reference",), "hidden": ("hidden",), "branch": ("branch",), "char_offsets": ("char_offsets",),
+    "extra_labels": ("set_extra_labels", "extra_logp"), "optimizer": ("optimizer",), "exclude_rows": ("exclude_rows",),
+}
 
 
 # ------------------------------------------------------------------------------------------ contexts
 @dataclass(frozen=True)
 class TaskSetup:
     """``wrap_task``: the run's task (already wrapped by earlier parts), its tokenizer, the seed."""
-    task: Any
-    tokenizer: Any
+    task: Task
+    tokenizer: Tokenizer | None
     seed: int
 
 
 @dataclass(frozen=True)
 class ModelSetup:
-    """``setup_model``: the (LoRA-wrapped) policy, the ``lora`` run settings and the run's seed; the run's
-    task (as the parts present it) and tokenizer, for a part that warm-starts the modules it adds."""
-    model: Any
-    lora: Any
+    """``setup_model``: the (LoRA-wrapped) policy and the run's seed; the run's task (as the parts
+    present it) and tokenizer, for a part that warm-starts the modules it adds."""
+    model: nn.Module
     seed: int
-    task: Any = None
-    tokenizer: Any = None
+    task: Task | None = None
+    tokenizer: Tokenizer | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +205,7 @@ class PartModule:
     being per-parameter, an optimiser of its own) and clips its gradient norm on its own, so a large
     critic gradient never scales the policy's down (verl and OpenRLHF give the critic its own
     optimiser for the same reason). ``schedule=False``: a constant lr (no warm-up, no decay)."""
-    module: Any  # torch.nn.Module on the policy's device
+    module: nn.Module  # on the policy's device
     lr: float
     weight_decay: float = 0.0
     betas: tuple[float, float] | None = None  # None: the recipe's (optim.beta1, optim.beta2)
@@ -170,34 +215,32 @@ class PartModule:
 
 @dataclass(frozen=True)
 class RoundContext:
-    """What a second round (``extend``) and ``before_step`` may use: the first round's groups (``batch``,
-    None before the step's rollouts), the run's facts, the part's own state and cache, and a narrow
-    sampling surface. Randomness is keyed by task positions: ``position`` is the task position after
-    this step's draws (a round's prompts take ``position - len(batch.items) + i``)."""
-    batch: Any  # the first round's Batch (kind-0 groups only), or None in before_step
-    task: Any
-    tok: Any
+    """What a second round (``extend``), ``draw`` and ``before_step`` may use: the first round's groups
+    (``batch``, None before the step's rollouts), the run's facts, the part's own state and cache, and
+    a narrow sampling surface. Randomness is keyed by task positions: ``position`` is the task position
+    after this step's draws (a round's prompts take ``position - len(batch.items) + i``)."""
+    batch: Batch | None  # the first round's Batch (kind-0 groups only), or None in before_step / draw
+    task: Task
+    tok: Tokenizer
     seed: int
     step: int  # 0-based step being made
-    total_steps: int
     position: int
     group_size: int
-    pool: Sequence[Any] | None  # the finite train pool (data.pool=N), else None
-    state: Any
-    cache: dict
-    kind: int  # the kind this round's groups get in the batch
-    sampling: Any  # SamplingParams of the recipe (budget and reward needs applied)
+    pool: Sequence[Item] | None  # the finite train pool (data.pool=N), else None
+    state: PartState
+    cache: dict[str, object]
+    sampling: SamplingParams  # the recipe's (budget and reward needs applied)
     micro: int  # rows per forward pass (memory only)
-    policy: Any  # the trainer's policy model (no-grad passes; its adapters are the ones trained)
+    policy: nn.Module  # the trainer's policy model (no-grad passes; its adapters are the ones trained)
     in_process: bool  # rollouts are sampled on the policy itself (False: on remote workers' copies)
-    device: Any
-    sample: Callable[..., Any]  # (items, prompts, tag, first, n=None) -> Rollouts, keyed by positions
-    branch: Callable[..., Any]  # (source_ro, rows, cuts, generator, contexts=None) -> Rollouts of continuations
-    reward: Callable[..., tuple[Tensor, Tensor, dict[str, float]]]  # (items, ro) -> (B, n) rewards, correct, metrics
-    score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
+    device: torch.device | str
+    sample: Sample
+    reward: Reward
+    score_under: ScoreUnder
     advantage: Callable[[Tensor], Tensor]  # the recipe's estimator: (B, G) rewards -> advantages
-    reference: Callable[[], ContextManager[Any]] | None  # the run's reference model scope, when kept
     formatter: PromptFormatter = PLAIN  # renders prompts and builds contexts (models.chat); chat runs template them
+    branch: Branch | None = None  # needs "branch"
+    reference: ReferenceScope | None = None  # needs "reference"
 
 
 @dataclass(frozen=True)
@@ -205,28 +248,28 @@ class BatchContext:
     """``score_batch`` and ``shape_advantages``: one step's groups after their rewards (B groups of G)."""
     rewards: Tensor  # (B, G) total reward
     correct: Tensor  # (B, G) raw task accuracy
-    answers: list[list[Any]]  # (B, G) the task's extracted answers
-    rollouts: Any  # the batch's Rollouts (R = B * G rows)
-    items: list[Any]  # (B,)
-    task: Any
+    answers: list[list[str | None]]  # (B, G) the task's extracted answers
+    rollouts: Rollouts  # the batch's (R = B * G rows)
+    items: list[Item]  # (B,)
+    task: Task
     contexts: Tensor  # (B, G) sub-group of each row (NudgeRL hints; 0 elsewhere)
     kinds: Tensor  # (B,) 0: first round, k: the k-th round's groups
     step: int  # 0-based
     temperature: float
-    policy: Any  # the policy model (no grad passes only)
-    tok: Any
+    policy: nn.Module  # no grad passes only
+    tok: Tokenizer
     micro: int
-    score_under: Callable[..., Any]  # (contexts, ro, rows, **reduce) -> ContextScores, no grad
-    char_offsets: Callable[[int], Any]  # row -> each completion token's (start, end) characters
-    set_extra_labels: Callable[[Tensor], None]  # (R, T) ids the policy's training forward also scores
+    score_under: ScoreUnder
     channels: Mapping[str, Channel]  # every part's channel on the batch, by part key (read)
     data: Channel  # this part's own channel (read and write)
-    state: Any
-    kind: int  # this part's round kind (-1: not a round)
+    state: PartState
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (teacher contexts: rewrite / follow_up)
-    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules (setup_modules), by name
+    modules: Mapping[str, nn.Module] = field(default_factory=dict)  # this part's own modules (setup_modules), by name
     seed: int = 0  # the run's seed (a part's per-batch noise: stable_seed(seed, tag, step))
-    reference: Callable[[], ContextManager[Any]] | None = None  # the run's reference model scope (needs "reference")
+    reference: ReferenceScope | None = None  # needs "reference"
+    char_offsets: CharOffsets | None = None  # needs "char_offsets"
+    set_extra_labels: Callable[[Tensor], None] | None = None  # needs "extra_labels": (R, T) ids the training forward scores
+    exclude_rows: Callable[[Tensor], None] | None = None  # needs "exclude_rows": (r,) rows that leave the loss
 
 
 @dataclass(frozen=True)
@@ -235,28 +278,27 @@ class LossContext:
     Normalise by the minibatch-global counts (``n_tokens``, ``n_seqs``) so that any micro-batch split
     gives the same sum."""
     logp: Tensor  # (n, T) the policy's log-probs of the rows' tokens, with grad
-    entropy: Tensor  # (n, T)
     mask: Tensor  # (n, T) tokens the loss sees
     rows: Tensor  # (n,) rows of the batch
-    batch: Any
-    model: Any
-    tok: Any
+    batch: Batch
+    model: nn.Module
+    tok: Tokenizer
     temperature: float
-    extra_logp: Tensor | None  # (n, T) log-probs at the batch's extra label ids (TGPO), else None
     train_step: int  # 1-based step being trained
     agg: str
     norm_len: int
     n_tokens: float
     n_seqs: int
     data: Channel  # this part's channel on the batch
-    state: Any
-    kind: int
+    state: PartState
+    kind: int  # this part's round kind (-1: not a round)
     formatter: PromptFormatter = PLAIN  # the run's prompt formatter (a prompt re-scored under another context)
-    reference: Callable[[], ContextManager[Any]] | None = None  # the run's initial model scope, when kept
-    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules, with grad
-    hidden: Tensor | None = None  # (n, T, H) the policy's last hidden states before each token (needs "hidden"), with grad
+    modules: Mapping[str, nn.Module] = field(default_factory=dict)  # this part's own modules, with grad
+    reference: ReferenceScope | None = None  # needs "reference": the run's initial model
+    extra_logp: Tensor | None = None  # needs "extra_labels": (n, T) log-probs at the batch's extra label ids
+    hidden: Tensor | None = None  # needs "hidden": (n, T, H) the policy's last hidden states before each token, with grad
 
-    def agg_kwargs(self) -> dict[str, Any]:
+    def agg_kwargs(self) -> dict[str, str | int | float]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
         return {"agg": self.agg, "norm_len": self.norm_len, "n_tokens": self.n_tokens, "n_seqs": self.n_seqs}
 
@@ -273,16 +315,26 @@ class LossContext:
 @dataclass(frozen=True)
 class UpdateContext:
     """``after_step``: the step's optimiser steps are done (EMA teachers, population training)."""
-    model: Any
-    optimizer: Any
+    model: nn.Module
     step: int  # steps done, 1-based
-    total_steps: int
     seed: int
-    state: Any
-    metrics: Mapping[str, float]  # the step's update metrics
-    modules: Mapping[str, Any] = field(default_factory=dict)  # this part's own modules
+    state: PartState
+    optimizer: torch.optim.Optimizer | None = None  # needs "optimizer"
 
 
-def first_round(kinds: Tensor) -> Tensor:
-    """(B,) kinds -> (B',) indices of the first round's groups."""
-    return (kinds == 0).nonzero().squeeze(-1)
+Context = Union[TaskSetup, ModelSetup, RoundContext, BatchContext, LossContext, UpdateContext]
+C = TypeVar("C", TaskSetup, ModelSetup, RoundContext, BatchContext, LossContext, UpdateContext)
+
+
+def granted(ctx: C, needs: frozenset[str]) -> C:
+    """``ctx`` as a part with ``needs`` sees it: every ability it did not declare (``ABILITIES``) is None."""
+    off = {f for need, fields in ABILITIES.items() if need not in needs for f in fields}
+    off &= {f.name for f in dataclasses.fields(ctx)}
+    return dataclasses.replace(ctx, **{f: None for f in off}) if off else ctx
+
+
+def hook_result(key: str, hook: str, out: object) -> tuple[Any, Mapping[str, float]]:
+    """A hook's ``(value, metrics)``, checked where the loop receives it: another shape is the part's error."""
+    if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], Mapping)):
+        raise TypeError(f"part {key!r}: {hook} returned {type(out).__name__}; a hook returns (value, metrics)")
+    return out

@@ -87,7 +87,7 @@ class Redirect:
     max_redirects: int | None = None  # redirections per step; None: the number of first-round prompts
     template: str = "{critique}\n"  # how the critique sits between the prompt and the kept prefix
 
-    needs: ClassVar[frozenset[str]] = frozenset({"in_process"})  # continuations branch on the trainer's model
+    needs: ClassVar[frozenset[str]] = frozenset({"in_process", "branch"})  # continuations branch on the trainer's model
 
     @property
     def task_needs(self) -> tuple[type, ...]:

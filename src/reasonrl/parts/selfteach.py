@@ -110,17 +110,18 @@ class SSOPD:
         the run's initial model: the trainer keeps it."""
         return frozenset({"policy_in_loss", "reference"} if self.teacher == "initial" else {"policy_in_loss"})
 
-    def before_step(self, ctx: RoundContext) -> None:
+    def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:
         """``teacher=ema``: the average starts at the initial weights (a resumed run has it in its state)."""
         if self.teacher == "ema" and "ema" not in ctx.state:
             ctx.state["ema"] = trainable_snapshot(ctx.policy)
+        return None, {}
 
-    def after_step(self, ctx: UpdateContext) -> dict[str, float] | None:
+    def after_step(self, ctx: UpdateContext) -> tuple[None, dict[str, float]]:
         if self.teacher != "ema":
-            return None
+            return None, {}
         if "ema" not in ctx.state:
             raise RuntimeError("ssopd.teacher=ema: no EMA weights in the part's state (before_step did not run)")
-        return {"distill/ema_gap": ema_update(ctx.state["ema"], ctx.model, self.ema_decay)}
+        return None, {"distill/ema_gap": ema_update(ctx.state["ema"], ctx.model, self.ema_decay)}
 
     def pairs(self, batch: Any) -> dict[str, Tensor]:
         """The batch's SSOPD pairs: first-round groups ``groups`` (B0,), their frontier weights ``w``

@@ -15,6 +15,7 @@ import torch
 
 from ..models.chat import PLAIN, PromptFormatter
 from ..rollout import Rollouts, SamplingParams
+from ..rollout.batch import Groups
 from ..seeds import stable_seed
 
 
@@ -66,24 +67,6 @@ class PlainSampling:
     def generate(self, req: GenRequest) -> Rollouts:
         return req.engine.generate(req.formatter.render_all([it.prompt for it in req.items]), req.group_size,
                                    req.sampling, seeds=req.seeds())
-
-
-@dataclass
-class Groups:
-    """Groups a second round adds to the batch: ``len(items)`` groups of G rows each (row-major as
-    the first round's). ``preset``: advantages fixed by the round (NaN: the recipe's estimator);
-    ``weight``: a per-row factor on the advantage (a loss weight, an importance weight);
-    ``count_in_stats``: whether the step's reward/accuracy statistics include them."""
-
-    items: list[Any]
-    ro: Rollouts
-    rewards: torch.Tensor  # (B', G)
-    correct: torch.Tensor  # (B', G)
-    preset: torch.Tensor | None = None  # (B', G) NaN where the estimator decides
-    weight: torch.Tensor | None = None  # (B' * G,)
-    metrics: dict[str, float] = field(default_factory=dict)
-    # what a round hands its own hooks: the values of its channel on the batch (FEST's demo pairs)
-    data: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -58,7 +58,7 @@ class Teacher:
         "chunk_rows": at_least(1),
     }
 
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         ro = ctx.rollouts
         device = str(next(ctx.policy.parameters()).device)
         handle = get_teacher(self.model, device=device, offload=self.offload, dtype=self.dtype)
@@ -67,7 +67,7 @@ class Teacher:
                           temperature=ctx.temperature, argmax=True, chunk_rows=self.chunk_rows)
         ctx.data.rows.update(logprobs=sc.logprobs.cpu(), argmax=sc.argmax.cpu())  # (R, T) each, 0 on padding
         mask, rows = policy_tokens(ro), ctx.data.rows  # (R, T) the student's own tokens (no observations)
-        return {"teacher/agree": teacher_agreement(rows["argmax"], ro.completion_ids, mask),
+        return None, {"teacher/agree": teacher_agreement(rows["argmax"], ro.completion_ids, mask),
                 "teacher/logp": float((rows["logprobs"] * mask).sum() / mask.sum().clamp(min=1))}
 
 
@@ -102,24 +102,29 @@ class TGPO:
         "coef": at_least(0), "decay": at_least(0), "min_coef": at_least(0),
     }
 
+    @property
+    def needs(self) -> frozenset[str]:
+        """reg: the student's log-probs at the teacher's ids, from the policy's own training forward."""
+        return frozenset({"extra_labels"} if self.variant == "reg" else ())
+
     def coef_at(self, step: int) -> float:
         """lambda_k at the 1-based training step k."""
         coef0, decay = _VARIANT_DEFAULTS[self.variant]
         return teacher_coef(step, coef0 if self.coef is None else self.coef,
                             decay if self.decay is None else self.decay, self.min_coef)
 
-    def score_batch(self, ctx: BatchContext) -> dict[str, float]:
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         ids = _scores(ctx.channels, "tgpo")["argmax"]  # (R, T)
         if self.variant == "reg":  # the trainer scores the student at these ids in the policy's forward
             ctx.set_extra_labels(ids)
-            return {}
+            return None, {}
         ro = ctx.rollouts  # adv: l^T_old, the policy before this update, no grad
         with torch.no_grad():
             *_, old = score_completions(ctx.policy, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
                                         ro.completion_mask, temperature=ctx.temperature, chunk_rows=ctx.micro,
                                         entropies=False, extra_labels=ids)
         ctx.data.rows["old_logp_at_argmax"] = old.cpu()  # (R, T)
-        return {}
+        return None, {}
 
     def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         if self.variant == "reg":
@@ -179,7 +184,12 @@ class KDRL:
 
     RULES: ClassVar[dict[str, Rule]] = {"coef": _needs_teacher(">= 0"), "estimator": one_of(KL_ESTIMATORS)}
 
+    def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
+        """The teacher's (R, T) log-probs into this part's own channel (cut with the rows, as every channel)."""
+        ctx.data.rows["teacher_logp"] = _scores(ctx.channels, "kdrl")["logprobs"]
+        return None, {}
+
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
         logp = ctx.logp
-        teacher = _scores(ctx.batch.parts, "kdrl")["logprobs"][ctx.rows, :logp.shape[1]].to(logp.device)  # (n, T)
+        teacher = ctx.data.rows["teacher_logp"][ctx.rows, :logp.shape[1]].to(logp.device)  # (n, T)
         return kdrl_loss(logp, teacher, ctx.mask, coef=self.coef, estimator=self.estimator, **ctx.agg_kwargs())

@@ -191,12 +191,12 @@ class VPD:
         beta, st["beta"] = st["beta"], beta_next  # the next step's E-step uses beta_next (PPO: the KL after an update)
         return Groups(items=items, ro=ro, rewards=rewards, correct=ok, metrics=metrics, data={"beta": beta})
 
-    def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> Tensor:
+    def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         """The student's GRPO advantages times ``alpha`` (the teacher groups' stay the E-step's own)."""
         if self.alpha == 1.0:
-            return adv
+            return adv, {}
         scale = torch.where(ctx.kinds == 0, self.alpha, 1.0).to(adv.dtype)  # (B,)
-        return adv * scale.view(-1, *([1] * (adv.dim() - 1)))
+        return adv * scale.view(-1, *([1] * (adv.dim() - 1))), {}
 
     # ---------------------------------------------------------------- the E- and M-step terms
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
