@@ -4,25 +4,29 @@ already made (nothing is trained or evaluated here).
     python benchmarks/health_table.py                  # prints the table, writes benchmarks/results/recipe_health/table.json
     python benchmarks/health_table.py --markdown       # the same as markdown (docs/health.md pastes it)
 
-Every source is declared once in SOURCES: its file, how to read it (READERS), the setting it ran in (SETTINGS: the
-base, pool, adapters, task; the rows are comparable only within one setting), the recipes it is the main
+Every source is declared once in SOURCES: its result file (`path`, what the table cites; the table reads its
+measurement, `X.measurement.json` beside it, the one format of measurements.py, with one reader), how that file is
+converted (`kind` and the conversion's options, read by measurements.py only), the setting it ran in (SETTINGS:
+the base, pool, adapters, task; the rows are comparable only within one setting), the recipes it is the main
 measurement of (`primary`, recipe -> entry as written in the JSON) and the reference recipe of the measurement
 (`baseline`, grpo unless stated; `tests=False` where the two trained on different tasks: no Welch p or paired
 difference is shown). Every other entry of a source (ablations, older defaults, other settings) goes to
-the "other measurements" table. A number the JSON does not hold is left empty, never filled in: the only derived
-values are the s/step ratio (the two s/step of the JSON, where it has no ratio), a mean over seeds of the
-per-run evaluation rates (task_methods' diagnostics.json) and the sign of a paired difference when the JSON's
-reference is the recipe itself (physics: gspo - physics_r1 shown as physics_r1 - gspo). Missing files are skipped
-and named. A recipe in no source is "not measured", with the command that measures it.
+the "other measurements" table. A number the result file does not hold is left empty, never filled in: the only
+derived values are the s/step ratio (the two s/step of the measurement, where it has no ratio), the conversion's
+(measurements.py) and the sign of a paired difference when the measurement's reference is the recipe itself
+(physics: gspo - physics_r1 shown as physics_r1 - gspo). Missing measurements are skipped and named. A recipe in
+no source is "not measured", with the command that measures it. After a new result file: add its source here,
+then `python benchmarks/measurements.py`.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
+
+from measurements import FIELDS as FIELDS_BY_NAME, measurement_path, read_measurement
 
 ROOT = Path(__file__).resolve().parents[1]
 R = "benchmarks/results/"
@@ -81,97 +85,97 @@ SETTINGS = {
 SSOPD_NOW = "ssopd:ssopd.w_star=eos:ssopd.clip=1.0"  # the recipe's defaults since issue #26
 DRAFTS = "drafts:drafts.file=/work/main/runs/drafts.jsonl"
 SOURCES = [
-    dict(path=R + "recipe_health/ssopd_3seeds.json", reader="compare", setting="base", doc="selfteach.md",
+    dict(path=R + "recipe_health/ssopd_3seeds.json", kind="compare", setting="base", doc="selfteach.md",
          primary={"grpo": "grpo", "ssopd": SSOPD_NOW}, note="ssopd's entry spells out the defaults it has now"),
-    dict(path=R + "recipe_health/base_more.json", reader="compare", setting="base", doc="health.md",
+    dict(path=R + "recipe_health/base_more.json", kind="compare", setting="base", doc="health.md",
          primary={n: n for n in ("dr_grpo", "rloo", "reinforce_pp", "cispo", "sage", "corr_po")},
          note="grpo here is the same three runs as in ssopd_3seeds.json (CPU runs are deterministic: 0.612, 0.540, 0.630)"),
-    dict(path=R + "compare_13_14/data.json", reader="compare", setting="pool128", steps=60, doc="results.md",
+    dict(path=R + "compare_13_14/data.json", kind="compare", setting="pool128", steps=60, doc="results.md",
          primary={n: n for n in ("lze", "d2evo", "su01", "fest", "gspo")}),
-    dict(path=R + "compare_13_14/teacher.json", reader="compare", setting="pool128", steps=60, doc="teacher.md",
+    dict(path=R + "compare_13_14/teacher.json", kind="compare", setting="pool128", steps=60, doc="teacher.md",
          primary={n: n for n in ("tgpo", "tgpo_adv", "rkl_opd", "kdrl")}),
-    dict(path=R + "compare_13_14/vpd.json", reader="compare", setting="lora", steps=60, doc="vpd.md",
+    dict(path=R + "compare_13_14/vpd.json", kind="compare", setting="lora", steps=60, doc="vpd.md",
          primary={"vpd": "vpd"}),
-    dict(path=R + "compare_13_14/drafts.json", reader="compare", setting="drafts", steps=60, doc="drafts.md",
+    dict(path=R + "compare_13_14/drafts.json", kind="compare", setting="drafts", steps=60, doc="drafts.md",
          primary={"drafts": DRAFTS}),
-    dict(path=R + "recipe_health/drafts_mix.json", reader="compare", setting="drafts_mix", doc="drafts.md",
+    dict(path=R + "recipe_health/drafts_mix.json", kind="compare", setting="drafts_mix", doc="drafts.md",
          primary={}, note="seed 0 (a screen); the built-in drafter's drafts"),
-    dict(path=R + "recipe_health/drafts_mix_seed1.json", reader="compare", setting="drafts_mix", doc="drafts.md",
+    dict(path=R + "recipe_health/drafts_mix_seed1.json", kind="compare", setting="drafts_mix", doc="drafts.md",
          primary={}, note="seed 1 of the same setting, a later session (the warm start rebuilt: the same learner)"),
-    dict(path=R + "recipe_health/drafts_mix_seed2.json", reader="compare", setting="drafts_mix", doc="drafts.md",
+    dict(path=R + "recipe_health/drafts_mix_seed2.json", kind="compare", setting="drafts_mix", doc="drafts.md",
          primary={}, note="seed 2 of the same setting, 2026-12-05 (the warm start rebuilt again: the same learner)"),
-    dict(path=R + "recipe_health/vpd_warm.json", reader="compare", setting="lora", doc="vpd.md", primary={},
+    dict(path=R + "recipe_health/vpd_warm.json", kind="compare", setting="lora", doc="vpd.md", primary={},
          note="vpd.warm_steps=100, 3 seeds; vpd.warm_steps=0 is the default (the main row)"),
-    dict(path=R + "compare_grpo_dapo_edas_mugrpo/compare.json", reader="compare", setting="base", doc="compare.md",
+    dict(path=R + "compare_grpo_dapo_edas_mugrpo/compare.json", kind="compare", setting="base", doc="compare.md",
          primary={n: n for n in ("dapo", "edas", "mu_grpo")}),
-    dict(path=R + "compare_selfteach/compare_3seeds.json", reader="compare", setting="ctx", doc="selfteach.md",
+    dict(path=R + "compare_selfteach/compare_3seeds.json", kind="compare", setting="ctx", doc="selfteach.md",
          seconds=R + "compare_selfteach/step_seconds.json",
          primary={n: n for n in ("cipo", "stride", "nudgerl")},
          note="ssopd here ran at the spec's defaults then (no clip, w* any); egrsd and cl_egrsd at magnitude 'abs', "
               "the default then"),
-    dict(path=R + "recipe_health/egrsd_ctx.json", reader="compare", setting="ctx3", doc="selfteach.md",
+    dict(path=R + "recipe_health/egrsd_ctx.json", kind="compare", setting="ctx3", doc="selfteach.md",
          primary={"egrsd": "egrsd:egrsd.magnitude=ratio"},
          note="egrsd (bare) is magnitude 'abs', the default before this measurement; 'ratio' is the default now"),
-    dict(path=R + "recipe_health/cl_egrsd_ctx.json", reader="compare", setting="ctx3", doc="selfteach.md",
+    dict(path=R + "recipe_health/cl_egrsd_ctx.json", kind="compare", setting="ctx3", doc="selfteach.md",
          primary={"cl_egrsd": "cl_egrsd"}, note="cl_egrsd at magnitude 'ratio', its default now"),
-    dict(path=R + "compare_selfteach/replication_2seeds/compare.json", reader="compare", setting="ctx2",
+    dict(path=R + "compare_selfteach/replication_2seeds/compare.json", kind="compare", setting="ctx2",
          doc="selfteach.md", primary={}, note="ssopd at the spec's defaults then"),
-    dict(path=R + "recipe_health/ssopd_screen.json", reader="compare", setting="base", doc="selfteach.md", primary={}),
-    dict(path=R + "ppo/ppo_vs_grpo.json", reader="compare", table="compare_table", setting="base", doc="ppo.md",
+    dict(path=R + "recipe_health/ssopd_screen.json", kind="compare", setting="base", doc="selfteach.md", primary={}),
+    dict(path=R + "ppo/ppo_vs_grpo.json", kind="compare", table="compare_table", setting="base", doc="ppo.md",
          seconds=R + "ppo/speed.json", primary={"ppo": "ppo"},
          note="s/step from 12-step runs on an idle machine (ppo/speed.json)"),
-    dict(path=R + "grlo/transfer_kl05.json", reader="grlo", setting="grlo", doc="ppo.md", primary={"grlo": "grlo"},
+    dict(path=R + "grlo/transfer_kl05.json", kind="grlo", setting="grlo", doc="ppo.md", primary={"grlo": "grlo"},
          note="kl.coef=0.5, the default now"),
-    dict(path=R + "grlo/transfer.json", reader="grlo", setting="grlo", doc="ppo.md", primary={},
+    dict(path=R + "grlo/transfer.json", kind="grlo", setting="grlo", doc="ppo.md", primary={},
          note="kl.coef=0, the paper's setting and the default then"),
-    dict(path=R + "distmatch/ar.json", reader="distmatch", setting="ar100", doc="distmatch.md",
+    dict(path=R + "distmatch/ar.json", kind="distmatch", setting="ar100", doc="distmatch.md",
          primary={"flowrl": "flowrl"}, note="Welch p in the JSON is on sampled pass@1: not shown; disa here at beta "
          "15 (the spec's, the default before), beside grpo on its pool (grpo:data.pool=128)"),
-    dict(path=R + "distmatch/disa_beta1.json", reader="compare", setting="ar100", doc="distmatch.md",
+    dict(path=R + "distmatch/disa_beta1.json", kind="compare", setting="ar100", doc="distmatch.md",
          primary={"disa": "disa:balance.beta=1"}, note="disa at beta 1, its default since this measurement; the "
          "reference, grpo on the same pool of 128, is in distmatch/ar.json (0.583 +- 0.006)"),
-    dict(path=R + "distmatch/diffusion.json", reader="distmatch", setting="diffusion", baseline="diffu_grpo",
+    dict(path=R + "distmatch/diffusion.json", kind="distmatch", setting="diffusion", baseline="diffu_grpo",
          doc="distmatch.md", primary={"diffu_grpo": "diffu_grpo", "trafl": "trafl"}),
-    dict(path=R + "selfplay/azr/compare.json", reader="compare", setting="azr", doc="results.md", steps=30,
+    dict(path=R + "selfplay/azr/compare.json", kind="compare", setting="azr", doc="results.md", steps=30,
          primary={"azr": "azr"}),
-    dict(path=R + "selfplay/evoenv/compare.json", reader="compare", setting="evoenv", doc="results.md", steps=30,
+    dict(path=R + "selfplay/evoenv/compare.json", kind="compare", setting="evoenv", doc="results.md", steps=30,
          primary={"evoenv": "evoenv"}),
-    dict(path=R + "prompt_policy/base.json", reader="prompt_policy", setting="pp_base", baseline="none",
+    dict(path=R + "prompt_policy/base.json", kind="prompt_policy", setting="pp_base", baseline="none",
          doc="prompt_policy.md", primary={"prompt_policy": "prompt_policy"},
          note="the prompter sampled at T = 0.8, the default then; at 2.0, the default now, the same finals "
          "(prompt_policy/base_T2.json)"),
-    dict(path=R + "agents/codeact_fhir50.json", reader="codeact", setting="fhir50", doc="agents.md",
+    dict(path=R + "agents/codeact_fhir50.json", kind="codeact", setting="fhir50", doc="agents.md",
          primary={"codeact": "codeact"}),
-    dict(path=R + "agents/codeact_fhir.json", reader="codeact", setting="fhir86", doc="agents.md", primary={}),
-    dict(path=R + "agents/codeact_judge_fhir50.json", reader="codeact", setting="fhir50_judge", doc="agents.md",
+    dict(path=R + "agents/codeact_fhir.json", kind="codeact", setting="fhir86", doc="agents.md", primary={}),
+    dict(path=R + "agents/codeact_judge_fhir50.json", kind="codeact", setting="fhir50_judge", doc="agents.md",
          primary={"codeact_judge": "codeact_judge"}, note="the exact scripted judge"),
-    dict(path=R + "agents/codeact_judge_noisy_fhir50.json", reader="codeact", setting="fhir50_judge",
+    dict(path=R + "agents/codeact_judge_noisy_fhir50.json", kind="codeact", setting="fhir50_judge",
          doc="agents.md", primary={}, note="the noisy scripted judge (20% of verdicts reversed)"),
-    dict(path=R + "populora/compare.json", reader="populora", setting="azr_pop", baseline="azr", doc="selfplay.md",
+    dict(path=R + "populora/compare.json", kind="populora", setting="azr_pop", baseline="azr", doc="selfplay.md",
          primary={"populora": "populora"}),
-    dict(path=R + "populora/compare_lr5e-4.json", reader="populora", setting="azr_pop", baseline="azr",
+    dict(path=R + "populora/compare_lr5e-4.json", kind="populora", setting="azr_pop", baseline="azr",
          doc="selfplay.md", primary={}, note="--lr 5e-4 for both sides (ten times the recipes' 5e-5)"),
-    dict(path=R + "recipe_health/populora.json", reader="compare", setting="shipped_other_task", doc="health.md",
+    dict(path=R + "recipe_health/populora.json", kind="compare", setting="shipped_other_task", doc="health.md",
          primary={}, tests=False, note="a health check from the shipped base, which writes nothing in AZR's format"),
-    dict(path=R + "task_methods/tempo/compare.json", reader="compare", setting="temporal", doc="tasks.md",
+    dict(path=R + "task_methods/tempo/compare.json", kind="compare", setting="temporal", doc="tasks.md",
          diagnostics=R + "task_methods/tempo/diagnostics.json", primary={"tempo": "tempo"}),
-    dict(path=R + "task_methods/sspo/compare.json", reader="compare", setting="diagnosis", doc="tasks.md",
+    dict(path=R + "task_methods/sspo/compare.json", kind="compare", setting="diagnosis", doc="tasks.md",
          diagnostics=R + "task_methods/sspo/diagnostics.json", primary={"sspo": "sspo"}),
-    dict(path=R + "task_methods/sapo/compare.json", reader="compare", setting="recommend", doc="tasks.md",
+    dict(path=R + "task_methods/sapo/compare.json", kind="compare", setting="recommend", doc="tasks.md",
          diagnostics=R + "task_methods/sapo/diagnostics.json", primary={"sapo": "sapo"}),
-    dict(path=R + "task_methods/sapo_lr2e-4/compare.json", reader="compare", setting="recommend_lr", doc="tasks.md",
+    dict(path=R + "task_methods/sapo_lr2e-4/compare.json", kind="compare", setting="recommend_lr", doc="tasks.md",
          diagnostics=R + "task_methods/sapo_lr2e-4/diagnostics.json", primary={}),
-    dict(path=R + "task_methods/sapo_soft_base/compare.json", reader="compare", setting="recommend_soft",
+    dict(path=R + "task_methods/sapo_soft_base/compare.json", kind="compare", setting="recommend_soft",
          doc="tasks.md", diagnostics=R + "task_methods/sapo_soft_base/diagnostics.json", primary={}),
-    dict(path=R + "task_methods/codethinker/compare.json", reader="compare", setting="code", doc="tasks.md",
+    dict(path=R + "task_methods/codethinker/compare.json", kind="compare", setting="code", doc="tasks.md",
          diagnostics=R + "task_methods/codethinker/diagnostics.json", primary={"codethinker": "codethinker"}),
-    dict(path=R + "task_methods/vspo/compare.json", reader="compare", setting="spaced", doc="tasks.md",
+    dict(path=R + "task_methods/vspo/compare.json", kind="compare", setting="spaced", doc="tasks.md",
          baseline="vspo:steering=null", primary={"vspo": "vspo"}),
-    dict(path=R + "compare_physics_30steps/compare.json", reader="compare", setting="multipart", doc="physics.md",
+    dict(path=R + "compare_physics_30steps/compare.json", kind="compare", setting="multipart", doc="physics.md",
          baseline="gspo", primary={"physics_r1": "physics_r1"}),
-    dict(path=R + "compare_physics/compare.json", reader="compare", setting="multipart", doc="physics.md",
+    dict(path=R + "compare_physics/compare.json", kind="compare", setting="multipart", doc="physics.md",
          baseline="gspo", primary={}),
-    dict(path=R + "real_model/recipes.json", reader="real_model", setting="smollm2", doc="models-and-data.md",
+    dict(path=R + "real_model/recipes.json", kind="real_model", setting="smollm2", doc="models-and-data.md",
          primary={}, tests=False),
 ]
 DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside the generic recipe_health command
@@ -182,142 +186,16 @@ DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside
     "codeact_judge": "python benchmarks/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 "
                      "rewards.judge.backend=benchmarks/judges/fhir_rule_judge.py:judge",
 }
-FIELDS = ("mean", "std", "seeds", "per_seed", "p", "paired", "trunc", "fmt", "length", "s_step", "s_x")
-
-
-def _paired(p: dict | None) -> dict | None:
-    """A paired_vs_first block as (diff, low, high, McNemar p), or None."""
-    if not p or p.get("diff") is None:
-        return None
-    return {"diff": p["diff"], "low": p.get("ci_low"), "high": p.get("ci_high"), "mcnemar_p": p.get("mcnemar_p")}
-
-
-def _steps(d: dict, src: dict) -> int | None:
-    """Steps from the JSON (top level or settings), else the source's declaration (its documented command)."""
-    v = d.get("steps", (d.get("settings") or {}).get("steps", src.get("steps")))
-    return int(v) if v is not None else None
-
-
-def read_compare(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """`reasonrl compare`, compare_merge.py and recipe_health.py JSON: a table of rows, one per entry."""
-    table = d[src.get("table", "table")]
-    first = d.get("first") or (d.get("recipes") or d.get("entries") or [table[0]["recipe"]])[0]
-    out = {}
-    for r in table:
-        out[r["recipe"]] = {
-            "mean": r.get("final_mean"), "std": r.get("final_std"), "seeds": r.get("runs_ok"),
-            "per_seed": r.get("per_seed"), "p": r.get("p_vs_first"), "paired": _paired(r.get("paired_vs_first")),
-            "trunc": r.get("eval_truncation"), "fmt": r.get("eval_format"), "length": r.get("eval_mean_length"),
-            "s_step": r.get("median_s_per_step", r.get("s_per_step")), "s_x": r.get("s_per_step_vs_first")}
-    return out, first, _steps(d, src)
-
-
-def read_distmatch(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/distmatch.py: greedy pass@1 and its paired test; the Welch p it holds is on sampled pass@1."""
-    out = {r["recipe"]: {"mean": r.get("greedy_pass@1"), "std": r.get("greedy_pass@1_std"), "seeds": r.get("runs_ok"),
-                         "per_seed": r.get("per_seed"), "paired": _paired(r.get("greedy_paired_vs_first")),
-                         "s_step": r.get("s_per_step")} for r in d["rows"]}
-    return out, d["rows"][0]["recipe"], _steps(d, src)
-
-
-def read_grlo(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/grlo_transfer.py: per-seed arithmetic accuracy of grlo and grpo, summary [mean, std]."""
-    out = {}
-    for name in ("grlo", "grpo"):
-        seeds = sorted(k for k in d["rows"] if k.startswith(name + "-seed"))
-        mean, std = d["summary"][name + "/arithmetic"]
-        out[name] = {"mean": mean, "std": std, "seeds": len(seeds),
-                     "per_seed": [d["rows"][k]["arithmetic"] for k in seeds]}
-    return out, None, _steps(d, src)
-
-
-def read_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/codeact_fhir.py: held-out correctness after RL per seed; grpo only as seconds per step. Files
-    written before its --recipe option hold codeact's under codeact_s_per_step."""
-    s = d["summary"]
-    per_seed = [d["seeds"][k]["after"] for k in sorted(d["seeds"], key=int)]
-    s_step = s.get("agent_s_per_step", s.get("codeact_s_per_step"))
-    out = {s.get("recipe", "codeact"): {"mean": s.get("after_mean"), "std": s.get("after_std"),
-                                        "seeds": len(per_seed), "per_seed": per_seed, "s_step": s_step},
-           "grpo": {"s_step": s.get("grpo_arithmetic_s_per_step")}}
-    return out, None, _steps(d, src)
-
-
-def read_prompt_policy(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """prompt_policy_bench.py --merge: the frozen worker's held-out accuracy with the prompter's final one-shot
-    prompt (the recipe's row) and with no prompt at all (its reference: ``none``), per seed."""
-    out = {name: {"mean": d[key]["mean"], "std": d[key]["std"], "seeds": len(d[key]["per_seed"]),
-                  "per_seed": d[key]["per_seed"]} for name, key in (("prompt_policy", "one_shot_final"), ("none", "none"))}
-    return out, None, d.get("steps")
-
-
-def read_populora(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """populora_compare.py: the population's mean student (the recipe's row; best and worst stay in its doc) against
-    the compute-matched single AZR agent, per seed; s/step from each side's wall-clock seconds over its steps."""
-    m, steps = d["summary"], int(d["args"]["steps"])
-    out = {}
-    for name, key, side in (("populora", "pop_mean", "populora"), ("azr", "azr", "azr")):
-        secs = [r[side]["seconds"] / steps for r in d["rows"]]
-        out[name] = {"mean": m[key]["mean"], "std": m[key]["std"], "seeds": len(m[key]["per_seed"]),
-                     "per_seed": m[key]["per_seed"], "s_step": statistics.fmean(secs)}
-    p = m.get("paired_pop_mean_vs_azr")
-    out["populora"].update(p=m.get("welch_p_pop_mean_vs_azr"), s_x=m["wall_ratio"]["mean"], paired=p and {
-        "diff": p["diff"], "low": p["ci_low"], "high": p["ci_high"], "mcnemar_p": None})
-    return out, "azr", steps
-
-
-def read_real_model(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/real_model_recipes.py: one short health run per recipe on SmolLM2-135M-Instruct (one seed): held-out
-    greedy pass@1 after it, its truncation, format and length, median s/step; a recipe that did not run has no row
-    values (seeds 0)."""
-    out = {}
-    for r in d["rows"]:
-        ran = bool(r.get("ran"))
-        out[r["recipe"]] = {"mean": r.get("after_pass@1"), "seeds": int(ran), "per_seed": [r["after_pass@1"]] if ran else None,
-                            "trunc": r.get("after_truncation_rate"), "fmt": r.get("after_format_rate"),
-                            "length": r.get("after_mean_length"), "s_step": r.get("s_per_step")}
-    return out, None, d["steps"]  # (its "settings" is the list of run keys, not _steps' dict)
-
-
-READERS = {"compare": read_compare, "real_model": read_real_model, "distmatch": read_distmatch, "grlo": read_grlo, "codeact": read_codeact,
-           "prompt_policy": read_prompt_policy, "populora": read_populora}
-
-
-def add_diagnostics(entries: dict, path: Path) -> None:
-    """Mean over an entry's seeds of its final evaluation's truncation, format and length (task_diagnostics.py,
-    keyed by the runs' folder names)."""
-    from reasonrl.compare import run_dir_name
-
-    diag = json.loads(path.read_text())
-    for entry, row in entries.items():
-        runs = [v["after"] for k, v in diag.items() if k.rsplit("-seed", 1)[0] == run_dir_name(entry) and "after" in v]
-        for field, key in (("trunc", "truncation_rate"), ("fmt", "format_rate"), ("length", "mean_length")):
-            vals = [r[key] for r in runs if r.get(key) is not None]
-            if vals and row.get(field) is None:
-                row[field] = statistics.fmean(vals)
-
-
-def add_seconds(entries: dict, path: Path) -> None:
-    """Seconds per step from a separate timing: step_seconds.py's list or ppo_vs_grpo.py --speed's medians."""
-    d = json.loads(path.read_text())
-    secs = {r["recipe"]: r["median_s_per_step"] for r in d} if isinstance(d, list) else d["median"]
-    for entry, row in entries.items():
-        if entry in secs:
-            row["s_step"], row["s_x"] = secs[entry], None
+FIELDS = tuple(FIELDS_BY_NAME.values())  # an entry's numbers, by the short names the rows below use
 
 
 def read_source(src: dict, root: Path = ROOT) -> dict | None:
-    """One source's entries, each with FIELDS (None where the JSON has nothing), or None if the file is missing."""
-    path = root / src["path"]
+    """One source's entries, each with FIELDS (None where the result file has nothing), from its measurement
+    (measurements.py: the one format every source is converted into), or None if the measurement is missing."""
+    path = root / measurement_path(src["path"])
     if not path.exists():
         return None
-    entries, first, steps = READERS[src["reader"]](json.loads(path.read_text()), src)
-    for extra, add in (("diagnostics", add_diagnostics), ("seconds", add_seconds)):
-        if src.get(extra) and (root / src[extra]).exists():
-            add(entries, root / src[extra])
-    for row in entries.values():
-        for f in FIELDS:
-            row.setdefault(f, None)
+    entries, first, steps = read_measurement(path, src["path"])
     return {"entries": entries, "first": first, "steps": steps}
 
 
