@@ -1,5 +1,5 @@
-"""benchmarks/health_table.py and the one result format it reads (benchmarks/measurements.py): each kind of
-source JSON converted right (hand-made files in tmp_path, the expected numbers written here by hand, so a
+"""benchmarks/learning/health_table.py and the one result format it reads (benchmarks/learning/measurements.py):
+each kind of source JSON converted right (hand-made files in tmp_path, the expected numbers written here by hand, so a
 converter that picks a wrong field, or none, fails), the table built from the converted files, and the committed
 table unchanged: docs/health.md pastes it, and the committed measurements are the conversions of the committed
 result files."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "benchmarks"
+BENCH = Path(__file__).parents[1] / "benchmarks" / "learning"
 sys.path.insert(0, str(BENCH))  # health_table imports measurements, its sibling (as when run as a script)
 SPEC = importlib.util.spec_from_file_location("health_table", BENCH / "health_table.py")
 ht = importlib.util.module_from_spec(SPEC)
@@ -188,7 +188,7 @@ def test_real_model_reader_one_health_run_per_recipe(tmp_path):
 
 
 def test_the_committed_table_is_unchanged_and_its_measurements_up_to_date():
-    # docs/health.md pastes `python benchmarks/health_table.py --markdown` as printed: the table built from the
+    # docs/health.md pastes `python benchmarks/learning/health_table.py --markdown` as printed: the table built from the
     # committed measurements must be in it verbatim (before the one format, the same text came from six readers
     # of the raw files), and converting the committed result files again must give the committed measurements
     from reasonrl.recipes import RECIPES
