@@ -1,5 +1,4 @@
 import dataclasses
-import zlib
 
 import torch
 
@@ -10,7 +9,7 @@ from reasonrl.rewards import OverlongPenalty
 from reasonrl.rollout import Rollouts
 from reasonrl.tasks import get_task
 
-from helpers import text_rollouts
+from fakes import FakeEngine, kind
 
 
 def test_group_filter_keeps_only_groups_whose_metric_varies():
@@ -22,34 +21,6 @@ def test_group_filter_keeps_only_groups_whose_metric_varies():
     correct, shaped = torch.zeros(1, 4), torch.tensor([[0.0, -0.5, 0.0, 0.0]])
     assert GroupFilter("accuracy").keep(shaped, correct).tolist() == [False]
     assert GroupFilter("reward").keep(shaped, correct).tolist() == [True]
-
-
-def kind(prompt: str) -> int:
-    """0: the model gets every sample right, 1: every sample wrong, 2: half and half."""
-    return zlib.crc32(prompt.encode()) % 3
-
-
-class FakeEngine:
-    """Answers each group according to ``kind(prompt)``; sample 0 of a 'long' prompt is truncated."""
-
-    device, model = "cpu", None  # the Generator surface the batch maker reads (no model behind this fake)
-
-    class tok:
-        pad_token_id = 0
-
-    def __init__(self, task):
-        self.task, self.calls = task, 0
-
-    def generate(self, prompts, n, sampling, generator=None, seeds=None):
-        self.calls += 1
-        texts, reasons = [], []
-        for p in prompts:
-            answer = str(eval(p.split("=")[0]))  # noqa: S307 - the task's own expressions
-            for j in range(n):
-                right = kind(p) == 0 or (kind(p) == 2 and j % 2 == 0)
-                texts.append(f"A:{answer if right else int(answer) + 1}")
-                reasons.append("length" if j == 0 and kind(p) == 2 else "eos")
-        return text_rollouts(prompts, texts, n, reasons)
 
 
 def maker(recipe, task=None):

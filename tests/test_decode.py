@@ -1,125 +1,28 @@
 """The device-resident decode loop (rollout/decode.py): equal to the per-token loop it replaced.
 
-``OldEngine`` below is a frozen copy of the per-token loop as it was before the rewrite (commit
+``OldEngine`` (tests/fakes.py) is a frozen copy of the per-token loop as it was before the rewrite (commit
 3817aa4, rollout/hf.py): every host copy, text check and row drop at each token. The new loop
 must give the same ids, masks, finish reasons and texts, and the same log-probs, entropies and
 sum p^2, for every way rows draw their randomness and every stop-string path.
 """
 import pytest
 import torch
-from transformers import DynamicCache
 
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout import decode as dec
-from reasonrl.rollout.base import Rollouts
 from reasonrl.rollout.decode import device_stop_seqs, first_text_stop, suffix_hits
-from reasonrl.rollout.hf import _strip_stop, position_ids_from_mask, row_uniforms
-from reasonrl.rollout.sampling import next_hidden_grad_norm, sample_next
 
-PROMPTS = ["12+3=?\n", "5+539=?\n", "1=?\n", "77+8=?\n"]
-
-
-class _OldState:
-    def __init__(self, rows, max_new, pad):
-        self.alive = torch.arange(rows)
-        self.ids = torch.full((rows, max_new), pad, dtype=torch.long)
-        self.logp, self.ent, self.sum_p2, self.hidden = (torch.zeros(rows, max_new) for _ in range(4))
-        self.length = torch.zeros(rows, dtype=torch.long)
-        self.reason = ["length"] * rows
-
-
-class OldEngine(HFEngine):
-    """The per-token loop before the rewrite (frozen copy; only ``_chunk``/``_decode``/``_newly_done``)."""
-
-    @torch.inference_mode()
-    def _chunk(self, prompts, n, sp, gen, seeds):
-        ids, mask = self.encode_prompts(prompts)
-        was_training = self.model.training
-        self.model.eval()
-        u = None if seeds is None else row_uniforms(seeds, n, sp.max_new_tokens)
-        try:
-            st = self._old_decode(ids, mask, n, sp, gen, u)
-        finally:
-            self.model.train(was_training)
-        steps = int(st.length.max()) if len(st.length) else 0
-        cm = (torch.arange(steps)[None, :] < st.length[:, None]).long()
-        cids = st.ids[:, :steps]
-        texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(cids, skip_special_tokens=True)]
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
-                        prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
-                        completion_ids=cids, completion_mask=cm, logprobs=st.logp[:, :steps] * cm,
-                        finish_reasons=st.reason, n=n, entropies=st.ent[:, :steps] * cm,
-                        sum_p2=st.sum_p2[:, :steps] * cm,
-                        hidden_grad_norm=st.hidden[:, :steps] * cm if sp.hidden_grad_norm else None)
-
-    def _old_decode(self, ids, mask, n, sp, gen, u):
-        cache = DynamicCache()
-        pos = position_ids_from_mask(mask)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                         **{self._cache_arg: cache})
-        cache.batch_repeat_interleave(n)
-        logits = out.logits[:, -1].repeat_interleave(n, 0)
-        attn, last_pos = mask.repeat_interleave(n, 0), pos[:, -1].repeat_interleave(n, 0)
-        st = _OldState(len(logits), sp.max_new_tokens, self.tok.pad_token_id)
-        active = torch.ones(len(logits), dtype=torch.bool)
-        unembed = self.model.get_output_embeddings().weight if sp.hidden_grad_norm else None
-        for t in range(sp.max_new_tokens):
-            draw = None if u is None else u[st.alive, t]
-            out = sample_next(logits, sp.temperature, sp.top_k, sp.top_p, gen, min_p=sp.min_p, uniform=draw)
-            token = out.token.masked_fill(~active, self.tok.pad_token_id)
-            rows = st.alive[active]
-            st.ids[rows, t], st.logp[rows, t], st.length[rows] = token[active], out.logprob[active], t + 1
-            st.ent[rows, t], st.sum_p2[rows, t] = out.entropy[active], out.sum_p2[active]
-            if unembed is not None:
-                st.hidden[rows, t] = next_hidden_grad_norm(logits, out.token, sp.temperature, unembed)[active]
-            active &= ~self._old_newly_done(st, token, active, t, sp.stop)
-            if not active.any():
-                break
-            if active.sum() < self.compact_below * len(active):
-                keep = active.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
-                st.alive, token, attn, last_pos, active = st.alive[keep], token[keep], attn[keep], last_pos[keep], active[keep]
-            if t == sp.max_new_tokens - 1:
-                break
-            attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
-            last_pos = last_pos + 1
-            out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=last_pos[:, None],
-                             use_cache=True, **{self._cache_arg: cache})
-            logits = out.logits[:, -1]
-        return st
-
-    def _old_newly_done(self, st, token, active, t, stop):
-        done = active & (token == self.tok.eos_token_id)
-        for i in done.nonzero().squeeze(-1).tolist():
-            st.reason[int(st.alive[i])] = "eos"
-        if stop:
-            window = max(len(s) for s in stop) + 4
-            for i in (active & ~done).nonzero().squeeze(-1).tolist():
-                r = int(st.alive[i])
-                tail = self.tok.decode(st.ids[r, max(0, t + 1 - window):t + 1], skip_special_tokens=True)
-                if any(s in tail for s in stop):
-                    st.reason[r], done[i] = "stop", True
-        return done
-
-
-def assert_same(a, b, exact=True):
-    assert a.completion_ids.tolist() == b.completion_ids.tolist()
-    assert torch.equal(a.completion_mask, b.completion_mask)
-    assert a.finish_reasons == b.finish_reasons and a.texts == b.texts
-    for name in ("logprobs", "entropies", "sum_p2", "hidden_grad_norm"):
-        x, y = getattr(a, name), getattr(b, name)
-        assert (x is None) == (y is None), name
-        if x is not None:
-            assert torch.equal(x, y) if exact else torch.allclose(x, y, atol=1e-5, rtol=0), name
+from fakes import DECODE_PROMPTS, OldEngine
+from harness import assert_same
 
 
 def _run(engine_cls, model, tok, sp, mode, **kw):
     engine = engine_cls(model, tok, **kw)
     if mode == "seeds":
-        return engine.generate(PROMPTS, 3, sp, seeds=[11, 12, 13, 14])
+        return engine.generate(DECODE_PROMPTS, 3, sp, seeds=[11, 12, 13, 14])
     if mode == "generator":
-        return engine.generate(PROMPTS, 3, sp, generator=torch.Generator().manual_seed(5))
-    return engine.generate(PROMPTS, 3, sp)  # sampling.seed, or greedy
+        return engine.generate(DECODE_PROMPTS, 3, sp, generator=torch.Generator().manual_seed(5))
+    return engine.generate(DECODE_PROMPTS, 3, sp)  # sampling.seed, or greedy
 
 
 CASES = {  # name: (sampling params, randomness, engine kwargs)

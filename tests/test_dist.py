@@ -17,6 +17,8 @@ from reasonrl.models import load_model
 from reasonrl.rollout import HFEngine, SamplingParams, concat_rollouts
 from reasonrl.rollout.sampling import inverse_cdf
 
+from harness import DIST_SMALL, same_metrics, train_nproc
+
 
 def test_inverse_cdf_picks_the_interval_holding_u():
     # probs 0.2, 0.5, 0.3: cumulative 0.2, 0.7, 1.0, so u in [0, 0.2) -> 0, [0.2, 0.7) -> 1, [0.7, 1) -> 2
@@ -102,31 +104,8 @@ def test_the_gradient_sum_over_two_gloo_ranks(tmp_path):
         assert got["s"] == [3.0, 20.0]
 
 
-# ---------------------------------------------------------------- acceptance: 1 vs 2 processes
-SMALL = ["prompts_per_step=4", "group_size=4", "final_eval_problems=6", "final_eval_k=2", "eval_every=2",
-         "eval_problems=6", "save_every=2", "task_options.max_digits=2"]
 RECIPES = {"grpo": ["kl.coef=0.04"],  # a KL term: the reference log-probs of each rank's rows
            "dapo": ["group_filter.max_rounds=2"], "mu_grpo": ["stages.count=2", "optim.mu=2"]}
-
-
-def _train(tmp_path, name: str, nproc: int, extra: list[str]) -> list[dict]:
-    out = tmp_path / f"{name}-{nproc}"
-    cmd = [sys.executable, "-m", "reasonrl", "train", f"--recipe={name}", "--steps=4", f"--out={out}",
-           f"--nproc={nproc}", *SMALL, *extra]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def _same_metrics(one: list[dict], two: list[dict], rel: float = 1e-5) -> None:
-    assert len(one) == len(two) == 4
-    for a, b in zip(one, two):
-        assert set(a) == set(b)
-        for key in a:
-            if key.startswith(("time/", "tokens_per_s/")):
-                continue  # wall-clock
-            assert b[key] == pytest.approx(a[key], rel=rel, abs=rel), (a["step"], key)
 
 
 # FSDP sums each gradient shard by reduce-scatter, in another order than one process accumulates its
@@ -142,8 +121,8 @@ FSDP_REL = 1e-3
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_one_and_two_processes_log_the_same_metrics(tmp_path, tiny_dir, name):
     extra = [f"--model={tiny_dir}", *RECIPES[name]]
-    one, two = _train(tmp_path, name, 1, extra), _train(tmp_path, name, 2, extra)
-    _same_metrics(one, two)
+    one, two = train_nproc(tmp_path, name, 1, extra), train_nproc(tmp_path, name, 2, extra)
+    same_metrics(one, two)
     assert any(m["grad_norm"] > 0 for m in one)  # something was learned, so equal gradients were compared
     summaries = [json.loads((tmp_path / f"{name}-{n}" / "summary.json").read_text()) for n in (1, 2)]
     assert summaries[0]["after"] == summaries[1]["after"] and summaries[1]["world"] == 2
@@ -156,9 +135,9 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, tiny_dir):
     # no rank holds state of its own, so a checkpoint written by 2 ranks resumes with 1; a constant LR
     # schedule makes "2 steps, then resumed to 4" the same schedule as "4 steps"
     extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0"]
-    straight = _train(tmp_path, "grpo", 1, extra)
+    straight = train_nproc(tmp_path, "grpo", 1, extra)
     out = tmp_path / "grpo-2"
-    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *SMALL, *extra]
+    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *DIST_SMALL, *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.run(base + ["--steps=2", "--nproc=2"], capture_output=True, text=True, env=env, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -167,7 +146,7 @@ def test_a_two_process_run_resumes_in_one_process(tmp_path, tiny_dir):
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     starts = [e for e in events if e["event"] == "start"]
     assert [(e["world"], e["resumed_from"]) for e in starts] == [(2, None), (1, "step-000002")]
-    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+    same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
 
 
 # ---------------------------------------------------------------- FSDP2: sharded over 2 processes vs 1
@@ -180,8 +159,8 @@ FSDP = ["dist.strategy=fsdp", "micro_batch_size=4"]
 @pytest.mark.parametrize("name", ["grpo", "dapo"])
 def test_fsdp_over_two_processes_logs_the_metrics_of_one(tmp_path, tiny_dir, name):
     extra = [f"--model={tiny_dir}", "micro_batch_size=4", *RECIPES[name]]
-    one, two = _train(tmp_path, name, 1, extra), _train(tmp_path, name, 2, extra + FSDP)
-    _same_metrics(one, two, FSDP_REL)
+    one, two = train_nproc(tmp_path, name, 1, extra), train_nproc(tmp_path, name, 2, extra + FSDP)
+    same_metrics(one, two, FSDP_REL)
     assert any(m["grad_norm"] > 0 for m in one)
     summaries = [json.loads((tmp_path / f"{name}-{n}" / "summary.json").read_text()) for n in (1, 2)]
     assert summaries[0]["after"] == summaries[1]["after"] and summaries[1]["world"] == 2
@@ -202,9 +181,9 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     # whatever --steps each part was given; a KL term: the reference is saved and restored too)
     extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0", "kl.coef=0.04",
              "micro_batch_size=4", "eval_every=0"]  # no eval: the middle part ends at step 3, where a run evaluates
-    straight = _train(tmp_path, "grpo", 1, extra)
+    straight = train_nproc(tmp_path, "grpo", 1, extra)
     out = tmp_path / "grpo-fsdp"
-    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *SMALL, *extra, *FSDP]
+    base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *DIST_SMALL, *extra, *FSDP]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for more in (["--steps=2", "--nproc=2"], ["--steps=3", "--resume"], ["--steps=4", "--nproc=2", "--resume"]):
         res = subprocess.run(base + more, capture_output=True, text=True, env=env, timeout=600)
@@ -214,4 +193,4 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     assert starts == [(2, None), (1, "step-000002"), (2, "step-000003")]
     # two changes of layout (2 shards -> 1 process -> 2 shards) compound the summation-order drift, and
     # AdamW's +-lr sign flips on near-zero gradients spread it: measured grad_norm 1.27435 vs 1.27399 at step 4
-    _same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], 1e-3)
+    same_metrics(straight, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()], 1e-3)

@@ -16,23 +16,10 @@ from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item, get_task, take_items
 from reasonrl.config.validate import problems
 
+from fakes import wrong_draft, write_drafts
+
 TASK = get_task("arithmetic")
 ITEMS = take_items(TASK, "train", 5, seed=0)  # 55+187, 53+601, 33+34, 37+800, 997+5
-
-
-def wrong(it):  # the demonstration with the answer off by one: formatted, definitely wrong
-    return it.demo.rsplit("A:", 1)[0] + f"A:{int(it.answer) + 1}"
-
-
-def write_drafts(path, items=ITEMS, flags=False):
-    """Per problem a wrong draft and the demonstration (correct), correctness left to the verifier."""
-    rows = []
-    for it in items:
-        rows += [{"key": it.key, "draft": wrong(it)}, {"key": it.key, "draft": it.demo}]
-        if flags:
-            rows[-2]["correct"], rows[-1]["correct"] = False, True
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def first_epoch(task, n):
@@ -49,7 +36,7 @@ def test_mismatched_wrong_train_items_carry_another_problems_wrong_draft(tmp_pat
         got = by_key[it.key]
         src = ITEMS[perm[i]]
         # the verifier judged the unflagged drafts: the wrong one (tier 1) is chosen
-        assert got.prompt == draft_prompt(problem_text(it), wrong(src))
+        assert got.prompt == draft_prompt(problem_text(it), wrong_draft(src))
         assert got.meta["draft"] == {"mode": "mismatched_wrong", "source": src.key, "tier": 1, "correct": False,
                                      "answer": str(int(src.answer) + 1)}
         assert got.answer == it.answer and got.demo == it.demo  # the problem's own reference stays
@@ -59,7 +46,7 @@ def test_mismatched_wrong_train_items_carry_another_problems_wrong_draft(tmp_pat
 def test_other_modes_and_the_na_test_items(tmp_path):
     path = write_drafts(tmp_path / "d.jsonl", flags=True)
     matched = {it.key: it for it in first_epoch(DraftTask(TASK, path, "matched_wrong"), 5)}
-    assert all(matched[it.key].prompt == draft_prompt(problem_text(it), wrong(it)) for it in ITEMS)
+    assert all(matched[it.key].prompt == draft_prompt(problem_text(it), wrong_draft(it)) for it in ITEMS)
     right = {it.key: it for it in first_epoch(DraftTask(TASK, path, "mismatched_correct"), 5)}
     perm = derangement(5, 0)
     assert all(right[it.key].prompt == draft_prompt(problem_text(it), ITEMS[perm[i]].demo) for i, it in enumerate(ITEMS))

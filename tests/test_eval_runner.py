@@ -1,30 +1,7 @@
 from reasonrl.eval.runner import EvalConfig, evaluate
 from reasonrl.tasks import get_task, take_items
 
-from helpers import text_rollouts
-
-
-class Scripted:
-    """A generator that answers from a script: greedy gives ``greedy(item_index)``; sample ``j`` of
-    problem ``i`` gives ``sampled(i, j)``; texts are demonstrations or wrong answers."""
-
-    max_rows = 64
-
-    def __init__(self, items, greedy, sampled):
-        self.index = {it.prompt: i for i, it in enumerate(items)}
-        self.items, self.greedy, self.sampled = items, greedy, sampled
-
-    def _text(self, i, ok):
-        it = self.items[i]
-        return it.demo if ok is True else ("garbage" if ok is None else f"x\nA:{int(it.answer) + 1}")
-
-    def generate(self, prompts, n, sampling, seeds=None):
-        idx = [self.index[p] for p in prompts]
-        if sampling.temperature == 0:
-            texts = [self._text(i, self.greedy(i)) for i in idx]
-        else:
-            texts = [self._text(i, self.sampled(i, j)) for i in idx for j in range(n)]
-        return text_rollouts(prompts, texts, n)
+from fakes import Scripted
 
 
 def test_eval_metrics_from_scripted_outputs_by_hand():

@@ -5,7 +5,7 @@ import json
 from math import comb
 
 import pytest
-from test_eval_runner import Scripted
+from fakes import Scripted
 
 from reasonrl import cli
 from reasonrl.errors import UserError

@@ -15,7 +15,7 @@ from reasonrl.tasks import get_task, take_items
 from reasonrl.loop.trainer import Trainer
 from reasonrl.config.validate import check_run
 
-from test_draft_task import write_drafts
+from fakes import write_drafts
 
 POLICY = ("loss/policy", "loss/clip_frac_low", "loss/clip_frac_high")
 # recipe -> (task, task options, metric keys the recipe's own parts log at every step)

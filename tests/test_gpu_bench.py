@@ -1,4 +1,4 @@
-"""benchmarks/gpu_bench.py: every row in its own process, any failure recorded as its row, rows
+"""benchmarks/speed/gpu_bench.py: every row in its own process, any failure recorded as its row, rows
 compared like with like (issue 27)."""
 import json
 
@@ -10,7 +10,7 @@ def gpu_bench():
     import sys
     from pathlib import Path
 
-    path = Path(__file__).parents[1] / "benchmarks" / "gpu_bench.py"
+    path = Path(__file__).parents[1] / "benchmarks" / "speed" / "gpu_bench.py"
     spec = importlib.util.spec_from_file_location("gpu_bench", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["gpu_bench"] = module  # dataclasses look their module up there
@@ -46,7 +46,7 @@ def test_gpu_bench_smoke_prints_every_row(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_bench.py"
+    script = Path(__file__).parents[1] / "benchmarks" / "speed" / "gpu_bench.py"
     out = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(tmp_path / "b.json")],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]

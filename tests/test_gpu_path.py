@@ -28,8 +28,9 @@ from reasonrl.models.memory import STATIC_WIDTH_MULTIPLE, Shape, compute_dtype, 
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout import decode as dec
 from reasonrl.rollout.kvcache import WIDTH_MULTIPLE, bucket_rows, static_width
-from test_decode import PROMPTS, OldEngine, assert_same
-from test_optimizer_step import count_reads
+
+from fakes import DECODE_PROMPTS, OldEngine
+from harness import assert_same, count_reads
 
 PATHS = {
     "dynamic": {},
@@ -90,7 +91,7 @@ def check_path(sharp_tiny, path: str, precision: str, lora: bool, engine_kw: dic
     model, tok = policy(sharp_tiny, precision, lora), sharp_tiny[1]
     sp = SamplingParams(temperature=1.0, max_new_tokens=10, stop=("\nA:",))
     fresh_compile()
-    ro = HFEngine(model, tok, check_every=4, **engine_kw).generate(PROMPTS, 2, sp, seeds=SEEDS)
+    ro = HFEngine(model, tok, check_every=4, **engine_kw).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS)
     lengths = ro.completion_mask.sum(-1)
     assert len(ro.texts) == 8 and (lengths >= 1).all() and (lengths <= 10).all()  # it runs and keeps the budget
     assert all(r in ("eos", "stop", "length") for r in ro.finish_reasons)
@@ -101,7 +102,7 @@ def check_path(sharp_tiny, path: str, precision: str, lora: bool, engine_kw: dic
     if engine_kw.get("compile"):  # it did compile, as one graph
         assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters["graph_break"])
     if precision == "float32":  # the per-token reference loop's tokens and values
-        assert_same(ro, OldEngine(model, tok).generate(PROMPTS, 2, sp, seeds=SEEDS), exact=False)
+        assert_same(ro, OldEngine(model, tok).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS), exact=False)
     else:  # bf16: equal distributions, not equal tokens (module docstring)
         assert_equal_distributions(model, ro)
 
@@ -128,7 +129,7 @@ def test_float32_tokens_do_not_depend_on_the_path_or_the_chunking(sharp_tiny):
     # every path in one chunk, the dynamic and static ones also in 3-row chunks (a compiled one would
     # trace a second row bucket: ~10 s more for what the static path already shows)
     cases = [(kw, rows) for name, kw in PATHS.items() for rows in (512, 3) if not (name == "compiled" and rows == 3)]
-    runs = [HFEngine(model, tok, check_every=4, max_rows=rows, **kw).generate(PROMPTS, 2, sp, seeds=SEEDS)
+    runs = [HFEngine(model, tok, check_every=4, max_rows=rows, **kw).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS)
             for kw, rows in cases]
     for ro in runs[1:]:
         assert_same(ro, runs[0], exact=False)  # the same tokens; values to 1e-5 (other batch shapes round apart)
@@ -137,9 +138,9 @@ def test_float32_tokens_do_not_depend_on_the_path_or_the_chunking(sharp_tiny):
 def test_bf16_promises_per_row_seeding_and_equal_distributions(sharp_tiny):
     model, tok = policy(sharp_tiny, "mixed", False), sharp_tiny[1]
     sp = SamplingParams(temperature=1.0, max_new_tokens=12)
-    one, again = (HFEngine(model, tok).generate(PROMPTS, 2, sp, seeds=SEEDS) for _ in range(2))
+    one, again = (HFEngine(model, tok).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS) for _ in range(2))
     assert_same(one, again)  # a call reproduces itself, bit for bit
-    chunked = HFEngine(model, tok, max_rows=2).generate(PROMPTS, 2, sp, seeds=SEEDS)
+    chunked = HFEngine(model, tok, max_rows=2).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS)
     # another chunking may round a near-tie the other way: no token equality is claimed, but each
     # row's tokens are as likely under the learner as the sampler said
     assert_equal_distributions(model, one)
@@ -167,7 +168,7 @@ def test_decode_estimate_rounds_the_static_cache():
 def test_static_cache_bytes_match_the_estimate(sharp_tiny, precision):
     model, tok = policy(sharp_tiny, precision, False), sharp_tiny[1]
     eng = HFEngine(model, tok, static_cache=True, check_every=4)
-    ro = eng.generate(PROMPTS[:3], 2, SamplingParams(max_new_tokens=8), seeds=SEEDS[:3])
+    ro = eng.generate(DECODE_PROMPTS[:3], 2, SamplingParams(max_new_tokens=8), seeds=SEEDS[:3])
     (cache,) = eng.caches.by_shape.values()
     s, b = Shape.of(model.config), compute_dtype(model).itemsize  # b: 4 in float32, 2 in both bf16s
     assert {layer.keys.dtype for layer in cache.layers} == {layer.values.dtype for layer in cache.layers} \
@@ -188,10 +189,10 @@ def test_dynamic_cache_bytes_match_the_estimate(sharp_tiny, precision, monkeypat
     real = dec.prefill
     monkeypatch.setattr(dec, "prefill", lambda *a: caches.append(real(*a)) or caches[-1])
     T = 8
-    HFEngine(model, tok, compact_below=0.0).generate(PROMPTS, 2, SamplingParams(max_new_tokens=T), seeds=SEEDS)
+    HFEngine(model, tok, compact_below=0.0).generate(DECODE_PROMPTS, 2, SamplingParams(max_new_tokens=T), seeds=SEEDS)
     cache, b = caches[0][0], compute_dtype(model).itemsize
     positions = cache.layers[0].keys.shape[2]  # the prompt and every token fed (the last sampled one is not)
-    assert positions <= 8 + T - 1  # PROMPTS pad to 8 tokens
+    assert positions <= 8 + T - 1  # DECODE_PROMPTS pad to 8 tokens
     nbytes = sum(x.nbytes for layer in cache.layers for x in (layer.keys, layer.values))
     assert all(layer.keys.dtype == layer.values.dtype == compute_dtype(model) for layer in cache.layers)
     assert nbytes == 8 * kv_cache_bytes(Shape.of(model.config), positions, b)  # 8 rows
@@ -206,7 +207,7 @@ def test_one_static_cache_and_one_graph_per_row_bucket(sharp_tiny):
     sp = SamplingParams(temperature=1.0, max_new_tokens=6)
     fresh_compile()
     seen = []
-    for prompts in (PROMPTS[:3], PROMPTS, ["9+9+9=?\n"] * 3):
+    for prompts in (DECODE_PROMPTS[:3], DECODE_PROMPTS, ["9+9+9=?\n"] * 3):
         eng.generate(prompts, 1, sp, seeds=list(range(len(prompts))))
         (cache,) = eng.caches.by_shape.values()
         first = cache.layers[0]
@@ -230,7 +231,7 @@ def test_the_static_path_reads_the_device_once_per_check_every_tokens(monkeypatc
     for T in (16, 32, 48):
         sp = SamplingParams(temperature=0, max_new_tokens=T)
         got = []
-        reads[T] = sum(count_reads(monkeypatch, lambda: got.append(eng.generate(PROMPTS, 2, sp))).values())
+        reads[T] = sum(count_reads(monkeypatch, lambda: got.append(eng.generate(DECODE_PROMPTS, 2, sp))).values())
         assert set(got[0].finish_reasons) == {"length"}  # every row ran T tokens: T / 8 looks
     # 16 more tokens cost 2 more looks of one read each; nothing per token. (The chunk's constant,
     # 5 here: the end's 2 copies, 2 in transformers' prefill mask check, 1 host-side tolist.)

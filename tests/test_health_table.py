@@ -1,19 +1,34 @@
-"""benchmarks/health_table.py reads each kind of source JSON right: hand-made files in tmp_path, the expected
-numbers written here by hand, so a reader that picks a wrong field (or none) fails."""
+"""benchmarks/learning/health_table.py and the one result format it reads (benchmarks/learning/measurements.py):
+each kind of source JSON converted right (hand-made files in tmp_path, the expected numbers written here by hand, so a
+converter that picks a wrong field, or none, fails), the table built from the converted files, and the committed
+table unchanged: docs/health.md pastes it, and the committed measurements are the conversions of the committed
+result files."""
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-SPEC = importlib.util.spec_from_file_location("health_table", Path(__file__).parents[1] / "benchmarks" / "health_table.py")
+BENCH = Path(__file__).parents[1] / "benchmarks" / "learning"
+sys.path.insert(0, str(BENCH))  # health_table imports measurements, its sibling (as when run as a script)
+SPEC = importlib.util.spec_from_file_location("health_table", BENCH / "health_table.py")
 ht = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(ht)
+import measurements as ms  # noqa: E402 - after the path above
 
 
 def _write(root, rel, obj):
     (root / rel).parent.mkdir(parents=True, exist_ok=True)
     (root / rel).write_text(json.dumps(obj))
+
+
+def _build(recipes, sources, root):
+    """Convert each source's file into its measurement, then build the table from the measurements only."""
+    ms.write_all(sources, root)
+    for src in sources:  # the raw files go: the table must read nothing but the measurements
+        (root / src["path"]).unlink(missing_ok=True)
+    return ht.build(recipes, sources, root)
 
 
 def _row(recipe, mean, std, runs=3, p=None, paired=None, **extra):
@@ -47,14 +62,14 @@ def table(tmp_path):
         "grpo-seed0": {"arithmetic": 0.61}, "grpo-seed1": {"arithmetic": 0.55}},
         "summary": {"grlo/arithmetic": [0.37, 0.028], "grpo/arithmetic": [0.58, 0.042]}})
     sources = [
-        dict(path="a.json", reader="compare", setting="s1", doc="x.md", steps=60, primary={"alpha": "alpha"}),
-        dict(path="b.json", reader="compare", setting="s2", doc="x.md", baseline="gspo", primary={"beta": "beta"},
+        dict(path="a.json", kind="compare", setting="s1", doc="x.md", steps=60, primary={"alpha": "alpha"}),
+        dict(path="b.json", kind="compare", setting="s2", doc="x.md", baseline="gspo", primary={"beta": "beta"},
              diagnostics="b_diag.json"),
-        dict(path="c.json", reader="distmatch", setting="s3", doc="x.md", primary={"gamma": "gamma"}),
-        dict(path="d.json", reader="grlo", setting="s4", doc="x.md", primary={"grlo": "grlo"}),
-        dict(path="missing.json", reader="compare", setting="s1", doc="x.md", primary={"delta": "delta"}),
+        dict(path="c.json", kind="distmatch", setting="s3", doc="x.md", primary={"gamma": "gamma"}),
+        dict(path="d.json", kind="grlo", setting="s4", doc="x.md", primary={"grlo": "grlo"}),
+        dict(path="missing.json", kind="compare", setting="s1", doc="x.md", primary={"delta": "delta"}),
     ]
-    return ht.build(["grpo", "alpha", "beta", "gamma", "grlo", "delta"], sources, tmp_path)
+    return _build(["grpo", "alpha", "beta", "gamma", "grlo", "delta"], sources, tmp_path)
 
 
 def test_compare_reader_and_ratio(table):
@@ -99,9 +114,9 @@ def test_primary_other_and_not_measured(table):
 
 def test_two_primary_sources_for_one_recipe_is_an_error(tmp_path):
     _write(tmp_path, "a.json", {"first": "grpo", "table": [_row("grpo", 0.5, 0.0), _row("alpha", 0.4, 0.0)]})
-    src = dict(path="a.json", reader="compare", setting="s", doc="x.md", steps=1, primary={"alpha": "alpha"})
+    src = dict(path="a.json", kind="compare", setting="s", doc="x.md", steps=1, primary={"alpha": "alpha"})
     with pytest.raises(ValueError, match="two primary sources"):
-        ht.build(["grpo", "alpha"], [src, dict(src)], tmp_path)
+        _build(["grpo", "alpha"], [src, dict(src)], tmp_path)
 
 
 def test_prompt_policy_reader_against_no_prompt(tmp_path):
@@ -110,9 +125,9 @@ def test_prompt_policy_reader_against_no_prompt(tmp_path):
                                  "none": {"per_seed": [0.57, 0.56, 0.58], "mean": 0.57, "std": 0.01},
                                  "one_shot_final": {"per_seed": [0.57, 0.40, 0.58], "mean": 0.5167, "std": 0.1012},
                                  "one_shot_start": {"per_seed": [0.0, 0.0, 0.0], "mean": 0.0, "std": 0.0}})
-    src = dict(path="pp.json", reader="prompt_policy", setting="s5", doc="x.md", baseline="none",
+    src = dict(path="pp.json", kind="prompt_policy", setting="s5", doc="x.md", baseline="none",
                primary={"prompt_policy": "prompt_policy"})
-    (row,) = ht.build(["prompt_policy"], [src], tmp_path)["rows"]
+    (row,) = _build(["prompt_policy"], [src], tmp_path)["rows"]
     assert (row["pass1_mean"], row["pass1_std"], row["seeds"], row["steps"]) == (0.5167, 0.1012, 3, 30)
     assert row["per_seed"] == [0.57, 0.40, 0.58]
     assert (row["baseline"], row["baseline_pass1_mean"], row["welch_p"]) == ("none", 0.57, None)
@@ -127,10 +142,10 @@ def test_no_tests_across_tasks_and_the_codeact_reader_names_its_recipe(tmp_path)
     _write(tmp_path, "j.json", {"settings": {"steps": "20"}, "seeds": {"0": {"after": 0.69}, "1": {"after": 0.58}},
                                 "summary": {"recipe": "judge_agent", "after_mean": 0.635, "after_std": 0.078,
                                             "agent_s_per_step": 29.0, "grpo_arithmetic_s_per_step": 0.8}})
-    sources = [dict(path="a.json", reader="compare", setting="s", doc="x.md", steps=60, primary={"pop": "pop"},
+    sources = [dict(path="a.json", kind="compare", setting="s", doc="x.md", steps=60, primary={"pop": "pop"},
                     tests=False),
-               dict(path="j.json", reader="codeact", setting="t", doc="x.md", primary={"judge_agent": "judge_agent"})]
-    pop, agent = ht.build(["pop", "judge_agent"], sources, tmp_path)["rows"]
+               dict(path="j.json", kind="codeact", setting="t", doc="x.md", primary={"judge_agent": "judge_agent"})]
+    pop, agent = _build(["pop", "judge_agent"], sources, tmp_path)["rows"]
     assert (pop["pass1_mean"], pop["baseline_pass1_mean"]) == (0.0, 0.59)
     assert pop["welch_p"] is None and pop["paired"] is None and pop["s_per_step_x"] == 0.75  # s/step still shown
     assert (agent["pass1_mean"], agent["per_seed"], agent["steps"]) == (0.635, [0.69, 0.58], 20)
@@ -146,9 +161,9 @@ def test_populora_reader_against_the_single_agent(tmp_path):
         "pop_mean": stat([0.20, 0.24], 0.22, 0.028), "pop_best": stat([0.3, 0.3], 0.3, 0.0),
         "azr": stat([0.21, 0.19], 0.20, 0.014), "wall_ratio": stat([3.0, 4.0], 3.5, 0.7),
         "welch_p_pop_mean_vs_azr": 0.52, "paired_pop_mean_vs_azr": {"diff": 0.02, "ci_low": -0.03, "ci_high": 0.07}}})
-    src = dict(path="pop.json", reader="populora", setting="s", doc="x.md", baseline="azr",
+    src = dict(path="pop.json", kind="populora", setting="s", doc="x.md", baseline="azr",
                primary={"populora": "populora"})
-    (row,) = ht.build(["populora"], [src], tmp_path)["rows"]
+    (row,) = _build(["populora"], [src], tmp_path)["rows"]
     assert (row["pass1_mean"], row["per_seed"], row["seeds"], row["steps"]) == (0.22, [0.20, 0.24], 2, 30)
     assert (row["baseline"], row["baseline_pass1_mean"], row["welch_p"]) == ("azr", 0.20, 0.52)
     assert row["paired"] == {"diff": 0.02, "low": -0.03, "high": 0.07, "mcnemar_p": None}
@@ -163,10 +178,36 @@ def test_real_model_reader_one_health_run_per_recipe(tmp_path):
         {"recipe": "dapo", "ran": True, "after_pass@1": 0.406, "after_truncation_rate": 0.05, "after_format_rate": 1.0,
          "after_mean_length": 51.5, "s_per_step": 80.5, "peak_rss_mib": 3100},
         {"recipe": "lze", "ran": False, "exit": 1}]})
-    src = dict(path="rm.json", reader="real_model", setting="smollm2", doc="x.md", primary={}, tests=False)
-    table = ht.build(["grpo", "dapo", "lze"], [src], tmp_path)
+    src = dict(path="rm.json", kind="real_model", setting="smollm2", doc="x.md", primary={}, tests=False)
+    table = _build(["grpo", "dapo", "lze"], [src], tmp_path)
     dapo, lze = table["other"]
     assert (dapo["entry"], dapo["pass1_mean"], dapo["seeds"], dapo["per_seed"], dapo["steps"]) == ("dapo", 0.406, 1, [0.406], 10)
     assert (dapo["eval_truncation"], dapo["eval_format"], dapo["eval_mean_length"], dapo["s_per_step"]) == (0.05, 1.0, 51.5, 80.5)
     assert dapo["baseline_pass1_mean"] is None and dapo["welch_p"] is None and dapo["s_per_step_x"] is None
     assert (lze["entry"], lze["pass1_mean"], lze["seeds"], lze["measured"]) == ("lze", None, 0, False)
+
+
+def test_the_committed_table_is_unchanged_and_its_measurements_up_to_date():
+    # docs/health.md pastes `python benchmarks/learning/health_table.py --markdown` as printed: the table built from the
+    # committed measurements must be in it verbatim (before the one format, the same text came from six readers
+    # of the raw files), and converting the committed result files again must give the committed measurements
+    from reasonrl.recipes import RECIPES
+
+    assert ms.write_all(ht.SOURCES, check=True) == []
+    table = ht.build(list(RECIPES))
+    assert table["missing_sources"] == []
+    assert ht.markdown(table) in (Path(__file__).parents[1] / "docs" / "health.md").read_text()
+
+
+def test_a_measurement_of_another_format_or_with_a_missing_field_is_refused(tmp_path):
+    entry = {f: None for f in ms.FIELDS}
+    good = {"format": ms.FORMAT, "source": "a.json", "kind": "compare", "steps": 1, "first": None,
+            "entries": {"x": entry}}
+    _write(tmp_path, "a.measurement.json", good)
+    assert ms.read_measurement(tmp_path / "a.measurement.json", "a.json")[0]["x"]["mean"] is None
+    for bad in ({**good, "format": "other/1"}, {**good, "source": "b.json"},
+                {**good, "entries": {"x": {k: v for k, v in entry.items() if k != "s_per_step"}}},
+                {**good, "entries": {"x": {**entry, "paired_vs_first": {"diff": 0.1}}}}):
+        _write(tmp_path, "a.measurement.json", bad)
+        with pytest.raises(ValueError, match="a.measurement.json"):
+            ms.read_measurement(tmp_path / "a.measurement.json", "a.json")

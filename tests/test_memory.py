@@ -1,14 +1,13 @@
 """Memory knobs (models.memory): rows per pass from free memory (`auto`), activation checkpointing,
 the sliced float32 log-softmax of the update, and bf16 compute over float32 master weights."""
 import copy
-import dataclasses
 import json
 
 import pytest
 import torch
 import yaml
 
-from reasonrl.config.train import Lora, Memory, TrainConfig, split_config
+from reasonrl.config.train import Lora, TrainConfig, split_config
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny, load_model, score_completions
 from reasonrl.models import scoring
@@ -23,6 +22,8 @@ from reasonrl.tasks import get_task
 from reasonrl.tasks.base import Item
 from reasonrl.loop.trainer import Trainer
 from reasonrl.config.validate import check_run
+
+from harness import one_step
 
 S = Shape(layers=2, hidden=8, kv=4, intermediate=16, vocab=10)  # the small shape of the hand computations
 
@@ -200,28 +201,12 @@ def test_the_update_path_slices_and_its_gradient_is_exact(monkeypatch):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
-# ------------------------------------------------------------------ the trainer's knobs
-def _one_step(tiny_dir, *, lora=Lora(), ckpt=False, dtype="float32", master=True, lr=1e-3, weights=torch.float32):
-    model, tok = load_model(tiny_dir, dtype=weights)
-    base = get_recipe("grpo")
-    recipe = dataclasses.replace(base, group_size=4, optim=dataclasses.replace(
-        base.optim, lr=lr, weight_decay=0.0, warmup_steps=0, schedule="constant"))
-    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, seed=5, eval_every=0, save_every=0, lora=lora,
-                      memory=Memory(gradient_checkpointing=ckpt), dtype=dtype, master_fp32=master)
-    tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
-    batch = tr.batches.make(cfg.prompts_per_step)
-    batch.advantages = torch.linspace(-1.0, 1.0, len(batch.ro.texts))  # every row carries gradient
-    before = [p.detach().clone() for p in tr.params]
-    tr._optimizer_step(batch, torch.arange(len(batch.ro.texts)))
-    return tr, batch, before, [p.grad.clone() for p in tr.params]
-
-
 @pytest.mark.parametrize("lora", [Lora(), Lora(r=4, alpha=8.0)], ids=["full", "lora"])
 def test_gradient_checkpointing_changes_no_gradient(tiny_dir, lora, monkeypatch):
     # a checkpointed forward keeps no KV cache, so it scores every row with its own prompt; the plain
     # run is made to do the same (no prompt sharing, models.scoring), so that only the recompute differs
     monkeypatch.setattr("reasonrl.models.scoring.shared_prefix_logits", lambda *a, **k: None)
-    (plain, b0, _, g0), (ckpt, b1, _, g1) = (_one_step(tiny_dir, lora=lora, ckpt=c) for c in (False, True))
+    (plain, b0, _, g0), (ckpt, b1, _, g1) = (one_step(tiny_dir, lora=lora, ckpt=c) for c in (False, True))
     assert any(getattr(m, "gradient_checkpointing", False) for m in ckpt.model.modules())
     assert not any(getattr(m, "gradient_checkpointing", False) for m in plain.model.modules())
     assert torch.equal(b0.ro.completion_ids, b1.ro.completion_ids)  # generation (eval mode, KV cache) unchanged
@@ -236,7 +221,7 @@ def test_bf16_master_weights_keep_an_update_below_bf16_resolution(tiny_dir):
     # AdamW's first step moves each weight by lr * g / (|g| + eps) = lr * sign(g) when |g| >> eps; at
     # lr 1e-6 that is far below bf16's spacing at |w| >= 2^-7 (2^-7 * 2^-7 = 6.1e-5)
     lr = 1e-6
-    tr, _, before, grads = _one_step(tiny_dir, dtype="bfloat16", master=True, lr=lr)
+    tr, _, before, grads = one_step(tiny_dir, dtype="bfloat16", master=True, lr=lr)
     assert next(tr.model.parameters()).dtype == torch.float32 and compute_dtype(tr.model) == torch.bfloat16
     moved = 0
     for p0, p1, g in zip(before, tr.params, grads):
@@ -245,7 +230,7 @@ def test_bf16_master_weights_keep_an_update_below_bf16_resolution(tiny_dir):
         assert torch.allclose((p1 - p0)[big], -lr * g.sign()[big], atol=1.3e-7, rtol=0)
         moved += int(((p1 != p0) & big & (p0.abs() >= 2**-7)).sum())
     assert moved > 1000
-    pure, _, before, grads = _one_step(tiny_dir, dtype="bfloat16", master=False, lr=lr, weights=torch.bfloat16)
+    pure, _, before, grads = one_step(tiny_dir, dtype="bfloat16", master=False, lr=lr, weights=torch.bfloat16)
     assert next(pure.model.parameters()).dtype == torch.bfloat16
     lost = [(p1 == p0)[(g.abs() > 1e-5) & (p0.abs() >= 2**-7)] for p0, p1, g in zip(before, pure.params, grads)]
     assert sum(x.numel() for x in lost) > 1000 and all(x.all() for x in lost)  # pure bf16: every such update lost
@@ -257,7 +242,7 @@ def test_behaviour_logprobs_equal_a_rescoring_pass_to_bf16_tolerance(tiny_dir):
     # 128 rows (~3.3k tokens each), so 0.05; float32 agrees to 4e-6
     worst = {}
     for dtype in ("float32", "bfloat16"):
-        tr, b, _, _ = _one_step(tiny_dir, dtype=dtype, lr=0.0)
+        tr, b, _, _ = one_step(tiny_dir, dtype=dtype, lr=0.0)
         ro, mask = b.ro, b.ro.completion_mask.bool()
         with torch.no_grad():
             lp, _ = score_completions(tr.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,

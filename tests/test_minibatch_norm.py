@@ -17,7 +17,7 @@ from reasonrl.parts.fest import FEST, FestPairs, Tokens
 from reasonrl.parts.protocol import Channel
 from reasonrl.parts.selfteach import SSOPD
 
-from test_selfteach import make_rollouts
+from fakes import make_rollouts
 
 FWD_KL = 0.8 * math.log(0.8 / 0.5) + 0.2 * math.log(0.2 / 0.5)  # spec 1 (d): KL((0.8, 0.2) || (0.5, 0.5)) = 0.19274
 

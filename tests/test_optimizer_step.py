@@ -1,9 +1,8 @@
 """The optimiser step's host reads (issue 27): one read of the total gradient norm, whose finiteness
 covers every parameter, instead of one ``isfinite`` read per parameter tensor (~290 for a 0.5B
-model); a non-finite step is still skipped as before. ``count_reads`` is also the decode loop's
+model); a non-finite step is still skipped as before. ``count_reads`` (tests/harness.py) is also the decode loop's
 counter (tests/test_gpu_path.py)."""
 import math
-from collections import Counter
 
 import pytest
 import torch
@@ -11,25 +10,7 @@ import torch
 from reasonrl.config.train import Lora
 from reasonrl.loop.schedule import clip_if_finite
 
-READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "nonzero")
-
-
-def count_reads(monkeypatch, fn, paused: list[bool] | None = None) -> Counter:
-    """Calls of the Tensor methods that read a device tensor on the host, made while ``fn()`` runs
-    (none while ``paused[0]`` is true)."""
-    seen, paused = Counter(), paused or [False]
-
-    def counted(name, real):
-        def read(self, *a, **k):
-            seen[name] += not paused[0]
-            return real(self, *a, **k)
-        return read
-
-    with monkeypatch.context() as m:
-        for name in READS:
-            m.setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
-        fn()
-    return seen
+from harness import count_reads
 
 
 def test_clip_if_finite_by_hand():
@@ -57,11 +38,11 @@ def test_clip_if_finite_reads_the_device_once(monkeypatch):
 
 
 def test_an_optimiser_step_reads_the_device_the_same_whatever_the_parameter_count(tiny_dir, monkeypatch):
-    from test_memory import _one_step
+    from harness import one_step
 
     counts, n_params = [], []
     for lora in (Lora(), Lora(r=4, alpha=8.0)):  # LoRA starts with B = 0: the same rollouts and micro-batches
-        tr, batch, _, _ = _one_step(tiny_dir, lora=lora, lr=0.0)
+        tr, batch, _, _ = one_step(tiny_dir, lora=lora, lr=0.0)
         paused, adamw = [False], tr.opt.step
 
         def step():  # AdamW's step counts live on the host (unless capturable): its reads are not the device's
@@ -80,9 +61,9 @@ def test_an_optimiser_step_reads_the_device_the_same_whatever_the_parameter_coun
 def test_a_nan_gradient_skips_the_step_as_before(tiny_dir):
     # a finite loss whose gradient holds one NaN: the step is skipped, its gradients dropped, no
     # grad_norm logged, the LR schedule still advances; without it the next step is taken
-    from test_memory import _one_step
+    from harness import one_step
 
-    tr, batch, _, _ = _one_step(tiny_dir, lr=1e-3)
+    tr, batch, _, _ = one_step(tiny_dir, lr=1e-3)
     rows, weights = torch.arange(len(batch.ro.texts)), tr.params[3]
     hook = weights.register_hook(lambda g: g.flatten().index_fill(0, torch.tensor([0]), float("nan")).view_as(g))
     before, scheduled = [p.detach().clone() for p in tr.params], tr.sched.last_epoch

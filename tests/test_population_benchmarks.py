@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).parents[1] / "benchmarks"
+BENCH = Path(__file__).parents[1] / "benchmarks" / "learning"
 
 
 def _run(script, out, *extra):

@@ -151,15 +151,15 @@ def test_ppo_killed_inside_a_save_resumes_with_the_critic_exact(point, tiny_dir,
     # a real process SIGKILLs itself inside its step-6 save (after the critic's file, before the trainer state;
     # or before the rename): the resumed run redoes steps 4-8 and matches the straight run's metrics, whose
     # critic/* values read the critic's weights at every step, and ends with the same critic file
-    from test_resume import ENV, KILL_IN_SAVE, _args, _cli, _resume_and_check, _run, _values
+    from harness import ENV, KILL_IN_SAVE, cli_cmd, metric_values, resume_and_check, run_ok, train_args
 
     straight_dir, run = tmp_path / "straight", tmp_path / "run"
-    _run(_cli(*_args(tiny_dir, straight_dir, "ppo")))
-    straight = {"values": _values(straight_dir / "metrics.jsonl"), "items_drawn": 8 * 4}
-    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, point, "6", *_args(tiny_dir, run, "ppo")],
+    run_ok(cli_cmd(*train_args(tiny_dir, straight_dir, "ppo")))
+    straight = {"values": metric_values(straight_dir / "metrics.jsonl"), "items_drawn": 8 * 4}
+    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, point, "6", *train_args(tiny_dir, run, "ppo")],
                             env=ENV, capture_output=True, text=True, timeout=900)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    _resume_and_check(tiny_dir, run, "ppo", straight)
+    resume_and_check(tiny_dir, run, "ppo", straight)
     assert {"critic/value_error", "critic/explained_var"} <= set(straight["values"][-1])
     name = "checkpoints/step-000008/modules/critic.value.safetensors"
     assert (run / name).read_bytes() == (straight_dir / name).read_bytes()

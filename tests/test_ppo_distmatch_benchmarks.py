@@ -20,7 +20,7 @@ def _run(script, *args):
 
 @pytest.mark.slow
 def test_ppo_vs_grpo_smoke(tmp_path):
-    out = _run("ppo_vs_grpo.py", "--out", tmp_path / "runs", "--json", tmp_path / "ppo.json")
+    out = _run("learning/ppo_vs_grpo.py", "--out", tmp_path / "runs", "--json", tmp_path / "ppo.json")
     rows = json.loads((tmp_path / "ppo.json").read_text())["rows"]
     assert set(rows) == {"grpo", "ppo"} and "recipe" in out
     assert all(0.0 <= r["final_pass@1_mean"] <= 1.0 for r in rows.values())
@@ -28,12 +28,12 @@ def test_ppo_vs_grpo_smoke(tmp_path):
 
 @pytest.mark.slow
 def test_rm_accuracy_smoke(tmp_path):
-    out = _run("rm_accuracy.py", "--out", tmp_path / "rm")
+    out = _run("studies/rm_accuracy.py", "--out", tmp_path / "rm")
     assert (tmp_path / "rm" / "config.json").is_file() and out.strip()
 
 
 @pytest.mark.slow
 def test_distmatch_ar_smoke(tmp_path):
-    _run("distmatch.py", "--group", "ar", "--out", tmp_path)
+    _run("learning/distmatch.py", "--group", "ar", "--out", tmp_path)
     result = json.loads((tmp_path / "ar.json").read_text())
     assert [r["recipe"] for r in result["rows"]][0] == "grpo" and not any(r["errors"] for r in result["rows"])

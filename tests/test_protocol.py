@@ -19,7 +19,7 @@ from reasonrl.config.rules import Rule, at_least
 from reasonrl.tasks import get_task
 from reasonrl.config.validate import check_run, problems
 
-from test_batch import FakeEngine, kind
+from fakes import FakeEngine, kind
 
 
 @register_part("toy")

@@ -1,4 +1,4 @@
-"""benchmarks/recipe_health.py shares the base's starting evaluation only between runs that evaluate the same
+"""benchmarks/learning/recipe_health.py shares the base's starting evaluation only between runs that evaluate the same
 thing: a populora run (task azr) once got the arithmetic base's before.json (0.420, length 27.7) beside its own
 final azr evaluation (0.000, length 7.1)."""
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 SPEC = importlib.util.spec_from_file_location(
-    "recipe_health", Path(__file__).parents[1] / "benchmarks" / "recipe_health.py")
+    "recipe_health", Path(__file__).parents[1] / "benchmarks" / "learning" / "recipe_health.py")
 rh = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(rh)
 

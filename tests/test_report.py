@@ -14,8 +14,7 @@ from reasonrl.report.html import esc, fmt, table
 from reasonrl.report.run_page import downsample, step_seconds
 from reasonrl.loop.run import sample_lines
 
-RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "training", "samples", "audit", "config")
-COMPARE_SECTIONS = ("table", "curves", "runs", "config", "samples", "audit")
+from harness import COMPARE_SECTIONS, RUN_SECTIONS
 
 
 def cell(text: str, left: bool = False) -> str:

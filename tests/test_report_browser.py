@@ -5,14 +5,13 @@ section, and takes a screenshot that is a real picture. Skipped where Chromium i
 import shutil
 import subprocess
 
-import numpy as np
 import pytest
 from matplotlib.image import imread
 from report_folders import write_audit, write_compare, write_run
 
 from reasonrl.report import write_report
 
-from test_report import COMPARE_SECTIONS, RUN_SECTIONS
+from harness import COMPARE_SECTIONS, RUN_SECTIONS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; "

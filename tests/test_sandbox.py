@@ -214,7 +214,7 @@ def test_site_packages_only_on_request():
 
 
 def test_infinite_loop_times_out_on_wall_clock_and_cpu():
-    # How long past the timeout the kill lands is measured in benchmarks/sandbox_speed.py, not here.
+    # How long past the timeout the kill lands is measured in benchmarks/speed/sandbox_speed.py, not here.
     res = run_python("while True:\n    pass", timeout=0.5)
     assert (res.status, res.signal) == ("timeout", 9)
     assert 0.5 <= res.seconds <= res.wall_seconds  # correctness, not speed: never killed before the timeout
@@ -451,7 +451,7 @@ def test_detached_grandchild_does_not_outlive_the_call(level, info):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", core.SandboxWarning)
             res = run_python(_detached_grandchild(marker, sleep), level=level, timeout=3)
-        # No timing is asserted (benchmarks/sandbox_speed.py measures that the call does not wait).
+        # No timing is asserted (benchmarks/speed/sandbox_speed.py measures that the call does not wait).
         # Right after the call a surviving grandchild is either still alive (found here) or writes its
         # marker, stamped with the time, after the call returned (found below), however slow the machine is.
         returned = time.time()
@@ -566,7 +566,7 @@ def test_no_new_privs_alone_makes_setuid_inert_at_the_uid_level(setuid_id):
 
 def test_pool_keeps_order():
     # the later programs sleep less, so with 4 workers they tend to finish first; the speed-up of
-    # the pool is measured in benchmarks/sandbox_speed.py
+    # the pool is measured in benchmarks/speed/sandbox_speed.py
     codes = [f"import time\ntime.sleep({0.1 * (3 - i):.1f})\nprint({i})" for i in range(4)]
     results = run_many(codes, workers=4)
     assert [(r.status, r.stdout) for r in results] == [("ok", f"{i}\n") for i in range(4)]

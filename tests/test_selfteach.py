@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from helpers import batch_context, loss_context
-from reasonrl.loop.batch import Batch
 from reasonrl.config.train import TrainConfig
 from reasonrl.errors import UserError
 from reasonrl.distill import ContextScores
@@ -16,25 +15,11 @@ from reasonrl.models import build_tiny
 from reasonrl.models.tokenizer import build_char_tokenizer
 from reasonrl.parts.selfteach import EGRSD, SSOPD, template_problem
 from reasonrl.recipes import get_recipe
-from reasonrl.rollout import Rollouts
 from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
 from reasonrl.config.validate import check_part
 
-
-def make_rollouts(tok, prompts, completions, logprobs=None):
-    """Rollouts of (prompt, completion) strings with the char tokenizer: prompts left-padded,
-    completions right-padded, one row per completion (``prompts`` per row)."""
-    p = [tok(x, add_special_tokens=False)["input_ids"] for x in prompts]
-    c = [tok(x, add_special_tokens=False)["input_ids"] for x in completions]
-    P, T = max(map(len, p)), max(map(len, c))
-    pid = torch.tensor([[tok.pad_token_id] * (P - len(x)) + x for x in p])
-    pm = torch.tensor([[0] * (P - len(x)) + [1] * len(x) for x in p])
-    cid = torch.tensor([x + [tok.pad_token_id] * (T - len(x)) for x in c])
-    cm = torch.tensor([[1] * len(x) + [0] * (T - len(x)) for x in c])
-    lp = torch.zeros(cid.shape) if logprobs is None else logprobs
-    return Rollouts(prompts=list(prompts), texts=list(completions), prompt_ids=pid, prompt_mask=pm, completion_ids=cid,
-                    completion_mask=cm, logprobs=lp, finish_reasons=["eos"] * len(c))
+from fakes import SELFTEACH_COMPLETIONS, SELFTEACH_PROMPTS, expected_pair_kl, make_rollouts, selfteach_batch
 
 
 @pytest.fixture(scope="module")
@@ -43,42 +28,9 @@ def tiny():
     return model, tok
 
 
-# G = 3. Group 0: correct [1, 0, 0] (p = 1/3, w = 4 (1/3)(2/3) = 8/9); c* = row 0, w* = the longer
-# wrong row 2. Group 1: correct [1, 1, 0], rows 3, 4 correct with lengths 5, 3 -> c* = row 4 (the
-# shortest), w* = row 5 (the only wrong), w = 8/9. Group 2: all correct, no pair, w = 0. Group 3 is a
-# second-round group (kind 1): mixed, but SSOPD reads first-round groups only, so N_x = 3.
-PROMPTS = ["12+3=?\n"] * 3 + ["7+45=?\n"] * 3 + ["1+1=?\n"] * 3 + ["9+9=?\n"] * 3
-COMPLETIONS = ["15\nA:15", "1\nA:9", "2+3=5\nA:18", "52\nA:52", "A:52", "4+7\nA:11", "A:2", "2\nA:2", "A:2",
-               "A:18", "A:17", "A:16"]
-CORRECT = [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]]
-
-
-def make_batch(tok):
-    ro = make_rollouts(tok, PROMPTS, COMPLETIONS)
-    correct = torch.tensor(CORRECT, dtype=torch.float)
-    return Batch(items=[None] * 4, ro=ro, rewards=correct.clone(), correct=correct,
-                 loss_mask=ro.completion_mask.clone(),
-                 kinds=torch.tensor([0, 0, 0, 1]))
-
-
-def expected_pair_kl(model, tok, context: str, prompt: str, completion: str, temperature: float) -> float:
-    """Token-mean forward KL(p_T || p_S) along ``completion``, each side one unpadded forward and the
-    KL written out as sum_v p_T (log p_T - log p_S) (independent of the part's code paths)."""
-    comp = tok(completion, add_special_tokens=False)["input_ids"]
-    T = len(comp)
-
-    def logprobs(ctx_text):
-        ids = tok(ctx_text, add_special_tokens=False)["input_ids"] + comp
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([ids])).logits[0]  # (L, V)
-        return (logits[len(ids) - T - 1:len(ids) - 1] / temperature).log_softmax(-1)  # (T, V) predicting comp
-    lt, ls = logprobs(context), logprobs(prompt)
-    return float((lt.exp() * (lt - ls)).sum(-1).mean())
-
-
 def test_ssopd_pairs_pick_first_round_mixed_groups(tiny):
     _, tok = tiny
-    p = SSOPD().pairs(make_batch(tok))
+    p = SSOPD().pairs(selfteach_batch(tok))
     assert p["groups"].tolist() == [0, 1, 2]
     assert p["c_rows"].tolist() == [0, 4] and p["w_rows"].tolist() == [2, 5]
     assert p["pair_weight"].tolist() == pytest.approx([8 / 9, 8 / 9])
@@ -87,23 +39,23 @@ def test_ssopd_pairs_pick_first_round_mixed_groups(tiny):
 
 def test_ssopd_term_matches_the_hand_formula(tiny):
     model, tok = tiny
-    b, part, temp = make_batch(tok), SSOPD(coef=0.5), 0.8
+    b, part, temp = selfteach_batch(tok), SSOPD(coef=0.5), 0.8
     loss, m = part.loss_term(loss_context(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
                              temperature=temp, n_seqs=12))
-    kls = [expected_pair_kl(model, tok, part.template.format(prompt=PROMPTS[w], solution=COMPLETIONS[c]),
-                            PROMPTS[w], COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
+    kls = [expected_pair_kl(model, tok, part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
+                            SELFTEACH_PROMPTS[w], SELFTEACH_COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
     # lambda (1/N_x) sum_x w(x) D(x) = 0.5 * (1/3) * (8/9) * (D_0 + D_1)
     assert float(loss.detach()) == pytest.approx(0.5 / 3 * 8 / 9 * sum(kls), rel=1e-4)
     assert all(k > 1e-4 for k in kls)  # the two contexts differ, so the term is not trivially 0
     assert m["distill/pairs"] == 2.0 and m["distill/frontier_weight"] == pytest.approx((8 / 9 + 8 / 9 + 0) / 3)
     assert m["distill/ssopd_term"] == pytest.approx(float(loss.detach()))
     assert m["distill/divergence_term"] == pytest.approx(sum(kls) / 2, rel=1e-4)
-    assert m["distill/tokens_term"] == len(COMPLETIONS[2]) + len(COMPLETIONS[5])
+    assert m["distill/tokens_term"] == len(SELFTEACH_COMPLETIONS[2]) + len(SELFTEACH_COMPLETIONS[5])
 
 
 def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
     model, tok = tiny
-    b, part = make_batch(tok), SSOPD()
+    b, part = selfteach_batch(tok), SSOPD()
     kw = dict(batch=b, model=model, tok=tok, temperature=1.0, n_seqs=12)  # one minibatch: the whole batch
     whole, mw = part.loss_term(loss_context(logp=torch.zeros(1, 1), rows=torch.arange(12), **kw))
     model.zero_grad()
@@ -127,7 +79,7 @@ def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
 
 def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     model, tok = tiny
-    b = make_batch(tok)
+    b = selfteach_batch(tok)
     teacher, student, mask = SSOPD(max_prefix_tokens=3).teacher_student(b, torch.tensor([0]), torch.tensor([2]),
                                                                         model, tok, 1.0)
     assert not teacher.requires_grad and teacher.grad_fn is None and student.requires_grad
@@ -135,14 +87,14 @@ def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     # the capped term is the hand formula on w*'s first 3 tokens ("2+3")
     loss, _ = SSOPD(max_prefix_tokens=3).loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
                                                    model=model, tok=tok, temperature=1.0, n_seqs=12))
-    ctx = SSOPD().template.format(prompt=PROMPTS[2], solution=COMPLETIONS[0])
-    kl = expected_pair_kl(model, tok, ctx, PROMPTS[2], "2+3", 1.0)
+    ctx = SSOPD().template.format(prompt=SELFTEACH_PROMPTS[2], solution=SELFTEACH_COMPLETIONS[0])
+    kl = expected_pair_kl(model, tok, ctx, SELFTEACH_PROMPTS[2], "2+3", 1.0)
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)
 
 
 def test_ssopd_no_mixed_group_gives_zero_and_counts_none(tiny):
     model, tok = tiny
-    b = make_batch(tok)
+    b = selfteach_batch(tok)
     b.correct = torch.ones(4, 3)
     loss, m = SSOPD().loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
                                 temperature=1.0))

@@ -27,7 +27,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
 from reasonrl.loop.trainer import Trainer
 
-from test_selfteach import COMPLETIONS, PROMPTS, expected_pair_kl, make_batch
+from fakes import SELFTEACH_COMPLETIONS, SELFTEACH_PROMPTS, expected_pair_kl, selfteach_batch
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_a_truncated_w_star_is_never_selected_by_default():
     from reasonrl.models.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    b = make_batch(tok)
+    b = selfteach_batch(tok)
     # group 0: wrong rows 1 ("1\nA:9", 5 chars) and 2 ("2+3=5\nA:18", 10 chars); row 2 ran into the budget
     b.ro.finish_reasons = ["eos", "eos", "length"] + ["eos"] * 9
     p = SSOPD().pairs(b)
@@ -65,13 +65,13 @@ def test_a_truncated_w_star_is_never_selected_by_default():
 def test_one_ssopd_step_lowers_the_divergence_on_w_stars_tokens(fresh):
     model = copy.deepcopy(fresh[0]).train()
     tok = fresh[1]
-    b, part = make_batch(tok), SSOPD()
+    b, part = selfteach_batch(tok), SSOPD()
     ctx = loss_context(logp=torch.zeros(1), batch=b, rows=torch.arange(12), model=model, tok=tok, temperature=1.0,
                        n_seqs=12)
 
     def divergences():  # each pair's token-mean forward KL, written out independently of the part
-        return [expected_pair_kl(model, tok, part.template.format(prompt=PROMPTS[w], solution=COMPLETIONS[c]),
-                                 PROMPTS[w], COMPLETIONS[w], 1.0) for c, w in ((0, 2), (4, 5))]
+        return [expected_pair_kl(model, tok, part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
+                                 SELFTEACH_PROMPTS[w], SELFTEACH_COMPLETIONS[w], 1.0) for c, w in ((0, 2), (4, 5))]
     before = divergences()
     loss, _ = part.loss_term(ctx)
     loss.backward()
@@ -125,19 +125,19 @@ def test_initial_teacher_scores_under_the_reference(fresh):
 
         def __exit__(self, *exc):
             return False
-    b, part = make_batch(tok), SSOPD(teacher="initial", clip=None)  # unclipped: the hand KL below is D itself
+    b, part = selfteach_batch(tok), SSOPD(teacher="initial", clip=None)  # unclipped: the hand KL below is D itself
     assert part.needs == {"reference", "policy_in_loss"} and SSOPD().needs == {"policy_in_loss"}
     loss, _ = part.loss_term(loss_context(logp=torch.zeros(1), batch=b, rows=torch.tensor([2]), model=moved, tok=tok,
                                           temperature=1.0, n_seqs=12, reference=Scope))
     # teacher = the initial model under the template, student = the moved policy on the plain prompt
-    comp = tok(COMPLETIONS[2], add_special_tokens=False)["input_ids"]
+    comp = tok(SELFTEACH_COMPLETIONS[2], add_special_tokens=False)["input_ids"]
 
     def logprobs(m, text):
         ids = tok(text, add_special_tokens=False)["input_ids"] + comp
         with torch.no_grad():
             return m(input_ids=torch.tensor([ids])).logits[0, len(ids) - len(comp) - 1:-1].log_softmax(-1)
-    lt = logprobs(model, part.template.format(prompt=PROMPTS[2], solution=COMPLETIONS[0]))
-    ls = logprobs(moved, PROMPTS[2])
+    lt = logprobs(model, part.template.format(prompt=SELFTEACH_PROMPTS[2], solution=SELFTEACH_COMPLETIONS[0]))
+    ls = logprobs(moved, SELFTEACH_PROMPTS[2])
     kl = float((lt.exp() * (lt - ls)).sum(-1).mean())
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)  # lambda w / N_x D, N_x = 3
     with pytest.raises(RuntimeError, match="reference"):

@@ -11,7 +11,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.tasks import get_task
 
 from helpers import text_rollouts
-from test_batch import FakeEngine, kind
+from fakes import FakeEngine, kind
 
 
 class Tagged:

@@ -8,22 +8,22 @@ import pytest
 import torch
 
 from reasonrl.advantages.subgroups import harmless_advantage, verifier_reward
-from reasonrl.loop.batch import Batch, BatchMaker
+from reasonrl.loop.batch import BatchMaker
 from reasonrl.config.train import TrainConfig
 from reasonrl.distill import score_under_context
 from reasonrl.parts import Redirect
 from reasonrl.parts.redirect import pack_round_robin, suffix_is_weight
 from reasonrl.recipes import get_recipe
-from reasonrl.rollout import HFEngine, Rollouts, SamplingParams
+from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout.branch import _suffix_mask, branch, char_to_token, token_char_offsets
 from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task, guidance
 from reasonrl.errors import UserError
 from reasonrl.config.validate import check_part
 
+from fakes import RIGHT, WRONG2, stride_batch
+
 PROMPT = "55+187=?\n"
-RIGHT = "5+7+0=12,5+8+1=14,0+1+1=2\nA:242"  # the demonstration: 4 steps (3 columns + the answer line)
-WRONG2 = "5+7+0=12,5+8+1=15,0+1+1=2\nA:252"  # step 2 is wrong
 WRONG1 = "5+7+0=13,5+8+1=14,0+1+1=2\nA:242"  # step 1 is wrong (the answer happens to be right: not used)
 
 
@@ -110,20 +110,6 @@ def test_branch_with_contexts_trains_the_suffix_under_the_plain_prompt(sharp_tin
 
 # ------------------------------------------------------------------ extend() on a hand-made batch
 
-def _batch(tok, item, texts, correct, G):
-    enc = tok([item.prompt] * len(texts), return_tensors="pt", padding=True)
-    comp = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
-    T = max(len(c) for c in comp)
-    ids = torch.full((len(texts), T), tok.pad_token_id)
-    mask = torch.zeros(len(texts), T, dtype=torch.long)
-    for r, c in enumerate(comp):
-        ids[r, :len(c)], mask[r, :len(c)] = torch.tensor(c), 1
-    ro = Rollouts(prompts=[item.prompt] * len(texts), texts=list(texts), prompt_ids=enc["input_ids"],
-                  prompt_mask=enc["attention_mask"], completion_ids=ids, completion_mask=mask,
-                  logprobs=torch.zeros(ids.shape), finish_reasons=["eos"] * len(texts), n=G)
-    c = torch.tensor([correct], dtype=torch.float)
-    return Batch([item], ro, c.clone(), c)
-
 
 def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp_tiny):
     model, tok = sharp_tiny
@@ -132,7 +118,7 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     redirect = Redirect(n_r=2)
     recipe = dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect)
     maker = BatchMaker(task, recipe, HFEngine(model, tok), task.max_new_tokens, seed=0)
-    batch = _batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2.replace("A:252", "A:25")], [1, 0, 1, 0], 4)
+    batch = stride_batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2.replace("A:252", "A:25")], [1, 0, 1, 0], 4)
     g = redirect.extend(maker.round_context("redirect", batch))
     # two failed rows, both wrong at step 2 -> 2 redirections x n_r = 2 rows = one group of G = 4
     assert len(g.items) == 1 and g.items[0] is item and len(g.ro.texts) == 4

@@ -20,7 +20,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout import HFEngine, Rollouts
 from reasonrl.tasks import get_task
 
-from test_stride import RIGHT, WRONG2, _batch
+from fakes import RIGHT, WRONG2, stride_batch
 
 GOOD = "<verdict>incorrect</verdict> step 2 adds 5+8+1 wrongly <first_error>2</first_error>"
 BAD = "the sum looks fine to me"  # no tags: unparseable, no unit, verdict None
@@ -47,7 +47,7 @@ def test_model_critic_with_parseable_critiques_redirects_and_rewards_the_verifie
     redirect = Redirect(critic="model", n_r=2, n_v=2)
     recipe = dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect)
     maker = BatchMaker(task, recipe, HFEngine(model, tok), task.max_new_tokens, seed=0)
-    batch = _batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2], [1, 0, 1, 0], 4)
+    batch = stride_batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2], [1, 0, 1, 0], 4)
     # rows 1 and 3 failed; each gets n_v = 2 critiques: (GOOD, BAD) for row 1, (GOOD, GOOD) for row 3
     critiques = [GOOD, BAD, GOOD, GOOD]
     def reward(items, ro):  # the verifier's verdict on the redirections: unit 0's first continuation is right

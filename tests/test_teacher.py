@@ -21,7 +21,7 @@ from reasonrl.recipes import get_recipe
 from reasonrl.loop.run import train_run
 from reasonrl.config.validate import check_part, check_run
 
-from test_selfteach import make_rollouts
+from fakes import make_rollouts
 
 
 @pytest.fixture(scope="module")
