@@ -83,7 +83,7 @@ def prepare(root: Path, module: str, work: Path) -> None:
         "[mutmut]\nsource_paths = src\n"
         f"only_mutate =\n    {target}\n"
         f"pytest_add_cli_args_test_selection =\n    {selection}\n"
-        "process_isolation = forkserver\nuse_git_change_detection = false\n")
+        "process_isolation = fork\nuse_git_change_detection = false\n")
 
 
 def collect(work: Path, module: str) -> dict:
