@@ -173,6 +173,35 @@ def test_draw_and_the_proposer_round_by_hand():
     assert ("azr-estimate-0", 4, 2) in script.calls  # the 4 valid proposals, 2 solver samples each
 
 
+class PartlySolved(Scripted):
+    """Estimate samples that solve some proposals only part of the time: the deduction task with output 5
+    is answered right by 1 of its 4 samples, the one with output 3 by 3 of 4; the abduction task (a*2 -> 6)
+    by 1 of 4 (IN:3 is right, IN:0 is not)."""
+
+    def sample(self, items, prompts, tag, first, n=None):
+        if tag.startswith("azr-propose"):
+            return super().sample(items, prompts, tag, first, n)
+        self.calls.append((tag, len(items), n))
+        right = {"5": 1, "3": 3, "6": 1}
+        texts = []
+        for it in items:
+            good = ("O:" + it.meta["output"]) if it.meta["type"] == "deduction" else "IN:3"
+            bad = "O:999" if it.meta["type"] == "deduction" else "IN:0"
+            texts += [good] * right[it.meta["output"]] + [bad] * (n - right[it.meta["output"]])
+        return text_rollouts(prompts, texts, n)
+
+
+def test_the_proposer_round_rewards_one_minus_the_solvers_accuracy_at_an_intermediate_p_hat():
+    # p_hat is the solver's accuracy over the 4 estimate samples: 1/4 -> reward 1 - 1/4 = 0.75, 3/4 -> 0.25
+    # (the failure rate as p_hat would swap them: 0.25 and 0.75). Rows: deduction [valid a+1 on 4 -> 5,
+    # bad format -1, banned -0.5, valid a+2 on 1 -> 3]; abduction [valid a*2 on 3 -> 6, nondeterministic
+    # -0.5, bad format -1, bad format -1]
+    part, script = AZR(proposals=1, estimate_samples=4, types="deduction,abduction"), PartlySolved()
+    g = part.extend(round_context(None, task=TASK, sample=script.sample, state={}, position=0, group_size=4))
+    assert g.rewards.tolist() == [[0.75, -1.0, -0.5, 0.25], [0.75, -0.5, -1.0, -1.0]]
+    assert ("azr-estimate-0", 3, 4) in script.calls  # the 3 valid proposals, 4 solver samples each
+
+
 def test_trr_shaper_uses_role_and_type_buckets():
     items = [solve_item("deduction", {"program": MOD3, "input": "1", "output": "1"}, 3),
              solve_item("abduction", {"program": MOD3, "input": "1", "output": "1"}, 3),

@@ -163,3 +163,67 @@ def test_an_evaluation_leaves_the_global_rng_where_it_was(small_mdlm):
     after = torch.rand(1)
     torch.manual_seed(0)
     assert torch.equal(after, torch.rand(1))
+
+
+class _ScriptedMDLM:
+    """A 4-position canvas in 2 blocks of 2, 4 steps (one commit per step). Position j predicts token
+    10 + j with logit c_j = (1, 2, 5, 6)[j] (every other token 0, the mask 15 never), or, for the random
+    draw test, splits its mass evenly between 10 + j and 4 + j. Records each canvas it is shown."""
+
+    def __init__(self, remasking, split=False):
+        from types import SimpleNamespace
+        self.config = SimpleNamespace(canvas=4, block_length=2, steps=4, remasking=remasking, mask_token_id=15)
+        self.split, self.seen, self.training = split, [], False
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def canvas_logits(self, ids, mask, canvas):
+        self.seen.append(canvas[0].tolist())
+        logits = torch.zeros(len(canvas), 4, 16)
+        logits[..., 15] = -1e9
+        for j, c in enumerate((1.0, 2.0, 5.0, 6.0)):
+            if self.split:  # p(10 + j) = p(4 + j) = 1/2
+                logits[:, j] = -1e9
+                logits[:, j, 10 + j] = logits[:, j, 4 + j] = 0.0
+            else:
+                logits[:, j, 10 + j] = c
+        return logits
+
+
+def _denoise(model, u, temperature):
+    from reasonrl.rollout.diffusion import sampler_opts
+
+    engine = DiffusionEngine.__new__(DiffusionEngine)
+    engine.model, engine.device = model, torch.device("cpu")
+    sp = SamplingParams(temperature=temperature, max_new_tokens=4)
+    canvas, _ = engine._denoise(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), u, sp,
+                                sampler_opts(model.config))
+    return canvas[0].tolist()
+
+
+def test_two_blocks_low_confidence_commits_inside_the_current_block_most_confident_first():
+    # block 0 = positions 0, 1: position 1 (logit 2) is more confident than 0 (logit 1), so it goes first,
+    # although positions 2, 3 (logits 5, 6) are more confident still: they wait for block 1, where 3 precedes 2
+    M = 15
+    model = _ScriptedMDLM("low_confidence")
+    final = _denoise(model, torch.zeros(1, 2, 4, 4, dtype=torch.float64), temperature=0)
+    assert model.seen == [[M, M, M, M], [M, 11, M, M], [10, 11, M, M], [10, 11, M, 13]]
+    assert final == [10, 11, 12, 13]
+
+
+def test_two_blocks_random_remasking_follows_the_draws_within_the_block():
+    # remasking=random: the commit order is the order of the per-step confidence draws u[1], still one block
+    # at a time (the highest draws, 0.9 and 0.8 at positions 2 and 3, must wait for block 1). Temperature 1:
+    # each position's token is 4 + j when its token draw u[0] < 1/2 (the cdf reaches the lower id 4 + j first),
+    # else 10 + j
+    M = 15
+    conf = torch.tensor([[0.3, 0.1, 0.9, 0.8]] * 4, dtype=torch.float64)  # (steps, L): 0 before 1, 2 before 3
+    tok = torch.tensor([[0.2, 0.7, 0.4, 0.6]] * 4, dtype=torch.float64)  # tokens 4, 11, 6, 13
+    model = _ScriptedMDLM("random", split=True)
+    final = _denoise(model, torch.stack([tok, conf])[None], temperature=1.0)
+    assert model.seen == [[M, M, M, M], [4, M, M, M], [4, 11, M, M], [4, 11, 6, M]]
+    assert final == [4, 11, 6, 13]

@@ -92,6 +92,36 @@ def test_the_teachers_round_by_hand():
     assert g2.rewards.tolist() == g.rewards.tolist()
 
 
+class Uneven(Scripted):
+    """The student solves t0's a+1 task (output 5) in 1 of 4 attempts, its a+2 task (output 3) never, and
+    t1's a*3 task (output 6) in 3 of 4."""
+
+    def sample(self, items, prompts, tag, first, n=None):
+        if tag.startswith("populora-propose"):
+            return super().sample(items, prompts, tag, first, n)
+        self.calls.append((tag, self.model.active_adapter, len(items)))
+        right = {"5": 1, "3": 0, "6": 3}
+        texts = [t for it in items for t in ["O:" + it.meta["output"]] * right[it.meta["output"]]
+                 + ["O:999"] * (n - right[it.meta["output"]])]
+        return text_rollouts(prompts, texts, n)
+
+
+def test_the_teacher_earns_one_minus_the_students_solve_rate_and_zero_when_unsolved():
+    # s_hat 1/4 -> 1 - 1/4 = 0.75; s_hat 3/4 -> 0.25 (s_hat itself would give 0.25 and 0.75); s_hat 0 -> 0 with
+    # zero_when_unsolved (AZR's rule), 1 under the pure zero-sum reading; -1 bad format, -0.5 banned
+    part = PopuLoRA(teachers=2, students=1, estimate_samples=4, types="deduction", pbt_every=0)
+    model = _population(part)
+    entry = {"program": "a=int(input())\nprint(a)\n", "input": "7", "output": "7", "by": "t0"}
+    item = dataclasses.replace(solve_item("deduction", entry, 3), meta={**solve_item("deduction", entry, 3).meta,
+                                                                       "member": "s0", "opponent": "t0"})
+    ctx = round_context(_first_round([item], [[1, 0, 1, 1]]), task=TASK, sample=Uneven(model).sample, state={},
+                        policy=model, group_size=4, position=1)
+    g = part.extend(ctx)
+    assert g.rewards.tolist() == [[0.75, -1.0, -0.5, 0.0], [0.25, -1.0, -1.0, -1.0]]
+    zero_sum = dataclasses.replace(part, zero_when_unsolved=False).extend(dataclasses.replace(ctx, state={}))
+    assert zero_sum.rewards.tolist() == [[0.75, -1.0, -0.5, 1.0], [0.25, -1.0, -1.0, -1.0]]
+
+
 def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
     part = PopuLoRA(teachers=2, students=2, types="deduction,abduction", pbt_every=0)
     model = _population(part)

@@ -252,6 +252,36 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     assert nxt.meta["history"] == 2 and "1.00: 1 | all solved" in nxt.prompt and "0.00: " in nxt.prompt
 
 
+def test_the_distillation_term_is_the_lms_nll_of_the_best_prompt_under_the_history_free_context():
+    # after the batch of the test above, the pair is (prompter_prompt("all", []), "1" + EOS): the loss on the
+    # language-model path is -mean_t log pi(t | context, earlier target tokens) over those 2 target tokens,
+    # read here from a plain forward of the unpadded token string
+    from types import SimpleNamespace
+
+    from helpers import loss_context
+    from reasonrl.models import build_tiny
+
+    model, tok = build_tiny("tiny", seed=0)
+    part, task = _part_and_task(k_top=1, k_bottom=1)
+    state = {}
+    first = part.draw(round_context(None, task=task, state=state, position=0, group_size=2), 2)
+    texts = ["1", "x", "2", "12"]
+    task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
+    data = Channel()
+    part.score_batch(batch_context(items=first, rewards=torch.zeros(2, 2), rollouts=text_rollouts(
+        [it.prompt for it in first], texts, 2), task=task, state=state, data=data, tok=tok))
+    context = tok(prompter_prompt("all", []))["input_ids"]
+    target = tok("1", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([context + target])).logits[0]  # (P + 2, V)
+        logp = torch.log_softmax(logits, -1)
+        want = -sum(float(logp[len(context) - 1 + t, target[t]]) for t in range(len(target))) / len(target)
+    ctx = loss_context(logp=torch.zeros(4, 3), mask=torch.ones(4, 3), rows=torch.arange(4), model=model,
+                       batch=SimpleNamespace(loss_mask=torch.ones(4, 3)), data=data, state=state)
+    loss, m = part.loss_term(ctx)
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-5) and m["prompt_policy/distill_term"] == pytest.approx(want, rel=1e-5)
+
+
 def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_estimate():
     part, task = _part_and_task()
     state = {}

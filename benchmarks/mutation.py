@@ -1,0 +1,152 @@
+"""Mutation score of the core modules (issue 45 item 1): do the tests notice when the code is changed?
+
+The tool is **mutmut** (3.x, BSD): it mutates a copy of ``src`` (``mutants/``, the checkout is never
+touched), runs each mutant by forking an already-imported test process (``process_isolation=forkserver``,
+the mode mutmut documents for torch) instead of starting pytest anew, and picks the tests per mutant from
+the functions each test actually called in a stats run (test selection by coverage). cosmic-ray mutates
+the file in place and runs the whole test command per mutant, a fresh ``import torch`` (~4 s here) each
+time: too slow for a bounded run on 2 shared cores.
+
+One run per listed module, one after another, each in its own scratch folder (``--work``, default
+``/tmp/reasonrl-mutation/<module>``) holding a copy of ``src/``, ``tests/`` and ``pyproject.toml`` of
+``--root`` and a ``setup.cfg`` with the ``[mutmut]`` section (mutmut 3.8's keys: ``source_paths``,
+``only_mutate``, ``pytest_add_cli_args_test_selection``, ``process_isolation``). Only the module's own
+test files run (``TESTS``), with the default tier's ``-m 'not slow'``; each run gets ``--max-children``
+workers (default 1) and is stopped after ``--minutes`` (default 10): the mutants left unchecked are
+reported as ``unchecked``, not counted.
+
+Counting: ``killed`` = a test failed (or the mutant timed out: mutmut's timeout is 15x the tests' clean
+time, so a mutant that hangs the code is caught); ``survived`` = every selected test passed, plus the
+mutants of functions no selected test calls ("no tests"); mutants named in ``EQUIVALENT`` (a mutant
+that cannot change behaviour, each with one line why) are left out of both and listed.
+``score = killed / (killed + survived)``.
+
+    nice -n 10 env PYTHONPATH=src python benchmarks/mutation.py                 # every module
+    nice -n 10 env PYTHONPATH=src python benchmarks/mutation.py eval/metrics.py # one
+    python benchmarks/mutation.py --root /tmp/before --label before ...         # an older checkout
+
+Writes (merging into) ``benchmarks/results/mutation.json``: ``{"modules": {module: {"score", "killed",
+"survived", "equivalent": [...], "survivors": [...], "unchecked", "seconds"}}}``; ``--label before``
+stores the run under ``"before"`` instead.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "mutation.json"
+
+# module (under src/reasonrl/) -> the test files that exercise it
+TESTS: dict[str, tuple[str, ...]] = {
+    "advantages/gae.py": ("test_gae.py",),  # the GAE
+    "advantages/estimators.py": ("test_advantages.py",),
+    "losses/balance.py": ("test_balance_math.py", "test_balance_residual.py"),  # trajectory balance
+    "losses/policy.py": ("test_losses.py", "test_losses_more.py"),
+    "losses/kl.py": ("test_losses.py",),
+    "losses/value.py": ("test_gae.py",),
+    "losses/aggregate.py": ("test_losses.py", "test_losses_more.py"),
+    "eval/metrics.py": ("test_eval_metrics.py",),
+    "eval/paired.py": ("test_paired.py", "test_compare_passk.py"),
+    "rewards/answers.py": ("test_rewards.py",),
+    "rewards/match.py": ("test_rewards.py",),  # the math reward (numeric, exact_match)
+    "population/operators.py": ("test_population.py",),  # the LoRA population operators
+    "rewards/sandbox/limits.py": ("test_sandbox.py",),  # the sandbox's result parsing (classify)
+}
+
+# "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
+EQUIVALENT: dict[str, str] = {}
+
+KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
+SURVIVED = {0, 5, 33}  # every test passed, or no selected test reaches the function
+
+
+def prepare(root: Path, module: str, work: Path) -> None:
+    """A scratch folder with a copy of ``root``'s src, tests and pyproject and the run's setup.cfg."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name in ("src", "tests"):
+        shutil.copytree(root / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(root / "pyproject.toml", work / "pyproject.toml")
+    missing = [t for t in TESTS[module] if not (root / "tests" / t).is_file()]
+    if missing:
+        raise SystemExit(f"mutation: {module}: no test file {', '.join(missing)} under {root / 'tests'}")
+    target = f"src/reasonrl/{module}" + ("*" if module.endswith("/") else "")
+    selection = "\n    ".join(["-m", "not slow", "-p", "no:cacheprovider"] + [f"tests/{t}" for t in TESTS[module]])
+    (work / "setup.cfg").write_text(
+        "[mutmut]\nsource_paths = src\n"
+        f"only_mutate =\n    {target}\n"
+        f"pytest_add_cli_args_test_selection =\n    {selection}\n"
+        "process_isolation = fork\nuse_git_change_detection = false\n")
+
+
+def collect(work: Path, module: str) -> dict:
+    """Counts from mutmut's ``.meta`` files of the module."""
+    base = work / "mutants" / "src" / "reasonrl"
+    metas = sorted(base.glob(module + "**/*.py.meta" if module.endswith("/") else module + ".meta"))
+    killed, survivors, unchecked, equivalent = 0, [], 0, []
+    for meta in metas:
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            if name in EQUIVALENT:
+                equivalent.append({"mutant": name, "why": EQUIVALENT[name]})
+            elif code is None:
+                unchecked += 1
+            elif code in KILLED:
+                killed += 1
+            elif code in SURVIVED:
+                survivors.append(name)
+            else:
+                raise SystemExit(f"mutation: {name}: mutmut exit code {code} (suspicious/segfault): look at it")
+    n = killed + len(survivors)
+    return {"score": round(killed / n, 4) if n else None, "killed": killed, "survived": len(survivors),
+            "equivalent": equivalent, "survivors": survivors, "unchecked": unchecked}
+
+
+def run_module(root: Path, module: str, work: Path, minutes: float, children: int) -> dict:
+    prepare(root, module, work)
+    mutmut = Path(sys.executable).with_name("mutmut")
+    t0 = time.monotonic()
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
+    env["OMP_NUM_THREADS"] = "1"
+    try:
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(children)], cwd=work, env=env,
+                              timeout=minutes * 60, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
+    except subprocess.TimeoutExpired:
+        print(f"mutation: {module}: stopped after {minutes} min", file=sys.stderr)
+    row = collect(work, module)
+    row["seconds"] = round(time.monotonic() - t0, 1)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"default: all of {', '.join(TESTS)}")
+    ap.add_argument("--root", type=Path, default=ROOT, help="the checkout whose src and tests are measured")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/reasonrl-mutation"))
+    ap.add_argument("--minutes", type=float, default=10.0, help="stop each module's run after this long")
+    ap.add_argument("--max-children", type=int, default=1)
+    ap.add_argument("--label", default="modules", help="the key of mutation.json the rows go under")
+    ap.add_argument("--json", type=Path, default=OUT)
+    a = ap.parse_args(argv)
+    unknown = [m for m in a.modules if m not in TESTS]
+    if unknown:
+        raise SystemExit(f"mutation: unknown module {unknown[0]!r}; listed: {', '.join(TESTS)}")
+    for module in a.modules or list(TESTS):
+        row = run_module(a.root.resolve(), module, a.work / module.strip("/").replace("/", "_"), a.minutes,
+                         a.max_children)
+        data = json.loads(a.json.read_text()) if a.json.is_file() else {}
+        data.setdefault(a.label, {})[module] = row
+        a.json.write_text(json.dumps(data, indent=1) + "\n")
+        print(module, {k: v for k, v in row.items() if k != "survivors"}, flush=True)
+
+
+if __name__ == "__main__":
+    main()
