@@ -15,6 +15,7 @@ from reasonrl.config.validate import check_inputs, task_problems
 from reasonrl.errors import UserError
 from reasonrl.models.chat import PLAIN
 from reasonrl.parts.episodes import EpisodicTask
+from reasonrl.parts.redirect import Redirect
 from reasonrl.recipes import get_recipe
 from reasonrl.rollout.agent import EpisodeOptions
 from reasonrl.tasks import FileTask, GuidedTask, get_task
@@ -139,8 +140,10 @@ def test_a_part_s_missing_ability_is_one_line_naming_task_part_and_method():
                            "no hints() (")
     assert task_problems(get_task("arithmetic"), get_recipe("nudgerl")) == []
     # the same part, conditional on its options: stride's critic=task needs critiques, critic=model does not
-    assert task_problems(get_task("code"), get_recipe("stride"))[0].endswith("(Its own stepwise critique of a "
-                                                                             "completion (STRIDE's critic=task, VPD's critique feedback).)")
+    (line,) = task_problems(get_task("code"), get_recipe("stride"))
+    assert line.startswith("recipe 'stride': its part 'redirect' needs a task with WithCritiques, but task 'code' "
+                           "has no critique() (Its own stepwise critique")
+    assert Redirect(critic="model").task_needs == () and Redirect().task_needs == (WithCritiques,)
 
 
 def test_check_inputs_refuses_before_the_model_is_looked_at():

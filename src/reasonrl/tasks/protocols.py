@@ -174,7 +174,8 @@ def missing(task: Any, ability: type) -> str:
 def require(task: Any, ability: type, who: str, fix: str = "") -> Any:
     """``task`` when it has ``ability``, else a UserError naming ``who`` needs it, what the task lacks and ``fix``."""
     if not provides(task, ability):
-        raise UserError(f"{who} needs a task with {ability.__name__}: {missing(task, ability)}" + (f"; {fix}" if fix else ""))
+        tail = f"; {fix}" if fix else ""
+        raise UserError(f"{who} needs a task with {ability.__name__}: {missing(task, ability)}{tail}")
     return task
 
 
