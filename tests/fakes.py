@@ -177,16 +177,13 @@ def make_rollouts(tok, prompts, completions, logprobs=None):
 # shortest), w* = row 5 (the only wrong), w = 8/9. Group 2: all correct, no pair, w = 0. Group 3 is a
 # second-round group (kind 1): mixed, but SSOPD reads first-round groups only, so N_x = 3.
 SELFTEACH_PROMPTS = ["12+3=?\n"] * 3 + ["7+45=?\n"] * 3 + ["1+1=?\n"] * 3 + ["9+9=?\n"] * 3
-
-
-SELFTEACH_COMPLETIONS = ["15\nA:15", "1\nA:9", "2+3=5\nA:18", "52\nA:52", "A:52", "4+7\nA:11", "A:2", "2\nA:2", "A:2",
-               "A:18", "A:17", "A:16"]
-
-
+SELFTEACH_COMPLETIONS = ["15\nA:15", "1\nA:9", "2+3=5\nA:18", "52\nA:52", "A:52", "4+7\nA:11", "A:2", "2\nA:2",
+                         "A:2", "A:18", "A:17", "A:16"]
 SELFTEACH_CORRECT = [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]]
 
 
 def selfteach_batch(tok):
+    """The batch of the comment above: 4 groups of 3 rows, the last a second-round group (kind 1)."""
     ro = make_rollouts(tok, SELFTEACH_PROMPTS, SELFTEACH_COMPLETIONS)
     correct = torch.tensor(SELFTEACH_CORRECT, dtype=torch.float)
     return Batch(items=[None] * 4, ro=ro, rewards=correct.clone(), correct=correct,
@@ -215,6 +212,7 @@ WRONG2 = "5+7+0=12,5+8+1=15,0+1+1=2\nA:252"  # step 2 is wrong
 
 
 def stride_batch(tok, item, texts, correct, G):
+    """A one-group Batch of ``texts`` (each ended by EOS) for ``item``, with the given correctness."""
     enc = tok([item.prompt] * len(texts), return_tensors="pt", padding=True)
     comp = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
     T = max(len(c) for c in comp)

@@ -106,10 +106,11 @@ def resume_and_check(model, run: Path, recipe: str, straight, steps=RESUME_STEPS
 
 # ------------------------------------------------------------------ 1 vs 2 processes (test_dist)
 DIST_SMALL = ["prompts_per_step=4", "group_size=4", "final_eval_problems=6", "final_eval_k=2", "eval_every=2",
-         "eval_problems=6", "save_every=2", "task_options.max_digits=2"]
+              "eval_problems=6", "save_every=2", "task_options.max_digits=2"]
 
 
 def train_nproc(tmp_path, name: str, nproc: int, extra: list[str]) -> list[dict]:
+    """A 4-step `reasonrl train` of ``name`` in ``nproc`` processes (torchrun); its logged metrics."""
     out = tmp_path / f"{name}-{nproc}"
     cmd = [sys.executable, "-m", "reasonrl", "train", f"--recipe={name}", "--steps=4", f"--out={out}",
            f"--nproc={nproc}", *DIST_SMALL, *extra]
@@ -130,8 +131,9 @@ def same_metrics(one: list[dict], two: list[dict], rel: float = 1e-5) -> None:
 
 
 # ------------------------------------------------------------------ one optimiser step (test_memory), host reads (test_optimizer_step)
-# ------------------------------------------------------------------ the trainer's knobs
 def one_step(tiny_dir, *, lora=Lora(), ckpt=False, dtype="float32", master=True, lr=1e-3, weights=torch.float32):
+    """One optimiser step of a real grpo Trainer on the tiny model: the trainer, its batch, the weights
+    before and the gradients."""
     model, tok = load_model(tiny_dir, dtype=weights)
     base = get_recipe("grpo")
     recipe = dataclasses.replace(base, group_size=4, optim=dataclasses.replace(
@@ -169,6 +171,8 @@ def count_reads(monkeypatch, fn, paused: list[bool] | None = None) -> Counter:
 
 # ------------------------------------------------------------------ rollouts compared (test_decode), report sections (test_report)
 def assert_same(a, b, exact=True):
+    """Two Rollouts with the same tokens, masks, finish reasons and texts, and the same per-token values
+    (bitwise, or to 1e-5 when not ``exact``)."""
     assert a.completion_ids.tolist() == b.completion_ids.tolist()
     assert torch.equal(a.completion_mask, b.completion_mask)
     assert a.finish_reasons == b.finish_reasons and a.texts == b.texts
@@ -179,5 +183,6 @@ def assert_same(a, b, exact=True):
             assert torch.equal(x, y) if exact else torch.allclose(x, y, atol=1e-5, rtol=0), name
 
 
+# the sections of a run's and a compare's report page, in order (test_report, test_report_browser)
 RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "training", "samples", "audit", "config")
 COMPARE_SECTIONS = ("table", "curves", "runs", "config", "samples", "audit")
