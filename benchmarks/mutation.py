@@ -60,7 +60,24 @@ TESTS: dict[str, tuple[str, ...]] = {
 }
 
 # "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
-EQUIVALENT: dict[str, str] = {}
+_PROMOTE = "x.to(None) keeps x's dtype; the product/quotient with a float tensor promotes to the same float values"
+_AXIS = "the tensor is 2-D (its documented shape), so axis +1 and -1 are the same axis"
+EQUIVALENT: dict[str, str] = {
+    "reasonrl.losses.balance.x_token_mean__mutmut_2": _PROMOTE,
+    "reasonrl.losses.balance.x_token_mean__mutmut_6": _AXIS,
+    "reasonrl.losses.balance.x_token_mean__mutmut_10": _AXIS,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_3": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_4": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_11": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_15": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_18": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
+                                                      "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_11": "the same float32-vs-float64 uniform draw as mutmut_7",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_34": "u <= t instead of u < t differs only when a uniform equals t "
+                                                       "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
+}
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
 SURVIVED = {0, 5, 33}  # every test passed, or no selected test reaches the function
