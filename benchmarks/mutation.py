@@ -79,6 +79,7 @@ EQUIVALENT: dict[str, str] = {
                                                        "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either way",
+    "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves a call",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
                                                     "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
