@@ -18,12 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from helpers import batch_context, loss_context
+
 from reasonrl.data.partition import ZRow, ZTable
 from reasonrl.data.selector import prompt_hash
 from reasonrl.models import build_tiny
-from reasonrl.parts import TrajectoryBalance
 from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item
