@@ -85,6 +85,13 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either way",
     "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves a call",
+    "reasonrl.population.operators.x_refactor__mutmut_12": "argsort's kind only orders ties: equal scaled singular "
+                                                            "values, probability 0 for a continuous scale",
+    "reasonrl.population.operators.x_refactor__mutmut_14": "argsort's kind only orders ties (as mutmut_12)",
+    "reasonrl.population.operators.x_refactor__mutmut_17": "numpy reads the kind case-insensitively: still stable",
+    "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
+                                                                       "exactly (probability 0)",
+    "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
                                                     "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
