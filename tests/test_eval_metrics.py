@@ -297,6 +297,7 @@ def test_mean_std_of_two_values_has_the_sample_std():
     ([0.0, 2.0, 0.0], [1.0, 1.0, 1.0], -0.5, 0.666667),
     ([1.0, 1.0, 1.0], [0.0, 2.0, 0.0], 0.5, 0.666667),
 ])
+@pytest.mark.filterwarnings("ignore:Precision loss occurred in moment calculation")  # scipy, on the constant sample
 def test_welch_with_one_constant_sample_by_hand(x, y, t, p):
     from reasonrl.eval.metrics import welch_t_test
 
