@@ -28,6 +28,11 @@ that cannot change behaviour, each with one line why) are left out of both and l
 Writes (merging into) ``benchmarks/results/mutation.json``: ``{"modules": {module: {"score", "killed",
 "survived", "equivalent": [...], "survivors": [...], "unchecked", "seconds"}}}``; ``--label before``
 stores the run under ``"before"`` instead.
+
+On 2 cores shared with six other jobs at ``nice -n 10`` a mutant costs 1-3 s (a fork, the selected tests),
+so a 6-10 minute bound checks 100-230 mutants: most listed files finish, a large one (``eval/paired.py``,
+425 mutants) is cut and reports the rest as ``unchecked``. A whole package (``advantages/``: 1,338
+mutants) does not fit one bound: its files are listed one by one.
 """
 from __future__ import annotations
 
@@ -56,11 +61,57 @@ TESTS: dict[str, tuple[str, ...]] = {
     "rewards/answers.py": ("test_rewards.py",),
     "rewards/match.py": ("test_rewards.py",),  # the math reward (numeric, exact_match)
     "population/operators.py": ("test_population.py",),  # the LoRA population operators
-    "rewards/sandbox/limits.py": ("test_sandbox.py",),  # the sandbox's result parsing (classify)
+    # the sandbox's result parsing (classify); the uid-level test starts a fresh `python3 -I` on the checkout,
+    # which cannot import mutmut's trampolines
+    "rewards/sandbox/limits.py": ("test_sandbox.py", "--deselect=tests/test_sandbox.py::test_uid_level_without_namespaces"),
 }
 
 # "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
-EQUIVALENT: dict[str, str] = {}
+_PROMOTE = "x.to(None) keeps x's dtype; the product/quotient with a float tensor promotes to the same float values"
+_AXIS = "the tensor is 2-D (its documented shape), so axis +1 and -1 are the same axis"
+EQUIVALENT: dict[str, str] = {
+    "reasonrl.losses.balance.x_token_mean__mutmut_2": _PROMOTE,
+    "reasonrl.losses.balance.x_token_mean__mutmut_6": _AXIS,
+    "reasonrl.losses.balance.x_token_mean__mutmut_10": _AXIS,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_3": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_4": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_11": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_15": _PROMOTE,
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_18": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
+                                                      "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_11": "the same float32-vs-float64 uniform draw as mutmut_7",
+    "reasonrl.losses.balance.x_draw_masks__mutmut_34": "u <= t instead of u < t differs only when a uniform equals t "
+                                                       "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
+    "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
+    "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either way",
+    "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves a call",
+    "reasonrl.population.operators.x_refactor__mutmut_12": "argsort's kind only orders ties: equal scaled singular "
+                                                            "values, probability 0 for a continuous scale",
+    "reasonrl.population.operators.x_refactor__mutmut_14": "argsort's kind only orders ties (as mutmut_12)",
+    "reasonrl.population.operators.x_refactor__mutmut_17": "numpy reads the kind case-insensitively: still stable",
+    "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
+                                                                       "exactly (probability 0)",
+    "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
+    "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
+                                                    "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
+    "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
+    "reasonrl.eval.metrics.x_pass_at_k__mutmut_25": "an int arange: k / i is still float division, the same product",
+    "reasonrl.eval.metrics.x_avg_at_k__mutmut_11": "the flags are bools (or 0/1): their mean is the same without the cast",
+    "reasonrl.eval.metrics.x_avg_at_k__mutmut_13": "the flags are bools (or 0/1): their mean is the same without the cast",
+    "reasonrl.eval.metrics.x__winner__mutmut_9": "every group's count shifted by 1: the same first biggest group",
+    "reasonrl.eval.metrics.x__winner__mutmut_10": "every group's count doubled: the same first biggest group",
+    "reasonrl.eval.metrics.x_mean_std__mutmut_3": "numbers without the float64 cast: np.mean/np.std return the same floats",
+    "reasonrl.eval.metrics.x_mean_std__mutmut_5": "numbers without the float64 cast: np.mean/np.std return the same floats",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_15": "inside the both-constant branch x[1] == x[0]",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_17": "inside the both-constant branch y[1] == y[0]",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_30": "scipy reads equal_var=None as false: still Welch's test",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_35": "floats without the float64 cast: scipy computes in float64 anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_37": "floats without the float64 cast: scipy computes in float64 anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_39": "floats without the float64 cast: scipy computes in float64 anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 anyway",
+}
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
 SURVIVED = {0, 5, 33}  # every test passed, or no selected test reaches the function
@@ -74,11 +125,12 @@ def prepare(root: Path, module: str, work: Path) -> None:
     for name in ("src", "tests"):
         shutil.copytree(root / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(root / "pyproject.toml", work / "pyproject.toml")
-    missing = [t for t in TESTS[module] if not (root / "tests" / t).is_file()]
+    missing = [t for t in TESTS[module] if not t.startswith("-") and not (root / "tests" / t).is_file()]
     if missing:
         raise SystemExit(f"mutation: {module}: no test file {', '.join(missing)} under {root / 'tests'}")
     target = f"src/reasonrl/{module}" + ("*" if module.endswith("/") else "")
-    selection = "\n    ".join(["-m", "not slow", "-p", "no:cacheprovider"] + [f"tests/{t}" for t in TESTS[module]])
+    files = [t if t.startswith("-") else f"tests/{t}" for t in TESTS[module]]  # "-..." entries: pytest options
+    selection = "\n    ".join(["-m", "not slow", "-p", "no:cacheprovider"] + files)
     (work / "setup.cfg").write_text(
         "[mutmut]\nsource_paths = src\n"
         f"only_mutate =\n    {target}\n"
@@ -115,7 +167,7 @@ def run_module(root: Path, module: str, work: Path, minutes: float, children: in
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     env["OMP_NUM_THREADS"] = "1"
     try:
-        proc = subprocess.run([str(mutmut), "run", "--max-children", str(children)], cwd=work, env=env,
+        proc = subprocess.run([str(mutmut), "run", "--max-children", str(children)], check=False, cwd=work, env=env,
                               timeout=minutes * 60, capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
@@ -135,14 +187,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-children", type=int, default=1)
     ap.add_argument("--label", default="modules", help="the key of mutation.json the rows go under")
     ap.add_argument("--json", type=Path, default=OUT)
+    ap.add_argument("--recount", action="store_true", help="no run: count the last run's results again (EQUIVALENT)")
     a = ap.parse_args(argv)
     unknown = [m for m in a.modules if m not in TESTS]
     if unknown:
         raise SystemExit(f"mutation: unknown module {unknown[0]!r}; listed: {', '.join(TESTS)}")
     for module in a.modules or list(TESTS):
-        row = run_module(a.root.resolve(), module, a.work / module.strip("/").replace("/", "_"), a.minutes,
-                         a.max_children)
+        work = a.work / module.strip("/").replace("/", "_")
         data = json.loads(a.json.read_text()) if a.json.is_file() else {}
+        if a.recount:
+            row = {**collect(work, module), "seconds": data.get(a.label, {}).get(module, {}).get("seconds")}
+        else:
+            row = run_module(a.root.resolve(), module, work, a.minutes, a.max_children)
+            data = json.loads(a.json.read_text()) if a.json.is_file() else {}
         data.setdefault(a.label, {})[module] = row
         a.json.write_text(json.dumps(data, indent=1) + "\n")
         print(module, {k: v for k, v in row.items() if k != "survivors"}, flush=True)

@@ -32,8 +32,14 @@ def test_disa_hand_example_log_z_hat_and_loss_and_no_gradient_to_log_z():
     assert float(loss.detach()) == pytest.approx(0.435298, abs=1e-6)
     assert m["balance/delta_term"] == pytest.approx(-0.659771, abs=1e-6)
     loss.backward()
-    assert frozen.grad is None  # nothing flows to log Z_hat
     assert float(lbar.grad) == pytest.approx(2 * -0.659771, abs=1e-6)  # d delta^2 / d lbar = 2 delta
+    # log Z enters delta with coefficient +1, so a log Z with grad (a head's) would get the same 2 delta; the
+    # DISA part passes the table's value as a constant (tests/test_balance_residual.py checks the gradient
+    # reaches the policy's log-probs only)
+    z = torch.tensor([log_z], requires_grad=True)
+    trajectory_balance(z, torch.tensor([-0.5]), torch.tensor([-0.6]), torch.tensor([1.0]), torch.ones(1), beta=1.0,
+                       n_seqs=1)[0].backward()
+    assert float(z.grad) == pytest.approx(2 * -0.659771, abs=1e-6)
 
 
 def test_trafl_hand_example_surrogate_loss_and_gradient_to_log_z():
@@ -132,3 +138,32 @@ def test_ess_of_equal_weights_is_n_and_of_one_dominant_weight_is_one():
 def test_log_partition_is_rejects_unequal_shapes():
     with pytest.raises(ValueError, match="three"):
         log_partition_is(torch.zeros(3), torch.zeros(2), torch.zeros(3), 1.0)
+
+
+# ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
+def test_token_mean_and_elbo_of_one_token_rows():
+    # a row of one token is its own mean (-3 / 1), not halved; the ELBO of a 1-token response at t = 1 likewise
+    assert torch.allclose(token_mean(torch.tensor([[-3.0, 5.0], [-1.0, -2.0]]), torch.tensor([[1, 0], [1, 1]])),
+                          torch.tensor([-3.0, -1.5]))
+    got = elbo_estimate(torch.tensor([[[-3.0, 5.0]]]), torch.tensor([[[True, True]]]), torch.ones(1, 1),
+                        torch.tensor([[1, 0]]))
+    assert float(got) == pytest.approx(-3.0)
+
+
+def test_log_partition_is_reports_n_and_the_reward_mean_and_rejects_a_2d_input():
+    # the spec 7 (d) example above: N = 4 proposals, rewards [1, 0, 1, 0] -> mean 0.5
+    _, diag = log_partition_is(torch.tensor([-1., -1., -2., -2.]), torch.tensor([-1., -1., -1., -1.]),
+                               torch.tensor([1., 0., 1., 0.]), beta=1.0)
+    assert diag["n"] == 4.0 and diag["reward_mean"] == 0.5
+    with pytest.raises(ValueError, match="three"):  # equal shapes, but (2, 2): not one prompt's N proposals
+        log_partition_is(torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2, 2), 1.0)
+
+
+def test_draw_masks_default_range_shapes_and_independent_rows():
+    levels, masks = draw_masks(400, 3, 64, torch.Generator().manual_seed(0))  # t_min = 1e-3: t in (0.001, 1]
+    assert levels.shape == (400, 3) and masks.shape == (400, 3, 64)
+    assert float(levels.min()) > 1e-3 and float(levels.max()) <= 1.0
+    # a fixed t = 0.5 still draws each row's positions on their own: two rows of 64 coincide with probability 2^-128
+    _, fixed = draw_masks(2, 1, 64, torch.Generator().manual_seed(0), t=0.5)
+    assert not torch.equal(fixed[0], fixed[1])

@@ -18,12 +18,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
 from helpers import batch_context, loss_context
+
 from reasonrl.data.partition import ZRow, ZTable
 from reasonrl.data.selector import prompt_hash
 from reasonrl.models import build_tiny
-from reasonrl.parts import TrajectoryBalance
 from reasonrl.parts.protocol import Channel
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item
@@ -58,11 +57,15 @@ class SpyHead(torch.nn.Module):
         return pooled @ self.v
 
 
-def _loss(part, data, model=None, head=None, logp=LOGP):
-    ctx = loss_context(logp=logp.clone().requires_grad_(True), mask=MASK, batch=_batch(), rows=torch.arange(2),
-                       model=model, n_seqs=2, data=data, state={})
+def _loss(part, data, model=None, head=None, logp=LOGP, grad=None):
+    leaf = logp.clone().requires_grad_(True)
+    ctx = loss_context(logp=leaf, mask=MASK, batch=_batch(), rows=torch.arange(2), model=model, n_seqs=2, data=data,
+                       state={})
     ctx = dataclasses.replace(ctx, modules={} if head is None else {"log_z": head})
     loss, _ = part.loss_term(ctx)
+    if grad is not None:
+        loss.backward()
+        grad.append(leaf.grad)
     return float(loss.detach())
 
 
@@ -98,12 +101,18 @@ def _disa_data(part):
 def test_disa_residual_by_hand(length_norm):
     part = dataclasses.replace(get_recipe("disa").balance, length_norm=length_norm)
     assert (part.beta, part.reward, part.weight, part.log_z) == (1.0, "raw", "clip", "table")
-    loss = _loss(part, _disa_data(part))
+    grad = []
+    loss = _loss(part, _disa_data(part), grad=grad)
     if length_norm:  # delta_0 = 0.4 - 2 + 7/3 - 1 * 1 = -0.266667; delta_1 = -0.1 - 1 + 1.5 - 0 = 0.4
         d0, d1 = 0.4 - 2 + 7 / 3 - 1, 0.4
     else:  # sequence sums: delta_0 = 0.4 - 6 + 7 - 1 = 0.4; delta_1 = -0.1 - 2 + 3 - 0 = 0.9
         d0, d1 = 0.4, 0.9
     assert loss == pytest.approx((W_CLIP[0] * d0 ** 2 + W_CLIP[1] * d1 ** 2) / 2, rel=1e-5)
+    # the gradient reaches the policy's tokens only (log Z_hat is the table's constant): w_i 2 delta_i / n_seqs,
+    # divided by the row's length with length_norm. LN: row 0 1.2 * 2 * -0.266667 / 2 / 3 = -0.106667, row 1
+    # 0.904837 * 2 * 0.4 / 2 / 2 = 0.180967; sums: 1.2 * 2 * 0.4 / 2 = 0.48, 0.904837 * 2 * 0.9 / 2 = 0.814354
+    g0, g1 = (-0.106667, 0.180967) if length_norm else (0.48, 0.814354)
+    assert torch.allclose(grad[0], torch.tensor([[g0, g0, g0], [g1, g1, 0.0]]), atol=1e-5)
 
 
 class SpyDiffusion:

@@ -242,3 +242,63 @@ def test_module_imports_without_scipy():
     env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
+def test_each_refusal_names_its_function_and_the_offending_value():
+    from reasonrl.eval.metrics import avg_at_k, maj_at_k, majority_vote_grouped, mean_pass_at_k, mean_std, pass_at_k
+
+    with pytest.raises(ValueError, match=r"pass@k needs k >= 1, got k=0"):
+        pass_at_k(3, 1, 0)
+    with pytest.raises(ValueError, match=r"pass@k needs n >= 0 samples, got n=-1"):
+        pass_at_k(-1, 0, 1)
+    with pytest.raises(ValueError, match=r"pass@k needs 0 <= c <= n, got c=4, n=3"):
+        pass_at_k(3, 4, 1)
+    # n = 0 is a valid count that fails the k <= n check (not the n >= 0 one)
+    with pytest.raises(ValueError, match=r"k=1 > n=0; sample more completions or lower k"):
+        pass_at_k(0, 0, 1)
+    for fn, name in ((lambda: mean_pass_at_k([], 1), "mean_pass_at_k"), (lambda: avg_at_k([]), "avg_at_k"),
+                     (lambda: maj_at_k([], []), "maj_at_k")):
+        with pytest.raises(ValueError, match=rf"^{name} needs at least one problem, got none$"):
+            fn()
+    with pytest.raises(ValueError, match=r"maj_at_k: 1 problems of answers but 2 of correctness flags"):
+        maj_at_k([["1"]], [[True], [False]])
+    with pytest.raises(ValueError, match=r"majority vote: 2 answers but 1 correctness flags"):
+        majority_vote_grouped(["1", "2"], [True])
+    with pytest.raises(ValueError, match=r"^mean_std needs at least one value, got none$"):
+        mean_std([])
+
+
+def test_majority_votes_use_the_equivalence_given():
+    from reasonrl.eval.metrics import majority_vote, majority_vote_grouped
+
+    same_number = lambda a, b: float(a) == float(b)  # noqa: E731 - "1.0" and "1" are one answer
+    # exact strings: "2" (2 votes) beats "1.0" and "1" (1 each); by value: 1 has 2 votes, first seen at index 0
+    assert majority_vote(["1.0", "2", "1", "2"]) == 1
+    assert majority_vote(["1.0", "2", "1", "2"], same_number) == 0
+    assert majority_vote_grouped(["1.0", "2", "1", "2"], [False, False, True, False], same_number) == ("1.0", True)
+
+
+def test_mean_std_of_two_values_has_the_sample_std():
+    from reasonrl.eval.metrics import mean_std
+
+    # [1, 3]: mean 2, squared deviations 1 + 1, / (n - 1) = 2 -> std sqrt(2) = 1.414214
+    assert mean_std([1.0, 3.0]) == pytest.approx((2.0, 1.414214), abs=1e-6)
+
+
+@pytest.mark.parametrize("x,y,t,p", [
+    # one sample constant, the other not: scipy's Welch test, not the both-constant shortcut. [1, 2, 3] vs [1, 1, 1]:
+    # t = (2 - 1) / sqrt(1/3 + 0) = 1.732051, df = 2 (all the variance in one sample of 3),
+    # p = 1 - t / sqrt(2 + t^2) = 1 - 1.732051 / 2.236068 = 0.225403 (Student's t with 2 df)
+    ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 1.732051, 0.225403),
+    ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], -1.732051, 0.225403),
+    # [0, 2, 0]: mean 2/3, var 4/3; t = (2/3 - 1) / sqrt(4/9) = -0.5, df 2, p = 1 - 0.5 / 1.5 = 0.666667
+    ([0.0, 2.0, 0.0], [1.0, 1.0, 1.0], -0.5, 0.666667),
+    ([1.0, 1.0, 1.0], [0.0, 2.0, 0.0], 0.5, 0.666667),
+])
+@pytest.mark.filterwarnings("ignore:Precision loss occurred in moment calculation")  # scipy, on the constant sample
+def test_welch_with_one_constant_sample_by_hand(x, y, t, p):
+    from reasonrl.eval.metrics import welch_t_test
+
+    assert welch_t_test(x, y) == pytest.approx((t, p), abs=1e-5)

@@ -130,3 +130,25 @@ def test_toy_ppo_bandit_with_a_critic_converges_to_the_best_response():
     probs = torch.softmax(logits, 0)
     assert probs.argmax().item() == 2 and probs[2].item() > 0.9
     assert abs(v.item() - 1.0) < 0.2  # the critic tracks the best response's score as the policy settles on it
+
+
+# ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
+def test_masked_whiten_two_entries_default_eps_and_an_empty_mask():
+    # two entries 1, 3: mean 2, centred -1, +1, Bessel variance (1 + 1) / 1 = 2 -> -1 / sqrt(2) = -0.707107
+    out = masked_whiten(torch.tensor([[1.0, 3.0, 50.0]]), torch.tensor([[1, 1, 0]]))
+    assert torch.allclose(out, torch.tensor([[-0.707107, 0.707107, 0.0]]), atol=1e-6)
+    # the default eps is 1e-8: values 0 and 1e-4 have variance 5e-9, so +-5e-5 / sqrt(1.5e-8) = +-0.408248
+    tiny = masked_whiten(torch.tensor([[0.0, 1e-4]], dtype=torch.float64), torch.ones(1, 2))
+    assert torch.allclose(tiny, torch.tensor([[-0.408248, 0.408248]], dtype=torch.float64), atol=1e-6)
+    assert torch.equal(masked_whiten(torch.tensor([[4.0, 5.0]]), torch.zeros(1, 2)), torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize("scores,mask,shapes", [
+    (torch.zeros(2, 1), torch.ones(2, 3), r"got \(2, 1\) and \(2, 3\)"),  # scores not (B,)
+    (torch.zeros(2), torch.ones(3), r"got \(2,\) and \(3,\)"),  # mask not (B, T)
+    (torch.zeros(2), torch.ones(3, 4), r"got \(2,\) and \(3, 4\)"),  # B differs
+])
+def test_last_token_rewards_refuses_other_shapes_naming_them(scores, mask, shapes):
+    with pytest.raises(ValueError, match=r"last_token_rewards needs \(B,\) scores and a \(B, T\) mask; " + shapes):
+        last_token_rewards(scores, mask)

@@ -214,3 +214,69 @@ def test_toy_loop_teachers_raise_difficulty_and_a_single_agent_does_not():
     assert late > early > 0.0 and late > 1.0  # difficulty climbs round after round
     single = _single_agent(60)
     assert single <= 0.0 and single < late - 1.0  # rewarding itself, it calibrates down to easy tasks
+
+
+# ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
+def test_check_factors_refuses_each_bad_shape_naming_it():
+    from reasonrl.population.operators import check_factors
+
+    good = {"q": (np.ones((2, 5)), np.ones((4, 2)))}
+    for bad in ({"q": (np.ones(5), np.ones((4, 2)))}, {"q": (np.ones((2, 5)), np.ones(4))},
+                {"q": (np.ones((3, 5)), np.ones((4, 2)))}):
+        with pytest.raises(ValueError, match=r"module q: A \(.*\) and B \(.*\) are not \(r, k\) and \(d, r\) of one rank"):
+            check_factors(bad)
+    with pytest.raises(ValueError, match=r"the parents adapt different modules: \['q', 'v'\]"):
+        check_factors(good, {"v": good["q"]})
+    with pytest.raises(ValueError, match=r"different modules: \['q', 'r', 's'\]$"):  # the first 3 of 4 named
+        check_factors({m: good["q"] for m in "qrst"}, {})
+    # B's shape alone differs (d 4 against 6): refused, naming both parents' A shapes
+    with pytest.raises(ValueError, match=r"module q: the parents' shapes differ \(\(2, 5\), \(2, 5\)\)"):
+        check_factors(good, {"q": (np.ones((2, 5)), np.ones((6, 2)))})
+
+
+def test_refactor_with_a_scale_keeps_the_largest_scaled_values():
+    from reasonrl.population.operators import delta, refactor
+
+    # B A = diag(3, 2, 1); scale (0.1, 1, 1) makes the spectrum (0.3, 2, 1): rank 1 keeps 2 at (1, 1)
+    a_new, b_new = refactor(np.eye(3), np.diag([3.0, 2.0, 1.0]), 1, scale=np.array([0.1, 1.0, 1.0]))
+    assert np.allclose(delta(a_new, b_new), np.diag([0.0, 2.0, 0.0]), atol=1e-12)
+
+
+def test_gaussian_mutation_noise_is_sigma_times_each_factors_std():
+    from reasonrl.population.operators import mutate_gaussian
+
+    rng = np.random.default_rng(0)
+    a, b = 2.0 * rng.standard_normal((2, 2000)), 3.0 * rng.standard_normal((2000, 2))
+    out = mutate_gaussian({"q": (a, b)}, 0.1, np.random.default_rng(1))["q"]
+    # noise std sigma * std(A) = 0.1 * ~2 = ~0.2, sigma * std(B) = ~0.3 (4000 draws each: within 5%)
+    assert np.std(out[0] - a) == pytest.approx(0.1 * np.std(a), rel=0.05)
+    assert np.std(out[1] - b) == pytest.approx(0.1 * np.std(b), rel=0.05)
+    # a zero factor (a fresh B, here A too) moves by sigma * abs_sigma = 0.1 * 1e-3 = 1e-4
+    zero = mutate_gaussian({"q": (np.zeros((2, 2000)), np.zeros((2000, 2)))}, 0.1, np.random.default_rng(1))["q"]
+    assert np.std(zero[0]) == pytest.approx(1e-4, rel=0.05) and np.std(zero[1]) == pytest.approx(1e-4, rel=0.05)
+
+
+def test_spectral_mutation_keeps_the_rank_and_scales_each_value_on_its_own():
+    from reasonrl.population.operators import delta, mutate_spectral
+
+    a, b = np.diag([3.0, 2.0])[:, :2] @ np.eye(2, 6), np.eye(5, 2)  # B A = diag(3, 2) in a 5 x 6 frame
+    out_a, out_b = mutate_spectral({"q": (a, b)}, 0.5, np.random.default_rng(0))["q"]
+    assert out_a.shape == (2, 6) and out_b.shape == (5, 2)
+    s = np.linalg.svd(delta(out_a, out_b), compute_uv=False)[:2]
+    # each singular value times its own exp(0.5 z), z the generator's two normal draws (one shared draw, or
+    # none, would give other values)
+    z = np.random.default_rng(0).standard_normal(2)
+    assert np.allclose(s, sorted([3.0 * np.exp(0.5 * z[0]), 2.0 * np.exp(0.5 * z[1])], reverse=True), atol=1e-10)
+
+
+def test_svd_crossover_at_a_zero_is_the_second_parent_and_checks_both_parents():
+    from reasonrl.population.operators import crossover_svd, delta
+
+    rng = np.random.default_rng(0)
+    f1 = {"q": (rng.standard_normal((2, 6)), rng.standard_normal((5, 2)))}
+    f2 = {"q": (rng.standard_normal((2, 6)), rng.standard_normal((5, 2)))}
+    child = crossover_svd(f1, f2, 0.0)["q"]  # a = 0: the target is B2 A2 itself, of rank 2
+    assert np.allclose(delta(*child), delta(*f2["q"]), atol=1e-10)
+    with pytest.raises(ValueError, match="the parents adapt different modules"):
+        crossover_svd(f1, {"v": f2["q"]}, 0.5)

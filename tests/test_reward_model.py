@@ -76,13 +76,19 @@ def test_style_mix_by_hand_and_any_scorer_is_a_reward():
 
 
 def test_a_reward_model_saved_by_rm_train_loads_as_a_reward(tmp_path):
-    path, _ = _pairs_file(tmp_path / "p.jsonl")
+    path, pairs = _pairs_file(tmp_path / "p.jsonl")
     out = tmp_path / "rm"
     result = CliRunner().invoke(app, ["rm", "train", "--pairs", str(path), "--model", "tiny:tiny", "--out", str(out),
                                       "--steps", "3", "--batch-size", "4", "--eval-frac", "0.3"])
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "rm_metrics.json").read_text())
-    assert metrics["heldout_pairs"] > 0 and 0.0 <= metrics["heldout_accuracy"] <= 1.0
+    # the held-out accuracy re-counted here: the prompts split_pairs holds out (eval_frac 0.3, seed 0), each pair
+    # scored on its own through the saved model's score()
+    _, held = split_pairs(pairs, 0.3, 0)
+    saved = load_reward_model(str(out))
+    right = sum(saved.score([p["prompt"]], [p["chosen"]])[0] > saved.score([p["prompt"]], [p["rejected"]])[0]
+                for p in held)
+    assert metrics["heldout_pairs"] == len(held) > 0 and metrics["heldout_accuracy"] == pytest.approx(right / len(held))
     reward = RMReward(model=str(out))
     assert reward.problems() == []
     prompts, completions = ["why 47+85=132\n"] * 3, ["7+5+0=12,4+8+1=13\nA:132", "A:132", "x" * 40]

@@ -501,3 +501,19 @@ def test_import_does_not_load_torch_or_math_verify():
     env = {**os.environ, "PYTHONPATH": str(src)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
+def test_numeric_match_tolerance_checks_and_the_unparsed_share_of_one_row():
+    from reasonrl.rewards import NumericMatch
+
+    with pytest.raises(ValueError, match=r"tolerances must be >= 0, got rel_tol=-1.0, abs_tol=1e-09"):
+        NumericMatch(rel_tol=-1.0)
+    with pytest.raises(ValueError, match=r"got rel_tol=1e-06, abs_tol=-1.0"):
+        NumericMatch(abs_tol=-1.0)
+    exact = NumericMatch(rel_tol=0.0, abs_tol=0.0)  # zero tolerance is allowed: equal numbers only
+    assert exact.score(["p", "p"], ["3", "3.0000001"], answer=["3", "3"]).values == [1.0, 0.0]
+    # one applicable row, unparsed: the share is 1 / 1
+    res = NumericMatch().score(["p"], ["no number here"], answer=["3"])
+    assert res.values == [0.0] and res.metrics["reward/numeric/unparsed_frac"] == 1.0
