@@ -9,12 +9,13 @@ one token mean over the joint batch. The paper publishes no code: every threshol
 """
 import dataclasses
 
-from ..parts import Correction
+from ..parts import Correction, Smoke
 from .grpo import GRPO
 
 CIPO = dataclasses.replace(
     GRPO,
     name="cipo",
+    smoke=Smoke(metrics=("cipo/selected", "cipo/groups", "cipo/rho")),
     paper="CIPO: Correction-Oriented Policy Optimization, arXiv 2605.14539",
     inferred=(
         "failure selection: group accuracy in (0, correction.p_max=0.75], all-wrong prompts with probability "

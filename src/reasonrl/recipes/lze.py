@@ -2,13 +2,14 @@
 import dataclasses
 
 from ..data.lze import LZE as LZESelector
-from ..parts import Advantage
+from ..parts import Advantage, Smoke
 from .grpo import GRPO
 
 # GRPO's loss and tiny-CPU settings; the selector as the paper's example scripts run it
 LZE = dataclasses.replace(
     GRPO,
     name="lze",
+    smoke=Smoke(metrics=("select/kept", "select/groups", "select/k")),
     paper="Learning-Zone Energy data selection, arXiv 2605.17003",
     inferred=(
         "selector.selection_ratio=0.4 and warmup_transition_epochs=0 as the example scripts (class defaults 0.7, 3)",

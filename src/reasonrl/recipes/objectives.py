@@ -3,7 +3,7 @@
 Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
 are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
 """
-from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto
+from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto, Smoke
 from ..rewards import OverlongPenalty
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
@@ -13,6 +13,7 @@ _SAME_AS_GRPO = "sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo,
 # punishment over the last 20% of the generation budget.
 DAPO = Recipe(
     name="dapo",
+    smoke=Smoke(metrics=("dynamic/groups_kept", "dynamic/rounds", "reward/overlong/soft_frac")),
     paper="DAPO, arXiv 2503.14476",
     inferred=(
         "correctness reward is 0/1 (paper: +1/-1); the overlong penalty is weighted 0.5 so that it keeps "
@@ -89,6 +90,7 @@ CISPO = Recipe(
 # EDAS on top of DAPO, as in the paper: frequent wrong answers are penalised more, rare ones less.
 EDAS_DAPO = Recipe(
     name="edas",
+    smoke=Smoke(metrics=("dynamic/groups_kept", "reward/overlong/soft_frac")),
     paper="EDAS: Leveraging Error Diversity in Group Rollouts, arXiv 2605.17333",
     inferred=DAPO.inferred + ("lambda_i = n(a_i)^gamma / mean over wrong rollouts, gamma=1, unparsed answers "
                               "form one cluster: the functional form is inferred from the abstract",),
@@ -106,6 +108,7 @@ EDAS_DAPO = Recipe(
 # for the stale rollouts, and the negative-advantage veto of post-trigger suffixes.
 MU_GRPO = Recipe(
     name="mu_grpo",
+    smoke=Smoke(metrics=("veto/frac_rows", "veto/frac_tokens", "stage/staleness", "stage/fresh")),
     paper="How off-policy can GRPO be? (Mu-GRPO), arXiv 2605.17570",
     inferred=(
         "stages.count=4 as the abstract's 'e.g. four'; each stage generates all its steps' prompts at once, then "
@@ -127,6 +130,7 @@ MU_GRPO = Recipe(
 # SAGE: keep the reverse KL but anchor it at q * pi_ref, q raised at high-entropy (branching) tokens.
 SAGE = Recipe(
     name="sage",
+    smoke=Smoke(metrics=("loss/kl", "loss/kl_term", "sage/q_mean", "sage/frac_shaped")),
     paper="SAGE: Shaping Anchors for Guided Exploration, arXiv 2605.18864 (official code tally0818/SAGE)",
     inferred=(
         "branch guide with the official defaults (ratio 0.3, threshold 1.2 nats, q in [0.6, 1.4]); the tiny "
@@ -149,6 +153,7 @@ SAGE = Recipe(
 # logit-gradient norm ("entropy-gradient inversion"); GRPO advantage on the regularised reward.
 CORR_PO = Recipe(
     name="corr_po",
+    smoke=Smoke(metrics=("corr/mean", "corr/frac_defined", "reward/corr_po/mean")),
     paper="CorR-PO / Entropy-Gradient Inversion, arXiv 2605.17770",
     inferred=(
         "every formula is inferred from the abstract: logit-gradient norm sqrt(1 - 2 p_y + sum p^2) of the "

@@ -7,11 +7,12 @@ on per-token GAE advantages.
 import dataclasses
 
 from ..models.reward_model import RMReward
-from ..parts import KL, Advantage, Critic, Optim, PolicyLoss, Recipe
+from ..parts import KL, Advantage, Critic, Optim, PolicyLoss, Recipe, Smoke
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 PPO = Recipe(
     name="ppo",
+    smoke=Smoke(metrics=("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac", "grad_norm/critic.value")),
     paper="PPO, arXiv 1707.06347, with GAE, arXiv 1506.02438 (verl's adv_estimator=gae)",
     inferred=(
         "GAE gamma=1, lam=1, advantages whitened over the batch's tokens, value clip 0.5: verl's defaults",
@@ -39,6 +40,7 @@ PPO = Recipe(
 GRLO = dataclasses.replace(
     PPO,
     name="grlo",
+    smoke=Smoke("explain", (("max_digits", 1),), ("critic/value_loss_term", "reward/rm/score", "reward/rm/mean")),
     paper="GRLO: RLHF from zero in open-ended environments (SJY8460/GRLO, train.sh)",
     inferred=(
         "reward: the score of a Bradley-Terry reward model (rewards.rm.model=DIR, `reasonrl rm train`; the paper: "

@@ -9,7 +9,7 @@ Sampling and optimiser are grpo's tiny-reasoner CPU settings, so the recipes com
 """
 import dataclasses
 
-from ..parts import PolicyLoss
+from ..parts import PolicyLoss, Smoke
 from ..parts.selfteach import EGRSD, SSOPD
 from .grpo import GRPO
 
@@ -19,6 +19,7 @@ _SAME_AS_GRPO = ("group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, c
 SSOPD_RECIPE = dataclasses.replace(
     GRPO,
     name="ssopd",
+    smoke=Smoke(metrics=("distill/pairs", "distill/frontier_weight", "distill/ssopd_term")),
     paper="SSOPD: Self-Supervised On-Policy Distillation, arXiv 2605.17497",
     inferred=(
         "ssopd.coef=1.0 (lambda; not given in the abstract)",
@@ -49,6 +50,7 @@ _EGRSD_INFERRED = (
 EGRSD_RECIPE = dataclasses.replace(
     GRPO,
     name="egrsd",
+    smoke=Smoke(metrics=("egrsd/rows",)),
     paper="EGRSD: Respecting Self-Uncertainty in On-Policy Self-Distillation, arXiv 2605.13255",
     inferred=_EGRSD_INFERRED,
     loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="token-mean"),
@@ -58,6 +60,7 @@ EGRSD_RECIPE = dataclasses.replace(
 CL_EGRSD_RECIPE = dataclasses.replace(
     EGRSD_RECIPE,
     name="cl_egrsd",
+    smoke=Smoke(metrics=("egrsd/rows",)),
     paper="CL-EGRSD (causal lookahead), arXiv 2605.13255",
     inferred=_EGRSD_INFERRED + ("egrsd.lookahead=8: the gate reads min(H_t, mean of the next 8 tokens' H)",),
     egrsd=EGRSD(lookahead=8),

@@ -12,12 +12,13 @@ reasoner was never taught to write critiques, so as a verifier it produces no pa
 """
 import dataclasses
 
-from ..parts import Redirect
+from ..parts import Redirect, Smoke
 from .grpo import GRPO
 
 STRIDE = dataclasses.replace(
     GRPO,
     name="stride",
+    smoke=Smoke(metrics=("stride/redirects", "stride/success_rate", "stride/unparsed")),
     paper="STRIDE: language-driven stepwise trajectory redirection, arXiv 2605.18851 (abstract and intro only)",
     inferred=(
         "redirect.critic=task: the task's exact first-error critique (the tiny reasoner cannot write critiques "

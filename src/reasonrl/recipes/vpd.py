@@ -11,12 +11,13 @@ feedback is the task's critique, computed against the gold working (see docs/vpd
 """
 import dataclasses
 
-from ..parts import VPD
+from ..parts import VPD, Smoke
 from .grpo import GRPO
 
 VPD_RECIPE = dataclasses.replace(
     GRPO,
     name="vpd",
+    smoke=Smoke(metrics=("vpd/beta", "vpd/teacher_accuracy", "vpd/e_loss_term", "vpd/m_loss_term")),
     paper="VPD: Variational Policy Distillation, arXiv 2605.15113",
     inferred=(
         "teacher and student: two LoRA adapters (lora.* settings, the teacher's own init seed) on one frozen "
