@@ -53,8 +53,10 @@ def small(name: str, task, tmp_path) -> tuple:
     return dataclasses.replace(r, **changes), run
 
 
+@pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, request, tmp_path):
-    task_name, options, keys = OWN[name]
+    smoke = get_recipe(name).smoke
+    task_name, options, keys = smoke.task, dict(smoke.task_options), smoke.metrics
     # one-digit sums: the tiny model gets some right, so groups vary and every part has rows to act on
     options = {"max_digits": 1, **options} if task_name == "arithmetic" else options
     base = get_task(task_name, **options)

@@ -48,7 +48,8 @@ def _assigned(path: str) -> set[str]:
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     names = set()
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
         names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
 

@@ -16,6 +16,9 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 CODEACT = Recipe(
     name="codeact",
+    summary=("multi-turn CodeAct episodes (Python cells calling tools in a persistent sandbox, observations masked "
+             "from the loss) on the FHIR records task; the verifier's or an LLM judge's reward"),
+    doc="agents.md",
     smoke=Smoke("fhir", (("n_patients", 10),), POLICY_METRICS + ("episode/turns_mean", "episode/finish_context",
                                                          "episode/trainable_frac", "env/codeact/malformed")),
     paper="FHIR agent: multi-turn CodeAct RL with an LLM-judge reward (spec envs-selfplay-eval 6; mechanics: "

@@ -10,7 +10,10 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 AZR_RECIPE = Recipe(
     name="azr",
-    smoke=Smoke("azr", metrics=("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets", "reward/azr_format/format_rate"),
+    summary="one policy proposes program tasks (deduction, abduction, induction) and solves them; TRR++",
+    doc="selfplay.md",
+    smoke=Smoke("azr", metrics=("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets",
+                                "reward/azr_format/format_rate"),
               changes=(("azr.proposals", 1), ("azr.estimate_samples", 2))),
     paper="Absolute Zero: Reinforced Self-play Reasoning with Zero Data, arXiv 2505.03335 (code: "
           "LeapLabTHU/Absolute-Zero-Reasoner)",

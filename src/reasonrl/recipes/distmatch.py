@@ -13,6 +13,9 @@ _SHARED = (
 # FlowRL: the trajectory-balance residual with a learned log Z(x), beta 15, w the clipped sequence ratio
 FLOWRL = Recipe(
     name="flowrl",
+    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
+             "log Z"),
+    doc="distmatch.md",
     smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/w_term", "balance/delta_std")),
     paper="FlowRL: Matching Reward Distributions via Flow Balance, arXiv 2509.15207 (verl recipe/flowrl)",
     inferred=_SHARED + (
@@ -34,6 +37,9 @@ FLOWRL = Recipe(
 # DISA: the same residual with a frozen, offline importance-sampled log Z_hat(x) and the raw reward
 DISA = Recipe(
     name="disa",
+    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
+             "log Z"),
+    doc="distmatch.md",
     smoke=Smoke(metrics=("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs"),
               changes=(("balance.proposals", 2),)),  # the in-run table: 2 proposals per pool prompt
     paper="DISA: Offline Importance Sampling for Distribution-Matching LLM-RL, arXiv 2605.17295",
@@ -69,6 +75,8 @@ _DIFFUSION = (
 # TraFL: trajectory balance on a masked-diffusion LM with the ELBO surrogate (coupled masks) and a learned log Z
 TRAFL = Recipe(
     name="trafl",
+    summary="trajectory balance / GRPO on a tiny masked-diffusion LM (LLaDA sampler, ELBO surrogate)",
+    doc="distmatch.md",
     smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
     paper="TraFL: Beyond Mode-Seeking RL, trajectory flow balancing for diffusion LMs, arXiv 2605.13935",
     inferred=_SHARED + _DIFFUSION + (
@@ -91,6 +99,8 @@ TRAFL = Recipe(
 # diffu-GRPO (d1): GRPO on a masked-diffusion LM with d1's one-step per-token log-probs
 DIFFU_GRPO = Recipe(
     name="diffu_grpo",
+    summary="trajectory balance / GRPO on a tiny masked-diffusion LM (LLaDA sampler, ELBO surrogate)",
+    doc="distmatch.md",
     smoke=Smoke(metrics=POLICY_METRICS + ("loss/kl",)),
     paper="d1: Scaling Reasoning in Diffusion LLMs via RL (diffu-GRPO), arXiv 2504.12216",
     inferred=_SHARED[1:] + _DIFFUSION + (

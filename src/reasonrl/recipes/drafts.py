@@ -13,6 +13,11 @@ from .grpo import DR_GRPO
 DRAFTS = dataclasses.replace(
     DR_GRPO,
     name="drafts",
+    summary="a weak model's wrong draft of another problem in the prompt",
+    details=("Dr. GRPO on prompts that carry a weak model's wrong draft of a *different* problem "
+             "(`drafts.mode=mismatched_wrong`; also `no_draft`, `matched_wrong`, `mismatched_correct`), seeded "
+             "derangement, the `N/A` template at evaluation (`reasonrl drafts make`)"),
+    doc="drafts.md",
     smoke=Smoke(metrics=("drafts/with_draft_frac", "drafts/mismatched_frac")),
     paper="Mismatched wrong drafts (weak-to-strong elicitation), arXiv 2605.17314",
     inferred=(

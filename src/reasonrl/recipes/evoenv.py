@@ -8,7 +8,11 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 EVOENV_RECIPE = Recipe(
     name="evoenv",
-    smoke=Smoke("evoenv", metrics=("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size", "evoenv/retired_total"),
+    summary=("one policy writes Python environments, admitted by staged checks, review, calibration and novelty, "
+             "and solves their instances"),
+    doc="selfplay.md",
+    smoke=Smoke("evoenv", metrics=("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size",
+                                   "evoenv/retired_total"),
               changes=(("evoenv.proposals", 1), ("evoenv.estimate_instances", 2), ("evoenv.estimate_samples", 1),
                        ("evoenv.review_samples", 1))),
     paper="EvoEnv: the model builds the environments that train it (shared/seeds; 10 seed environments, "

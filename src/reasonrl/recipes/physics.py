@@ -13,6 +13,12 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 PHYSICS_R1 = Recipe(
     name="physics_r1",
+    summary="GSPO ratio, asymmetric clip, dynamic sampling, multipart `physics_match` reward",
+    details=("Physics-R1: GRPO advantage, GSPO's sequence ratio with its own asymmetric clip band (3e-4 / 4e-4), "
+             "DAPO's dynamic sampling and overlong shaping, reward `physics_match` (last `\\boxed{}` by brace "
+             "counting, MCQ letters, multipart AND, rtol 1e-2 / atol 1e-6 after LaTeX to text; "
+             "`rewards.physics_match.dense=true` for the spec's dense reward; `--task multipart`)"),
+    doc="physics.md",
     smoke=Smoke("multipart", metrics=("reward/physics_match/mean", "reward/physics_match/part_acc", "dynamic/rounds")),
     paper="Physics-R1 contamination audit and GSPO+DAPO recipe (spec envs-selfplay-eval section 7)",
     inferred=(

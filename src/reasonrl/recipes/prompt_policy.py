@@ -14,6 +14,9 @@ from .grpo import GRPO
 PROMPT_POLICY_RECIPE = dataclasses.replace(
     GRPO,
     name="prompt_policy",
+    summary="a prompter trained on a frozen worker's success, with a contrastive history, distilled to one shot",
+    details="",  # not grpo's (replace() would keep it): the summary says it
+    doc="prompt_policy.md",
     smoke=Smoke(metrics=("prompt_policy/worker_calls", "prompt_policy/best_reward", "prompt_policy/distill_term"),
               changes=(("prompt_policy.instances", 2),)),
     paper="Prompt-policy RL by iterative distillation of experience with a black-box worker (the spec's section 5)",

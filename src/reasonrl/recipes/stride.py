@@ -18,6 +18,11 @@ from .grpo import GRPO
 STRIDE = dataclasses.replace(
     GRPO,
     name="stride",
+    summary="failed rollouts redirected from their first wrong step under a critique",
+    details=("a second round: each failed rollout's first wrong step is named by a critique, the steps before it "
+             "kept, 4 continuations regenerated under the critique and trained without it on their suffix only, "
+             "harmless advantage max(r - b, 0), clipped importance ratio (`redirect`)"),
+    doc="selfteach.md",
     smoke=Smoke(metrics=("stride/redirects", "stride/success_rate", "stride/unparsed")),
     paper="STRIDE: language-driven stepwise trajectory redirection, arXiv 2605.18851 (abstract and intro only)",
     inferred=(

@@ -12,6 +12,11 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 SU01 = Recipe(
     name="su01",
+    summary="GSPO + zero-std filtering + self-refine prompts + replay of past successes",
+    details=("GSPO (clip 1e-3) with zero-std filtering, self-refinement prompts from recent wrong answers (20% of "
+             "a batch) and replay of past successes (25%, one per group, old log-probs kept) (`refine_replay`); "
+             "with `pretrain --curriculum reverse_ppl` and `eval --refine N`"),
+    doc="su01.md",
     smoke=Smoke(metrics=("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
     paper="SU-01: reverse-perplexity SFT, GSPO with self-refine and replay, test-time refine, arXiv 2605.13301",
     inferred=(

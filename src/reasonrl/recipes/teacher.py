@@ -28,6 +28,12 @@ _STEP = "lambda_k = max(lambda_0 - (k - 1) delta, lambda_min) at the 1-based tra
 TGPO_RECIPE = dataclasses.replace(
     GRPO,
     name="tgpo",
+    summary="a frozen external teacher's greedy tokens as a regulariser, an advantage, a reverse KL, a KL term",
+    details=("an external frozen teacher (`teacher.model`, same vocabulary, checked) gives its greedy token at "
+             "each of the student's prefixes; `tgpo` adds a decaying regulariser raising the student's log-prob of "
+             "that token (lambda_0 0.002, delta 1e-5), `tgpo_adv` turns it into a token advantage (0.02, 1e-4); "
+             "student log-probs at both label sets from one forward"),
+    doc="teacher.md",
     smoke=Smoke(metrics=("teacher/agree", "teacher/tgpo_coef")),
     paper=_SOURCE + ", reg variant",
     inferred=_COMMON + (
@@ -56,6 +62,8 @@ TGPO_ADV_RECIPE = dataclasses.replace(
 RKL_OPD_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="rkl_opd",
+    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
     smoke=Smoke(metrics=("teacher/agree", "teacher/rkl")),
     paper=_SOURCE + ", reverse-KL on-policy distillation baseline",
     inferred=_COMMON + (
@@ -70,6 +78,8 @@ RKL_OPD_RECIPE = dataclasses.replace(
 KDRL_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="kdrl",
+    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
     smoke=Smoke(metrics=("teacher/agree", "teacher/kdrl_kl")),
     paper=_SOURCE + ", KDRL baseline",
     inferred=_COMMON + (
