@@ -171,7 +171,7 @@ def _file(base: Path) -> Path:
 def first_sentence(path: Path) -> str:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     if not doc:
-        raise ValueError(f"{path.relative_to(ROOT)} has no docstring: the README's layout table reads its first sentence")
+        raise ValueError(f"{path} has no docstring: the README's layout table reads its first sentence")
     text = " ".join(doc.split("\n\n")[0].split())
     text = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text).replace("``", "`")  # reST roles and literals to markdown
     return re.split(r"\.\s+(?=[A-Z`])", text, maxsplit=1)[0].rstrip(".")
