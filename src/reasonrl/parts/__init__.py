@@ -91,9 +91,10 @@ class Recipe:
     name: str
     paper: str = ""
     inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
-    summary: str = ""  # the method in one line (the README's recipe table)
-    details: str = ""  # what it changes, with its numbers (docs/recipes.md; empty: the summary)
-    doc: str = ""  # its page in docs/ ("selfteach.md"; empty: recipes.md)
+    # its documentation (the docs' generated tables), not the method: two recipes that differ only here are equal
+    summary: str = field(default="", compare=False)  # the method in one line (the README's recipe table)
+    details: str = field(default="", compare=False)  # what it changes, with its numbers (docs/recipes.md; "": summary)
+    doc: str = field(default="", compare=False)  # its page in docs/ ("selfteach.md"; empty: recipes.md)
     advantage: Advantage = Advantage()
     shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # (adv, BatchContext) -> adv, after the estimator, in order
     loss: PolicyLoss | None = PolicyLoss()  # None: no policy loss (trajectory balance's loss term is the objective)
