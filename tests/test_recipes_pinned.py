@@ -6,8 +6,10 @@ row updated, with its source). A recipe registered without a row fails too.
 
 Fields pinned: only those that define each method. Deliberately left out: Veto's relaxed band
 (its clip_low / clip_high may become tied to the loss clip), the SAGE knobs of recipes without a
-guide, Steering's contrastive texts beyond their count, and any option being added concurrently
-(Steering alphas/anneal, KL schedules, GroupFilter.max_rounds=None).
+guide, Steering's contrastive texts beyond their count (tested below), and any option being added
+concurrently (Steering alphas/anneal, KL schedules, GroupFilter.max_rounds=None). A part (a registered
+recipe part: its config section) is pinned by the options its row names, so a new part needs no entry
+here beyond the rows of the recipes that use it.
 """
 import dataclasses
 import json
@@ -15,6 +17,7 @@ import re
 
 import pytest
 
+from reasonrl.parts import PART_TYPES
 from reasonrl.recipes import RECIPES
 from reasonrl.rewards.base import reward_name
 
@@ -37,39 +40,15 @@ GRPO_ROW = {
     "group_filter": None,  # (metric, max_rounds)
     "stages": None,  # count
     "veto": None,  # (trigger, include_trigger)
-    "steering": None,  # (layer, alpha_max, is_correction, number of contrastive pairs)
-    "beam": None,  # (first_frac, k_max)
-    "hints": None,  # NudgeRL's (n_hints, per_hint, p_drop, sampler, adv_lambda, distill_coef)
-    "correction": None,  # (p_max, q0, kappa, weight, rho, rho_min, acc_floor, factor)
-    "redirect": None,  # STRIDE: (critic, n_r, n_v, harmless, ratio, clip, lambda_r, eta, max_redirects)
     "shapers": (),  # ((type, {option: value}), ...)
     "extra_rewards": (),  # ((type, weight, {option: value}), ...)
     "aux_losses": (),  # type names
-    "ssopd": None,  # (coef, divergence, frontier, max_prefix_tokens, clip, w_star, teacher)
-    "egrsd": None,  # (direction, magnitude, cap, g_min, tau, lookahead, alpha)
     "selector": None,  # LZE's (selection_ratio, min_selection_ratio, ema_decay, alpha, d_min, jitter, warmup epochs,
     # prune, prune_streak, replay_frac)
-    "d2evo": None,  # (iteration_steps, estimate_samples, solver_samples, p_lo, p_hi, p_star, eta, invalid, floor,
-    #                  use_gold, ngram, anchors_per_step, parse)
-    "teacher": None,  # (teacher model, offload, tgpo (variant, coef, decay, min_coef), rkl_opd (coef, grpo_weight),
-    #                    kdrl (coef, estimator))
-    "fest": None,  # (coef, gamma, decay, beta, sup_loss, reference, length_norm, n_demos, demos_per_step, negatives, all_correct)
-    "vpd": None,  # (feedback, beta, target_kl, factor, band, e_kl, m_divergence, m_coef, alpha)
-    "refine_replay": None,  # SU-01: (refine_share, replay_share, mean_below, sample_below, min_reward, capacity, drop_zero_std)
-    "drafts": None,  # drafts in the prompt: (mode, seed, max_prompt_tokens, template starts with "Problem: ")
-    "azr": None,  # AZR's self-play: (proposals, estimate_samples, types, capacity, min_inputs)
-    "evoenv": None,  # EvoEnv: (proposals, estimate_instances, estimate_samples, p_lo, p_hi, reward, review,
-    #                   review_samples, novelty_tau, capacity, ema, patience)
-    "populora": None,  # PopuLoRA: (teachers, students, proposals, estimate_samples, types, zero_when_unsolved, pfsp,
-    #                     pbt_every, pbt_frac, operators, mutation_sigma, interp, offspring_sigma, (mu0, sigma0, beta, tau))
-    "prompt_policy": None,  # prompt-policy RL: (worker, contexts, instances, renderer, k_top, k_bottom, capacity,
-    #                          critic, distill_coef)
     "run_defaults": {},  # run settings the recipe brings to the command line
-    "critic": None,  # PPO's critic: (model, lr, gamma, lam, whiten, value_clip, vf_coef, warmup_steps)
-    "balance": None,  # trajectory balance: (beta, reward, length_norm, weight, clip_low, clip_high, log_z, z_lr, z_layers,
-    #                   z_dropout, z_detach, proposals, missing, surrogate, mc, mask_t, t_min)
-    "episodes": None,  # (max_turns, max_turn_tokens, max_obs_tokens, max_context_tokens, overflow_reward, turn_limit_reward)
-    "diffusion": None,  # the masked-diffusion policy's sampler: (steps, block_length, remasking), None = the model's
+    # every registered part (a config section: reasonrl.parts.PART_TYPES): None where the recipe has none; a row
+    # pins a part as {option: value} for the options that define the method (only those are compared)
+    **{key: None for key in PART_TYPES},
 }
 
 
@@ -96,7 +75,7 @@ TABLE = {
     # mismatched wrong drafts (arXiv 2605.17314, spec distill-and-data.md 9): Dr. GRPO on prompts with another
     # problem's wrong draft; derangement seed 0, prompt cap 3072 tokens, the paper's template
     "drafts": row(advantage=("dr_grpo", "group"), loss=("token", 0.2, 0.2, None, "clip", "seq-mean-token-sum-norm", None),
-                  drafts=("mismatched_wrong", 0, 3072, True)),
+                  drafts=dict(mode="mismatched_wrong", seed=0, max_prompt_tokens=3072)),
     "dapo": DAPO_ROW,
     # GSPO (arXiv 2507.18071): one length-normalised ratio per response, clip 3e-4 / 4e-4 (section 5.1),
     # the batch split into minibatches (2 here) so the sequence clip acts off-policy
@@ -135,24 +114,28 @@ TABLE = {
                                                    "strict": True}),)),
     # CodeThinker (arXiv 2605.17958): R = 1[c >= 0.5] x outcome + 0.5 x c (precision); beam: half the group
     # sampled, the rest branched from the 2 best prefixes
-    "codethinker": row(task_reward_weight=0.0, beam=(0.5, 2),
+    "codethinker": row(task_reward_weight=0.0, beam=dict(first_frac=0.5, k_max=2),
                        extra_rewards=(("ConsistencyReward", 1.0, {"tau": 0.5, "lambda_p": 0.5, "mode": "gated",
                                                                   "process": "precision"}),)),
     # VSPO (arXiv 2605.15604): steering at layer 2, intensities up to 0.6 of the residual norm, no IS
     # correction, 16 contrastive pairs; reward = task + 0.5 x the spaced-style behaviour
     # NudgeRL (arXiv 2605.15726, authors' config): 2 hints (the first two) x 4 rollouts = G 8, dropout 0.5,
     # adv_lbd 1.1, distill_coeff 0.1; PPO clip 0.2 / 0.2, no KL, per-sequence token mean (loss_type "grpo")
-    "nudgerl": row(hints=(2, 4, 0.5, "sequential", 1.1, 0.1)),
+    "nudgerl": row(hints=dict(n_hints=2, per_hint=4, p_drop=0.5, sampler="sequential", adv_lambda=1.1,
+                              distill_coef=0.1)),
     # CIPO (arXiv 2605.14539; thresholds [inferred], spec section 6): accuracy in (0, 0.75] picked, all-wrong
     # prompts with probability 0.5, -0.5 for a wrong correction repeating the failed answer, lambda_c 1, replay
     # ratio 0.5 halved (down to 1/8) while correction accuracy < 0.1; GRPO with token mean over the joint batch
     "cipo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                correction=(0.75, 0.5, 0.5, 1.0, 0.5, 0.125, 0.1, 2.0)),
+                correction=dict(p_max=0.75, q0=0.5, kappa=0.5, weight=1.0, rho=0.5, rho_min=0.125, acc_floor=0.1,
+                                factor=2.0)),
     # STRIDE (arXiv 2605.18851, spec section 7, all [inferred]): the task's critique on the tiny reasoner, n_r = 4
     # continuations, harmless advantage, ratio clipped at c = 5, lambda_r = 1, eta = 0.5, n_v = 4, one
     # redirection per prompt per step (None)
-    "stride": row(redirect=("task", 4, 4, True, True, 5.0, 1.0, 0.5, None)),
-    "vspo": row(steering=(2, 0.6, False, 16), extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
+    "stride": row(redirect=dict(critic="task", n_r=4, n_v=4, harmless=True, ratio=True, clip=5.0, lambda_r=1.0,
+                                eta=0.5, max_redirects=None)),
+    "vspo": row(steering=dict(layer=2, alpha_max=0.6, is_correction=False),
+                extra_rewards=(("FormatRegex", 0.5, {"name": "spaced"}),)),
     # Physics-R1 (spec envs-selfplay-eval 7(b): verl grpo + loss_mode gspo + reward_manager dapo): GSPO's sequence
     # ratio clipped 3e-4 / 4e-4, dynamic sampling on accuracy (3 rounds), the binary physics_match reward (rtol 1e-2,
     # atol 1e-6, DENSE_REWARD=0) replacing the verifier, overlong shaping over the last 20% unscaled (verl's DAPO
@@ -165,14 +148,16 @@ TABLE = {
                                                                "cache_len": None}))),
     # SSOPD (arXiv 2605.17497; spec section 1, all [inferred]): lambda 1, forward KL on the full vocabulary,
     # frontier weight 4p(1-p), no prefix cap; GRPO otherwise
-    "ssopd": row(ssopd=(1.0, "forward_kl", "4p(1-p)", None, 1.0, "eos", "live")),
+    "ssopd": row(ssopd=dict(coef=1.0, divergence="forward_kl", frontier="4p(1-p)", max_prefix_tokens=None, clip=1.0,
+                            w_star="eos", teacher="live")),
     # EGRSD (arXiv 2605.13255; spec section 2, forms [inferred]): A_i x clip(exp(q - s), 1/5, 5) x gate (g_min 0.1,
     # tau 1), PPO-clip 0.2 with token-mean over the batch (1 / sum |y_i|), no additive GRPO share;
     # CL-EGRSD: lookahead window 8. Magnitude 'ratio' since issue #26 (3 seeds x 60 steps from the context-mix
     # warm start, recipe_health/egrsd_ctx.json: ratio 0.651 +- 0.050, the spec's inferred 'abs' 0.536 +- 0.023,
     # grpo 0.633 +- 0.053; alpha=1 0.627, tau=0.1 0.541)
     "egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                 egrsd=("advantage", "ratio", 5.0, 0.1, 1.0, 0, 0.0)),
+                 egrsd=dict(direction="advantage", magnitude="ratio", cap=5.0, g_min=0.1, tau=1.0, lookahead=0,
+                            alpha=0.0)),
     # LZE (arXiv 2605.17003; spec section 10): the example scripts' ratio 0.4 and no warm-up, no std division;
     # the class defaults otherwise (min ratio 0.3, EMA 0.9, alpha 0.3, d_min 0.05, Gumbel 0.05, prune after 2
     # solved epochs, replay 10%)
@@ -181,45 +166,59 @@ TABLE = {
     # D2Evo (arXiv 2605.17037; spec section 11, all [inferred]): n = 8 samples to estimate and to judge, band
     # [0.2, 0.8], p* 0.5, eta 0.5, invalid -1, majority floor 0.3 (no gold), character 3-grams; G_Q = G = 4,
     # 4 anchors per step, 10 steps per iteration, a question is the longest leading expression (ours)
-    "d2evo": row(group_size=4, d2evo=(10, 8, 8, 0.2, 0.8, 0.5, 0.5, -1.0, 0.3, False, 3, 4, "prefix"),
+    "d2evo": row(group_size=4, d2evo=dict(iteration_steps=10, estimate_samples=8, solver_samples=8, p_lo=0.2,
+                                          p_hi=0.8, p_star=0.5, eta=0.5, invalid=-1.0, floor=0.3, use_gold=False,
+                                          ngram=3, anchors_per_step=4, parse="prefix"),
                  run_defaults={"data.pool": 128}),
     "cl_egrsd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                    egrsd=("advantage", "ratio", 5.0, 0.1, 1.0, 8, 0.0)),
+                    egrsd=dict(direction="advantage", magnitude="ratio", cap=5.0, g_min=0.1, tau=1.0, lookahead=8,
+                               alpha=0.0)),
     # TGPO (arXiv 2605.13230, released code helldog-star/TGPO): PPO-clip 0.2 with token-mean, entropy 0.001,
     # no KL; reg: lambda_0 0.002, delta 1e-5; adv: 0.02, 1e-4 (None = the variant's default, resolved in
     # TGPO.coef_at); RKL-OPD: log pi_T - log pi_old alone; KDRL: beta 0.002 on the k2 estimate
     "tgpo": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
-                teacher=("builtin:teacher", False, ("reg", None, None, 0.0), None, None)),
+                teacher=dict(model="builtin:teacher", offload=False),
+                tgpo=dict(variant="reg", coef=None, decay=None, min_coef=0.0)),
     "tgpo_adv": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
-                    teacher=("builtin:teacher", False, ("adv", None, None, 0.0), None, None)),
+                    teacher=dict(model="builtin:teacher", offload=False),
+                    tgpo=dict(variant="adv", coef=None, decay=None, min_coef=0.0)),
     "rkl_opd": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
-                   teacher=("builtin:teacher", False, None, (1.0, 0.0), None)),
+                   teacher=dict(model="builtin:teacher", offload=False),
+                   rkl_opd=dict(coef=1.0, grpo_weight=0.0)),
     "kdrl": row(loss=("token", 0.2, 0.2, None, "clip", "token-mean", None), entropy_coef=0.001,
-                teacher=("builtin:teacher", False, None, None, (0.002, "k2"))),
+                teacher=dict(model="builtin:teacher", offload=False),
+                kdrl=dict(coef=0.002, estimator="k2")),
     # FEST (arXiv 2605.15012; spec section 5, constants [inferred]): alpha_0 = 1 halving per pass over the demos,
     # sigmoid DPO beta 0.1 on summed log-probs against the initial model; 32 demos, 4 a step, the first incorrect
     # rollout as rejected, all-correct demos skipped; GRPO otherwise
-    "fest": row(fest=(1.0, 0.5, "exponential", 0.1, "dpo", "initial", False, 32, 4, "one", "skip")),
+    "fest": row(fest=dict(coef=1.0, gamma=0.5, decay="exponential", beta=0.1, sup_loss="dpo", reference="initial",
+                          length_norm=False, n_demos=32, demos_per_step=4, negatives="one", all_correct="skip")),
     # VPD (arXiv 2605.15113; spec section 4, all [inferred]): the task's critique as feedback, beta0 0.1, target
     # 0.05 nats/token, x2 / /2 outside [delta/1.5, 1.5 delta], exact E-step KL, reverse-KL M-step weight 1, GRPO alpha 1
-    "vpd": row(vpd=("critique", 0.1, 0.05, 2.0, 1.5, "exact", "reverse_kl", 1.0, 1.0),
+    "vpd": row(vpd=dict(feedback="critique", beta=0.1, target_kl=0.05, factor=2.0, band=1.5, e_kl="exact",
+                        m_divergence="reverse_kl", m_coef=1.0, alpha=1.0),
                run_defaults={"lora.r": 8}),  # the rank of the measured compare
     # SU-01 (arXiv 2605.13301, spec section 13): GSPO eps 1e-3 / 1e-3, no KL, 4 optimizer steps per rollout batch,
     # zero-std filtering (3 rounds), refine prompts 20% and replay 25% of the batch from groups with mean reward < 0.5
     # (samples < 0.9) and successes above reward 0; buffer 256 and filtering of extra groups [inferred]
     "su01": row(loss=("sequence", 1e-3, 1e-3, None, "clip", "seq-mean-token-mean", None), optim=(5e-5, 1, 4),
-                group_filter=("accuracy", 3), refine_replay=(0.2, 0.25, 0.5, 0.9, 0.0, 256, True)),
+                group_filter=("accuracy", 3), refine_replay=dict(refine_share=0.2, replay_share=0.25, mean_below=0.5,
+                                                                 sample_below=0.9, min_reward=0.0, capacity=256,
+                                                                 drop_zero_std=True)),
     # AZR (arXiv 2505.03335, released code): TRR++ over REINFORCE++ (the estimator named, the part overrides it
     # by bucket), no KL, the solver's 1 / -0.5 / -1 format shaping as an extra reward of weight 1; the program
     # world's task; 2 proposal prompts per type, p_hat from 4 solver samples (code: 8), all three types
     "azr": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                group_size=4, extra_rewards=(("AZRShaping", 1.0, {"wrong": -0.5, "bad_format": -1.0}),),
-               azr=(2, 4, "deduction,abduction,induction", 512, 4), run_defaults={"task": "azr"}),
+               azr=dict(proposals=2, estimate_samples=4, types="deduction,abduction,induction", capacity=512,
+                        min_inputs=4), run_defaults={"task": "azr"}),
     # EvoEnv (spec section 2, [inferred] but for the four checks and the ten seeds): per-role TRR++, no KL; L5 from
     # 4 instances x 2 answers in [0.1, 0.8], learnability reward, the policy's review (3 votes), novelty tau 0.8
     # (the spec's 0.5 rejects the tiny model's short modules on their boilerplate), pool of 64, EMA 0.2, patience 3
     "evoenv": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-                  group_size=4, evoenv=(2, 4, 2, 0.1, 0.8, "learnability", "policy", 3, 0.8, 64, 0.2, 3),
+                  group_size=4, evoenv=dict(proposals=2, estimate_instances=4, estimate_samples=2, p_lo=0.1, p_hi=0.8,
+                                            reward="learnability", review="policy", review_samples=3, novelty_tau=0.8,
+                                            capacity=64, ema=0.2, patience=3),
                   run_defaults={"task": "evoenv"}),
     # PopuLoRA (spec section 4): the paper's 4 + 4 adapters on AZR's game (the azr recipe's loss, shaping and G);
     # the teacher reward 1 - s_hat with AZR's 0 at s_hat = 0; TrueSkill's defaults (mu0 25, sigma0 25/3, beta 25/6,
@@ -227,21 +226,27 @@ TABLE = {
     # a = 0.5, offspring sigma >= 25/6
     "populora": row(advantage=("reinforce_pp", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
                     group_size=4, extra_rewards=(("AZRShaping", 1.0, {"wrong": -0.5, "bad_format": -1.0}),),
-                    populora=(4, 4, 1, 4, "deduction,abduction,induction", True, "balanced", 10, 0.25,
-                              "gaussian,spectral,modulewise,svd", 0.1, 0.5, 25 / 6, (25.0, 25 / 3, 25 / 6, 25 / 300)),
+                    populora=dict(teachers=4, students=4, proposals=1, estimate_samples=4,
+                                  types="deduction,abduction,induction", zero_when_unsolved=True, pfsp="balanced",
+                                  pbt_every=10, pbt_frac=0.25, operators="gaussian,spectral,modulewise,svd",
+                                  mutation_sigma=0.1, interp=0.5, offspring_sigma=25 / 6, mu0=25.0, sigma0=25 / 3,
+                                  beta=25 / 6, tau=25 / 300),
                     run_defaults={"task": "azr", "lora.r": 8}),
     # prompt-policy RL (spec section 5, [inferred] but the structure): GRPO on the prompter, the shipped base as the
     # worker, one context, M = 4 instances, the task's hints as fragments, history of the 2 best and 2 worst of 64,
     # the failure critic, distillation weight 1; the prompter sampled at T = 2.0 [inferred, measured:
     # benchmarks/results/prompt_policy/oracle60_T2.json 3 of 3 seeds at 1.000 against 2 of 3 at T = 0.8 (oracle90.json);
     # ctxbase45_60_T2.json 0.623 against 0.493 at T = 0.8 (ctxbase45_60.json)]
-    "prompt_policy": row(prompt_policy=("base", "task", 4, "hints", 2, 2, 64, "failures", 1.0), temperature=2.0,
+    "prompt_policy": row(prompt_policy=dict(worker="base", contexts="task", instances=4, renderer="hints", k_top=2,
+                                            k_bottom=2, capacity=64, critic="failures", distill_coef=1.0),
+                         temperature=2.0,
                          run_defaults={"task": "arithmetic"}),
     # PPO + GAE (arXiv 1707.06347, 1506.02438; verl's defaults): gamma = lam = 1, whitened advantages, value clip
     # 0.5, token-mean loss, no KL; a separate critic copied from the policy, lr 10x the actor's (GRLO's 1e-5 / 1e-6
     # on the tiny actor lr 5e-5); REINFORCE's A = r as the estimator the critic replaces; G = 8 as grpo
     "ppo": row(advantage=("reinforce", "group"), loss=("token", 0.2, 0.2, None, "clip", "token-mean", None),
-               critic=("policy", 5e-4, 1.0, 1.0, True, 0.5, 1.0, 0)),
+               critic=dict(model="policy", lr=5e-4, gamma=1.0, lam=1.0, whiten=True, value_clip=0.5, vf_coef=1.0,
+                           warmup_steps=0)),
     # GRLO (spec envs-selfplay-eval 8 (b), train.sh): verl PPO + GAE gamma = lam = 1 from the base, n = 1, a BT
     # reward model's score alone (style_mix off), 4 PPO mini-batches per batch, actor / critic lr 1:10 (1e-6 / 1e-5
     # there; 2e-5 / 2e-4 on the tiny reasoner); k3 KL 0.5 to the start [inferred: the paper has none; measured, the
@@ -250,35 +255,47 @@ TABLE = {
                 kl=(0.5, "k3", None),
                 group_size=1, optim=(2e-5, 1, 4), task_reward_weight=0.0,
                 extra_rewards=(("RMReward", 1.0, {"model": "", "length_coef": 0.0, "length_target": 64}),),
-                critic=("policy", 2e-4, 1.0, 1.0, True, 0.5, 1.0, 0),
+                critic=dict(model="policy", lr=2e-4, gamma=1.0, lam=1.0, whiten=True, value_clip=0.5, vf_coef=1.0,
+                            warmup_steps=0),
                 run_defaults={"task": "explain", "prompts_per_step": 64}),
     # FlowRL (arXiv 2509.15207, verl recipe/flowrl): no policy loss, the trajectory-balance residual with beta 15 on
     # the GRPO advantage, token-mean log-probs, w clipped to the spec's [0.8, 1.2], a 3-layer log Z head (dropout
     # 0.1) with grad into the backbone; its own lr 1e-3 [inferred]
-    "flowrl": row(loss=None, balance=(15.0, "group", True, "clip", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
-                                      "token", 1, None, 1e-3)),
+    "flowrl": row(loss=None, balance=dict(beta=15.0, reward="group", length_norm=True, weight="clip", clip_low=0.2,
+                                          clip_high=0.2, log_z="head", z_lr=1e-3, z_layers=3, z_dropout=0.1,
+                                          z_detach=False, proposals=8, missing="error", surrogate="token", mc=1,
+                                          mask_t=None, t_min=1e-3)),
     # DISA (arXiv 2605.17295, spec section 7): the same residual with the raw reward and a frozen table log Z_hat
     # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail; beta 1
     # [inferred, measured: the spec's 15 (FlowRL's) narrows the policy on the raw {0, 1} reward, docs/distmatch.md]
-    "disa": row(loss=None, balance=(1.0, "raw", True, "clip", 0.2, 0.2, "table", 1e-3, 3, 0.1, False, 8, "error",
-                                    "token", 1, None, 1e-3), run_defaults={"data.pool": 128}),
+    "disa": row(loss=None, balance=dict(beta=1.0, reward="raw", length_norm=True, weight="clip", clip_low=0.2,
+                                        clip_high=0.2, log_z="table", z_lr=1e-3, z_layers=3, z_dropout=0.1,
+                                        z_detach=False, proposals=8, missing="error", surrogate="token", mc=1,
+                                        mask_t=None, t_min=1e-3), run_defaults={"data.pool": 128}),
     # TraFL (arXiv 2605.13935, spec section 8): the residual on the masked-diffusion LM with the ELBO surrogate (K_mc 1,
     # t ~ U(1e-3, 1], coupled masks), w = 1, a learned log Z; the shipped diffusion model, its own sampler settings
-    "trafl": row(loss=None, balance=(15.0, "group", True, "one", 0.2, 0.2, "head", 1e-3, 3, 0.1, False, 8, "error",
-                                     "elbo", 1, None, 1e-3), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
+    "trafl": row(loss=None, balance=dict(beta=15.0, reward="group", length_norm=True, weight="one", clip_low=0.2,
+                                         clip_high=0.2, log_z="head", z_lr=1e-3, z_layers=3, z_dropout=0.1,
+                                         z_detach=False, proposals=8, missing="error", surrogate="elbo", mc=1,
+                                         mask_t=None, t_min=1e-3),
+                 diffusion=dict(steps=None, block_length=None, remasking=None), run_defaults={"model": "builtin:diffusion"}),
     # CodeAct agent (spec envs-selfplay-eval 6, mechanics [inferred]: verl multi-turn, Search-R1): trajectory-level
     # GRPO over G = 8 episodes, DAPO-style token-mean with clip 0.2 / 0.28, no KL; 4 turns, observations of 256
     # tokens, context 2048, an episode cut by a cap scores 0; the FHIR task
-    "codeact": row(loss=("token", 0.2, 0.28, None, "clip", "token-mean", None), episodes=(4, None, 256, 2048, 0.0, 0.0),
+    "codeact": row(loss=("token", 0.2, 0.28, None, "clip", "token-mean", None),
+                   episodes=dict(max_turns=4, max_turn_tokens=None, max_obs_tokens=256, max_context_tokens=2048,
+                                 overflow_reward=0.0, turn_limit_reward=0.0),
                    run_defaults={"task": "fhir"}),
     # the same with the paper's reward: the LLM judge's verdict alone (backend set by the user), the verifier weight 0
     "codeact_judge": row(loss=("token", 0.2, 0.28, None, "clip", "token-mean", None), task_reward_weight=0.0,
                          extra_rewards=(("JudgeReward", 1.0, {"backend": "", "mode": "verdict"}),),
-                         episodes=(4, None, 256, 2048, 0.0, 0.0),
+                         episodes=dict(max_turns=4, max_turn_tokens=None, max_obs_tokens=256, max_context_tokens=2048,
+                                       overflow_reward=0.0, turn_limit_reward=0.0),
                          run_defaults={"task": "fhir"}),
     # diffu-GRPO (d1, arXiv 2504.12216): GRPO's clipped loss on the one-step per-token log-probs, KL 0.04 (k3) to the
     # warm start, on the shipped diffusion model
-    "diffu_grpo": row(kl=(0.04, "k3", None), diffusion=(None, None, None), run_defaults={"model": "builtin:diffusion"}),
+    "diffu_grpo": row(kl=(0.04, "k3", None), diffusion=dict(steps=None, block_length=None, remasking=None),
+                      run_defaults={"model": "builtin:diffusion"}),
 }
 
 
@@ -294,7 +311,6 @@ def _actual(recipe, expected):
     extras = tuple((type(fn).__name__, w, _options(fn, opts))
                    for (fn, w), (_, _, opts) in zip(r.extra_rewards, expected["extra_rewards"]))
     extras += tuple((type(fn).__name__, w, {}) for fn, w in r.extra_rewards[len(expected["extra_rewards"]):])
-    st, c = r.steering, r.correction
     return {
         "advantage": (r.advantage.estimator, r.advantage.scale),
         "loss": None if loss is None else (loss.ratio, loss.clip_low, loss.clip_high, loss.dual_clip, loss.trust_region,
@@ -310,68 +326,29 @@ def _actual(recipe, expected):
         "group_filter": None if r.group_filter is None else (r.group_filter.metric, r.group_filter.max_rounds),
         "stages": None if r.stages is None else r.stages.count,
         "veto": None if loss is None or loss.veto is None else (loss.veto.trigger, loss.veto.include_trigger),
-        "steering": None if st is None else (st.layer, st.alpha_max, st.is_correction, len(st.positive)),
-        "beam": None if r.beam is None else (r.beam.first_frac, r.beam.k_max),
-        "hints": None if r.hints is None else (r.hints.n_hints, r.hints.per_hint, r.hints.p_drop, r.hints.sampler,
-                                               r.hints.adv_lambda, r.hints.distill_coef),
-        "correction": None if r.correction is None else (c.p_max, c.q0, c.kappa, c.weight, c.rho, c.rho_min, c.acc_floor,
-                                                         c.factor),
-        "redirect": None if r.redirect is None else tuple(getattr(r.redirect, k) for k in (
-            "critic", "n_r", "n_v", "harmless", "ratio", "clip", "lambda_r", "eta", "max_redirects")),
         "shapers": shapers,
         "extra_rewards": extras,
         "aux_losses": tuple(type(a).__name__ for a in r.aux_losses),
-        "ssopd": None if r.ssopd is None else (r.ssopd.coef, r.ssopd.divergence, r.ssopd.frontier,
-                                               r.ssopd.max_prefix_tokens, r.ssopd.clip, r.ssopd.w_star, r.ssopd.teacher),
         "selector": None if r.selector is None else tuple(getattr(r.selector, k) for k in (
             "selection_ratio", "min_selection_ratio", "ema_decay", "alpha", "d_min", "jitter", "warmup_transition_epochs",
             "prune", "prune_streak", "replay_frac")),
-        "teacher": None if r.teacher is None else (
-            r.teacher.model, r.teacher.offload,
-            None if r.tgpo is None else (r.tgpo.variant, r.tgpo.coef, r.tgpo.decay, r.tgpo.min_coef),
-            None if r.rkl_opd is None else (r.rkl_opd.coef, r.rkl_opd.grpo_weight),
-            None if r.kdrl is None else (r.kdrl.coef, r.kdrl.estimator)),
-        "fest": None if r.fest is None else tuple(getattr(r.fest, k) for k in (
-            "coef", "gamma", "decay", "beta", "sup_loss", "reference", "length_norm", "n_demos", "demos_per_step",
-            "negatives", "all_correct")),
-        "drafts": None if getattr(r, "drafts", None) is None else (r.drafts.mode, r.drafts.seed, r.drafts.max_prompt_tokens,
-                                                                 r.drafts.template.startswith("Problem: {problem}")),
-        "egrsd": None if r.egrsd is None else (r.egrsd.direction, r.egrsd.magnitude, r.egrsd.cap, r.egrsd.g_min,
-                                               r.egrsd.tau, r.egrsd.lookahead, r.egrsd.alpha),
-        "d2evo": None if r.d2evo is None else tuple(getattr(r.d2evo, k) for k in (
-            "iteration_steps", "estimate_samples", "solver_samples", "p_lo", "p_hi", "p_star", "eta", "invalid", "floor",
-            "use_gold", "ngram", "anchors_per_step", "parse")),
-        "vpd": None if r.vpd is None else tuple(getattr(r.vpd, k) for k in (
-            "feedback", "beta", "target_kl", "factor", "band", "e_kl", "m_divergence", "m_coef", "alpha")),
-        "critic": None if r.critic is None else tuple(getattr(r.critic, k) for k in (
-            "model", "lr", "gamma", "lam", "whiten", "value_clip", "vf_coef", "warmup_steps")),
-        "refine_replay": None if r.refine_replay is None else tuple(getattr(r.refine_replay, k) for k in (
-            "refine_share", "replay_share", "mean_below", "sample_below", "min_reward", "capacity", "drop_zero_std")),
-        "azr": None if r.azr is None else tuple(getattr(r.azr, k) for k in (
-            "proposals", "estimate_samples", "types", "capacity", "min_inputs")),
-        "evoenv": None if r.evoenv is None else tuple(getattr(r.evoenv, k) for k in (
-            "proposals", "estimate_instances", "estimate_samples", "p_lo", "p_hi", "reward", "review", "review_samples",
-            "novelty_tau", "capacity", "ema", "patience")),
-        "populora": None if r.populora is None else (*(getattr(r.populora, k) for k in (
-            "teachers", "students", "proposals", "estimate_samples", "types", "zero_when_unsolved", "pfsp", "pbt_every",
-            "pbt_frac", "operators", "mutation_sigma", "interp", "offspring_sigma")),
-            (r.populora.mu0, r.populora.sigma0, r.populora.beta, r.populora.tau)),
-        "prompt_policy": None if r.prompt_policy is None else tuple(getattr(r.prompt_policy, k) for k in (
-            "worker", "contexts", "instances", "renderer", "k_top", "k_bottom", "capacity", "critic", "distill_coef")),
         "run_defaults": dict(r.run_defaults),
-        "balance": None if r.balance is None else tuple(getattr(r.balance, k) for k in (
-            "beta", "reward", "length_norm", "weight", "clip_low", "clip_high", "log_z", "z_lr", "z_layers", "z_dropout",
-            "z_detach", "proposals", "missing", "surrogate", "mc", "mask_t", "t_min")),
-        "diffusion": None if r.diffusion is None else (r.diffusion.steps, r.diffusion.block_length, r.diffusion.remasking),
-        "episodes": None if r.episodes is None else tuple(getattr(r.episodes, k) for k in (
-            "max_turns", "max_turn_tokens", "max_obs_tokens", "max_context_tokens", "overflow_reward", "turn_limit_reward")),
+        **{key: _part(r.parts.get(key), expected[key]) for key in PART_TYPES},
     }
+
+
+def _part(part, expected):
+    """A part's values of the options its row names (all its options where the row expects none)."""
+    if part is None or expected is None:
+        return part if part is None else dataclasses.asdict(part)
+    return {k: getattr(part, k) for k in expected}
 
 
 def test_every_registered_recipe_has_a_row_and_every_row_a_recipe():
     assert set(RECIPES) - set(TABLE) == set(), "a recipe is registered without a pinned row: add it to TABLE"
     assert set(TABLE) - set(RECIPES) == set(), "TABLE pins a recipe that is no longer registered"
     assert all(set(r) == set(GRPO_ROW) for r in TABLE.values())  # every row states every field
+    assert all(r[k] is None or (isinstance(r[k], dict) and r[k]) for r in TABLE.values() for k in PART_TYPES)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE))
@@ -422,8 +399,14 @@ def test_vspo_behaviour_reward_is_the_spaced_style_and_its_steering_pairs_contra
     (fn, _), = vspo.extra_rewards
     assert fn.score(["3+4=?\n"] * 2, ["3 + 4 + 0 = 7\nA:7", "3+4+0=7\nA:7"]).values == [1.0, 0.0]
     spaced = re.compile(r"\d [-+=] \d")
+    assert len(vspo.steering.positive) == len(vspo.steering.negative) == 16  # 16 solved problems, with / without
     assert all(spaced.search(t) for t in vspo.steering.positive)
     assert not any(spaced.search(t) for t in vspo.steering.negative)
+
+
+def test_drafts_prompt_is_the_papers_template():
+    # the draft comes after the problem, under the paper's "Problem: ..." template
+    assert RECIPES["drafts"].drafts.template.startswith("Problem: {problem}")
 
 
 def test_edas_recipe_is_dapo_plus_the_shaper():

@@ -209,11 +209,28 @@ def _fmt(v: Any) -> str:
 
 
 @app.command("recipes")
-def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """Every recipe with its paper, its parts and every inferred choice."""
+def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+                parts: bool = typer.Option(False, "--parts", help="The parts instead: the order their hooks run in "
+                                           "(declared by each part: PHASE, AFTER).")) -> None:
+    """Every recipe with its paper, its parts, the order of its hooks and every inferred choice."""
+    from .parts import PART_TYPES, HOOKS
+    from .parts.registry import declared_order
     from .recipes import RECIPES
 
-    rows = [r.describe() for r in RECIPES.values()]
+    if parts:
+        order = declared_order(PART_TYPES)
+        if as_json:
+            print(json.dumps(order, indent=2))
+            return
+        table = Table(title=f"{len(order)} parts, in the order their hooks run")
+        for col in ("key", "part", "phase", "after"):
+            table.add_column(col)
+        for p in order:
+            table.add_row(p["key"], p["part"], p["phase"], ", ".join(p["after"]))
+        console.print(table)
+        return
+    rows = [{**r.describe(), "hooks": {h: [k for k, _ in r.hooked(h)] for h in HOOKS if r.hooked(h)}}
+            for r in RECIPES.values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -224,8 +241,8 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
         loss = r["loss"]  # None: no policy loss (a distribution-matching recipe's part is the objective)
         policy = "loss=none" if loss is None else \
             f"ratio={loss['ratio']} agg={loss['agg']} clip=({loss['clip_low']},{loss['clip_high']})"
-        parts = f"adv={r['advantage']['estimator']} {policy} kl={r['kl']['coef']} G={r['group_size']}"
-        table.add_row(r["name"], r["paper"], parts, "\n".join(f"- {i}" for i in r["inferred"]))
+        parts_text = f"adv={r['advantage']['estimator']} {policy} kl={r['kl']['coef']} G={r['group_size']}"
+        table.add_row(r["name"], r["paper"], parts_text, "\n".join(f"- {i}" for i in r["inferred"]))
     console.print(table)
 
 

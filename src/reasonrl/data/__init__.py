@@ -1,4 +1,4 @@
-"""Which data the loop learns from (layer 2): selectors, curricula and dataset builders.
+"""Which data the loop learns from: selectors, curricula and dataset builders.
 
 A selector decides which prompts get rollouts and which groups reach the update, with per-prompt
 state keyed by the item's stable key and saved in checkpoints (shared/DESIGN.md, "Where new parts

@@ -1,1 +1,1 @@
-"""Diagnostics of trained runs (layer 4): analyses that read runs and models but train nothing."""
+"""Diagnostics of trained runs: analyses that read runs and models but train nothing."""

@@ -1,2 +1,2 @@
-"""Beyond one process: torch.distributed data parallelism and Ray rollout workers (layer 4, beside
+"""Beyond one process: torch.distributed data parallelism and Ray rollout workers (beside
 the trainer, which sees them only through small interfaces)."""

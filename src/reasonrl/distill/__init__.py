@@ -1,4 +1,4 @@
-"""Teacher signals (layer 2): the same model under another context, and later other models.
+"""Teacher signals: the same model under another context, and later other models.
 Pure divergence maths lives in :mod:`reasonrl.losses.divergence`."""
 from .context import ContextScores, encode_contexts, score_under_context
 

@@ -5,12 +5,17 @@ policy loss, KL, sampling, optimiser, dynamic sampling, stages, a selector, extr
 fields, plus the method's own parts by key (``Recipe(correction=Correction())``; the key is the
 config section, ``correction.p_max=0.5``). The batch maker and the trainer call the parts' hooks
 (:mod:`.protocol`) and never look at a recipe's name.
+
+Every module of this package is imported (:mod:`.registry`): a part is registered by its
+``@register_part`` alone, and the order its hooks run in is the one its class declares (``PHASE``,
+``AFTER``), not the order of the imports below (those only keep the package's public names).
 """
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, NamedTuple
 
 import torch
 
@@ -20,10 +25,11 @@ from ..data.selector import Selector
 from ..rewards.options import reward_options
 from ..config.rules import Rule
 from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
-# the method parts, in the order their hooks run (a part reading another's channel comes after it)
+from .registry import import_all, order_parts
+# the public names (the hook order is declared by the parts: .registry)
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .episodes import Episodes  # multi-turn agent episodes: a rollout strategy
-from .critic import Critic  # PPO's GAE replaces the estimator: first, so every later part shapes its advantages
+from .critic import Critic
 from .nudge import HintSampling
 from .correction import Correction
 from .redirect import Redirect
@@ -46,12 +52,27 @@ from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy,
 
 __all__ = ["Critic", "D2Evo", "Diffusion", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus",
            "Correction", "Drafts", "Episodes", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
-           "PlainSampling", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
+           "PlainSampling", "Smoke", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
            "Stages", "Steering", "StepCredit", "TrajectoryBalance", "VPD", "Veto", "entropy_term", "kl_term", "loss_agg",
            "policy_term", "register_part", "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]
 
-IDENTITY = ("name", "paper", "inferred")  # what names a recipe; no part, no option
+import_all(sys.modules[__name__])  # every part module, so each @register_part has run
+order_parts(PART_TYPES)  # the hook order the parts declare (a bad AFTER or a cycle fails here, at import)
+
+# what names and documents a recipe and what its tests need; no part, no option
+IDENTITY = ("name", "paper", "inferred", "summary", "details", "doc", "smoke")
 NOT_HOOKED = IDENTITY + ("extra_rewards", "run_defaults")  # fields that hold no part with hooks
+POLICY_METRICS = ("loss/policy", "loss/clip_frac_low", "loss/clip_frac_high")
+
+
+class Smoke(NamedTuple):
+    """What the recipe's two-step smoke test runs on (tests/test_every_recipe.py): the task and its
+    options, the metric keys the recipe's own parts log at every step, and the dotted keys (as on the
+    command line: ``hints.per_hint``, ``data.pool``) that make its parts small enough for two CPU steps."""
+    task: str = "arithmetic"
+    task_options: tuple[tuple[str, Any], ...] = ()
+    metrics: tuple[str, ...] = POLICY_METRICS
+    changes: tuple[tuple[str, Any], ...] = ()
 
 
 def _min_group(values) -> int:
@@ -70,6 +91,10 @@ class Recipe:
     name: str
     paper: str = ""
     inferred: tuple[str, ...] = ()  # every choice not fixed by the paper, stated
+    # its documentation (the docs' generated tables), not the method: two recipes that differ only here are equal
+    summary: str = field(default="", compare=False)  # the method in one line (the README's recipe table)
+    details: str = field(default="", compare=False)  # what it changes, with its numbers (docs/recipes.md; "": summary)
+    doc: str = field(default="", compare=False)  # its page in docs/ ("selfteach.md"; empty: recipes.md)
     advantage: Advantage = Advantage()
     shapers: tuple[Callable[..., torch.Tensor], ...] = ()  # (adv, BatchContext) -> adv, after the estimator, in order
     loss: PolicyLoss | None = PolicyLoss()  # None: no policy loss (trajectory balance's loss term is the objective)
@@ -92,6 +117,7 @@ class Recipe:
     # run settings the recipe needs to run as `reasonrl train --recipe NAME` alone (dotted keys: data.pool for a
     # selector with per-prompt state, lora.r for adapter parts); the command line applies them unless given
     run_defaults: tuple[tuple[str, Any], ...] = ()
+    smoke: Smoke = field(default=Smoke(), compare=False)  # the smoke test's settings: no part of the method
 
     RULES: ClassVar[dict[str, Rule]] = {
         "group_size": Rule(lambda v, c: v >= _min_group(c), _group_text),
@@ -170,7 +196,8 @@ class Recipe:
 
     def describe(self) -> dict[str, Any]:
         """Every option of the recipe as plain data (``reasonrl recipes``, the run's config)."""
-        out: dict[str, Any] = {"name": self.name, "paper": self.paper, "inferred": list(self.inferred)}
+        out: dict[str, Any] = {"name": self.name, "paper": self.paper, "summary": self.summary, "doc": self.doc,
+                               "inferred": list(self.inferred)}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name in IDENTITY:
@@ -223,5 +250,5 @@ def _describe(part: Any) -> str:
 
 
 def iter_parts() -> Iterator[tuple[str, type]]:
-    """Every registered part: (key, class), in the order their hooks run."""
+    """Every registered part: (key, class), in the order their hooks run (declared: :mod:`.registry`)."""
     return iter(PART_TYPES.items())

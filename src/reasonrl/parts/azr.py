@@ -57,6 +57,7 @@ def ast_depth(code: str) -> int:
 @dataclass(frozen=True)
 class AZR:
     """AZR's self-play (every field [inferred] for the tiny model unless noted)."""
+    PHASE = "selfplay"  # the hook order (parts/registry.py)
 
     proposals: int = 2  # proposal prompts per task type per step, G proposals each
     estimate_samples: int = 4  # solver samples per valid proposal for p_hat (AZR: n = 8)

@@ -62,6 +62,7 @@ def _table_problem(path: str, c) -> str:
 @dataclass(frozen=True)
 class TrajectoryBalance:
     """The trajectory-balance objective; each field is FlowRL's / the spec's default unless marked."""
+    PHASE = "objective"  # the hook order (parts/registry.py)
 
     beta: float = 15.0  # FlowRL's hard-coded beta (FlowRLActor.flowrl_beta_coef)
     reward: str = "group"  # r_hat: the recipe's group-normalised advantage (FlowRL) or the raw reward (DISA)

@@ -77,6 +77,7 @@ class Correction:
     part's checkpointed state). ``template``: the correction prompt, with
     ``{prompt}`` and ``{attempt}`` slots; end it with ``{prompt}`` so that it ends as the task's prompt.
     """
+    AFTER = ("hints",)  # the order it ran in before the order was declared (parts/registry.py)
 
     p_max: float = 0.75
     q0: float = 0.5

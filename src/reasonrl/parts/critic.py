@@ -51,6 +51,7 @@ SOURCES = ("policy", "head")  # or a directory
 class Critic:
     """A learned value model with GAE. Defaults are verl's (gamma 1, lam 1, value clip 0.5, whitened
     advantages) with the tiny reasoner's critic lr (10x grpo's actor lr 5e-5, GRLO's ratio)."""
+    PHASE = "estimate"  # its GAE replaces the estimator: every later part shapes its advantages
 
     model: str = "policy"  # policy (a separate copy) | head (on the policy) | an HF directory
     lr: float = 5e-4

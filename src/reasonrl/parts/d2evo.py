@@ -65,6 +65,7 @@ class D2Evo:
     ``parse``: how a question is read from the Questioner's text (``prefix`` | ``line``) [ours].
     ``weight``: loss weight of the Questioner's rows (1: as the Solver's) [ours].
     """
+    AFTER = ("egrsd",)  # the order it ran in before the order was declared (parts/registry.py)
 
     iteration_steps: int = 10
     estimate_samples: int = 8

@@ -26,6 +26,7 @@ class Diffusion:
     """LLaDA's sampler settings for the run; None keeps the model's own (its config: ``steps`` =
     canvas / 2, blocks of 8, ``low_confidence`` remasking, as ``reasonrl pretrain --arch diffusion``
     writes them)."""
+    PHASE = "model"  # the hook order (parts/registry.py)
 
     steps: int | None = None  # denoising steps over the whole canvas (split evenly over its blocks)
     block_length: int | None = None  # semi-autoregressive blocks (LLaDA: 32 of 256 at 7B)

@@ -27,6 +27,7 @@ class Drafts:
     ``drafts.seed``: the derangement's and the tier choice's seed (spec: 0); ``drafts.max_prompt_tokens``:
     the prompt cap met by cutting the draft alone (spec: 3072; null: no cap); ``drafts.template``:
     the prompt, with the fields {problem} and {draft} (spec's exact text by default)."""
+    AFTER = ("fest",)  # the order it ran in before the order was declared (parts/registry.py)
     mode: str = "mismatched_wrong"
     file: str | None = None
     seed: int = 0

@@ -37,6 +37,8 @@ class Episodes:
     text of an answered row, what the task's verifier reads (``{answer}``: the environment's answer; "" when
     none); ``workers``: environments stepped at once; ``max_live``: episodes run together, in waves (a CodeAct
     episode holds one of the sandbox's per-process uids from its first cell to its end: at most 64)."""
+    PHASE = "rollout"
+    AFTER = ("beam",)  # the order it ran in before the order was declared (one rollout strategy per recipe)
 
     max_turns: int = 4
     max_turn_tokens: int | None = None

@@ -69,6 +69,7 @@ def env_name(code: str) -> str:
 @dataclass(frozen=True)
 class EvoEnv:
     """EvoEnv's generator/solver self-play (thresholds [inferred], the spec's defaults)."""
+    PHASE = "selfplay"
 
     proposals: int = 2  # generator prompts per step, G environments each
     estimate_instances: int = 4  # m instances for calibration

@@ -150,6 +150,7 @@ class FEST:
     (:mod:`reasonrl.data.demos`; None: the task's own ``Item.demo`` of ``n_demos`` train items),
     ``negatives`` one | all incorrect rollouts per demo, ``all_correct`` skip | lowest_likelihood,
     ``temperature`` of the log-probs (1: the untempered policy, as DPO and SFT are defined)."""
+    AFTER = ("kdrl",)  # the order it ran in before the order was declared (parts/registry.py)
 
     coef: float = 1.0
     gamma: float = 0.5

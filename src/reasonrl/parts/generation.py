@@ -79,6 +79,7 @@ class Steering:
     Spec options: ``alphas`` grid (0..alpha_max) or uniform (sample 0 at 0, the rest U[0, alpha_max]);
     ``anneal`` alpha_max to 0 at the last step; ``steer_prompt`` also steers prompt positions
     (functions in :mod:`reasonrl.models.steering`)."""
+    PHASE = "rollout"  # the hook order (parts/registry.py)
 
     layer: int = 1
     alpha_max: float = 4.0
@@ -125,6 +126,7 @@ class BeamSampling:
     of a group's G completions, ``round(G * first_frac)`` are sampled independently and the rest are
     branched from the ``k = min(k_max, rest)`` best prefixes, cut where the task says the reasoning
     first goes wrong (``task.branch_point``). The budget G is never exceeded."""
+    PHASE = "rollout"
 
     first_frac: float = 0.5
     k_max: int = 2

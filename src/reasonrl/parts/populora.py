@@ -67,6 +67,7 @@ def adapter_of(member: str) -> str:
 class PopuLoRA:
     """Options: the population (4 + 4: the paper's best), the AZR game, ratings (the spec's TrueSkill
     defaults), PFSP and PBT. All but the sizes and the rating defaults [inferred]; see the recipe."""
+    PHASE = "selfplay"
 
     teachers: int = 4
     students: int = 4

@@ -51,6 +51,7 @@ CRITICS = ("failures", "none")
 @dataclass(frozen=True)
 class PromptPolicy:
     """Options (all [inferred] but the structure; see the recipe)."""
+    PHASE = "selfplay"
 
     worker: str = "base"  # base | a model directory or hub id | module:attr (a Worker or a function)
     contexts: str = "task"  # task (one context) | meta:f1,f2 (instances grouped by those meta fields)

@@ -43,6 +43,7 @@ class RefineReplay:
     samples feed the refine buffer); ``min_reward`` 0.0 (a replayed success must score above it);
     ``capacity`` [inferred] refine-buffer entries kept (oldest dropped); ``drop_zero_std`` [inferred]:
     the zero-std filter applies to the extra groups too; ``template``: the refine prompt."""
+    AFTER = ("vpd",)  # the order it ran in before the order was declared (parts/registry.py)
 
     refine_share: float = 0.2
     replay_share: float = 0.25

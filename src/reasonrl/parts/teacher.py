@@ -90,6 +90,7 @@ def _needs_teacher(text: str) -> Rule:
 class TGPO:
     """TGPO's teacher-guided term; ``coef`` / ``decay`` None: the variant's defaults (reg 0.002 / 1e-5,
     adv 0.02 / 1e-4, the released 7B scripts), so ``tgpo.variant=adv`` alone gives the adv numbers."""
+    AFTER = ("teacher",)  # reads the teacher's channel (its greedy tokens)
 
     variant: str = "reg"  # reg (the default; spec: which one the paper's headline uses is unsure) | adv
     coef: float | None = None  # lambda_0
@@ -155,6 +156,7 @@ class TGPO:
 class RKLOPD:
     """Reverse-KL on-policy distillation as token advantages ``coef (log pi_T - log pi_old)``
     (+ ``grpo_weight`` x the GRPO advantage). log pi_old = the rollout's behaviour log-probs."""
+    AFTER = ("teacher",)  # reads the teacher's channel
 
     coef: float = 1.0
     grpo_weight: float = 0.0  # [option] 1 with coef 0.002: the released grpo_merge_rkl variant
@@ -178,6 +180,7 @@ class RKLOPD:
 @dataclass(frozen=True)
 class KDRL:
     """KDRL's KL term to the teacher on the sampled tokens, ``+coef * agg(k(log pi_theta - log pi_T))``."""
+    AFTER = ("teacher",)  # reads the teacher's channel
 
     coef: float = 0.002  # beta (released script)
     estimator: str = "k2"  # the released code's 0.5 (log pi_T - log pi_theta)^2; k1 | k3 as options

@@ -1,36 +1,20 @@
 """Named recipes: each a few lines composing parts, with its paper and every inferred choice.
 
-``get_recipe(name)`` returns the frozen :class:`~reasonrl.parts.Recipe`; register your own with
-``register(recipe)``.
+Found where they stand: every public :class:`~reasonrl.parts.Recipe` a module of this package
+assigns at its top level is registered under its name (modules by name, recipes in the order a module defines
+them), so a new recipe is one file here and nothing else. ``get_recipe(name)`` returns the frozen
+recipe; register your own at run time with ``register(recipe)``.
 """
 from __future__ import annotations
 
+import ast
 import difflib
+import importlib
+import pkgutil
+import sys
 
 from ..errors import UserError
 from ..parts import Recipe
-from .agents import AGENT_RECIPES
-from .azr import AZR_RECIPE
-from .evoenv import EVOENV_RECIPE
-from .populora import POPULORA_RECIPE
-from .prompt_policy import PROMPT_POLICY_RECIPE
-from .cipo import CIPO
-from .d2evo import D2EVO
-from .fest import FEST_RECIPE
-from .distmatch import DISTMATCH_RECIPES
-from .drafts import DRAFTS
-from .grpo import DR_GRPO, GRPO
-from .lze import LZE
-from .nudge import NUDGERL
-from .physics import PHYSICS_R1
-from .ppo import GRLO, PPO
-from .objectives import CORR_PO, CISPO, DAPO, EDAS_DAPO, GSPO, MU_GRPO, REINFORCE_PP, RLOO, SAGE
-from .selfteach import SELFTEACH_RECIPES
-from .stride import STRIDE
-from .su01 import SU01
-from .tasks import TASK_RECIPES
-from .teacher import TEACHER_RECIPES
-from .vpd import VPD_RECIPE
 
 RECIPES: dict[str, Recipe] = {}
 
@@ -40,11 +24,41 @@ def register(recipe: Recipe) -> Recipe:
     return recipe
 
 
-for _r in (GRPO, DR_GRPO, DAPO, GSPO, RLOO, REINFORCE_PP, CISPO, EDAS_DAPO, MU_GRPO, SAGE, CORR_PO, NUDGERL, CIPO, STRIDE,
-           PHYSICS_R1, *TASK_RECIPES, *SELFTEACH_RECIPES, LZE, D2EVO, *TEACHER_RECIPES,
-           FEST_RECIPE, DRAFTS, VPD_RECIPE, SU01, AZR_RECIPE, EVOENV_RECIPE, POPULORA_RECIPE,
-           PROMPT_POLICY_RECIPE, PPO, GRLO, *DISTMATCH_RECIPES, *AGENT_RECIPES):
-    register(_r)
+def discover() -> dict[str, Recipe]:
+    """name -> recipe for every public Recipe the modules of this package (``__path__``: a folder
+    added to it is searched too) assign at top level; a recipe imported from another module counts
+    where it is assigned. Two recipes with one name are an error naming both modules."""
+    found: dict[str, Recipe] = {}
+    where: dict[str, str] = {}
+    for info in pkgutil.iter_modules(sys.modules[__name__].__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        own = _assigned(module.__file__)
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or attr not in own or not isinstance(value, Recipe):
+                continue
+            if value.name in found:
+                raise ValueError(f"two recipes are named {value.name!r}: in recipes/{where[value.name]}.py and "
+                                 f"recipes/{info.name}.py ({attr})")
+            found[value.name], where[value.name] = value, info.name
+    return found
+
+
+def _assigned(path: str) -> set[str]:
+    """The names a module's source assigns at top level (``X = ...``, ``X: T = ...``), not those it imports."""
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def reload() -> dict[str, Recipe]:
+    """The registry found again, in place (a recipe module added since, a changed ``__path__``)."""
+    RECIPES.clear()
+    RECIPES.update(discover())
+    return RECIPES
 
 
 def get_recipe(name: str) -> Recipe:
@@ -58,4 +72,6 @@ def _closest(name: str) -> str:
     return f" (did you mean {near[0]!r}?)" if near else ""
 
 
-__all__ = ["RECIPES", "Recipe", "get_recipe", "register"]
+reload()
+
+__all__ = ["RECIPES", "Recipe", "discover", "get_recipe", "register", "reload"]

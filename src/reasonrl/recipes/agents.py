@@ -10,12 +10,17 @@ the arithmetic base no action is code and nothing is rewarded.
 """
 import dataclasses
 
-from ..parts import KL, Advantage, Episodes, PolicyLoss, Recipe
+from ..parts import KL, Advantage, Episodes, PolicyLoss, Recipe, Smoke, POLICY_METRICS
 from ..rewards.judge import JudgeReward
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 CODEACT = Recipe(
     name="codeact",
+    summary=("multi-turn CodeAct episodes (Python cells calling tools in a persistent sandbox, observations masked "
+             "from the loss) on the FHIR records task; the verifier's or an LLM judge's reward"),
+    doc="agents.md",
+    smoke=Smoke("fhir", (("n_patients", 10),), POLICY_METRICS + ("episode/turns_mean", "episode/finish_context",
+                                                         "episode/trainable_frac", "env/codeact/malformed")),
     paper="FHIR agent: multi-turn CodeAct RL with an LLM-judge reward (spec envs-selfplay-eval 6; mechanics: "
           "verl multi-turn, Search-R1, verifiers' MultiTurnEnv)",
     inferred=(
@@ -44,6 +49,7 @@ CODEACT = Recipe(
 CODEACT_JUDGE = dataclasses.replace(
     CODEACT,
     name="codeact_judge",
+    smoke=Smoke("fhir", (("n_patients", 10),), ("episode/turns_mean", "judge/no_answer", "reward/judge/mean")),
     task_reward_weight=0.0,
     extra_rewards=((JudgeReward(), 1.0),),
 )

@@ -9,12 +9,18 @@ one token mean over the joint batch. The paper publishes no code: every threshol
 """
 import dataclasses
 
-from ..parts import Correction
+from ..parts import Correction, Smoke
 from .grpo import GRPO
 
 CIPO = dataclasses.replace(
     GRPO,
     name="cipo",
+    summary="a round of corrections of the model's own failed attempts",
+    details=("a second round: prompts with accuracy in (0, 0.75] get their failed attempt shown back with a "
+             "request to correct it; correction groups join the batch, a correction repeating the failed answer "
+             "earns -0.5; adaptive replay ratio (`correction`)"),
+    doc="selfteach.md",
+    smoke=Smoke(metrics=("cipo/selected", "cipo/groups", "cipo/rho")),
     paper="CIPO: Correction-Oriented Policy Optimization, arXiv 2605.14539",
     inferred=(
         "failure selection: group accuracy in (0, correction.p_max=0.75], all-wrong prompts with probability "

@@ -1,7 +1,7 @@
 """Distribution matching: FlowRL (arXiv 2509.15207), DISA (arXiv 2605.17295), TraFL (arXiv 2605.13935),
 and d1's diffu-GRPO (arXiv 2504.12216) as TraFL's reward-maximising baseline. Spec: shared/specs/objectives.md
 sections 1.5, 7 and 8; the objective's maths in reasonrl.losses.balance, the part in reasonrl.parts.balance."""
-from ..parts import KL, Advantage, Diffusion, PolicyLoss, Recipe, TrajectoryBalance
+from ..parts import KL, Advantage, Diffusion, PolicyLoss, Recipe, TrajectoryBalance, Smoke, POLICY_METRICS
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 _SHARED = (
@@ -13,6 +13,10 @@ _SHARED = (
 # FlowRL: the trajectory-balance residual with a learned log Z(x), beta 15, w the clipped sequence ratio
 FLOWRL = Recipe(
     name="flowrl",
+    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
+             "log Z"),
+    doc="distmatch.md",
+    smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/w_term", "balance/delta_std")),
     paper="FlowRL: Matching Reward Distributions via Flow Balance, arXiv 2509.15207 (verl recipe/flowrl)",
     inferred=_SHARED + (
         "w = clip(exp(sum_t (l - l_old)), 0.8, 1.2): the spec's eps 0.2 (FlowRL's code: 0.2 / 0.28)",
@@ -33,6 +37,11 @@ FLOWRL = Recipe(
 # DISA: the same residual with a frozen, offline importance-sampled log Z_hat(x) and the raw reward
 DISA = Recipe(
     name="disa",
+    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
+             "log Z"),
+    doc="distmatch.md",
+    smoke=Smoke(metrics=("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs"),
+              changes=(("balance.proposals", 2),)),  # the in-run table: 2 proposals per pool prompt
     paper="DISA: Offline Importance Sampling for Distribution-Matching LLM-RL, arXiv 2605.17295",
     inferred=_SHARED[1:] + (
         "r is the raw verifier reward in {0, 1} in the residual and in Z (group normalisation is not available "
@@ -66,6 +75,9 @@ _DIFFUSION = (
 # TraFL: trajectory balance on a masked-diffusion LM with the ELBO surrogate (coupled masks) and a learned log Z
 TRAFL = Recipe(
     name="trafl",
+    summary="trajectory balance / GRPO on a tiny masked-diffusion LM (LLaDA sampler, ELBO surrogate)",
+    doc="distmatch.md",
+    smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
     paper="TraFL: Beyond Mode-Seeking RL, trajectory flow balancing for diffusion LMs, arXiv 2605.13935",
     inferred=_SHARED + _DIFFUSION + (
         "lbar is the ELBO surrogate: K_mc = 1 draw per update, t ~ U(1e-3, 1] (LLaDA's eps), every canvas position "
@@ -87,6 +99,9 @@ TRAFL = Recipe(
 # diffu-GRPO (d1): GRPO on a masked-diffusion LM with d1's one-step per-token log-probs
 DIFFU_GRPO = Recipe(
     name="diffu_grpo",
+    summary="trajectory balance / GRPO on a tiny masked-diffusion LM (LLaDA sampler, ELBO surrogate)",
+    doc="distmatch.md",
+    smoke=Smoke(metrics=POLICY_METRICS + ("loss/kl",)),
     paper="d1: Scaling Reasoning in Diffusion LLMs via RL (diffu-GRPO), arXiv 2504.12216",
     inferred=_SHARED[1:] + _DIFFUSION + (
         "per-token log-probs are d1's one-step estimate, log p(y_j | x, whole completion masked); d1's random prompt "

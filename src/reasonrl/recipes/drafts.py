@@ -7,12 +7,18 @@ The draft options are dotted keys: ``drafts.mode=mismatched_wrong drafts.file=dr
 """
 import dataclasses
 
-from ..parts import Drafts
+from ..parts import Drafts, Smoke
 from .grpo import DR_GRPO
 
 DRAFTS = dataclasses.replace(
     DR_GRPO,
     name="drafts",
+    summary="a weak model's wrong draft of another problem in the prompt",
+    details=("Dr. GRPO on prompts that carry a weak model's wrong draft of a *different* problem "
+             "(`drafts.mode=mismatched_wrong`; also `no_draft`, `matched_wrong`, `mismatched_correct`), seeded "
+             "derangement, the `N/A` template at evaluation (`reasonrl drafts make`)"),
+    doc="drafts.md",
+    smoke=Smoke(metrics=("drafts/with_draft_frac", "drafts/mismatched_frac")),
     paper="Mismatched wrong drafts (weak-to-strong elicitation), arXiv 2605.17314",
     inferred=(
         "mode mismatched_wrong, derangement and tier choice seeded 0, the spec's exact template, prompt cap 3072 "

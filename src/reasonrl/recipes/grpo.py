@@ -10,6 +10,9 @@ TINY_CPU_SAMPLING = Sampling(temperature=0.8)
 # k3) is off by default here, as in TRL and verl today; set kl.coef=0.04 for the original.
 GRPO = Recipe(
     name="grpo",
+    summary=("group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
+             "constant normaliser"),
+    details="group z-score advantage, PPO clip 0.2, per-sequence token mean",
     paper="DeepSeekMath, arXiv 2402.03300",
     inferred=(
         "kl.coef=0 (paper: 0.04 with k3); modern defaults (TRL, verl) drop the KL term",
@@ -30,6 +33,9 @@ GRPO = Recipe(
 # answers are not penalised less): a constant G * L_max normaliser, L_max = the generation budget.
 DR_GRPO = Recipe(
     name="dr_grpo",
+    summary=("group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
+             "constant normaliser"),
+    details="mean-only advantage, constant `G * L_max` normaliser",
     paper="Understanding R1-Zero-like Training, arXiv 2503.20783",
     inferred=(
         "loss.norm_len defaults to the generation budget (max_new_tokens), as TRL's dr_grpo",

@@ -2,13 +2,19 @@
 import dataclasses
 
 from ..data.lze import LZE as LZESelector
-from ..parts import Advantage
+from ..parts import Advantage, Smoke
 from .grpo import GRPO
 
 # GRPO's loss and tiny-CPU settings; the selector as the paper's example scripts run it
 LZE = dataclasses.replace(
     GRPO,
     name="lze",
+    summary="learning-zone energy data selection with prune and replay",
+    details=("a selector (`selector`): learning-zone energy d_init x 4p(1-p) x (1 + 0.3 m) per prompt, the top 40% "
+             "of groups (Gumbel jitter) go to the update after epoch 0, solved prompts pruned and 10% replayed; "
+             "needs a finite pool `data.pool=N`"),
+    doc="selector.md",
+    smoke=Smoke(metrics=("select/kept", "select/groups", "select/k")),
     paper="Learning-Zone Energy data selection, arXiv 2605.17003",
     inferred=(
         "selector.selection_ratio=0.4 and warmup_transition_epochs=0 as the example scripts (class defaults 0.7, 3)",

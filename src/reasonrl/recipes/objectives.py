@@ -3,7 +3,7 @@
 Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
 are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
 """
-from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto
+from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto, Smoke
 from ..rewards import OverlongPenalty
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
@@ -13,6 +13,10 @@ _SAME_AS_GRPO = "sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo,
 # punishment over the last 20% of the generation budget.
 DAPO = Recipe(
     name="dapo",
+    summary="clip-higher, token mean, dynamic sampling on raw accuracy, soft overlong penalty",
+    details=("clip-higher 0.2/0.28, token mean, dynamic sampling (`group_filter`: drop groups whose *raw accuracy* "
+             "is constant, refill up to 3 rounds), soft overlong punishment over the last 20% of the budget"),
+    smoke=Smoke(metrics=("dynamic/groups_kept", "dynamic/rounds", "reward/overlong/soft_frac")),
     paper="DAPO, arXiv 2503.14476",
     inferred=(
         "correctness reward is 0/1 (paper: +1/-1); the overlong penalty is weighted 0.5 so that it keeps "
@@ -35,6 +39,9 @@ DAPO = Recipe(
 # GSPO: one length-normalised (geometric-mean) ratio per response, clipped per response.
 GSPO = Recipe(
     name="gspo",
+    summary="one sequence-level ratio per response",
+    details=("one geometric-mean ratio per response, clipped per response (`ratio=\"sequence\"`; "
+             "`\"sequence-token\"` is GSPO-token)"),
     paper="GSPO, arXiv 2507.18071",
     inferred=(
         "optim.minibatches=2: the sequence clip only acts off-policy; the paper splits each rollout batch "
@@ -53,6 +60,8 @@ GSPO = Recipe(
 # carries the advantage, inside the PPO clip as TRL's RLOO trainer does.
 RLOO = Recipe(
     name="rloo",
+    summary="leave-one-out baseline; batch-normalised advantages",
+    details="leave-one-out baseline, sequence log-likelihood",
     paper="Back to Basics: REINFORCE Style Optimization (Ahmadian et al.), arXiv 2402.14740",
     inferred=("PPO clip 0.2 around the REINFORCE term (TRL's RLOO)", "agg=seq-mean-token-sum (the sequence "
               "log-likelihood)", _SAME_AS_GRPO),
@@ -65,6 +74,8 @@ RLOO = Recipe(
 # REINFORCE++: no critic, no group baseline; advantages normalised over the whole batch.
 REINFORCE_PP = Recipe(
     name="reinforce_pp",
+    summary="leave-one-out baseline; batch-normalised advantages",
+    details="advantages normalised over the whole batch",
     paper="REINFORCE++, arXiv 2501.03262",
     inferred=("the paper folds a token-level KL into the reward; here the KL is off (kl.coef=0) like grpo's "
               "default", "agg=token-mean", _SAME_AS_GRPO),
@@ -77,6 +88,9 @@ REINFORCE_PP = Recipe(
 # CISPO: clip the (detached) importance weight instead of the update, so no token's gradient is dropped.
 CISPO = Recipe(
     name="cispo",
+    summary="a clipped, detached importance weight",
+    details=("clipped, detached importance weight on log-pi (`trust_region=\"cispo\"`): no token's gradient is "
+             "dropped"),
     paper="MiniMax-M1 (CISPO), arXiv 2506.13585",
     inferred=("weight clip band [1-0.2, 1+0.28] as DAPO's (the paper effectively drops the lower bound and tunes "
               "the upper one)", "agg=token-mean", _SAME_AS_GRPO),
@@ -89,6 +103,10 @@ CISPO = Recipe(
 # EDAS on top of DAPO, as in the paper: frequent wrong answers are penalised more, rare ones less.
 EDAS_DAPO = Recipe(
     name="edas",
+    summary="DAPO + rescaling wrong answers' negative advantages by how often the wrong answer recurs",
+    details="DAPO + a shaper rescaling wrong answers' negative advantages by how often the wrong answer recurs",
+    doc="compare.md",
+    smoke=Smoke(metrics=("dynamic/groups_kept", "reward/overlong/soft_frac")),
     paper="EDAS: Leveraging Error Diversity in Group Rollouts, arXiv 2605.17333",
     inferred=DAPO.inferred + ("lambda_i = n(a_i)^gamma / mean over wrong rollouts, gamma=1, unparsed answers "
                               "form one cluster: the functional form is inferred from the abstract",),
@@ -106,6 +124,11 @@ EDAS_DAPO = Recipe(
 # for the stale rollouts, and the negative-advantage veto of post-trigger suffixes.
 MU_GRPO = Recipe(
     name="mu_grpo",
+    summary="generate once per stage, train many steps on the stored behaviour log-probs, negative-advantage veto",
+    details=("`stages`: generate once per stage with a frozen policy, train many steps on the stored behaviour "
+             "log-probs; relaxed clip [0.5, 2]; negative-advantage veto of the post-trigger suffix"),
+    doc="compare.md",
+    smoke=Smoke(metrics=("veto/frac_rows", "veto/frac_tokens", "stage/staleness", "stage/fresh")),
     paper="How off-policy can GRPO be? (Mu-GRPO), arXiv 2605.17570",
     inferred=(
         "stages.count=4 as the abstract's 'e.g. four'; each stage generates all its steps' prompts at once, then "
@@ -127,6 +150,9 @@ MU_GRPO = Recipe(
 # SAGE: keep the reverse KL but anchor it at q * pi_ref, q raised at high-entropy (branching) tokens.
 SAGE = Recipe(
     name="sage",
+    summary="k3 KL to an entropy-shaped anchor `q * pi_ref`",
+    details="k3 KL (beta 0.05) to an entropy-shaped anchor `q * pi_ref` (branch guide)",
+    smoke=Smoke(metrics=("loss/kl", "loss/kl_term", "sage/q_mean", "sage/frac_shaped")),
     paper="SAGE: Shaping Anchors for Guided Exploration, arXiv 2605.18864 (official code tally0818/SAGE)",
     inferred=(
         "branch guide with the official defaults (ratio 0.3, threshold 1.2 nats, q in [0.6, 1.4]); the tiny "
@@ -149,6 +175,9 @@ SAGE = Recipe(
 # logit-gradient norm ("entropy-gradient inversion"); GRPO advantage on the regularised reward.
 CORR_PO = Recipe(
     name="corr_po",
+    summary="a bonus from the correlation of token entropy and logit-gradient norm",
+    details="reward bonus from the per-response correlation of token entropy and logit-gradient norm",
+    smoke=Smoke(metrics=("corr/mean", "corr/frac_defined", "reward/corr_po/mean")),
     paper="CorR-PO / Entropy-Gradient Inversion, arXiv 2605.17770",
     inferred=(
         "every formula is inferred from the abstract: logit-gradient norm sqrt(1 - 2 p_y + sum p^2) of the "

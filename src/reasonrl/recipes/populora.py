@@ -8,12 +8,19 @@ TrueSkill-based PFSP, 4 + 4 adapters and weight-space operators; the formulas ar
 """
 import dataclasses
 
-from ..parts import PopuLoRA
+from ..parts import PopuLoRA, Smoke
 from .azr import AZR_RECIPE
 
 POPULORA_RECIPE = dataclasses.replace(
     AZR_RECIPE,
     name="populora",
+    summary="LoRA teachers propose AZR tasks for PFSP-matched LoRA students on one backbone; ratings; same-rank PBT",
+    doc="selfplay.md",
+    smoke=Smoke("azr", metrics=("populora/games", "populora/teacher_reward", "populora/buckets", "populora/pbt_replaced",
+                             "populora/skill_t0"),
+              changes=(("populora.teachers", 2), ("populora.students", 2), ("populora.estimate_samples", 2),
+                       ("populora.types", "deduction"), ("populora.pbt_every", 1),
+                       ("populora.pbt_frac", 0.5))),  # two of each, PBT every step
     paper="PopuLoRA: population-based asymmetric self-play with LoRA adapters (teachers and students on one "
           "frozen base; the spec's section 4)",
     inferred=(

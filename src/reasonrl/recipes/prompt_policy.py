@@ -8,12 +8,17 @@ the history-conditioned refinement into the history-free prompter; everything el
 """
 import dataclasses
 
-from ..parts import PromptPolicy
+from ..parts import PromptPolicy, Smoke
 from .grpo import GRPO
 
 PROMPT_POLICY_RECIPE = dataclasses.replace(
     GRPO,
     name="prompt_policy",
+    summary="a prompter trained on a frozen worker's success, with a contrastive history, distilled to one shot",
+    details="",  # not grpo's (replace() would keep it): the summary says it
+    doc="prompt_policy.md",
+    smoke=Smoke(metrics=("prompt_policy/worker_calls", "prompt_policy/best_reward", "prompt_policy/distill_term"),
+              changes=(("prompt_policy.instances", 2),)),
     paper="Prompt-policy RL by iterative distillation of experience with a black-box worker (the spec's section 5)",
     inferred=(
         "the run's model is the prompter; the worker (prompt_policy.worker=base: the shipped model, frozen, greedy; "

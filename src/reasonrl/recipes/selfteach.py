@@ -9,7 +9,7 @@ Sampling and optimiser are grpo's tiny-reasoner CPU settings, so the recipes com
 """
 import dataclasses
 
-from ..parts import PolicyLoss
+from ..parts import PolicyLoss, Smoke
 from ..parts.selfteach import EGRSD, SSOPD
 from .grpo import GRPO
 
@@ -19,6 +19,12 @@ _SAME_AS_GRPO = ("group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, c
 SSOPD_RECIPE = dataclasses.replace(
     GRPO,
     name="ssopd",
+    summary="the model, shown its shortest correct answer, distils into its longest wrong one",
+    details=("GRPO + on-policy self-distillation: in each mixed group the model, shown its own shortest correct "
+             "answer, teaches itself at every prefix of its longest wrong one (forward KL, frontier weight "
+             "4p(1-p); `ssopd`)"),
+    doc="selfteach.md",
+    smoke=Smoke(metrics=("distill/pairs", "distill/frontier_weight", "distill/ssopd_term")),
     paper="SSOPD: Self-Supervised On-Policy Distillation, arXiv 2605.17497",
     inferred=(
         "ssopd.coef=1.0 (lambda; not given in the abstract)",
@@ -49,6 +55,12 @@ _EGRSD_INFERRED = (
 EGRSD_RECIPE = dataclasses.replace(
     GRPO,
     name="egrsd",
+    summary="token advantages from a teacher shown the reference solution, gated by entropy",
+    details=("token advantages A x teacher-student disagreement x an entropy gate with a floor, the teacher being "
+             "the model shown the reference solution (`egrsd`); `cl_egrsd` lets a high-entropy token whose next "
+             "tokens are confident keep its weight (`egrsd.lookahead=8`)"),
+    doc="selfteach.md",
+    smoke=Smoke(metrics=("egrsd/rows",)),
     paper="EGRSD: Respecting Self-Uncertainty in On-Policy Self-Distillation, arXiv 2605.13255",
     inferred=_EGRSD_INFERRED,
     loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="token-mean"),
@@ -58,6 +70,7 @@ EGRSD_RECIPE = dataclasses.replace(
 CL_EGRSD_RECIPE = dataclasses.replace(
     EGRSD_RECIPE,
     name="cl_egrsd",
+    smoke=Smoke(metrics=("egrsd/rows",)),
     paper="CL-EGRSD (causal lookahead), arXiv 2605.13255",
     inferred=_EGRSD_INFERRED + ("egrsd.lookahead=8: the gate reads min(H_t, mean of the next 8 tokens' H)",),
     egrsd=EGRSD(lookahead=8),

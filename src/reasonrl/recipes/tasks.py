@@ -7,7 +7,7 @@ or its sampler.
 """
 import dataclasses
 
-from ..parts import BeamSampling, Recipe, Steering, StepCredit
+from ..parts import BeamSampling, Recipe, Steering, StepCredit, Smoke
 from ..rewards import ConsistencyReward, FormatRegex, SetReward, TempoReward
 from ..tasks import ArithmeticTask, take_items
 from ..tasks.arithmetic import SPACED_RE, spaced
@@ -24,6 +24,11 @@ def _on_grpo(**changes) -> Recipe:
 # (-k/n, task ignored); a leak-free one on the task (0..1), so leak-freedom comes first.
 TEMPO = _on_grpo(
     name="tempo",
+    summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
+    details=("two-mode reward: a response citing a post-cutoff fact scores `-leaks/claims`, a leak-free one its "
+             "task score (`--task temporal`)"),
+    doc="tasks.md",
+    smoke=Smoke("temporal", metrics=("reward/tempo/leak_rate", "reward/tempo/task_score", "reward/tempo/mean")),
     paper="TEMPO: Temporal Enforcement via Mode-separated Policy Optimization, arXiv 2605.18843",
     inferred=(
         "per-response mode selection, leak penalty -k/max(n,1) (the spec's default; the count penalty, the global "
@@ -42,6 +47,11 @@ TEMPO = _on_grpo(
 # for a wrong fine one.
 SAPO = _on_grpo(
     name="sapo",
+    summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
+    details=("per-step group-relative advantages, each given only to its step's tokens (`shapers=(StepCredit(),)`, "
+             "`--task recommend`)"),
+    doc="tasks.md",
+    smoke=Smoke("recommend", metrics=("steps/reward_level0", "steps/token_coverage")),
     paper="SAPO: Step-Aligned Policy Optimization, arXiv 2605.17648",
     inferred=(
         "step reward = position match of the step's SID token (spec default; prefix_match is an option)",
@@ -56,6 +66,11 @@ SAPO = _on_grpo(
 # Jaccard overlap with the truth, so a partly right diagnosis earns partial credit.
 SSPO = _on_grpo(
     name="sspo",
+    summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
+    details=("reward = format (four stages in order, then a label set) + Jaccard of the predicted label set "
+             "(`--task diagnosis`)"),
+    doc="tasks.md",
+    smoke=Smoke("diagnosis", metrics=("reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/mean")),
     paper="SSPO / CardioThink, arXiv 2605.17308",
     inferred=(
         "R = 1 x format + 1 x Jaccard(P, Gt) (spec defaults; F1 / exact and the format gate are options: "
@@ -72,6 +87,12 @@ SSPO = _on_grpo(
 # one and densified by it; half of each group is sampled, the rest branched from the most consistent prefixes.
 CODETHINKER = _on_grpo(
     name="codethinker",
+    summary="trace-consistency reward + beam branching; steered rollouts toward a behaviour",
+    details=("consistency reward (outcome gated by the trace's consistency + a process term) and dynamic beam "
+             "sampling (`beam`: half the group sampled, the rest branched from the best prefixes, budget never "
+             "exceeded; `--task code`)"),
+    doc="tasks.md",
+    smoke=Smoke("code", metrics=("beam/branches", "beam/budget", "reward/consistency/mean")),
     paper="CodeThinker: consistency-based RL for code reasoning, arXiv 2605.17958",
     inferred=(
         "R = 1[c >= 0.5] x outcome + 0.5 x c, c = share of trace claims that match the true trace in execution "
@@ -101,6 +122,12 @@ _POSITIVE, _NEGATIVE = _spaced_pairs()
 # policy (the steered samples count as its own), with reward = task + 0.5 x behaviour.
 VSPO = _on_grpo(
     name="vspo",
+    summary="trace-consistency reward + beam branching; steered rollouts toward a behaviour",
+    details=("rollouts at a grid of steering intensities along a behaviour's activation direction (`steering`), "
+             "GRPO update of the unsteered policy; reward = task + 0.5 x behaviour"),
+    doc="tasks.md",
+    smoke=Smoke(task_options=(("spaced_rate", 0.05),), metrics=("steer/alpha_max", "reward/spaced/mean"),
+              changes=(("steering.layer", 1),)),  # the test model has 2 layers
     paper="VSPO: Vector-Steered Policy Optimization, arXiv 2605.15604",
     inferred=(
         "the behaviour on the tiny reasoner: the spaced style of the chain of thought ('7 + 5 + 0 = 12'); train from "

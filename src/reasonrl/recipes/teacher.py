@@ -10,7 +10,7 @@ compare with grpo from the same student.
 """
 import dataclasses
 
-from ..parts import KDRL, RKLOPD, TGPO, PolicyLoss, Teacher
+from ..parts import KDRL, RKLOPD, TGPO, PolicyLoss, Teacher, Smoke
 from .grpo import GRPO
 
 _SOURCE = "TGPO, arXiv 2605.13230 (code: helldog-star/TGPO, mix_core_alg.py)"
@@ -28,6 +28,13 @@ _STEP = "lambda_k = max(lambda_0 - (k - 1) delta, lambda_min) at the 1-based tra
 TGPO_RECIPE = dataclasses.replace(
     GRPO,
     name="tgpo",
+    summary="a frozen external teacher's greedy tokens as a regulariser, an advantage, a reverse KL, a KL term",
+    details=("an external frozen teacher (`teacher.model`, same vocabulary, checked) gives its greedy token at "
+             "each of the student's prefixes; `tgpo` adds a decaying regulariser raising the student's log-prob of "
+             "that token (lambda_0 0.002, delta 1e-5), `tgpo_adv` turns it into a token advantage (0.02, 1e-4); "
+             "student log-probs at both label sets from one forward"),
+    doc="teacher.md",
+    smoke=Smoke(metrics=("teacher/agree", "teacher/tgpo_coef")),
     paper=_SOURCE + ", reg variant",
     inferred=_COMMON + (
         "tgpo.variant=reg (the spec's default; which variant the paper's headline uses is not certain)",
@@ -43,6 +50,7 @@ TGPO_RECIPE = dataclasses.replace(
 TGPO_ADV_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="tgpo_adv",
+    smoke=Smoke(metrics=("teacher/agree", "teacher/tgpo_coef", "teacher/tgpo_prob")),
     paper=_SOURCE + ", adv variant",
     inferred=_COMMON + (
         "token advantage A_i + lambda_k exp(log pi_old(teacher argmax)), pi_old from a no-grad pass of the policy "
@@ -54,6 +62,9 @@ TGPO_ADV_RECIPE = dataclasses.replace(
 RKL_OPD_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="rkl_opd",
+    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
+    smoke=Smoke(metrics=("teacher/agree", "teacher/rkl")),
     paper=_SOURCE + ", reverse-KL on-policy distillation baseline",
     inferred=_COMMON + (
         "token advantage log pi_T(y_t) - log pi_old(y_t) alone (the released compute_rkl_advantage), "
@@ -67,6 +78,9 @@ RKL_OPD_RECIPE = dataclasses.replace(
 KDRL_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="kdrl",
+    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
+    smoke=Smoke(metrics=("teacher/agree", "teacher/kdrl_kl")),
     paper=_SOURCE + ", KDRL baseline",
     inferred=_COMMON + (
         "loss = L_GRPO + beta * token-mean(0.5 (log pi_T - log pi_theta)^2) on the sampled tokens, beta 0.002 "
