@@ -60,6 +60,7 @@ TRAINER_SIDE = {
     "loop.rm_train": {"loop.checkpoint", "loop.schedule"},
     "diagnostics": {"loop.checkpoint", "eval.runner"},
     "eval.runner": {"loop.checkpoint"},
+    "config.validate": {"loop.tracking"},  # the tracking sinks' names and packages, checked before loading (issue 46)
     "dist": {"loop.checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)
 }
 

@@ -255,6 +255,8 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
 def _run_value(key: str, value: Any) -> Any:
     """A run field's value, coerced; a nested run part (``lora``) built from its section."""
     part = nested_part(TrainConfig, key)
+    if key == "tracking" and isinstance(value, str):  # tracking=wandb: one sink (or a comma list), not 5 letters
+        return [name.strip() for name in value.split(",") if name.strip()]
     if part is None:
         return coerce(TrainConfig, key, value, key)
     if not isinstance(value, dict):

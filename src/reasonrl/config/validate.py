@@ -23,6 +23,7 @@ from typing import Any
 
 from .train import KEY_ALIASES, TrainConfig, nested_part, recipe_scalars, recipe_sections
 from ..errors import UserError
+from ..loop.tracking import tracking_problems  # issue 46: the sinks are checked with the rest, before loading
 from ..parts import Recipe
 from ..parts.episodes import episodic_problems
 from ..parts.protocol import part_needs
@@ -162,7 +163,7 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
             + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe)
-            + sandbox_problems(values) + vllm_problems(values, recipe))
+            + sandbox_problems(values) + vllm_problems(values, recipe) + tracking_problems(cfg.tracking))
 
 
 def sandbox_problems(values: Values) -> list[str]:
