@@ -1,4 +1,4 @@
-"""The ``reasonrl`` command line: train, eval, recipes, tasks, models, pretrain, compare.
+"""The ``reasonrl`` command line: train, eval, recipes, keys, tasks, models, pretrain, compare.
 
 A user error (:class:`~reasonrl.errors.UserError`, a missing file, a malformed config file) is
 printed as one message on stderr with exit status 2; ``reasonrl --debug ...`` or
@@ -25,6 +25,7 @@ from .commands.common import summary_table as _summary_table
 from .commands.evaluate import compare_cmd, eval_cmd
 from .commands.audit import audit_cmd
 from .commands.report import report_cmd
+from .commands.keys import keys_cmd
 from .commands.drafts import drafts_app
 from .commands.diagnose import diagnose_app
 from .commands.rm import rm_app
@@ -231,6 +232,7 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 
 
 
+app.command("keys")(keys_cmd)
 app.command("eval")(eval_cmd)
 app.command("compare")(compare_cmd)
 app.command("audit")(audit_cmd)
