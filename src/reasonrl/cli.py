@@ -154,12 +154,16 @@ def train_cmd(
     out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (starts torchrun)."),
+    reward: Optional[List[str]] = typer.Option(None, "--reward", help="path/to/file.py:fn added to the task's verifier "
+                                               "(repeatable; TRL's reward_funcs); weights: reward_weights=[1,0.5,...]."),
 ) -> None:
-    """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
+    """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base.
+    `reasonrl keys` lists every key=value with its type, default and help."""
     from .dist.group import launched_by_torchrun
     from .config.validate import check_inputs
 
     args = [*(args or []), *(f"task_options.{pair}" for pair in task_opt or [])]
+    args += [f"reward_funcs={json.dumps(list(reward))}"] if reward else []
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
     check_inputs(cfg, the_recipe)  # all before the heavy imports (transformers) and before any model is loaded
 
@@ -171,7 +175,7 @@ def train_cmd(
         from .dist.launch import launch
 
         given = {"--recipe": recipe, "--model": model, "--task": task, "--steps": steps, "--out": out}
-        child = ["train", *(args or []), *[f"{k}={v}" for k, v in given.items() if v is not None]]
+        child = ["train", *(args or []), *[f"{k}={v}" for k, v in given.items() if v is not None]]  # --reward: in args
         raise SystemExit(launch(nproc, child + (["--resume"] if resume else [])))
     rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 alone prints
     _quiet_transformers()

@@ -81,6 +81,8 @@ class TrainConfig:
     final_eval_k: int = 8
     save_every: int = 30
     keep_last: int = 2
+    reward_funcs: list[str] = field(default_factory=list)  # path/to/file.py:fn rewards added to the task's verifier (--reward)
+    reward_weights: list[float] | None = None  # the verifier's weight, then one per reward_funcs entry (default all 1)
     tracking: list[str] = field(default_factory=lambda: ["jsonl"])  # sinks: jsonl (always), tensorboard, wandb, trackio
     log_completions: int | float = 2  # rollouts per step written to completions.jsonl as text (a fraction < 1: of the rows; 0: off)
     max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
@@ -259,7 +261,7 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
 def _run_value(key: str, value: Any) -> Any:
     """A run field's value, coerced; a nested run part (``lora``) built from its section."""
     part = nested_part(TrainConfig, key)
-    if key == "tracking" and isinstance(value, str):  # tracking=wandb: one sink (or a comma list), not 5 letters
+    if key in ("tracking", "reward_funcs") and isinstance(value, str):  # tracking=wandb: one sink, not 5 letters
         return [name.strip() for name in value.split(",") if name.strip()]
     if part is None:
         return coerce(TrainConfig, key, value, key)

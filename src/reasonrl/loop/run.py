@@ -19,12 +19,13 @@ a kill at any moment after ``config.yaml`` exists leaves a run that ``--resume``
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -40,6 +41,8 @@ from ..models.memory import weights_dtype
 from ..parts import Recipe
 from ..parts.episodes import episodic_problems
 from .plots import plot_curves
+from ..rewards import FunctionReward
+from ..rewards.base import reward_name
 from ..rewards.sandbox import requiring
 from .stepdata import chosen_rows, completion_rows
 from ..tasks import GuidedTask, get_task
@@ -165,6 +168,30 @@ def prompt_note(report: dict[str, Any]) -> str:
             f"{fate} (counted in summary.json)")
 
 
+def with_rewards(recipe: Recipe, funcs: Sequence[Any], weights: Sequence[float] | None) -> Recipe:
+    """``recipe`` with the user's reward functions added to its rewards (issue 46, TRL's ``reward_funcs`` with
+    ``reward_weights``): the task's verifier stays the first reward, weighted ``weights[0]`` (times the recipe's
+    ``task_reward_weight``), then each function (a callable or ``path.py:fn``) with its weight, after the
+    recipe's own extra rewards. Each logs ``reward/<name>/mean`` and ``/std``; a repeated name gets ``_2``."""
+    if not funcs and weights is None:
+        return recipe
+    weights = [1.0] * (len(funcs) + 1) if weights is None else list(weights)
+    if len(weights) != len(funcs) + 1:
+        raise UserError(f"reward_weights has {len(weights)} numbers for {len(funcs) + 1} rewards: the task's verifier "
+                        f"first, then one per reward function ({len(funcs)} given)")
+    taken = {"correct", *(reward_name(fn) for fn, _ in recipe.extra_rewards)}  # the verifier logs as reward/correct/*
+    added = []
+    for fn, weight in zip(funcs, weights[1:]):
+        term = fn if isinstance(fn, FunctionReward) else FunctionReward(fn)
+        base, k = term.name, 2
+        while term.name in taken:
+            term.name, k = f"{base}_{k}", k + 1
+        taken.add(term.name)
+        added.append((term, float(weight)))
+    return dataclasses.replace(recipe, task_reward_weight=recipe.task_reward_weight * float(weights[0]),
+                               extra_rewards=tuple(recipe.extra_rewards) + tuple(added))
+
+
 def task_for(cfg: TrainConfig):
     """The run's task, with ``guidance.*`` files attached (self-teacher context a task cannot write)."""
     task, g = get_task(cfg.task, **cfg.task_options), cfg.guidance
@@ -218,7 +245,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
     main = group.is_main
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = Path(group.broadcast(str(run_dir_for(cfg, recipe))))  # one folder, named by rank 0's clock
-    config = resolved_dict(cfg, recipe)
+    config = resolved_dict(cfg, recipe)  # the user's reward files are in it as reward_funcs, not as extra rewards
+    recipe = with_rewards(recipe, cfg.reward_funcs, cfg.reward_weights)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
     task = recipe.wrap_task(task, tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
