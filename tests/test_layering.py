@@ -44,6 +44,7 @@ LAYERS = {
     "diagnostics": 12,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "config.rules": 1,  # the config-value rule builders (validate and its per-method tables)
     "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
+    "api": 13,  # reasonrl.train (issue 46): Python objects in, a run through loop.run out
     "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
     "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
