@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from .config.train import apply_overrides, dotted_to_nested, merge, split_config
+from .config.train import TrainConfig, apply_overrides, dotted_to_nested, merge, split_config
 from .config.validate import check_inputs, check_run
 from .errors import UserError
 from .loop.run import train_run, with_rewards
+from .parts import Recipe
 from .recipes import RECIPES, get_recipe
 
 
@@ -44,19 +45,28 @@ def train(model: Any, train_dataset: Any, reward_funcs: Any = None, *, recipe: s
           processing_class: Any = None, eval_dataset: Any = None, reward_weights: Sequence[float] | None = None,
           out: str | Path | None = None, **keys: Any) -> TrainResult:
     """Train ``model`` on ``train_dataset`` with ``recipe`` (see the module docs for what each argument takes)."""
+    cfg, the_recipe = prepare(model, train_dataset, reward_funcs, recipe=recipe, processing_class=processing_class,
+                              eval_dataset=eval_dataset, reward_weights=reward_weights, out=out, **keys)
+    summary = train_run(cfg, the_recipe, on_note=print)
+    return TrainResult(summary, Path(summary["run_dir"]))
+
+
+def prepare(model: Any, train_dataset: Any, reward_funcs: Any = None, *, recipe: str = "grpo",
+            processing_class: Any = None, eval_dataset: Any = None, reward_weights: Sequence[float] | None = None,
+            out: str | Path | None = None, **keys: Any) -> tuple[TrainConfig, Recipe]:
+    """:func:`train`'s run config and recipe, every check done (what ``reasonrl train`` builds from its arguments):
+    the run folder then holds the data files and the saved model, nothing else."""
     if recipe not in RECIPES:
         get_recipe(recipe)  # raises the UserError naming the closest recipe
     folder = Path(out) if out is not None else Path(f"runs/{recipe}-{time.strftime('%Y%m%d-%H%M%S')}")
     raw = merge(dotted_to_nested(dict(RECIPES[recipe].run_defaults)), _nested(keys))
-    raw = merge(raw, {"recipe": recipe, "out": str(folder)})
-    cfg, overrides = split_config(raw)  # every key checked before a file is written
+    cfg, overrides = split_config(merge(raw, {"recipe": recipe, "out": str(folder)}))  # keys checked before writing
     the_recipe = with_rewards(apply_overrides(get_recipe(recipe), overrides), _funcs(reward_funcs), reward_weights)
     check_run(cfg, the_recipe)
     task, options = _task(train_dataset, eval_dataset, folder, dict(cfg.task_options))
     cfg = dataclasses.replace(cfg, task=task, task_options=options, model=_model_name(model, processing_class, folder))
     check_inputs(cfg, the_recipe)  # the task's rows and the model name, before the model loads
-    summary = train_run(cfg, the_recipe, on_note=print)
-    return TrainResult(summary, Path(summary["run_dir"]))
+    return cfg, the_recipe
 
 
 def _nested(keys: dict[str, Any]) -> dict[str, Any]:
@@ -119,4 +129,4 @@ def _write_rows(data: Any, path: Path, what: str) -> Path:
     return path
 
 
-__all__ = ["TrainResult", "train"]
+__all__ = ["TrainResult", "prepare", "train"]

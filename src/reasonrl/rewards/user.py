@@ -1,6 +1,6 @@
 """A user's own reward function from a Python file: ``reward=path/to/rewards.py:function``.
 
-TRL's contract (``reward_funcs``; verl's ``custom_reward_function`` alike): the function is called as
+TRL's contract (``reward_funcs``; not verl's per-sample ``compute_score``): the function is called as
 ``fn(prompts=..., completions=..., **columns)``, each a list with one entry per completion, the
 columns being the dataset row's own (everything but the prompt), and returns one float per
 completion (None: not applicable). When a prompt is conversational (a list of messages) its
