@@ -63,8 +63,8 @@ def prepare(model: Any, train_dataset: Any, reward_funcs: Any = None, *, recipe:
     cfg, overrides = split_config(merge(raw, {"recipe": recipe, "out": str(folder)}))  # keys checked before writing
     the_recipe = with_rewards(apply_overrides(get_recipe(recipe), overrides), _funcs(reward_funcs), reward_weights)
     check_run(cfg, the_recipe)
-    task, options = _task(train_dataset, eval_dataset, folder, dict(cfg.task_options))
-    cfg = dataclasses.replace(cfg, task=task, task_options=options, model=_model_name(model, processing_class, folder))
+    task, options = _task(train_dataset, eval_dataset, folder, dict(cfg.task_options), cfg.task)
+    cfg = dataclasses.replace(cfg, task=task, task_options=options, model=_model_name(model, processing_class, folder, cfg.model))
     check_inputs(cfg, the_recipe)  # the task's rows and the model name, before the model loads
     return cfg, the_recipe
 
@@ -87,13 +87,14 @@ def _funcs(reward_funcs: Any) -> list[Callable[..., Any] | str]:
     return funcs
 
 
-def _model_name(model: Any, processing_class: Any, folder: Path) -> str | None:
-    """A name or folder as it is; a loaded model saved (with its tokenizer) to ``folder/start_model``."""
+def _model_name(model: Any, processing_class: Any, folder: Path, default: str | None) -> str | None:
+    """A name or folder as it is; a loaded model saved (with its tokenizer) to ``folder/start_model``; None: the
+    recipe's own model (``run_defaults``: diffu_grpo's) or the shipped base."""
     if model is None or isinstance(model, (str, Path)):
         if processing_class is not None:
             raise UserError("processing_class goes with a loaded model; with a model name or folder the tokenizer "
                             "is loaded from it")
-        return None if model is None else str(model)
+        return default if model is None else str(model)
     if not hasattr(model, "save_pretrained"):
         raise UserError(f"model: expected a hub id, a folder or a transformers PreTrainedModel, got {type(model).__name__}")
     if processing_class is None or not hasattr(processing_class, "save_pretrained"):
@@ -103,10 +104,12 @@ def _model_name(model: Any, processing_class: Any, folder: Path) -> str | None:
     return str(save_model(model, processing_class, folder / "start_model"))
 
 
-def _task(train_dataset: Any, eval_dataset: Any, folder: Path, options: dict[str, Any]) -> tuple[str | None, dict]:
-    """The task name (``--task``) and options: a name or path as it is, rows written to JSONL files."""
+def _task(train_dataset: Any, eval_dataset: Any, folder: Path, options: dict[str, Any], default: str | None
+          ) -> tuple[str | None, dict]:
+    """The task name (``--task``) and options: a name or path as it is, rows written to JSONL files; None: the
+    recipe's own task (``run_defaults``: azr's) or the built-in default."""
     if isinstance(train_dataset, (str, Path)) or train_dataset is None:
-        name = None if train_dataset is None else str(train_dataset)
+        name = default if train_dataset is None else str(train_dataset)
     else:
         name = str(_write_rows(train_dataset, folder / "data" / "train.jsonl", "train_dataset"))
     if eval_dataset is not None:
