@@ -68,3 +68,31 @@ def test_bad_arguments_are_one_line_before_anything_is_written(kwargs, needle, t
 
 def test_the_package_exposes_train_lazily():
     assert reasonrl.train is reasonrl.api.train and reasonrl.TrainResult._fields == ("summary", "folder")
+
+
+@pytest.mark.slow
+def test_two_weighted_functions_train_from_python_with_their_metrics_and_eval_progress(tiny_dir, tmp_path):
+    from reasonrl.loop.run import train_run
+    from reasonrl.models import load_model
+
+    model, tok = load_model(str(tiny_dir))
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(6) for b in range(6)]
+
+    def one(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    def quarter(prompts, completions, answer, **kwargs):
+        return [0.25] * len(completions)
+
+    cfg, recipe = prepare(model, rows, [one, quarter], processing_class=tok, eval_dataset=rows[:3],
+                          reward_weights=[0.0, 0.5, 2.0], out=tmp_path / "r", steps=1, prompts_per_step=2,
+                          group_size=2, eval_every=0, final_eval_problems=3, final_eval_k=2, save_every=0)
+    seen = []
+    summary = train_run(cfg, recipe, on_eval=lambda done, total: seen.append((done, total)))
+    m = json.loads((tmp_path / "r/metrics.jsonl").read_text().splitlines()[0])
+    # 0 x verifier + 0.5 x 1 + 2 x 0.25 = 1.0 for every completion: mean 1, std 0
+    assert (m["reward/one/mean"], m["reward/quarter/mean"], m["reward/mean"], m["reward/std"]) == (1.0, 0.25, 1.0, 0.0)
+    assert m["reward/one/std"] == 0.0 and "reward/correct/mean" in m
+    # each evaluation (before, after): 3 problems x (1 greedy + 2 samples) = 9 completions, counted from 0
+    assert seen[0] == (0, 9) and seen.count((9, 9)) == 2 and all(t == 9 for _, t in seen)
+    assert summary["after"]["n_problems"] == 3

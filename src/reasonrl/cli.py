@@ -183,6 +183,16 @@ def train_cmd(
         console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
     with _progress(disable=not rank0) as bar:
         job = bar.add_task("starting", total=cfg.steps, info="")
+        evals: dict[str, Any] = {}  # the phase's own bar (completions of all, with an ETA): before, then after
+
+        def on_phase(s: str) -> None:
+            bar.update(job, description=s)
+            if s.startswith("evaluating"):
+                evals["job"] = bar.add_task(s, total=None, info="completions")
+
+        def on_eval(done: int, total: int) -> None:
+            if "job" in evals:
+                bar.update(evals["job"], completed=done, total=total)
 
         def on_step(m: dict) -> None:
             info = f"reward {m['reward/mean']:.3f}  acc {m['accuracy']:.3f}  len {m['length/mean']:.1f}"
@@ -190,8 +200,8 @@ def train_cmd(
                 info += f"  held-out pass@1 {m['eval/pass@1']:.3f}"
             bar.update(job, completed=m["step"], info=info, description="training")
 
-        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step,
-                            on_phase=lambda s: bar.update(job, description=s), on_note=bar.console.print)
+        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step, on_phase=on_phase,
+                            on_note=bar.console.print, on_eval=on_eval)
     if rank0:
         console.print(_before_after(summary))
 

@@ -69,14 +69,23 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
+def _final_eval(trainer: Trainer, cfg: TrainConfig, on_progress: Callable[[int, int], None] = lambda done, total: None
+                ) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
     """The before/after evaluation, through the trainer's engine (split over ranks or workers):
-    its summary, its per-sample records and its per-problem rows."""
+    its summary, its per-sample records and its per-problem rows. ``on_progress(done, total)`` counts the
+    completions generated (problems x (1 greedy + final_eval_k samples)), for a progress bar with an ETA."""
     if cfg.final_eval_problems <= 0:
         return None, [], []
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=trainer.budget, max_rows=cfg.max_rows, temperature=cfg.final_eval_temperature)
-    return evaluate_items(trainer.engine, trainer.task, ev_cfg, formatter=trainer.formatter)
+    total, done = cfg.final_eval_problems * (1 + cfg.final_eval_k), [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
+        on_progress(min(done[0], total), total)
+
+    on_progress(0, total)
+    return evaluate_items(trainer.engine, trainer.task, ev_cfg, progress=advance, formatter=trainer.formatter)
 
 
 def prompt_reward_lines(step: int, batch) -> str:
@@ -203,9 +212,11 @@ def task_for(cfg: TrainConfig):
 def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_step: Callable[[dict], None] = lambda m: None,
               on_phase: Callable[[str], None] = lambda s: None,
-              on_note: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+              on_note: Callable[[str], None] = lambda s: None,
+              on_eval: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
-    such as where a resumed run continues."""
+    such as where a resumed run continues, ``on_eval(done, total)`` the before/after evaluations' progress
+    (completions generated of all), after an ``on_phase`` naming which."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
     task = task_for(cfg)
     refused = episodic_problems(task, recipe)  # a task with environments needs the episodes part (issue 41)
@@ -218,19 +229,19 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
                         "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
         with requiring(cfg.sandbox.require):  # every model-written program of the run: at least this level
-            return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note)
+            return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note, on_eval)
     finally:
         group.close()
 
 
-def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase) -> dict[str, Any] | None:
+def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase, on_eval) -> dict[str, Any] | None:
     """The starting model's evaluation: read from before.json when a previous process wrote it,
     else run (and written, with its per-problem rows, by rank 0)."""
     before_path = run_dir / "before.json"
     before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
     if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
         on_phase("evaluating the starting model")
-        before, _, before_rows = _final_eval(trainer, cfg)
+        before, _, before_rows = _final_eval(trainer, cfg, on_eval)
         if group.is_main:
             if before_rows:
                 write_jsonl(before_rows, run_dir / "before.items.jsonl")
@@ -239,7 +250,7 @@ def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on
 
 
 def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, resume: bool, on_step, on_phase,
-           on_note) -> dict[str, Any]:
+           on_note, on_eval) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
     state, so it is all there is to write)."""
     main = group.is_main
@@ -253,7 +264,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
-    before = _before(trainer, cfg, run_dir, group, on_phase)
+    before = _before(trainer, cfg, run_dir, group, on_phase, on_eval)
     start = trainer.resume() if resume else None
     message = _start_message(trainer, run_dir, resume)
     if main:
@@ -284,7 +295,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
                 tracker.close()
         seconds = time.perf_counter() - t0
         on_phase("evaluating the trained model")
-        after, after_records, after_rows = _final_eval(trainer, cfg)  # on the engine, so it closes after (issue 43)
+        after, after_records, after_rows = _final_eval(trainer, cfg, on_eval)  # on the engine, so it closes after (issue 43)
     finally:
         if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0), vLLM are stopped
             trainer.engine.close()
