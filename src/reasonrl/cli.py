@@ -183,16 +183,7 @@ def train_cmd(
         console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
     with _progress(disable=not rank0) as bar:
         job = bar.add_task("starting", total=cfg.steps, info="")
-        evals: dict[str, Any] = {}  # the phase's own bar (completions of all, with an ETA): before, then after
-
-        def on_phase(s: str) -> None:
-            bar.update(job, description=s)
-            if s.startswith("evaluating"):
-                evals["job"] = bar.add_task(s, total=None, info="completions")
-
-        def on_eval(done: int, total: int) -> None:
-            if "job" in evals:
-                bar.update(evals["job"], completed=done, total=total)
+        on_phase, on_eval = _phase_bars(bar, job)
 
         def on_step(m: dict) -> None:
             info = f"reward {m['reward/mean']:.3f}  acc {m['accuracy']:.3f}  len {m['length/mean']:.1f}"
@@ -204,6 +195,23 @@ def train_cmd(
                             on_note=bar.console.print, on_eval=on_eval)
     if rank0:
         console.print(_before_after(summary))
+
+
+def _phase_bars(bar, job):
+    """``on_phase`` and ``on_eval`` for train_run: the phase names the main bar, and each evaluation (before,
+    after) gets a bar of its own, completions done of all with an ETA (issue 46)."""
+    evals: dict[str, Any] = {}
+
+    def on_phase(s: str) -> None:
+        bar.update(job, description=s)
+        if s.startswith("evaluating"):
+            evals["job"] = bar.add_task(s, total=None, info="completions")
+
+    def on_eval(done: int, total: int) -> None:
+        if "job" in evals:
+            bar.update(evals["job"], completed=done, total=total)
+
+    return on_phase, on_eval
 
 
 def _before_after(summary: dict[str, Any]) -> Table:

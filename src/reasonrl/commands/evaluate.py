@@ -49,20 +49,16 @@ def eval_cmd(
 ) -> None:
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
-
+    from ..eval.paired import load_item_results
     from ..eval.runner import evaluate_items
+    from ..rewards import FunctionReward
     from ..tasks import get_task
 
     cfg = _eval_config(old_n, problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed,
                        maj_equiv, refine, refine_verifier)
     prompting = _prompting(prompt)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
-    from ..rewards import FunctionReward
-
     funcs = [FunctionReward(spec) for spec in reward or []]  # a missing file or a bad signature: before the model
-
-    from ..eval.paired import load_item_results, paired_by_key
-
     other = load_item_results(against) if against else None  # a bad file fails before the model loads
     quiet_transformers()
     torch.manual_seed(seed)
@@ -75,11 +71,18 @@ def eval_cmd(
     summary.update(reward_summary(funcs, [r for r in records if r["mode"] in ("greedy", "sampled")]))
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
-        mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
-        summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
-        console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
+        _against(summary, records, other, against, model)
     settings = {**_settings(the_task.name, model, cfg, refine, refine_verifier), "prompts": _prompt_report(engine, the_task)}
     _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
+
+
+def _against(summary: dict, records: list[dict], other: dict, against: Path, model: str | None) -> None:
+    """``--against``: paired tests of the greedy results against the other model's, into the summary and shown."""
+    from ..eval.paired import paired_by_key
+
+    mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
+    summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
+    console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
 
 
 def reward_summary(funcs: list, records: list[dict]) -> dict[str, float]:

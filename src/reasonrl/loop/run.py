@@ -249,6 +249,16 @@ def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on
     return before
 
 
+def _announce(trainer: Trainer, run_dir: Path, resume: bool, group: Single, on_note) -> None:
+    """Where the run starts and how prompts reach the model: told to the user, and in events.jsonl."""
+    message, cfg = _start_message(trainer, run_dir, resume), trainer.cfg
+    on_note(message)
+    on_note(prompt_note(prompt_report(trainer)))
+    log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
+              items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
+              resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name, **trainer.resume_info)
+
+
 def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, resume: bool, on_step, on_phase,
            on_note, on_eval) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
@@ -266,14 +276,8 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
     before = _before(trainer, cfg, run_dir, group, on_phase, on_eval)
     start = trainer.resume() if resume else None
-    message = _start_message(trainer, run_dir, resume)
     if main:
-        on_note(message)
-        on_note(prompt_note(prompt_report(trainer)))
-        log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
-                  items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
-                  resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
-                  **trainer.resume_info)
+        _announce(trainer, run_dir, resume, group, on_note)
     drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start,
                            completions=cfg.log_completions > 0) if main else None
