@@ -87,6 +87,7 @@ def test_bad_reward_options_are_refused_before_loading(argv, needle, funcs, tmp_
     assert exit_.value.code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
+@pytest.mark.slow  # a training run: the default tier keeps its 5 minutes
 def test_two_weighted_functions_train_from_the_command_line_with_their_own_metrics(funcs, tiny_dir, tmp_path):
     out = tmp_path / "run"
     done = CliRunner().invoke(app, ["train", "--steps", "1", "--out", str(out), "--model", str(tiny_dir),
