@@ -47,6 +47,7 @@ LAYERS = {
     "config.rules": 1,  # the config-value rule builders (validate and its per-method tables)
     "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "docs_tables": 13,  # the docs' generated tables: reads the recipes and parts, nothing imports it
+    "api": 13,  # reasonrl.train (issue 46): Python objects in, a run through loop.run out
     "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
     "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
@@ -63,6 +64,7 @@ TRAINER_SIDE = {
     "loop.rm_train": {"loop.checkpoint", "loop.schedule"},
     "diagnostics": {"loop.checkpoint", "eval.runner"},
     "eval.runner": {"loop.checkpoint"},
+    "config.validate": {"loop.tracking"},  # the tracking sinks' names and packages, checked before loading (issue 46)
     "dist": {"loop.checkpoint"},  # the strategies load checkpoints (FSDP's shards from the whole state)
 }
 

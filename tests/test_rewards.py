@@ -434,7 +434,9 @@ def test_builtin_reward_through_score_rewards_gets_summary():
     res = run(FormatRegex("x"), ["x", "y", "xx", "z"])
     assert isinstance(res, RewardResult)
     assert res.values == [1.0, 0.0, 1.0, 0.0]
-    assert res.metrics == {"reward/format/frac_none": 0.0, "reward/format/mean": 0.5}
+    # std as TRL's rewards/<name>/std (Bessel): values 1,0,1,0 around 0.5, squares 4 x 0.25 = 1, / (4-1): sqrt(1/3)
+    assert res.metrics == {"reward/format/frac_none": 0.0, "reward/format/mean": 0.5,
+                           "reward/format/std": pytest.approx(0.5773502692)}
 
 
 # ---------------------------------------------------------------- registry and package

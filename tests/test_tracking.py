@@ -118,3 +118,98 @@ def test_metrics_lines_are_plain_json_objects(tmp_path):
         t.log({"x": 1}, step=7)
     line = (tmp_path / "metrics.jsonl").read_text()
     assert line.endswith("\n") and json.loads(line) == {"step": 7, "x": 1}
+
+
+# ---- issue 46: every sink exercised with its real package (wandb offline, TensorBoard, trackio locally) ----
+
+def test_a_string_names_one_sink_not_its_letters():
+    from reasonrl.loop.tracking import tracking_kinds, tracking_problems
+
+    assert tracking_kinds("jsonl") == ["jsonl"] and tracking_kinds("jsonl, tensorboard") == ["jsonl", "tensorboard"]
+    assert tracking_kinds(["jsonl"]) == ["jsonl"]
+    assert tracking_problems("jsonl") == []
+    assert tracking_problems("wandbb") == ["config key 'tracking' names the unknown sink 'wandbb' (did you mean "
+                                           "'wandb'?); valid sinks: jsonl, tensorboard, wandb, trackio"]
+
+
+def test_tensorboard_events_hold_the_logged_scalars(tmp_path):
+    pytest.importorskip("tensorboard")  # in the [test] extra (issue 46): CI runs this
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with make_tracker("tensorboard", tmp_path, {}, "run") as t:
+        t.log({"reward/mean": 0.5, "note": "text stays jsonl-only"}, step=1)
+        t.log({"reward/mean": 0.25}, step=2)
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert acc.Tags()["scalars"] == ["reward/mean"]
+    assert [(e.step, e.value) for e in acc.Scalars("reward/mean")] == [(1, 0.5), (2, 0.25)]
+
+
+def _wandb_ids(run_dir):
+    """The run ids of the offline wandb runs in ``run_dir`` (folders offline-run-<time>-<id>)."""
+    return sorted(p.name.rsplit("-", 1)[1] for p in (run_dir / "wandb").glob("offline-run-*"))
+
+
+def test_wandb_offline_run_and_its_resume_share_one_id(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run = tmp_path / "run"
+    with make_tracker(["wandb"], run, {"seed": 0}, "run") as t:
+        t.log({"reward/mean": 0.5}, step=1)
+        first = t.sinks[1].run_id
+    assert (run / "wandb_run_id").read_text().strip() == first
+    with make_tracker(["wandb"], run, {"seed": 0}, "run", resume_from_step=1) as t:  # --resume: the same wandb run
+        t.log({"reward/mean": 0.75}, step=2)
+        assert t.sinks[1].run_id == first
+    assert _wandb_ids(run) == [first, first]
+    with make_tracker(["wandb"], run, {"seed": 0}, "run") as t:  # a fresh run in the folder: a new wandb run
+        fresh = t.sinks[1].run_id
+    assert fresh != first and sorted(_wandb_ids(run)) == sorted([first, first, fresh])
+
+
+_TRACKIO_RUN = """
+import json, sys
+from pathlib import Path
+from reasonrl.loop.tracking import make_tracker
+from trackio.sqlite_storage import SQLiteStorage
+run = Path(sys.argv[1])
+with make_tracker(["trackio"], run, {}, "run") as t:
+    t.log({"reward/mean": 0.5}, step=1)
+    t.log({"reward/mean": 0.25, "note": "x"}, step=2)
+with make_tracker(["trackio"], run, {}, "run", resume_from_step=2) as t:
+    t.log({"reward/mean": 0.125}, step=3)
+logs = SQLiteStorage.get_logs("reasonrl", "run")
+print(json.dumps({"runs": SQLiteStorage.get_runs("reasonrl"),
+                  "rows": [[m["step"], m["reward/mean"]] for m in logs if "reward/mean" in m]}))
+"""
+
+
+def test_trackio_logs_locally(tmp_path):
+    """In a process of its own: trackio reads TRACKIO_DIR (its local store) once, at import."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("trackio")
+    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store")}
+    done = subprocess.run([sys.executable, "-c", _TRACKIO_RUN, str(tmp_path / "run")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["runs"] == ["run"]  # the resumed process continued the same named run
+    assert found["rows"] == [[1, 0.5], [2, 0.25], [3, 0.125]]
+    assert (tmp_path / "store").is_dir()
+
+
+def test_config_reads_a_string_as_one_sink_and_a_missing_package_is_one_line(monkeypatch):
+    import reasonrl.loop.tracking as tracking
+    from reasonrl.config.train import split_config
+
+    assert split_config({"tracking": "wandb"})[0].tracking == ["wandb"]  # was ['w', 'a', 'n', 'd', 'b']
+    assert split_config({"tracking": "jsonl,tensorboard"})[0].tracking == ["jsonl", "tensorboard"]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    assert tracking.tracking_problems(["jsonl", "wandb"]) == [
+        "config key 'tracking' asks for 'wandb', whose package 'wandb' is not installed: pip install wandb "
+        "(or drop wandb from tracking)"]

@@ -50,6 +50,9 @@ CASES = [
      ["'mask_truncated' must be true or false", "'steps' must be an integer"]),
     (REAL, "key typo", ["train", "optim.lrr=1e-5"], ["'optim.lrr'", "did you mean 'optim.lr'"]),
     ("bad value syntax", ["train", "optim.lr=[1,"], ["'[1,'"]),
+    # issue 46: the tracking sinks are checked with the other keys, before any model loads
+    (REAL, "tracking typo", ["train", "tracking=wandbb"], ["'tracking'", "'wandbb'", "did you mean 'wandb'"]),
+    ("tracking list typo", ["train", "tracking=[jsonl,tensorbord]"], ["'tensorbord'", "did you mean 'tensorboard'"]),
     (REAL, "unknown recipe", ["train", "--recipe", "grpoo"], ["'grpoo'", "did you mean 'grpo'"]),
     (REAL, "unknown model dir", ["train", "--model", "{d}/nope"], ["nope", "neither a local directory nor a hub id"]),
     (REAL, "not a model dir", ["train", "--model", "{d}/emptydir"], ["emptydir", "no config.json"]),

@@ -1,4 +1,4 @@
-"""The ``reasonrl`` command line: train, eval, recipes, tasks, models, pretrain, compare.
+"""The ``reasonrl`` command line: train, eval, recipes, keys, tasks, models, pretrain, compare.
 
 A user error (:class:`~reasonrl.errors.UserError`, a missing file, a malformed config file) is
 printed as one message on stderr with exit status 2; ``reasonrl --debug ...`` or
@@ -25,6 +25,7 @@ from .commands.common import summary_table as _summary_table
 from .commands.evaluate import compare_cmd, eval_cmd
 from .commands.audit import audit_cmd
 from .commands.report import report_cmd
+from .commands.keys import keys_cmd
 from .commands.drafts import drafts_app
 from .commands.diagnose import diagnose_app
 from .commands.rm import rm_app
@@ -153,12 +154,16 @@ def train_cmd(
     out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (starts torchrun)."),
+    reward: Optional[List[str]] = typer.Option(None, "--reward", help="path/to/file.py:fn added to the task's verifier "
+                                               "(repeatable; TRL's reward_funcs); weights: reward_weights=[1,0.5,...]."),
 ) -> None:
-    """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base."""
+    """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base.
+    `reasonrl keys` lists every key=value with its type, default and help."""
     from .dist.group import launched_by_torchrun
     from .config.validate import check_inputs
 
     args = [*(args or []), *(f"task_options.{pair}" for pair in task_opt or [])]
+    args += [f"reward_funcs={json.dumps(list(reward))}"] if reward else []
     cfg, the_recipe = _checked_run(args, recipe, model, task, steps, out, resume)
     check_inputs(cfg, the_recipe)  # all before the heavy imports (transformers) and before any model is loaded
 
@@ -170,7 +175,7 @@ def train_cmd(
         from .dist.launch import launch
 
         given = {"--recipe": recipe, "--model": model, "--task": task, "--steps": steps, "--out": out}
-        child = ["train", *(args or []), *[f"{k}={v}" for k, v in given.items() if v is not None]]
+        child = ["train", *(args or []), *[f"{k}={v}" for k, v in given.items() if v is not None]]  # --reward: in args
         raise SystemExit(launch(nproc, child + (["--resume"] if resume else [])))
     rank0 = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 alone prints
     _quiet_transformers()
@@ -178,6 +183,7 @@ def train_cmd(
         console.print(f"[dim]note: {ZERO_LOSS_HINT}[/dim]")
     with _progress(disable=not rank0) as bar:
         job = bar.add_task("starting", total=cfg.steps, info="")
+        on_phase, on_eval = _phase_bars(bar, job)
 
         def on_step(m: dict) -> None:
             info = f"reward {m['reward/mean']:.3f}  acc {m['accuracy']:.3f}  len {m['length/mean']:.1f}"
@@ -185,10 +191,27 @@ def train_cmd(
                 info += f"  held-out pass@1 {m['eval/pass@1']:.3f}"
             bar.update(job, completed=m["step"], info=info, description="training")
 
-        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step,
-                            on_phase=lambda s: bar.update(job, description=s), on_note=bar.console.print)
+        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step, on_phase=on_phase,
+                            on_note=bar.console.print, on_eval=on_eval)
     if rank0:
         console.print(_before_after(summary))
+
+
+def _phase_bars(bar, job):
+    """``on_phase`` and ``on_eval`` for train_run: the phase names the main bar, and each evaluation (before,
+    after) gets a bar of its own, completions done of all with an ETA (issue 46)."""
+    evals: dict[str, Any] = {}
+
+    def on_phase(s: str) -> None:
+        bar.update(job, description=s)
+        if s.startswith("evaluating"):
+            evals["job"] = bar.add_task(s, total=None, info="completions")
+
+    def on_eval(done: int, total: int) -> None:
+        if "job" in evals:
+            bar.update(evals["job"], completed=done, total=total)
+
+    return on_phase, on_eval
 
 
 def _before_after(summary: dict[str, Any]) -> Table:
@@ -248,6 +271,7 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
 
 
 
+app.command("keys")(keys_cmd)
 app.command("eval")(eval_cmd)
 app.command("compare")(compare_cmd)
 app.command("audit")(audit_cmd)

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ..errors import UserError
@@ -45,8 +45,10 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def progress(disable: bool = False) -> Progress:
+    # elapsed and remaining (rich's ETA from the rate so far): every long phase says how long it has left (issue 46)
     return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("{task.fields[info]}"), console=console, transient=False, disable=disable)
+                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console,
+                    transient=False, disable=disable)
 
 
 def summary_table(title: str, summary: dict[str, Any]) -> Table:

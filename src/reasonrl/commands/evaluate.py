@@ -38,6 +38,8 @@ def eval_cmd(
     old_n: Optional[int] = typer.Option(None, "--n", hidden=True, help="Renamed --problems."),
     refine: int = typer.Option(0, "--refine", help="SU-01 test-time loop: up to N verify -> refine rounds on each "
                                "greedy answer (0: off)."),
+    reward: Optional[List[str]] = typer.Option(None, "--reward", help="path/to/file.py:fn, repeatable: each function's "
+                                               "reward/<name>/mean and /std over the completions (TRL's arguments)."),
     refine_verifier: str = typer.Option("self", "--refine-verifier", help="Who checks an answer in --refine: self "
                                         "(the model, yes/no + report) | format (the task's answer extraction) | oracle "
                                         "(the gold answer: an upper bound, reported apart)."),
@@ -47,17 +49,16 @@ def eval_cmd(
 ) -> None:
     """Greedy pass@1 and, from n samples per problem, pass@k for each k, avg@n and maj@k on a task's held-out split."""
     import torch
-
+    from ..eval.paired import load_item_results
     from ..eval.runner import evaluate_items
+    from ..rewards import FunctionReward
     from ..tasks import get_task
 
     cfg = _eval_config(old_n, problems, samples_per_problem, k, temperature, top_p, max_new_tokens, seed, sample_seed,
                        maj_equiv, refine, refine_verifier)
     prompting = _prompting(prompt)
     the_task = get_task(task, **parse_options(task_opt))  # cheap, and it validates the data: before the model
-
-    from ..eval.paired import load_item_results, paired_by_key
-
+    funcs = [FunctionReward(spec) for spec in reward or []]  # a missing file or a bad signature: before the model
     other = load_item_results(against) if against else None  # a bad file fails before the model loads
     quiet_transformers()
     torch.manual_seed(seed)
@@ -67,13 +68,39 @@ def eval_cmd(
         summary, records, rows = evaluate_items(engine, the_task, cfg, progress=lambda m: bar.advance(job, m),
                                                 formatter=engine.formatter)
     records += _refine(engine, the_task, cfg, records, refine, refine_verifier, summary) if refine else []
+    summary.update(reward_summary(funcs, [r for r in records if r["mode"] in ("greedy", "sampled")]))
     console.print(summary_table(f"{model or 'base'} on {the_task.name}", summary))
     if other is not None:
-        mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
-        summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
-        console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
+        _against(summary, records, other, against, model)
     settings = {**_settings(the_task.name, model, cfg, refine, refine_verifier), "prompts": _prompt_report(engine, the_task)}
     _write_eval_outputs(json_path, samples, {**summary, "settings": settings}, rows, records)
+
+
+def _against(summary: dict, records: list[dict], other: dict, against: Path, model: str | None) -> None:
+    """``--against``: paired tests of the greedy results against the other model's, into the summary and shown."""
+    from ..eval.paired import paired_by_key
+
+    mine = {r["key"]: r["correct"] for r in records if r["mode"] == "greedy"}
+    summary["against"] = {"file": str(against), **paired_by_key(mine, other)}
+    console.print(_paired_table(f"{model or 'base'} against {against}", summary["against"]))
+
+
+def reward_summary(funcs: list, records: list[dict]) -> dict[str, float]:
+    """Each ``--reward`` function's ``reward/<name>/mean`` and ``/std`` over the evaluation's completions (greedy
+    and sampled), called with TRL's arguments (the prompt, the completion, the problem's answer)."""
+    from ..rewards import score_rewards
+
+    out: dict[str, float] = {}
+    names: set[str] = {"correct"}
+    for fn in funcs:
+        base, k = fn.name, 2
+        while fn.name in names:  # two functions of one name: the second is name_2, as in training
+            fn.name, k = f"{base}_{k}", k + 1
+        names.add(fn.name)
+        res = score_rewards(fn, [r["prompt"] for r in records], [r["completion"] for r in records],
+                            {"answer": [r["answer"] for r in records]}, task="eval")
+        out.update({k: v for k, v in res.metrics.items() if k.endswith(("/mean", "/std"))})
+    return out
 
 
 def _eval_config(old_n: int | None, problems: int, n: int, k: str | None, temperature: float, top_p: float,

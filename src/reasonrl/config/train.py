@@ -81,7 +81,9 @@ class TrainConfig:
     final_eval_k: int = 8
     save_every: int = 30
     keep_last: int = 2
-    tracking: list[str] = field(default_factory=lambda: ["jsonl"])
+    reward_funcs: list[str] = field(default_factory=list)  # path/to/file.py:fn rewards added to the task's verifier (--reward)
+    reward_weights: list[float] | None = None  # the verifier's weight, then one per reward_funcs entry (default all 1)
+    tracking: list[str] = field(default_factory=lambda: ["jsonl"])  # sinks: jsonl (always), tensorboard, wandb, trackio
     log_completions: int | float = 2  # rollouts per step written to completions.jsonl as text (a fraction < 1: of the rows; 0: off)
     max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
     max_rows: int | str = "auto"  # rows decoded at once by the rollout engine (auto: from free GPU memory; 512 off CUDA)
@@ -123,13 +125,17 @@ class TrainConfig:
     }
 
 
-def _closest(key: str, valid: list[str]) -> str:
-    near = difflib.get_close_matches(key, valid, n=1)
-    return f" (did you mean {near[0]!r}?)" if near else ""
-
-
 def unknown_key(key: str, valid: list[str]) -> UserError:
-    return UserError(f"unknown config key {key!r}{_closest(key, valid)}; valid keys: {', '.join(sorted(valid))}")
+    """One short line: the closest few keys (difflib) and the `reasonrl keys` command that lists them all with
+    type, default and help (issue 46: the whole list was one line of about 5,900 characters)."""
+    near = difflib.get_close_matches(key, valid, n=4, cutoff=0.6)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    if len(near) > 1:
+        hint += f"; other close keys: {', '.join(repr(k) for k in near[1:])}"
+    section = key.partition(".")[0]
+    scoped = f"; `reasonrl keys {section}.` lists the {section} keys" if any(k.startswith(section + ".") for k in valid) else ""
+    return UserError(f"unknown config key {key!r}{hint}{scoped}; `reasonrl keys [PATTERN]` lists all {len(valid)} "
+                     "with type, default and help")
 
 
 def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
@@ -255,6 +261,8 @@ def split_config(raw: dict[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
 def _run_value(key: str, value: Any) -> Any:
     """A run field's value, coerced; a nested run part (``lora``) built from its section."""
     part = nested_part(TrainConfig, key)
+    if key in ("tracking", "reward_funcs") and isinstance(value, str):  # tracking=wandb: one sink, not 5 letters
+        return [name.strip() for name in value.split(",") if name.strip()]
     if part is None:
         return coerce(TrainConfig, key, value, key)
     if not isinstance(value, dict):

@@ -25,9 +25,11 @@ from typing import Any
 
 from .train import KEY_ALIASES, TrainConfig, nested_part, recipe_scalars, recipe_sections
 from ..errors import UserError
+from ..loop.tracking import tracking_problems  # issue 46: the sinks are checked with the rest, before loading
 from ..parts import Recipe
 from ..parts.episodes import episodic_problems
 from ..parts.protocol import part_needs
+from ..rewards import FunctionReward, is_reward_path
 from ..rewards.options import rewards_dict
 from ..rewards.sandbox import LEVELS, SandboxUnavailable, isolation
 from ..rewards.sandbox.levels import stronger_or_equal
@@ -165,7 +167,30 @@ def problems(cfg: TrainConfig, recipe: Recipe) -> list[str]:
     values = {k: v for k, (v, _) in entries.items() if k not in bad}
     return (out + range_problems(values, all_rules(recipe), "config key") + need_problems(values, recipe)
             + rollout_problems(values, recipe.name) + fsdp_problems(values, recipe) + reward_problems(recipe)
-            + sandbox_problems(values) + vllm_problems(values, recipe))
+            + sandbox_problems(values) + vllm_problems(values, recipe) + tracking_problems(cfg.tracking)
+            + reward_func_problems(cfg.reward_funcs, cfg.reward_weights))
+
+
+def reward_func_problems(funcs: Any, weights: Any) -> list[str]:
+    """``reward_funcs`` (``--reward path.py:fn``) load and take TRL's arguments, and ``reward_weights`` holds one
+    finite number for the task's verifier and one per function (issue 46), all before any model loads."""
+    out = []
+    for spec in funcs if isinstance(funcs, (list, tuple)) else [funcs]:
+        if not isinstance(spec, str) or not is_reward_path(spec):
+            out.append(f"config key 'reward_funcs': {spec!r} is not path/to/file.py:function")
+            continue
+        try:
+            FunctionReward(spec)
+        except UserError as err:
+            out.append(str(err))
+    if weights is not None:
+        n = 1 + (len(funcs) if isinstance(funcs, (list, tuple)) else 1)
+        numbers = isinstance(weights, (list, tuple)) and all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
+        if not numbers or len(weights) != n:
+            out.append(f"config key 'reward_weights' = {weights!r} must be {n} finite numbers: the task's verifier's "
+                       f"weight first, then one per reward function ({n - 1} in reward_funcs)")
+    return out
 
 
 def sandbox_problems(values: Values) -> list[str]:

@@ -19,12 +19,13 @@ a kill at any moment after ``config.yaml`` exists leaves a run that ``--resume``
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -39,6 +40,8 @@ from ..models import load_model, resolve_device, save_model
 from ..models.memory import weights_dtype
 from ..parts import Recipe
 from .plots import plot_curves
+from ..rewards import FunctionReward
+from ..rewards.base import reward_name
 from ..rewards.sandbox import requiring
 from .stepdata import chosen_rows, completion_rows
 from ..tasks.limits import LimitedTask
@@ -64,14 +67,23 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(trainer: Trainer, cfg: TrainConfig) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
+def _final_eval(trainer: Trainer, cfg: TrainConfig, on_progress: Callable[[int, int], None] = lambda done, total: None
+                ) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
     """The before/after evaluation, through the trainer's engine (split over ranks or workers):
-    its summary, its per-sample records and its per-problem rows."""
+    its summary, its per-sample records and its per-problem rows. ``on_progress(done, total)`` counts the
+    completions generated (problems x (1 greedy + final_eval_k samples)), for a progress bar with an ETA."""
     if cfg.final_eval_problems <= 0:
         return None, [], []
     ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
                         max_new_tokens=trainer.budget, max_rows=cfg.max_rows, temperature=cfg.final_eval_temperature)
-    return evaluate_items(trainer.engine, trainer.task, ev_cfg, formatter=trainer.formatter)
+    total, done = cfg.final_eval_problems * (1 + cfg.final_eval_k), [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
+        on_progress(min(done[0], total), total)
+
+    on_progress(0, total)
+    return evaluate_items(trainer.engine, trainer.task, ev_cfg, progress=advance, formatter=trainer.formatter)
 
 
 def prompt_reward_lines(step: int, batch) -> str:
@@ -163,12 +175,38 @@ def prompt_note(report: dict[str, Any]) -> str:
             f"{fate} (counted in summary.json)")
 
 
+def with_rewards(recipe: Recipe, funcs: Sequence[Any], weights: Sequence[float] | None) -> Recipe:
+    """``recipe`` with the user's reward functions added to its rewards (issue 46, TRL's ``reward_funcs`` with
+    ``reward_weights``): the task's verifier stays the first reward, weighted ``weights[0]`` (times the recipe's
+    ``task_reward_weight``), then each function (a callable or ``path.py:fn``) with its weight, after the
+    recipe's own extra rewards. Each logs ``reward/<name>/mean`` and ``/std``; a repeated name gets ``_2``."""
+    if not funcs and weights is None:
+        return recipe
+    weights = [1.0] * (len(funcs) + 1) if weights is None else list(weights)
+    if len(weights) != len(funcs) + 1:
+        raise UserError(f"reward_weights has {len(weights)} numbers for {len(funcs) + 1} rewards: the task's verifier "
+                        f"first, then one per reward function ({len(funcs)} given)")
+    taken = {"correct", *(reward_name(fn) for fn, _ in recipe.extra_rewards)}  # the verifier logs as reward/correct/*
+    added = []
+    for fn, weight in zip(funcs, weights[1:]):
+        term = fn if isinstance(fn, FunctionReward) else FunctionReward(fn)
+        base, k = term.name, 2
+        while term.name in taken:
+            term.name, k = f"{base}_{k}", k + 1
+        taken.add(term.name)
+        added.append((term, float(weight)))
+    return dataclasses.replace(recipe, task_reward_weight=recipe.task_reward_weight * float(weights[0]),
+                               extra_rewards=tuple(recipe.extra_rewards) + tuple(added))
+
+
 def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
               on_step: Callable[[dict], None] = lambda m: None,
               on_phase: Callable[[str], None] = lambda s: None,
-              on_note: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+              on_note: Callable[[str], None] = lambda s: None,
+              on_eval: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
-    such as where a resumed run continues."""
+    such as where a resumed run continues, ``on_eval(done, total)`` the before/after evaluations' progress
+    (completions generated of all), after an ``on_phase`` naming which."""
     check_run(cfg, recipe)  # the Python API gets the command line's range checks too
     task = task_for(cfg)
     refused = task_problems(task, recipe)  # the abilities its parts need; a task with environments, episodes
@@ -181,19 +219,19 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
                         "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
     try:
         with requiring(cfg.sandbox.require):  # every model-written program of the run: at least this level
-            return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note)
+            return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note, on_eval)
     finally:
         group.close()
 
 
-def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase) -> dict[str, Any] | None:
+def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase, on_eval) -> dict[str, Any] | None:
     """The starting model's evaluation: read from before.json when a previous process wrote it,
     else run (and written, with its per-problem rows, by rank 0)."""
     before_path = run_dir / "before.json"
     before = on_main(group, lambda: json.loads(before_path.read_text()) if before_path.exists() else None)
     if before is None:  # (also when before.json holds null: final_eval_problems=0 makes that instant)
         on_phase("evaluating the starting model")
-        before, _, before_rows = _final_eval(trainer, cfg)
+        before, _, before_rows = _final_eval(trainer, cfg, on_eval)
         if group.is_main:
             if before_rows:
                 write_jsonl(before_rows, run_dir / "before.items.jsonl")
@@ -201,30 +239,35 @@ def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on
     return before
 
 
+def _announce(trainer: Trainer, run_dir: Path, resume: bool, group: Single, on_note) -> None:
+    """Where the run starts and how prompts reach the model: told to the user, and in events.jsonl."""
+    message, cfg = _start_message(trainer, run_dir, resume), trainer.cfg
+    on_note(message)
+    on_note(prompt_note(prompt_report(trainer)))
+    log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
+              items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
+              resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name, **trainer.resume_info)
+
+
 def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, resume: bool, on_step, on_phase,
-           on_note) -> dict[str, Any]:
+           on_note, on_eval) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
     state, so it is all there is to write)."""
     main = group.is_main
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = Path(group.broadcast(str(run_dir_for(cfg, recipe))))  # one folder, named by rank 0's clock
-    config = resolved_dict(cfg, recipe)
+    config = resolved_dict(cfg, recipe)  # the user's reward files are in it as reward_funcs, not as extra rewards
+    recipe = with_rewards(recipe, cfg.reward_funcs, cfg.reward_weights)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
     task = recipe.wrap_task(task, tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
-    before = _before(trainer, cfg, run_dir, group, on_phase)
+    before = _before(trainer, cfg, run_dir, group, on_phase, on_eval)
     start = trainer.resume() if resume else None
-    message = _start_message(trainer, run_dir, resume)
     if main:
-        on_note(message)
-        on_note(prompt_note(prompt_report(trainer)))
-        log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
-                  items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
-                  resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
-                  **trainer.resume_info)
+        _announce(trainer, run_dir, resume, group, on_note)
     drawn_at_start = trainer.batches.items_drawn
     tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start,
                            completions=cfg.log_completions > 0) if main else None
@@ -246,7 +289,7 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
                 tracker.close()
         seconds = time.perf_counter() - t0
         on_phase("evaluating the trained model")
-        after, after_records, after_rows = _final_eval(trainer, cfg)  # on the engine, so it closes after (issue 43)
+        after, after_records, after_rows = _final_eval(trainer, cfg, on_eval)  # on the engine, so it closes after (issue 43)
     finally:
         if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0), vLLM are stopped
             trainer.engine.close()

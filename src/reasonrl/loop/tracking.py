@@ -11,11 +11,13 @@ keeps "the loss diverged" distinguishable from "the metric was not logged".
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import json
 import numbers
 import os
+import secrets
 import tempfile
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +42,32 @@ def numeric_only(metrics: dict[str, Any]) -> dict[str, float]:
 
     ``numbers.Real`` admits numpy scalars as well as Python ints/floats (bools included, as 0/1)."""
     return {k: float(v) for k, v in metrics.items() if isinstance(v, numbers.Real)}
+
+
+def tracking_kinds(value: str | list[str] | tuple[str, ...]) -> list[str]:
+    """The sinks a ``tracking`` value names: a list as it is, a string as a one-item list (``tracking=wandb``)
+    or a comma list (``tracking=wandb,tensorboard``), never its characters."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return list(value)
+
+
+def tracking_problems(value: Any) -> list[str]:
+    """One line per sink of ``value`` that cannot open: an unknown name (with the closest valid one) or an
+    optional package that is not installed. The run's checks (:mod:`reasonrl.config.validate`) call this
+    before anything loads, so a typo fails in a second, not after the model and the first evaluation."""
+    if not isinstance(value, (str, list, tuple)) or not all(isinstance(k, str) for k in tracking_kinds(value)):
+        return [f"config key 'tracking' must be a sink name or a list of them ({', '.join(VALID_KINDS)}), got {value!r}"]
+    out = []
+    for kind in dict.fromkeys(tracking_kinds(value)):
+        if kind not in VALID_KINDS:
+            near = difflib.get_close_matches(kind, VALID_KINDS, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            out.append(f"config key 'tracking' names the unknown sink {kind!r}{hint}; valid sinks: {', '.join(VALID_KINDS)}")
+        elif kind in _PACKAGE_FOR_KIND and importlib.util.find_spec(_PACKAGE_FOR_KIND[kind]) is None:
+            out.append(f"config key 'tracking' asks for {kind!r}, whose package {_PACKAGE_FOR_KIND[kind]!r} is not "
+                       f"installed: pip install {_PACKAGE_FOR_KIND[kind]} (or drop {kind} from tracking)")
+    return out
 
 
 def _require_package(kind: str) -> None:
@@ -185,13 +213,27 @@ class TensorBoardSink:
         self._writer.close()
 
 
-class WandbSink:
-    """A wandb run in project ``reasonrl``; a resumed training run starts a new wandb run of the same name."""
+WANDB_ID_FILE = "wandb_run_id"  # the wandb run's id, kept in the run folder so that --resume continues that run
 
-    def __init__(self, run_dir: Path, config: dict[str, Any], run_name: str):
+
+class WandbSink:
+    """A wandb run in project ``reasonrl``. Its id is written to ``run_dir/wandb_run_id``; a resumed training
+    run (``resume_from_step`` set) reads it and continues that wandb run (``resume="allow"``: a run whose
+    earlier process never logged to wandb starts one and keeps its id). Offline (``WANDB_MODE=offline``) the
+    runs are local folders carrying the same id, which ``wandb sync`` joins into one run."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], run_name: str, resume_from_step: int | None = None):
         _require_package("wandb")
         wandb = importlib.import_module("wandb")
-        self._run = wandb.init(project=PROJECT, name=run_name, config=config, dir=str(run_dir))
+        id_path = Path(run_dir) / WANDB_ID_FILE
+        if resume_from_step is not None and id_path.exists():
+            run_id = id_path.read_text(encoding="utf-8").strip()
+        else:
+            run_id = secrets.token_hex(4)  # 8 characters of [0-9a-f], as wandb's own ids
+            id_path.write_text(run_id + "\n", encoding="utf-8")
+        self.run_id = run_id
+        self._run = wandb.init(project=PROJECT, name=run_name, config=config, dir=str(run_dir), id=run_id,
+                               resume="allow" if resume_from_step is not None else None)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._run.log(numeric_only(metrics), step=step)
@@ -203,10 +245,12 @@ class WandbSink:
 class TrackioSink:
     """A trackio run in project ``reasonrl`` (trackio keeps its own local store)."""
 
-    def __init__(self, config: dict[str, Any], run_name: str):
+    def __init__(self, config: dict[str, Any], run_name: str, resume_from_step: int | None = None):
         _require_package("trackio")
         self._trackio = importlib.import_module("trackio")
-        self._trackio.init(project=PROJECT, name=run_name, config=config)
+        # trackio names its runs: a resumed training run continues the run of its folder's name
+        self._trackio.init(project=PROJECT, name=run_name, config=config,
+                           resume="allow" if resume_from_step is not None else "never")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._trackio.log(numeric_only(metrics), step=step)
@@ -263,7 +307,7 @@ class Tracker:
 
 
 def make_tracker(
-    kinds: list[str],
+    kinds: str | list[str],
     run_dir: Path,
     config: dict[str, Any],
     run_name: str,
@@ -277,6 +321,7 @@ def make_tracker(
     All kinds are validated (and optional packages checked) before any sink is opened, so a typo or
     a missing package fails before a fresh run truncates an existing ``metrics.jsonl``.
     """
+    kinds = tracking_kinds(kinds)
     unknown = [k for k in kinds if k not in VALID_KINDS]
     if unknown:
         raise ValueError(f"unknown tracking kind(s) {unknown}; valid kinds are {list(VALID_KINDS)}")
@@ -306,7 +351,7 @@ def _open_sink(kind: str, run_dir: Path, config: dict[str, Any], run_name: str,
     if kind == "tensorboard":
         return TensorBoardSink(run_dir / "tensorboard", resume_from_step)
     if kind == "wandb":
-        return WandbSink(run_dir, config, run_name)
+        return WandbSink(run_dir, config, run_name, resume_from_step)
     if kind == "trackio":
-        return TrackioSink(config, run_name)
+        return TrackioSink(config, run_name, resume_from_step)
     raise ValueError(f"unknown tracking kind {kind!r}; valid kinds are {list(VALID_KINDS)}")

@@ -31,7 +31,7 @@ from .consistency import ConsistencyReward
 from .sets import SetReward
 from .steps import SidExact, SidLevels
 from .temporal import TempoReward
-from .user import UserReward, is_reward_path
+from .user import FunctionReward, UserReward, is_reward_path
 
 __all__ = [
     "Reward",
@@ -55,6 +55,7 @@ __all__ = [
     "SetReward",
     "ConsistencyReward",
     "ComponentError",
+    "FunctionReward",
     "UserReward",
     "JudgeReward",
     "REWARDS",

@@ -52,11 +52,15 @@ def reward_name(fn: RewardFn) -> str:
 
 
 def summarize(name: str, values: Sequence[float | None]) -> dict[str, float]:
-    """Mean over applicable rows and the fraction of rows the reward declined (None)."""
+    """Mean over applicable rows, their std (Bessel-corrected, as TRL logs ``rewards/<name>/std``: two or
+    more rows) and the fraction of rows the reward declined (None)."""
     got = [v for v in values if v is not None]
     out = {f"reward/{name}/frac_none": 1.0 - len(got) / max(len(values), 1)}
     if got:
-        out[f"reward/{name}/mean"] = sum(got) / len(got)
+        mean = sum(got) / len(got)
+        out[f"reward/{name}/mean"] = mean
+        if len(got) > 1:
+            out[f"reward/{name}/std"] = (sum((v - mean) ** 2 for v in got) / (len(got) - 1)) ** 0.5
     return out
 
 

@@ -1,6 +1,6 @@
 """A user's own reward function from a Python file: ``reward=path/to/rewards.py:function``.
 
-TRL's contract (``reward_funcs``; verl's ``custom_reward_function`` alike): the function is called as
+TRL's contract (``reward_funcs``; not verl's per-sample ``compute_score``): the function is called as
 ``fn(prompts=..., completions=..., **columns)``, each a list with one entry per completion, the
 columns being the dataset row's own (everything but the prompt), and returns one float per
 completion (None: not applicable). When a prompt is conversational (a list of messages) its
@@ -56,6 +56,38 @@ def check_signature(fn: Callable[..., Any], columns: Sequence[str], spec: str) -
         raise UserError(f"reward {spec!r} cannot be called as fn(prompts=..., completions=..., "
                         f"{', '.join(f'{c}=...' for c in columns)}) ({err}); define it as "
                         "def fn(prompts, completions, **kwargs)") from err
+
+
+TRL_ROW_KEY = "_trl_row"  # reasonrl.tasks.rows.TRL_ROW: an item's meta key of its row's prompt and columns
+
+
+class FunctionReward(Reward):
+    """A user's reward function as one of several weighted terms (``--reward path.py:fn``, ``reasonrl.train``'s
+    ``reward_funcs``): called as TRL calls ``reward_funcs``, ``fn(prompts=..., completions=..., completion_ids=...,
+    answer=..., **columns)``, each a list with one entry per completion; ``columns`` are the row's own when the
+    task keeps them (a file or dataset task whose reward is a user's function). Returns one float per
+    completion, or None where it does not apply (that row's term then adds nothing)."""
+
+    def __init__(self, fn: Callable[..., Sequence[float | None]] | str, name: str | None = None):
+        self.spec = fn if isinstance(fn, str) else getattr(fn, "__name__", type(fn).__name__)
+        self.fn = load_function(fn) if isinstance(fn, str) else fn
+        if not callable(self.fn):
+            raise UserError(f"reward function {fn!r} is not callable: give a function or 'path/to/file.py:function'")
+        self.name = name or getattr(self.fn, "__name__", None) or type(self.fn).__name__
+        check_signature(self.fn, ["completion_ids", "answer"], self.spec)
+
+    def score(self, prompts: Sequence[Any], completions: Sequence[str], **columns: Any) -> RewardResult:
+        n = len(completions)
+        meta = columns.get("meta") or [{}] * n
+        rows = [m.get(TRL_ROW_KEY) if isinstance(m, dict) else None for m in meta]
+        kwargs: dict[str, Any] = {"answer": list(columns.get("answer") or [None] * n),
+                                  "completion_ids": list(columns.get("completion_ids") or [None] * n)}
+        if n and all(rows):  # the row's own prompt and columns, as TRL hands them
+            prompts = [r["prompt"] for r in rows]
+            kwargs.update({k: [r["columns"].get(k) for r in rows] for k in rows[0]["columns"]})
+        shown = [[{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
+                 for p, c in zip(prompts, completions)]
+        return RewardResult(list(self.fn(prompts=list(prompts), completions=shown, **kwargs)))
 
 
 class UserReward(Reward):
