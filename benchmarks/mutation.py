@@ -77,7 +77,9 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_4": _PROMOTE,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_11": _PROMOTE,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_15": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_18": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_16": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_sequence_weight__mutmut_21": _PROMOTE,
+    "reasonrl.losses.balance.x_sequence_weight__mutmut_30": _AXIS,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
     "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
                                                       "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
