@@ -96,6 +96,13 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
                                                                        "exactly (probability 0)",
     "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
+    "reasonrl.population.operators.x_mutate_spectral__mutmut_10": "refactor of (d, r) x (r, k) factors has q = r "
+                                                                   "values: s[:None] is s[:r]",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_33": "-1 or -2 for a row without tokens: both fail last >= 0",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_34": _AXIS + " (on is (B, T))",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_45": "nonzero() of a 1-D tensor is (n, 1): axes 1 and -1 agree",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_46": "an (n, 1) row index picks the same (row, last) cells "
+                                                               "as the (n,) one in the advanced-index assignment",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
                                                     "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
