@@ -61,9 +61,9 @@ TESTS: dict[str, tuple[str, ...]] = {
     "rewards/answers.py": ("test_rewards.py",),
     "rewards/match.py": ("test_rewards.py",),  # the math reward (numeric, exact_match)
     "population/operators.py": ("test_population.py",),  # the LoRA population operators
-    # the sandbox's result parsing (classify); the uid-level test starts a fresh `python3 -I` on the checkout,
+    # the sandbox's result parsing (classify); the uid-level tests start a fresh `python3 -I` on the checkout,
     # which cannot import mutmut's trampolines
-    "rewards/sandbox/limits.py": ("test_sandbox.py", "--deselect=tests/test_sandbox.py::test_uid_level_without_namespaces"),
+    "rewards/sandbox/limits.py": ("test_sandbox.py", "-knot uid_level"),
 }
 
 # "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
@@ -77,7 +77,9 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_4": _PROMOTE,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_11": _PROMOTE,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_15": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_18": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_elbo_estimate__mutmut_16": _AXIS + " (scored is (N, L))",
+    "reasonrl.losses.balance.x_sequence_weight__mutmut_21": _PROMOTE,
+    "reasonrl.losses.balance.x_sequence_weight__mutmut_30": _AXIS,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
     "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
                                                       "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
@@ -94,6 +96,13 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
                                                                        "exactly (probability 0)",
     "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
+    "reasonrl.population.operators.x_mutate_spectral__mutmut_10": "refactor of (d, r) x (r, k) factors has q = r "
+                                                                   "values: s[:None] is s[:r]",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_33": "-1 or -2 for a row without tokens: both fail last >= 0",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_34": _AXIS + " (on is (B, T))",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_45": "nonzero() of a 1-D tensor is (n, 1): axes 1 and -1 agree",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_46": "an (n, 1) row index picks the same (row, last) cells "
+                                                               "as the (n,) one in the advanced-index assignment",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
                                                     "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",

@@ -167,3 +167,28 @@ def test_draw_masks_default_range_shapes_and_independent_rows():
     # a fixed t = 0.5 still draws each row's positions on their own: two rows of 64 coincide with probability 2^-128
     _, fixed = draw_masks(2, 1, 64, torch.Generator().manual_seed(0), t=0.5)
     assert not torch.equal(fixed[0], fixed[1])
+
+
+def test_sequence_weight_defaults_bounds_and_refusal():
+    logp, old, mask = torch.tensor([[0.1, 0.2]]), torch.zeros(1, 2), torch.ones(1, 2)
+    assert torch.allclose(sequence_weight(logp, old, mask), torch.tensor([1.2]))  # the default is clip: 1.35 -> 1.2
+    # the default cap is 10: a log-ratio of 3 gives exp(3) = 20.09 -> 10
+    assert float(sequence_weight(torch.tensor([[3.0]]), torch.zeros(1, 1), torch.ones(1, 1), "cap")) == 10.0
+    # the log-ratio is clamped to +-20 before exp (raw mode: no cap applies): 25 -> exp(20), -25 -> exp(-20)
+    w = sequence_weight(torch.tensor([[25.0], [-25.0]]), torch.zeros(2, 1), torch.ones(2, 1), "none")
+    assert torch.allclose(w, torch.tensor([math.exp(20.0), math.exp(-20.0)]), rtol=1e-5)
+    one = sequence_weight(torch.zeros(3, 2, dtype=torch.float64), torch.zeros(3, 2), torch.ones(3, 2), "one")
+    assert one.dtype == torch.float64 and torch.equal(one, torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"unknown importance weight 'tis'; valid: clip, cap, none, one"):
+        sequence_weight(logp, old, mask, "tis")
+
+
+def test_trajectory_balance_loss_and_gap_terms_and_one_row_std():
+    # rows lbar (-1, -2), lbar_ref (-1.5, -1), log Z 0, r 0, w 1, n_seqs 4: delta (0.5, -1), loss (0.25 + 1) / 4
+    # = 0.3125; logp gap (0.5 - 1) / 4 = -0.125
+    loss, m = trajectory_balance(torch.zeros(2), torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0]), torch.zeros(2),
+                                 torch.ones(2), beta=1.0, n_seqs=4)
+    assert m["balance/loss_term"] == pytest.approx(0.3125) and m["balance/logp_gap_term"] == pytest.approx(-0.125)
+    _, one = trajectory_balance(torch.zeros(1), torch.tensor([-1.0]), torch.tensor([-1.5]), torch.zeros(1), torch.ones(1),
+                                beta=1.0, n_seqs=1)
+    assert one["balance/delta_std"] == 0.0  # one row: no spread (the unbiased std of one value is undefined)

@@ -152,3 +152,16 @@ def test_masked_whiten_two_entries_default_eps_and_an_empty_mask():
 def test_last_token_rewards_refuses_other_shapes_naming_them(scores, mask, shapes):
     with pytest.raises(ValueError, match=r"last_token_rewards needs \(B,\) scores and a \(B, T\) mask; " + shapes):
         last_token_rewards(scores, mask)
+
+
+def test_gae_at_the_ends_of_gamma_and_lam_and_the_reward_dtype():
+    from reasonrl.advantages.gae import gae
+
+    # one row, rewards (0, 1), values (0.5, 0.25). gamma = 0: A_t = r_t - V_t = (-0.5, 0.75).
+    # lam = 0 (gamma 1): one-step TD, A_0 = 0 + V_1 - V_0 = -0.25, A_1 = 1 - 0.25 = 0.75
+    r, v, m = torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.25]]), torch.ones(1, 2)
+    assert torch.allclose(gae(r, v, m, gamma=0.0, lam=1.0)[0], torch.tensor([[-0.5, 0.75]]))
+    assert torch.allclose(gae(r, v, m, gamma=1.0, lam=0.0)[0], torch.tensor([[-0.25, 0.75]]))
+    with pytest.raises(ValueError, match=r"gae needs gamma and lam in \[0, 1\], got gamma=1.0, lam=1.5"):
+        gae(r, v, m, gamma=1.0, lam=1.5)
+    assert last_token_rewards(torch.tensor([2.0], dtype=torch.float64), torch.ones(1, 2)).dtype == torch.float64

@@ -252,6 +252,8 @@ def test_gaussian_mutation_noise_is_sigma_times_each_factors_std():
     # noise std sigma * std(A) = 0.1 * ~2 = ~0.2, sigma * std(B) = ~0.3 (4000 draws each: within 5%)
     assert np.std(out[0] - a) == pytest.approx(0.1 * np.std(a), rel=0.05)
     assert np.std(out[1] - b) == pytest.approx(0.1 * np.std(b), rel=0.05)
+    small = mutate_gaussian({"q": (a, b / 6)}, 0.1, np.random.default_rng(1))["q"]  # std(B) ~0.5 < 1: still its own
+    assert np.std(small[1] - b / 6) == pytest.approx(0.1 * np.std(b / 6), rel=0.05)
     # a zero factor (a fresh B, here A too) moves by sigma * abs_sigma = 0.1 * 1e-3 = 1e-4
     zero = mutate_gaussian({"q": (np.zeros((2, 2000)), np.zeros((2000, 2)))}, 0.1, np.random.default_rng(1))["q"]
     assert np.std(zero[0]) == pytest.approx(1e-4, rel=0.05) and np.std(zero[1]) == pytest.approx(1e-4, rel=0.05)
