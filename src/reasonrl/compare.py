@@ -281,7 +281,7 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
 
 def items_lines(results: list[RunResult]) -> str:
     """``compare_items.jsonl``: per run, its final evaluation summary and per-item greedy correctness.
-    Readings by problem stratum (e.g. ``benchmarks/selfteach_strata.py``) then need only this file,
+    Readings by problem stratum (e.g. ``benchmarks/studies/selfteach_strata.py``) then need only this file,
     not the run folders (which hold checkpoints and are not kept in the repository)."""
     return "".join(json.dumps(_json_safe({"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "after": r.after,
                                           "items": r.items}), allow_nan=False) + "\n" for r in results)

@@ -210,7 +210,7 @@ def install_autocast(model, dtype: torch.dtype) -> None:
     head stays float32 (its weights are, and the residual stream reaching it is): bf16 logits of
     magnitude ~10 are rounded by up to 0.03, which is the largest source of the gap between the
     sampler's and the learner's token probabilities (MiniMax-M1, arXiv:2506.13585, keeps the LM head
-    in fp32 for this reason; ``benchmarks/head_precision.py`` measures the gap for each head)."""
+    in fp32 for this reason; ``benchmarks/studies/head_precision.py`` measures the gap for each head)."""
     decoder = base_model(model).get_decoder()
     if getattr(decoder, AUTOCAST_ATTR, None) is None:  # installed once
         setattr(decoder, AUTOCAST_ATTR, dtype)
@@ -226,7 +226,7 @@ def install_tf32_head(model) -> None:
     """On CUDA, the output head's float32 matmul runs in TF32 (inputs rounded to a 10-bit mantissa,
     float32 products and sums): several times float32's tensor-core throughput, for the one float32
     matmul left under mixed precision (the head: ~139 GFLOP a token at 512 rows and a 150k
-    vocabulary). ``benchmarks/head_precision.py`` measured the sampler/learner gap with TF32 emulated
+    vocabulary). ``benchmarks/studies/head_precision.py`` measured the sampler/learner gap with TF32 emulated
     on the CPU: the same as float32's (mean 3.06e-4 vs 3.04e-4, 99.9th percentile 0.0262 vs 0.0261),
     where a bf16 head widens both by a third. Only the head: TF32 over the whole forward would also
     round the inputs of the rotary embedding's float32 angle matmul (position x frequency) to 11

@@ -61,12 +61,12 @@ GRLO = dataclasses.replace(
         "is logged only); style_mix's length control is unreleased: off (rewards.rm.length_coef=0), the spec's "
         "inferred form r - coef * max(0, L - L0) / L0 behind rewards.rm.length_coef > 0",
         "task: explain (open-ended facts to explain in plain-text prompts, no chat template: a 'zero' run on the "
-        "base); the transfer reading evaluates arithmetic (benchmarks/grlo_transfer.py)",
+        "base); the transfer reading evaluates arithmetic (benchmarks/learning/grlo_transfer.py)",
         "verl PPO: gamma = lam = 1, whitened GAE advantages, value clip 0.5, rollout n = 1 (group_size=1), 4 "
         "optimiser steps per batch (train batch 1024 / PPO mini-batch 256)",
         "KL to the start, k3, coef 0.5 (the paper: none; kl.coef=0 restores it): with the tiny reasoner's 0.71-"
         "accurate reward model and no KL the policy hacks the reward (held-out arithmetic 0.420 -> 0.115 +- 0.014 over "
-        "3 seeds x 60 steps); with 0.5 it keeps 0.372 +- 0.016 (benchmarks/grlo_transfer.py, docs/ppo.md)",
+        "3 seeds x 60 steps); with 0.5 it keeps 0.372 +- 0.016 (benchmarks/learning/grlo_transfer.py, docs/ppo.md)",
         "batch: 64 prompts x 1 sample per step (the samples of grpo's 8 x 8) on the tiny reasoner",
         "lr: actor 2e-5, critic 2e-4 (the paper's 1e-6 / 1e-5: the same 10x ratio; the actor's 5e-5 of grpo "
         "over 2.5 since each batch takes 4 optimiser steps here), critic a separate copy of the starting model",

@@ -8,7 +8,7 @@ host prepends this file (standard library only, never reasonrl; :func:`batch_pro
 :mod:`.core`) to the harness, which imports what its jobs need once and then calls
 :func:`each_fresh`: every job runs in its own ``os.fork()`` of that warmed-up process, which never
 runs job code itself, so each job starts from the same pristine state (builtins, classes,
-``sys.modules``, random state) at the cost of one fork (benchmarks/sandbox_speed.py). Same level,
+``sys.modules``, random state) at the cost of one fork (benchmarks/speed/sandbox_speed.py). Same level,
 limits and uid as the batch: the fork happens inside the sandbox.
 
 What a job can no longer reach, and how:
