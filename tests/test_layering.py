@@ -47,6 +47,7 @@ LAYERS = {
     "config.rules": 1,  # the config-value rule builders (validate and its per-method tables)
     "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "docs_tables": 13,  # the docs' generated tables: reads the recipes and parts, nothing imports it
+    "compare_plot": 1,  # compare's figure (matplotlib only); compare re-exports it
     "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
     "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
