@@ -12,8 +12,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 # package or module (relative to reasonrl) -> layer, whole numbers from 0 (nothing below) up
 LAYERS = {
     "config": 0,  # the package's __init__ (a docstring); its modules have their own rows
-    # the loop (reasonrl.loop): run, trainer, batch (+ batch_score), stepdata, runtime, schedule, checkpoint, warmstart, sft,
-    # rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only TRAINER_SIDE
+    # the loop (reasonrl.loop): run, trainer, batch (+ batch_score), stepdata, runtime, schedule, checkpoint,
+    # warmstart, sft, rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only
+    # TRAINER_SIDE
     "loop": 12,
     "errors": 0,  # the user-error types: anything may raise them
     "seeds": 0,  # process-independent seeds
