@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 # package or module (relative to reasonrl) -> layer, whole numbers from 0 (nothing below) up
 LAYERS = {
     "config": 0,  # the package's __init__ (a docstring); its modules have their own rows
-    # the loop (reasonrl.loop): run, trainer, batch (+ batch_score), stepdata, runtime, schedule, checkpoint,
+    # the loop (reasonrl.loop): run, trainer (+ update), batch (+ batch_score), stepdata, runtime, schedule, checkpoint,
     # warmstart, sft, rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only
     # TRAINER_SIDE
     "loop": 12,
@@ -59,7 +59,9 @@ LOOP = LAYERS["loop"]  # the loop's machinery (reasonrl.loop, eval.runner, dist,
 # a module of layer LOOP -> the other modules of that layer it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
     "loop.run": {"loop.checkpoint", "dist", "eval.runner", "loop.plots", "loop.stepdata", "loop.tracking", "loop.trainer", "config.validate"},
-    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule"},
+    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule",
+                     "loop.update"},
+    "loop.update": {"loop.schedule", "loop.stepdata"},  # Trainer's update half (losses, optimiser steps): a mixin
     "loop.batch": {"loop.batch_score", "loop.runtime", "loop.stepdata"},
     "loop.batch_score": {"loop.stepdata"},  # BatchMaker's scoring half (rewards, advantages, selector): a mixin
     "loop.sft": {"eval.runner", "loop.schedule"},
