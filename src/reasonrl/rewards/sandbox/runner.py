@@ -251,7 +251,7 @@ def run_program(path, source, site):
         exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
     except SystemExit as exc:
         code = exit_code(exc)
-    except BaseException as exc:  # noqa: B036 - mirror the interpreter: report any uncaught exception
+    except BaseException as exc:  # noqa: B036, BLE001 - mirror the interpreter: report any uncaught exception
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next  # hide the runner's own frames, as if the program ran as a script
