@@ -175,7 +175,7 @@ def main() -> None:
     for step in range(a.steps + 1):
         if step % a.eval_every == 0 or step == a.steps:
             texts = one_shot(trainer, task)
-            acc = held_out(task, lambda c, i: task.render(texts[c], i), a.eval_n)
+            acc = held_out(task, lambda c, i: task.render(texts[c], i), a.eval_n)  # noqa: B023 - called at once
             curve.append({"step": step, "train_worker_calls": task.calls.calls, "prompts": texts, "held_out": acc})
         if step < a.steps:
             m = trainer.train_step()

@@ -167,7 +167,9 @@ class Redirect:
             ctx.formatter.rewrite(
                 batch.items[i].prompt,
                 lambda p: guidance.critique_prompt(
-                    ctx.task, dataclasses.replace(batch.items[i], prompt=p), batch.ro.texts[r]  # noqa: B023 - rewrite() calls the edit at once, in this iteration
+                    ctx.task,
+                    dataclasses.replace(batch.items[i], prompt=p),  # noqa: B023 - rewrite() calls the edit at once
+                    batch.ro.texts[r],  # noqa: B023 - (and so in this iteration)
                 ),
             )
             for i, r in chosen
