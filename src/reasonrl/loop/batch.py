@@ -161,7 +161,8 @@ class BatchMaker(BatchScoring):
                                    **reduce)
 
     def round_context(self, key: str, batch: Batch | None) -> RoundContext:
-        """What the part ``key`` sees in ``extend`` (``batch``: the first round), ``draw`` and ``before_step`` (None)."""
+        """What the part ``key`` sees in ``extend`` (``batch``: the first round), ``draw`` and ``before_step``
+        (None)."""
         return self.parts.grant(key, RoundContext(
             batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step, position=self.items_drawn,
             group_size=self.recipe.group_size, pool=self.pool, state=self.parts.state(key), cache=self.parts.cache(key),
