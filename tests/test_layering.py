@@ -1,6 +1,6 @@
 """The layering of the package, enforced: imports only go down; among the trainer-side modules
-(layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import cycle anywhere,
-inside a package or across packages (lazy imports in a function count); rewards need no torch;
+(layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import
+cycle anywhere, inside a package or across packages (lazy imports in a function count); rewards need no torch;
 nothing imports the CLI; the trainer side never imports the named recipes."""
 import ast
 from pathlib import Path
@@ -27,7 +27,8 @@ LAYERS = {
     "models.chat": 3,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 5, "tasks": 5, "rollout": 5, "distill": 5,
     "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
-    "rollout.batch": 6,  # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
+    # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
+    "rollout.batch": 6,
     "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
     "rollout.vllm_checks": 10,  # what vLLM cannot serve, read from the parts' declared needs
     "tasks.protocols": 4,  # the task's optional abilities (typing Protocols): errors only; rollouts and data ask them
