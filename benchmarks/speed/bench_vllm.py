@@ -102,7 +102,6 @@ def run_reasonrl(args, engine: str) -> dict:
     from reasonrl.models import load_model
     from reasonrl.recipes import get_recipe
     from reasonrl.config.sections import RolloutOpts, VLLMOpts
-    from reasonrl.tasks import get_task
     from reasonrl.loop.trainer import Trainer
 
     model, tok = load_model(model_dir(args.model))

@@ -95,7 +95,7 @@ def main() -> None:
     print(f"{'':>4} " + " ".join(f"{f:>12}" for f in fields))
     for key in ("a", "b"):
         print(f"{key:>4} " + " ".join(f"{med[key][f]:12.2f}" for f in fields))
-    print(f"b / a: " + " ".join(f"{med['b'][f] / med['a'][f]:.3f}" for f in fields), f"| same tokens: {same}")
+    print("b / a: " + " ".join(f"{med['b'][f] / med['a'][f]:.3f}" for f in fields), f"| same tokens: {same}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
 

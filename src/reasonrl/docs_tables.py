@@ -101,7 +101,7 @@ def fields_table(recipes: dict[str, Recipe]) -> str:
     default = {f.name: f.default for f in dataclasses.fields(Recipe)}
     lines = ["| Recipe field | part | recipes |", "|---|---|---|"]
     for f in dataclasses.fields(Recipe):
-        if f.name in NOT_HOOKED or f.name == "parts" or not default[f.name] in (None, ()):
+        if f.name in NOT_HOOKED or f.name == "parts" or default[f.name] not in (None, ()):
             continue
         classes: dict[str, list[str]] = {}
         for name, r in recipes.items():
