@@ -87,8 +87,10 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_draw_masks__mutmut_34": "u <= t instead of u < t differs only when a uniform equals t "
                                                        "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
-    "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either way",
-    "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves a call",
+    "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either "
+                                                         "way",
+    "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves "
+                                                              "a call",
     "reasonrl.population.operators.x_refactor__mutmut_12": "argsort's kind only orders ties: equal scaled singular "
                                                             "values, probability 0 for a continuous scale",
     "reasonrl.population.operators.x_refactor__mutmut_14": "argsort's kind only orders ties (as mutmut_12)",
@@ -107,19 +109,27 @@ EQUIVALENT: dict[str, str] = {
                                                     "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_25": "an int arange: k / i is still float division, the same product",
-    "reasonrl.eval.metrics.x_avg_at_k__mutmut_11": "the flags are bools (or 0/1): their mean is the same without the cast",
-    "reasonrl.eval.metrics.x_avg_at_k__mutmut_13": "the flags are bools (or 0/1): their mean is the same without the cast",
+    "reasonrl.eval.metrics.x_avg_at_k__mutmut_11": "the flags are bools (or 0/1): their mean is the same without the "
+                                                   "cast",
+    "reasonrl.eval.metrics.x_avg_at_k__mutmut_13": "the flags are bools (or 0/1): their mean is the same without the "
+                                                   "cast",
     "reasonrl.eval.metrics.x__winner__mutmut_9": "every group's count shifted by 1: the same first biggest group",
     "reasonrl.eval.metrics.x__winner__mutmut_10": "every group's count doubled: the same first biggest group",
-    "reasonrl.eval.metrics.x_mean_std__mutmut_3": "numbers without the float64 cast: np.mean/np.std return the same floats",
-    "reasonrl.eval.metrics.x_mean_std__mutmut_5": "numbers without the float64 cast: np.mean/np.std return the same floats",
+    "reasonrl.eval.metrics.x_mean_std__mutmut_3": "numbers without the float64 cast: np.mean/np.std return the same "
+                                                  "floats",
+    "reasonrl.eval.metrics.x_mean_std__mutmut_5": "numbers without the float64 cast: np.mean/np.std return the same "
+                                                  "floats",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_15": "inside the both-constant branch x[1] == x[0]",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_17": "inside the both-constant branch y[1] == y[0]",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_30": "scipy reads equal_var=None as false: still Welch's test",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_35": "floats without the float64 cast: scipy computes in float64 anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_37": "floats without the float64 cast: scipy computes in float64 anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_39": "floats without the float64 cast: scipy computes in float64 anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_35": "floats without the float64 cast: scipy computes in float64 "
+                                                       "anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_37": "floats without the float64 cast: scipy computes in float64 "
+                                                       "anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_39": "floats without the float64 cast: scipy computes in float64 "
+                                                       "anyway",
+    "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 "
+                                                       "anyway",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout

@@ -17,7 +17,7 @@ from reasonrl.tasks import get_task, take_items
 from helpers import text_rollouts
 
 
-# ------------------------------------------------------------------ engines and generators (test_batch, test_eval_runner)
+# ------------------------------------------------------------- engines and generators (test_batch, test_eval_runner)
 def kind(prompt: str) -> int:
     """0: the model gets every sample right, 1: every sample wrong, 2: half and half."""
     return zlib.crc32(prompt.encode()) % 3
@@ -69,7 +69,7 @@ class Scripted:
         return text_rollouts(prompts, texts, n)
 
 
-# ------------------------------------------------------------------ the per-token decode loop before its rewrite (test_decode)
+# ----------------------------------------------------------- the per-token decode loop before its rewrite (test_decode)
 DECODE_PROMPTS = ["12+3=?\n", "5+539=?\n", "1=?\n", "77+8=?\n"]
 
 

@@ -130,7 +130,7 @@ def same_metrics(one: list[dict], two: list[dict], rel: float = 1e-5) -> None:
             assert b[key] == pytest.approx(a[key], rel=rel, abs=rel), (a["step"], key)
 
 
-# ------------------------------------------------------------------ one optimiser step (test_memory), host reads (test_optimizer_step)
+# --------------------------------------------------- one optimiser step (test_memory), host reads (test_optimizer_step)
 def one_step(tiny_dir, *, lora=Lora(), ckpt=False, dtype="float32", master=True, lr=1e-3, weights=torch.float32):
     """One optimiser step of a real grpo Trainer on the tiny model: the trainer, its batch, the weights
     before and the gradients."""
@@ -169,7 +169,7 @@ def count_reads(monkeypatch, fn, paused: list[bool] | None = None) -> Counter:
     return seen
 
 
-# ------------------------------------------------------------------ rollouts compared (test_decode), report sections (test_report)
+# ----------------------------------------------------- rollouts compared (test_decode), report sections (test_report)
 def assert_same(a, b, exact=True):
     """Two Rollouts with the same tokens, masks, finish reasons and texts, and the same per-token values
     (bitwise, or to 1e-5 when not ``exact``)."""

@@ -51,7 +51,8 @@ def test_trafl_hand_example_surrogate_loss_and_gradient_to_log_z():
     pol = elbo_estimate(torch.tensor([[[-9.0, -0.2, -9.0, -0.6]]]), masked, t, scored)
     ref = elbo_estimate(torch.tensor([[[-7.0, -0.3, -7.0, -0.5]]]), masked, t, scored)
     assert float(pol) == pytest.approx(-0.4) and float(ref) == pytest.approx(-0.4)
-    # log Z = 0.5, beta = 1, r_hat = 1, w = 1: delta = 0.5 - 0.4 + 0.4 - 1 = -0.5, loss 0.25, d loss / d log Z = 2 delta = -1
+    # log Z = 0.5, beta = 1, r_hat = 1, w = 1: delta = 0.5 - 0.4 + 0.4 - 1 = -0.5, loss 0.25,
+    # d loss / d log Z = 2 delta = -1
     log_z = torch.tensor([0.5], requires_grad=True)
     loss, _ = trajectory_balance(log_z, pol, ref, torch.tensor([1.0]), torch.ones(1), beta=1.0, n_seqs=1)
     assert float(loss.detach()) == pytest.approx(0.25)

@@ -122,8 +122,9 @@ def close(prompts, completions, answer, **kwargs):
     texts = [c[0]["content"] for c in completions]
     return [1.0 if a in t else min(len(t), 24) / 48 for t, a in zip(texts, answer)]
 '''
-MESSAGES = lambda a: [{"role": "system", "content": "Answer with a number."},  # noqa: E731
-                      {"role": "user", "content": f"What is {a} plus {a % 7}?"}]
+def MESSAGES(a):  # an item's chat messages
+    return [{"role": "system", "content": "Answer with a number."},
+            {"role": "user", "content": f"What is {a} plus {a % 7}?"}]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ them, and one return shape, ``(value, metrics)``, for every hook that reports me
 one reader) of the contexts in ``SRC/reasonrl/parts/protocol.py`` (default: this checkout's src/).
 """
 import ast
-import dataclasses
 import sys
 from collections import defaultdict
 from pathlib import Path

@@ -59,7 +59,9 @@ def test_agents_judge_table_is_the_codeact_json(label, file, speed_key):
 def test_results_evoenv_generator_figures_are_selfplay_json():
     e = json.loads((RESULTS / "selfplay" / "evoenv" / "selfplay.json").read_text())["evoenv"]
     text = " ".join((ROOT / "docs" / "results.md").read_text().split())
-    mean = lambda key, end: statistics.mean(e[f"evoenv/{key} ({end})"])  # the 3 seeds' mean
+    def mean(key, end):  # the 3 seeds' mean
+        return statistics.mean(e[f"evoenv/{key} ({end})"])
+
     for key, what in [("admitted", "admitted"), ("rejected_novelty", "rejected as near-duplicates"),
                       ("rejected_calibration", "by calibration"), ("rejected_degenerate", "as degenerate"),
                       ("rejected_review", "by the policy's own review"), ("rejected_parse", "that did not parse"),

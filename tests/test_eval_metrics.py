@@ -288,7 +288,8 @@ def test_mean_std_of_two_values_has_the_sample_std():
 
 
 @pytest.mark.parametrize("x,y,t,p", [
-    # one sample constant, the other not: scipy's Welch test, not the both-constant shortcut. [1, 2, 3] vs [1, 1, 1]:
+    # one sample constant, the other not: scipy's Welch test, not the both-constant shortcut.
+    # [1, 2, 3] vs [1, 1, 1]:
     # t = (2 - 1) / sqrt(1/3 + 0) = 1.732051, df = 2 (all the variance in one sample of 3),
     # p = 1 - t / sqrt(2 + t^2) = 1 - 1.732051 / 2.236068 = 0.225403 (Student's t with 2 df)
     ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 1.732051, 0.225403),

@@ -1,4 +1,5 @@
-"""FEST (arXiv 2605.15012; shared/specs/distill-and-data.md section 5): DPO / SFT terms, decay, demo loader, part, recipe."""
+"""FEST (arXiv 2605.15012; shared/specs/distill-and-data.md section 5): DPO / SFT terms, decay, demo loader,
+part, recipe."""
 import dataclasses
 import json
 import math

@@ -25,7 +25,8 @@ def test_gae_gamma_lam_one_terminal_reward_gives_r_minus_value_and_returns_r():
 def test_gae_with_gamma_and_lambda_below_one_on_four_tokens_by_hand():
     # gamma 0.9, lam 0.8 (gamma lam = 0.72), r = (0, 0, 0, 1), V = (0.1, 0.2, 0.3, 0.4).
     # TD errors delta_t = r_t + 0.9 V_{t+1} - V_t (V_4 = 0):
-    #   delta_3 = 1 - 0.4 = 0.6;  delta_2 = 0.36 - 0.3 = 0.06;  delta_1 = 0.27 - 0.2 = 0.07;  delta_0 = 0.18 - 0.1 = 0.08
+    #   delta_3 = 1 - 0.4 = 0.6;  delta_2 = 0.36 - 0.3 = 0.06;
+    #   delta_1 = 0.27 - 0.2 = 0.07;  delta_0 = 0.18 - 0.1 = 0.08
     # A_t = sum_k 0.72^k delta_{t+k}  (0.72^2 = 0.5184, 0.72^3 = 0.373248):
     #   A_3 = 0.6
     #   A_2 = 0.06 + 0.72 * 0.6 = 0.492

@@ -231,7 +231,7 @@ def test_the_static_path_reads_the_device_once_per_check_every_tokens(monkeypatc
     for T in (16, 32, 48):
         sp = SamplingParams(temperature=0, max_new_tokens=T)
         got = []
-        reads[T] = sum(count_reads(monkeypatch, lambda: got.append(eng.generate(DECODE_PROMPTS, 2, sp))).values())
+        reads[T] = sum(count_reads(monkeypatch, lambda: got.append(eng.generate(DECODE_PROMPTS, 2, sp))).values())  # noqa: B023 - called at once
         assert set(got[0].finish_reasons) == {"length"}  # every row ran T tokens: T / 8 looks
     # 16 more tokens cost 2 more looks of one read each; nothing per token. (The chunk's constant,
     # 5 here: the end's 2 copies, 2 in transformers' prefill mask check, 1 host-side tolist.)

@@ -223,7 +223,8 @@ def test_judge_as_an_extra_reward_reads_the_episodes_evidence(tmp_path):
 
     path = tmp_path / "judge.py"
     path.write_text("def judge(prompts, questions, golds, answers, evidence):\n"
-                    "    return ['yes' if e == 'retrieved ' + g and a == g else 'no' for g, a, e in zip(golds, answers, evidence)]\n")
+                    "    return ['yes' if e == 'retrieved ' + g and a == g else 'no' "
+                    "for g, a, e in zip(golds, answers, evidence)]\n")
     model, tok = build_tiny("tiny", seed=0)
     recipe = dataclasses.replace(GRPO, group_size=2, episodes=Episodes(max_turns=3, max_turn_tokens=4),
                                  task_reward_weight=0.0, extra_rewards=((JudgeReward(backend=f"{path}:judge"), 1.0),))

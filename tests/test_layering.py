@@ -1,6 +1,6 @@
 """The layering of the package, enforced: imports only go down; among the trainer-side modules
-(layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import cycle anywhere,
-inside a package or across packages (lazy imports in a function count); rewards need no torch;
+(layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import
+cycle anywhere, inside a package or across packages (lazy imports in a function count); rewards need no torch;
 nothing imports the CLI; the trainer side never imports the named recipes."""
 import ast
 from pathlib import Path
@@ -12,8 +12,9 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 # package or module (relative to reasonrl) -> layer, whole numbers from 0 (nothing below) up
 LAYERS = {
     "config": 0,  # the package's __init__ (a docstring); its modules have their own rows
-    # the loop (reasonrl.loop): run, trainer, batch, stepdata, runtime, schedule, checkpoint, warmstart, sft,
-    # rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only TRAINER_SIDE
+    # the loop (reasonrl.loop): run, trainer (+ update), batch (+ batch_score), stepdata, runtime, schedule, checkpoint,
+    # warmstart, sft, rm_train (Bradley-Terry reward-model training), tracking, plots; among themselves only
+    # TRAINER_SIDE
     "loop": 12,
     "errors": 0,  # the user-error types: anything may raise them
     "seeds": 0,  # process-independent seeds
@@ -26,7 +27,8 @@ LAYERS = {
     "models.chat": 3,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
     "models": 5, "tasks": 5, "rollout": 5, "distill": 5,
     "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
-    "rollout.batch": 6,  # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
+    # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
+    "rollout.batch": 6,
     "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
     "rollout.vllm_checks": 10,  # what vLLM cannot serve, read from the parts' declared needs
     "tasks.protocols": 4,  # the task's optional abilities (typing Protocols): errors only; rollouts and data ask them
@@ -48,6 +50,7 @@ LAYERS = {
     "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "docs_tables": 13,  # the docs' generated tables: reads the recipes and parts, nothing imports it
     "api": 13,  # reasonrl.train (issue 46): Python objects in, a run through loop.run out
+    "compare_plot": 1,  # compare's figure (matplotlib only); compare re-exports it
     "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
     "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
@@ -58,8 +61,11 @@ LOOP = LAYERS["loop"]  # the loop's machinery (reasonrl.loop, eval.runner, dist,
 # a module of layer LOOP -> the other modules of that layer it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
     "loop.run": {"loop.checkpoint", "dist", "eval.runner", "loop.plots", "loop.stepdata", "loop.tracking", "loop.trainer", "config.validate"},
-    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule"},
-    "loop.batch": {"loop.runtime", "loop.stepdata"},
+    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule",
+                     "loop.update"},
+    "loop.update": {"loop.schedule", "loop.stepdata"},  # Trainer's update half (losses, optimiser steps): a mixin
+    "loop.batch": {"loop.batch_score", "loop.runtime", "loop.stepdata"},
+    "loop.batch_score": {"loop.stepdata"},  # BatchMaker's scoring half (rewards, advantages, selector): a mixin
     "loop.sft": {"eval.runner", "loop.schedule"},
     "loop.rm_train": {"loop.checkpoint", "loop.schedule"},
     "diagnostics": {"loop.checkpoint", "eval.runner"},

@@ -62,10 +62,10 @@ def test_gspo_token_log_ratio_gradient_is_the_identity():
     logp = t([[0.3, -0.2, 0.1]])
     mask = torch.ones(1, 3)
     jac_tok = torch.autograd.functional.jacobian(
-        lambda l: _log_ratio(l, torch.zeros_like(l), mask, "sequence-token"), logp)  # (1,3,1,3)
+        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence-token"), logp)  # (1,3,1,3)
     assert torch.allclose(jac_tok[0, :, 0, :], torch.eye(3, dtype=D), atol=1e-15)
     jac_seq = torch.autograd.functional.jacobian(
-        lambda l: _log_ratio(l, torch.zeros_like(l), mask, "sequence"), logp)
+        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence"), logp)
     assert torch.allclose(jac_seq[0, :, 0, :], torch.full((3, 3), 1 / 3, dtype=D), atol=1e-15)
 
 

@@ -27,7 +27,8 @@ def _observe_first(p0):
 
 
 def test_spec_prompt_a_energies_and_ema():
-    # first p = 0.5: d_init = 1 - 0.5 = 0.5, m = 0, E = 0.5 * 4 * 0.5 * 0.5 * 1 = 0.5; ema 0.5 -> 0.9*0.5 + 0.1*0.5 = 0.5
+    # first p = 0.5: d_init = 1 - 0.5 = 0.5, m = 0, E = 0.5 * 4 * 0.5 * 0.5 * 1 = 0.5;
+    # ema 0.5 -> 0.9*0.5 + 0.1*0.5 = 0.5
     d, e, ema = _observe_first(0.5)
     assert d.item() == pytest.approx(0.5) and e.item() == pytest.approx(0.5) and ema.item() == pytest.approx(0.5)
     # then p = 0.75: m = min(2 * 0.25, 1) = 0.5, E = 0.5 * (4 * 0.75 * 0.25 = 0.75) * 1.15 = 0.43125

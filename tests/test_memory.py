@@ -152,8 +152,12 @@ def test_the_activation_estimate_matches_what_autograd_keeps(dtype):
             prepare_for_training(model, "float32", master_fp32=False, checkpointing=True)
         for T in (20, 60):
             c = torch.randint(3, 90, (4, T), generator=g)
-            kept.append(_saved_bytes(model, lambda: score_completions(model, ids, torch.ones_like(ids), c,
-                                                                      torch.ones_like(c), chunk_rows=4)))
+            kept.append(
+                _saved_bytes(
+                    model,
+                    lambda: score_completions(model, ids, torch.ones_like(ids), c, torch.ones_like(c), chunk_rows=4),  # noqa: B023 - called at once
+                )
+            )
             est.append(4 * update_bytes_per_row(Shape.of(model.config), 12, T, b, ckpt, mixed=dtype == "bfloat16"))
     plain, checkpointed = kept[1] - kept[0], kept[3] - kept[2]
     assert 0.9 < (est[1] - est[0]) / plain < 1.15  # measured 1.02 (float32), 1.00 (bfloat16 autocast)
@@ -178,7 +182,7 @@ def test_sliced_log_softmax_equals_the_whole_and_keeps_less():
     for name, fn in (("whole", lambda: logprobs_and_entropy(logits, targets)),
                      ("sliced", lambda: chunked_logprobs_and_entropy(logits, targets, max_elements=10))):
         seen = {}
-        pack = lambda t: seen.__setitem__(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) or t  # noqa: E731
+        pack = lambda t: seen.__setitem__(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) or t  # noqa: E731, B023 - hooks of this iteration only
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             fn()
         kept[name] = sum(n for ptr, n in seen.items() if ptr != leaf)
@@ -262,7 +266,7 @@ def test_autocast_hooks_survive_deepcopy_and_peft_and_never_leak(tiny_dir):
     for m in (tr.model, copy.deepcopy(tr.model)):  # the LoRA policy, and a copy (as the KL reference makes)
         seen = []
         layer = next(x for x in m.modules() if type(x).__name__ == "LlamaMLP")
-        h = layer.register_forward_hook(lambda mod, a, out: seen.append(out.dtype))
+        h = layer.register_forward_hook(lambda mod, a, out: seen.append(out.dtype))  # noqa: B023 - removed below
         logits = m(input_ids=ids).logits
         h.remove()
         assert seen == [torch.bfloat16] and logits.dtype == torch.float32  # decoder bf16, output head float32

@@ -46,13 +46,13 @@ def test_an_optimiser_step_reads_the_device_the_same_whatever_the_parameter_coun
         paused, adamw = [False], tr.opt.step
 
         def step():  # AdamW's step counts live on the host (unless capturable): its reads are not the device's
-            paused[0] = True
-            adamw()
-            paused[0] = False
+            paused[0] = True  # noqa: B023 - step is this iteration's trainer's, called in it only
+            adamw()  # noqa: B023
+            paused[0] = False  # noqa: B023
 
         tr.opt.step = step
         rows = torch.arange(len(batch.ro.texts))
-        counts.append(count_reads(monkeypatch, lambda: tr._optimizer_step(batch, rows), paused))
+        counts.append(count_reads(monkeypatch, lambda: tr._optimizer_step(batch, rows), paused))  # noqa: B023 - called at once
         n_params.append(len(tr.params))
     assert n_params[0] != n_params[1]
     assert counts[0] == counts[1]  # before: one isfinite read per parameter tensor

@@ -186,7 +186,7 @@ def _population(rounds, seed=0, n=8):
         for j in range(4):
             i = pfsp_pick([m.win_probability(students[k], teachers[j]) for k in range(4)], pick_rng)
             eps = rng.standard_normal(n)
-            d[j] = _climb(d[j], lambda x: teacher_reward(_solve_rate(s[i], x, eps)))  # the teacher's own reward
+            d[j] = _climb(d[j], lambda x: teacher_reward(_solve_rate(s[i], x, eps)))  # noqa: B023 - _climb calls it at once; the teacher's own reward
             rate = _solve_rate(s[i], d[j], eps)
             wins = [k < round(rate * n) for k in range(n)]  # each attempt a game: True = the student solved it
             students[i], teachers[j] = m.games(students[i], teachers[j], wins)
@@ -200,7 +200,7 @@ def _single_agent(rounds, seed=0, n=8):
         eps = rng.standard_normal(n)
 
         def both_roles(x):  # one set of weights earns both rewards on its own task
-            rate = _solve_rate(s, x, eps)
+            rate = _solve_rate(s, x, eps)  # noqa: B023 - both_roles is climbed in this iteration only
             solve = rate * azr_format_shaping(1.0, True) + (1 - rate) * azr_format_shaping(0.0, True)  # 1 / -0.5
             return teacher_reward(rate) + solve  # 0.5 + 0.5 rate while rate > 0: easier pays more
         d = _climb(d, both_roles)

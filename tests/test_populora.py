@@ -169,7 +169,7 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     part = PopuLoRA(teachers=3, students=2, pbt_every=2, pbt_frac=0.34, operators="svd", interp=1.0)
     model = _population(part)
     with torch.no_grad():  # distinct non-zero deltas
-        for i, (k, p) in enumerate(sorted((k, p) for k, p in model.named_parameters() if "lora_B" in k)):
+        for i, (_k, p) in enumerate(sorted((k, p) for k, p in model.named_parameters() if "lora_B" in k)):
             p.normal_(0, 0.1, generator=torch.Generator().manual_seed(i))
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=0.1)

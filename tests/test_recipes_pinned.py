@@ -266,7 +266,8 @@ TABLE = {
                                           z_detach=False, proposals=8, missing="error", surrogate="token", mc=1,
                                           mask_t=None, t_min=1e-3)),
     # DISA (arXiv 2605.17295, spec section 7): the same residual with the raw reward and a frozen table log Z_hat
-    # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail; beta 1
+    # estimated from N = 8 proposals (in the run over data.pool = 128 without balance.table); missing prompts fail;
+    # beta 1
     # [inferred, measured: the spec's 15 (FlowRL's) narrows the policy on the raw {0, 1} reward, docs/distmatch.md]
     "disa": row(loss=None, balance=dict(beta=1.0, reward="raw", length_norm=True, weight="clip", clip_low=0.2,
                                         clip_high=0.2, log_z="table", z_lr=1e-3, z_layers=3, z_dropout=0.1,

@@ -486,7 +486,8 @@ except SandboxUnavailable as exc:
 me, run = os.getpid(), lambda code, **kw: run_python(code, level="uid", **kw)
 bomb = run("import os\\nwhile True:\\n    try:\\n        os.fork()\\n    except OSError:\\n        pass",
            timeout=0.5, max_procs=8)
-spy = run({spy!r}.replace("ME", str(me)) + f"print(os.access('/proc/{{me}}/environ', os.R_OK), 'SECRET_TOKEN' in os.environ)")
+spy = run({spy!r}.replace("ME", str(me))
+          + f"print(os.access('/proc/{{me}}/environ', os.R_OK), 'SECRET_TOKEN' in os.environ)")
 root, detached = run({root!r}), run("import os, time\\nif os.fork() == 0:\\n    os.setsid()\\n    time.sleep(3)")
 alive = []
 for p in filter(str.isdigit, os.listdir("/proc")):

@@ -209,7 +209,8 @@ def test_hidden_grad_norm_by_hand_on_a_three_token_vocabulary():
     assert next_hidden_grad_norm(LOGITS, tokens, 1.0, W_U).tolist() == pytest.approx(expected, abs=1e-6)
     assert next_hidden_grad_norm(LOGITS, tokens, 0.0, W_U).tolist() == pytest.approx(expected, abs=1e-6)
     # T = 2: logits / 2 = [ln 2 / 2, 0, 0] -> p = [sqrt 2, 1, 1] / (sqrt 2 + 2) = [0.414214, 0.292893, 0.292893]
-    #   y = 0: W^T (e_y - p) = [0.585786 - 0.292893, -0.292893 - 0.292893] = 0.292893 [1, -2] -> 0.292893 sqrt 5 = 0.654929
+    #   y = 0: W^T (e_y - p) = [0.585786 - 0.292893, -0.292893 - 0.292893] = 0.292893 [1, -2]
+    #   -> 0.292893 sqrt 5 = 0.654929
     assert float(next_hidden_grad_norm(LOGITS[:1], tokens[:1], 2.0, W_U)) == pytest.approx(0.654929, abs=1e-6)
     # a bf16 unembedding (a GPU model's) multiplies in bf16 and stays within its ~3 significant digits
     bf = next_hidden_grad_norm(LOGITS, tokens, 1.0, W_U.bfloat16())

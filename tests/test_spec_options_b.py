@@ -86,7 +86,7 @@ def test_stage_minibatches_run_mu_epochs_over_the_buffer(tmp_path):
     made = []
     tr.batches.make = lambda n: (made.append(n), _Items(n))[1]
     groups, info = [], []
-    for step in range(3):
+    for _step in range(3):
         _, minibatches, i = tr.next_batch()
         tr.step += 1
         assert len(minibatches) == 2 and all(len(mb) == 2 for mb in minibatches)  # 1 group x G = 2 rows each

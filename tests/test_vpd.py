@@ -343,7 +343,8 @@ def test_checkpoint_loading_reads_every_adapter_and_names_a_missing_one(tmp_path
 
 
 def _hand_logp(model, adapter, prompt_ids, comp_ids):
-    """(n, V) log-softmax of ``adapter``'s logits predicting ``comp_ids`` after ``prompt_ids`` (one unpadded forward)."""
+    """(n, V) log-softmax of ``adapter``'s logits predicting ``comp_ids`` after ``prompt_ids`` (one unpadded
+    forward)."""
     ids = torch.tensor([list(prompt_ids) + list(comp_ids)])
     with torch.no_grad(), use_adapter(model, adapter):
         logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1]

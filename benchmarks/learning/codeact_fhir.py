@@ -18,7 +18,8 @@ verdicts alone (give ``rewards.judge.backend=...``; without a judge model, the s
         --json benchmarks/results/agents/codeact_fhir50.json episodes.max_obs_tokens=96
     python benchmarks/learning/codeact_fhir.py --smoke --base DIR           # 2 steps, 1 seed, 10 problems
 
-    python benchmarks/learning/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 --out runs/codeact_judge50 \
+    python benchmarks/learning/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 \
+        --out runs/codeact_judge50 \
         --json benchmarks/results/agents/codeact_judge_fhir50.json --seeds 3 --steps 20 episodes.max_obs_tokens=96 \
         rewards.judge.backend=benchmarks/judges/fhir_rule_judge.py:judge
 
@@ -87,7 +88,8 @@ def main() -> None:
     subprocess.run(cmd, check=True, env=_env())
     seeds = {s: seed_row(a.out / f"{a.recipe}-seed{s}") for s in range(a.seeds)}
     grpo = grpo_step_seconds(a.out, 2 if a.smoke else 5)
-    print(f"{'seed':>4} {'before':>7} {'after':>7} {'turns':>6} {'errors':>7} {'no code':>8} {'answered':>9} {'s/step':>7}")
+    print(f"{'seed':>4} {'before':>7} {'after':>7} {'turns':>6} {'errors':>7} {'no code':>8} {'answered':>9} "
+          f"{'s/step':>7}")
     for s, r in seeds.items():
         print(f"{s:>4} {r['before']:7.3f} {r['after']:7.3f} {r.get('episode/turns_mean', 0):6.2f} "
               f"{r.get('env/codeact/cell_errors', 0):7.2f} {r.get('env/codeact/malformed', 0):8.2f} "

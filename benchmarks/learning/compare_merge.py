@@ -89,8 +89,8 @@ def main() -> None:
     rows = table_rows(results, recipes)
     s_step = {r: statistics.median(statistics.median(step_seconds(x.run_dir)) for x in results if x.recipe == r)
               for r in recipes}
-    print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} {'paired diff [95% CI]':>22} "
-          f"{'s/step':>7} {'x first':>7} {'gen tok':>8}")
+    print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} "
+          f"{'paired diff [95% CI]':>22} {'s/step':>7} {'x first':>7} {'gen tok':>8}")
     for row in rows:
         ci = row.get("paired_vs_first") or {}
         paired = ci.get("mcnemar_p")

@@ -3,10 +3,10 @@ task with the shipped base, TraFL against diffu-GRPO on the shipped masked-diffu
 final held-out greedy pass@1, pass@k for k = 1..K from K samples per problem (unbiased estimator), distinct
 correct chains per problem, median seconds per training step; paired differences against the first recipe.
 
-    python benchmarks/learning/distmatch.py                     # 3 seeds x 60 steps, K = 64 on 100 problems: hours on 2 cores
+    python benchmarks/learning/distmatch.py           # 3 seeds x 60 steps, K = 64 on 100 problems: hours on 2 cores
     python benchmarks/learning/distmatch.py --group ar --seeds 1 --steps 30
     python benchmarks/learning/distmatch.py --group ar --variant disa:balance.table=T.jsonl   # + DISA on another table
-    python benchmarks/learning/distmatch.py --smoke             # 1 seed x 2 steps, K = 4 on 4 problems: the plumbing only
+    python benchmarks/learning/distmatch.py --smoke   # 1 seed x 2 steps, K = 4 on 4 problems: the plumbing only
 
 Each run is a `reasonrl train` process (via reasonrl.compare); a finished run already in the folder is reused
 when its config.yaml is the one the run would write (as `reasonrl compare --resume`), a killed one continued.

@@ -10,7 +10,8 @@ table and writes JSON.
 
     python benchmarks/studies/rm_accuracy.py --out runs/grlo_rm
     python benchmarks/learning/grlo_transfer.py --rm runs/grlo_rm --steps 60 --seeds 3 --out runs/grlo_transfer
-    python benchmarks/learning/grlo_transfer.py --rm runs/grlo_rm --grlo-opt kl.coef=0 --out runs/grlo_nokl   # the paper's no-KL
+    # the paper's no-KL:
+    python benchmarks/learning/grlo_transfer.py --rm runs/grlo_rm --grlo-opt kl.coef=0 --out runs/grlo_nokl
     python benchmarks/learning/grlo_transfer.py --rm /tmp/rm_smoke --smoke --out /tmp/grlo_smoke
 
 A run folder that already holds a finished run (``summary.json``) is reused, so grpo runs can be shared between

@@ -89,7 +89,8 @@ SOURCES = [
          primary={"grpo": "grpo", "ssopd": SSOPD_NOW}, note="ssopd's entry spells out the defaults it has now"),
     dict(path=R + "recipe_health/base_more.json", kind="compare", setting="base", doc="health.md",
          primary={n: n for n in ("dr_grpo", "rloo", "reinforce_pp", "cispo", "sage", "corr_po")},
-         note="grpo here is the same three runs as in ssopd_3seeds.json (CPU runs are deterministic: 0.612, 0.540, 0.630)"),
+         note="grpo here is the same three runs as in ssopd_3seeds.json "
+              "(CPU runs are deterministic: 0.612, 0.540, 0.630)"),
     dict(path=R + "compare_13_14/data.json", kind="compare", setting="pool128", steps=60, doc="results.md",
          primary={n: n for n in ("lze", "d2evo", "su01", "fest", "gspo")}),
     dict(path=R + "compare_13_14/teacher.json", kind="compare", setting="pool128", steps=60, doc="teacher.md",
@@ -180,7 +181,8 @@ SOURCES = [
 ]
 DEDICATED = {  # recipes with a benchmark of their own (docs/results.md), beside the generic recipe_health command
     "azr": "bash benchmarks/learning/selfplay_compare.sh azr 30", "evoenv": "bash benchmarks/learning/selfplay_compare.sh evoenv 30",
-    "populora": "python benchmarks/learning/populora_compare.py --model runs/selfplay/bases/azr --steps 30 --seeds 0,1,2",
+    "populora": "python benchmarks/learning/populora_compare.py --model runs/selfplay/bases/azr --steps 30 "
+                "--seeds 0,1,2",
     "prompt_policy": "python benchmarks/learning/prompt_policy_bench.py --steps 30",
     "trafl": "python benchmarks/learning/distmatch.py --group diffusion", "diffu_grpo": "python benchmarks/learning/distmatch.py --group diffusion",
     "codeact_judge": "python benchmarks/learning/codeact_fhir.py --recipe codeact_judge --base runs/fhir_base50 "
@@ -231,8 +233,8 @@ def make_row(recipe: str, entry: str, src: dict, read: dict) -> dict:
 
 
 def measure_command(recipe: str) -> str:
-    return (f"python benchmarks/learning/recipe_health.py --recipes grpo,{recipe} --seeds 3 --steps 60 --out runs/health/{recipe} "
-            f"--json benchmarks/results/recipe_health/{recipe}.json")
+    return (f"python benchmarks/learning/recipe_health.py --recipes grpo,{recipe} --seeds 3 --steps 60 "
+            f"--out runs/health/{recipe} --json benchmarks/results/recipe_health/{recipe}.json")
 
 
 def build(recipes: list[str], sources: list[dict] = SOURCES, root: Path = ROOT) -> dict:

@@ -84,7 +84,8 @@ def from_compare(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
 
 
 def from_distmatch(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/learning/distmatch.py: greedy pass@1 and its paired test; the Welch p it holds is on sampled pass@1."""
+    """benchmarks/learning/distmatch.py: greedy pass@1 and its paired test; the Welch p it holds is on sampled
+    pass@1."""
     out = {r["recipe"]: {"mean": r.get("greedy_pass@1"), "std": r.get("greedy_pass@1_std"), "seeds": r.get("runs_ok"),
                          "per_seed": r.get("per_seed"), "paired": _paired(r.get("greedy_paired_vs_first")),
                          "s_step": r.get("s_per_step")} for r in d["rows"]}
@@ -138,9 +139,9 @@ def from_populora(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
 
 
 def from_real_model(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
-    """benchmarks/learning/real_model_recipes.py: one short health run per recipe on SmolLM2-135M-Instruct (one seed): held-out
-    greedy pass@1 after it, its truncation, format and length, median s/step; a recipe that did not run has no row
-    values (seeds 0)."""
+    """benchmarks/learning/real_model_recipes.py: one short health run per recipe on SmolLM2-135M-Instruct (one
+    seed): held-out greedy pass@1 after it, its truncation, format and length, median s/step; a recipe that did
+    not run has no row values (seeds 0)."""
     out = {}
     for r in d["rows"]:
         ran = bool(r.get("ran"))

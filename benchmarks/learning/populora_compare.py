@@ -10,8 +10,9 @@ proposed tasks' program length (characters) and AST depth, early (first half of 
 wall-clock seconds; over seeds, the paired tests against the agent (summarise). Prints a table and writes JSON.
 
     python benchmarks/learning/populora_compare.py --model runs/selfplay/bases/azr --steps 30 --seeds 0,1,2
-    python benchmarks/learning/populora_compare.py --smoke          # a fresh tiny model, 2 steps, 2 + 2: the code paths only
-    python benchmarks/learning/populora_compare.py --merge s0.json s1.json s2.json --json compare.json   # seeds run apart
+    python benchmarks/learning/populora_compare.py --smoke  # a fresh tiny model, 2 steps, 2 + 2: the code paths only
+    # seeds run apart, then merged:
+    python benchmarks/learning/populora_compare.py --merge s0.json s1.json s2.json --json compare.json
 
 The model should be warm-started on the azr task (``bash benchmarks/learning/selfplay_compare.sh azr`` builds it in
 runs/selfplay/bases/azr): from a model that never saw the six prompts every completion has the wrong format and no

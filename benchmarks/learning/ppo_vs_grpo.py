@@ -10,7 +10,7 @@
 
     python benchmarks/learning/ppo_vs_grpo.py --steps 60 --seeds 3 --out runs/compare_ppo
     python benchmarks/learning/ppo_vs_grpo.py --smoke --out /tmp/ppo_smoke         # 2 steps, 1 seed, 20 problems
-    python benchmarks/learning/ppo_vs_grpo.py --speed 12 --rounds 3 --out /tmp/ppo_speed   # s/step only, on an idle machine
+    python benchmarks/learning/ppo_vs_grpo.py --speed 12 --rounds 3 --out /tmp/ppo_speed  # s/step only, idle machine
 """
 from __future__ import annotations
 

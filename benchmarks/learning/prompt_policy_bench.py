@@ -2,11 +2,12 @@
 the prompter's one-shot prompt (no history) as training spends worker calls, against no prompt and against each
 hand-written hint (the arithmetic task's own hints, fixed), per context. Prints a table and writes JSON.
 
-    python benchmarks/learning/prompt_policy_bench.py --steps 30                      # worker: the shipped base, frozen
-    python benchmarks/learning/prompt_policy_bench.py --worker oracle --steps 30      # a synthetic worker (below)
-    python benchmarks/learning/prompt_policy_bench.py --smoke                         # tiny shapes, 2 steps: code paths only
+    python benchmarks/learning/prompt_policy_bench.py --steps 30                  # worker: the shipped base, frozen
+    python benchmarks/learning/prompt_policy_bench.py --worker oracle --steps 30  # a synthetic worker (below)
+    python benchmarks/learning/prompt_policy_bench.py --smoke                     # tiny shapes, 2 steps: the code paths
     python benchmarks/learning/prompt_policy_bench.py --worker runs/ctxbase45 --worker-template nudge --max-fragments 1
-    python benchmarks/learning/prompt_policy_bench.py --merge base_seed0.json base_seed1.json base_seed2.json --json base.json
+    python benchmarks/learning/prompt_policy_bench.py --merge base_seed0.json base_seed1.json base_seed2.json \
+        --json base.json
 
 The prompter is the shipped tiny reasoner trained by the ``prompt_policy`` recipe (renderer ``hints``: the digits
 it writes pick the task's hints by number). ``--worker base`` is the shipped model answering greedily;
@@ -175,7 +176,7 @@ def main() -> None:
     for step in range(a.steps + 1):
         if step % a.eval_every == 0 or step == a.steps:
             texts = one_shot(trainer, task)
-            acc = held_out(task, lambda c, i: task.render(texts[c], i), a.eval_n)
+            acc = held_out(task, lambda c, i: task.render(texts[c], i), a.eval_n)  # noqa: B023 - called at once
             curve.append({"step": step, "train_worker_calls": task.calls.calls, "prompts": texts, "held_out": acc})
         if step < a.steps:
             m = trainer.train_step()

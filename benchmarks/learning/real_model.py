@@ -7,7 +7,8 @@ off: the eval commands do it) and `reasonrl eval` of the run's final/ (a LoRA ru
 Minutes per seed = training + its after-eval, wall clock; the machine's load average is recorded
 beside each (the machine is shared: timings are only comparable at a similar load).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/learning/real_model.py --out benchmarks/results/real_model/learning.json
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/learning/real_model.py \
+        --out benchmarks/results/real_model/learning.json
 
 writes {"model", "task", "problems", "before": {...}, "after": [{"seed", ...}], "minutes": [...], "command", ...}.
 """
@@ -108,7 +109,8 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
-    print(f"mean gain {result['gain']['mean']:+.3f} (per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})")
+    print(f"mean gain {result['gain']['mean']:+.3f} "
+          f"(per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})")
 
 
 def paired(runs: Path, seed: int) -> dict:

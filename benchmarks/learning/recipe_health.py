@@ -14,9 +14,9 @@ phases, step 1 left out; on a shared machine only comparable within one invocati
     python benchmarks/learning/recipe_health.py --recipes ssopd,egrsd,cl_egrsd --model $PWD/runs/ctxbase45 \
         --out runs/health_ctx --json benchmarks/results/recipe_health/ctxbase.json
 
-Finished runs in ``--out`` (``summary.json`` present) are collected, not retrained, so an invocation
-can be stopped and started again (and ``--only-seeds 0`` and ``--only-seeds 1,2`` can share one ``--out`` on two
-cores, then one invocation without ``--only-seeds`` collects the table); the JSON is rewritten after every run. The starting model's
+Finished runs in ``--out`` (``summary.json`` present) are collected, not retrained, so an invocation can be stopped
+and started again (and ``--only-seeds 0`` and ``--only-seeds 1,2`` can share one ``--out`` on two cores, then one
+invocation without ``--only-seeds`` collects the table); the JSON is rewritten after every run. The starting model's
 evaluation is the same for every run from one base on one task with the task's own held-out prompts (no
 ``wrap_task`` part: drafts show the template; no ``run_defaults`` or override of the task or the model: populora
 trains on azr), so it is made once and copied into those folders (``before.json``; ``reasonrl train`` reads it
@@ -93,7 +93,8 @@ def print_table(rows: list[dict]) -> None:
         p = r.get("paired_vs_first") or {}
         diff = "-" if not p else f"{p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]"
         acc = "-" if "final_mean" not in r else f"{r['final_mean']:.3f}±{r['final_std']:.3f}"
-        print(f"{r['recipe'][:40]:40} {r['runs_ok']:>4} {acc:>13} {fmt(r.get('p_vs_first'), 4):>8} {diff:>26} {fmt(p.get('mcnemar_p'), 4):>8} "
+        print(f"{r['recipe'][:40]:40} {r['runs_ok']:>4} {acc:>13} {fmt(r.get('p_vs_first'), 4):>8} {diff:>26} "
+              f"{fmt(p.get('mcnemar_p'), 4):>8} "
               f"{fmt(r.get('eval_truncation')):>6} {fmt(r.get('train_truncation_last10')):>8} "
               f"{fmt(r.get('eval_format')):>6} {fmt(r.get('eval_mean_length'), 1):>6} {fmt(r.get('s_per_step'), 2):>6}"
               + (f"  FAILED: {r['errors'][0]}" if r["errors"] else ""))

@@ -4,7 +4,8 @@ rounds), with the ratio to the first recipe. Run it on a compare made on an othe
 
     reasonrl compare --recipes grpo,ssopd,... --seeds 1 --steps 15 --out runs/steptime \
         model=$PWD/runs/ctxbase45 final_eval_problems=0 eval_every=0 save_every=0
-    python benchmarks/learning/step_seconds.py runs/steptime --out benchmarks/results/compare_selfteach/step_seconds.json
+    python benchmarks/learning/step_seconds.py runs/steptime \
+        --out benchmarks/results/compare_selfteach/step_seconds.json
 
 The first step is left out (one-time warm-up of kernels and caches).
 """

@@ -102,7 +102,6 @@ def run_reasonrl(args, engine: str) -> dict:
     from reasonrl.models import load_model
     from reasonrl.recipes import get_recipe
     from reasonrl.config.sections import RolloutOpts, VLLMOpts
-    from reasonrl.tasks import get_task
     from reasonrl.loop.trainer import Trainer
 
     model, tok = load_model(model_dir(args.model))
@@ -189,7 +188,7 @@ def arm_main(args) -> None:
     try:
         out = (run_reasonrl(args, "vllm" if args.arm == "reasonrl_vllm" else "hf") if args.arm.startswith("reasonrl")
                else run_trl(args, use_vllm=args.arm == "trl_vllm"))
-    except Exception as err:  # reported in the table and the JSON, e.g. TRL's colocate mode on this CPU
+    except Exception as err:  # noqa: BLE001 - reported in the table and the JSON, e.g. TRL's colocate mode on this CPU
         where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(err.__traceback__)[-12:]
                  if "vllm" in f.filename or "trl" in f.filename][-6:]
         out = {"error": f"{type(err).__name__}: {str(err)[:400]}", "where": where}

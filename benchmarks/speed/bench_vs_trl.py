@@ -14,8 +14,9 @@ GRPOConfig turns it on by default; here both run without), and the frameworks al
 Reported per framework (medians after the warm-up steps): seconds per step and its split into
 generate / reward / forward / backward / rest (``vs_trl_parts.Phases``, timed from the outside),
 the same in CPU seconds of the process (what counts on a machine other jobs share: the wall clock
-there also counts the waits for a core), generated tokens per second of generation, peak resident memory during training, held-out greedy
-pass@1 after the run's steps; and the TRL / reasonrl ratio. Timings are reported, never asserted.
+there also counts the waits for a core), generated tokens per second of generation, peak resident memory
+during training, held-out greedy pass@1 after the run's steps; and the TRL / reasonrl ratio. Timings are
+reported, never asserted.
 
     pip install -e ".[trl]" && python benchmarks/speed/bench_vs_trl.py --steps 12 --rounds 2
     python benchmarks/speed/bench_vs_trl.py --model smollm2-135m-instruct --steps 5 --warmup 1 --rounds 2 --threads 1

@@ -95,11 +95,13 @@ def main() -> None:
     print(f"{'':>4} " + " ".join(f"{f:>12}" for f in fields))
     for key in ("a", "b"):
         print(f"{key:>4} " + " ".join(f"{med[key][f]:12.2f}" for f in fields))
-    print(f"b / a: " + " ".join(f"{med['b'][f] / med['a'][f]:.3f}" for f in fields), f"| same tokens: {same}")
+    print("b / a: " + " ".join(f"{med['b'][f] / med['a'][f]:.3f}" for f in fields), f"| same tokens: {same}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
-    commit = lambda src: subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True,  # noqa: E731
-                                        text=True).stdout.strip()
+
+    def commit(src):
+        return subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
     out.write_text(json.dumps({"a": args.a, "b": args.b, "a_commit": commit(args.a), "b_commit": commit(args.b), "median": med, "same_tokens": same, "runs": runs,
                                "command": "python " + " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M")},
                               indent=2))

@@ -147,7 +147,8 @@ def batches(repeats: int) -> dict[str, list[float]]:
             cpu.clear()  # EvoEnv's admission of a step's 8 generated modules: L2 (twice) and L3, 3 batches
             reports = []
             out.setdefault("check_envs: 8 modules (L2 twice + L3)", []).append(
-                timed(lambda: reports.extend(check_envs([code for code, _ in modules[:8]]))))
+                timed(lambda: reports.extend(check_envs([code for code, _ in modules[:8]])))  # noqa: B023 - called at once
+            )
             out.setdefault("check_envs: 8 modules (L2 twice + L3) (sandbox CPU)", []).append(sum(cpu))
             assert all(r.ok for r in reports), [r.reason for r in reports if not r.ok]
             for fn, one, many, n in BATCHES:
@@ -155,7 +156,7 @@ def batches(repeats: int) -> dict[str, list[float]]:
                 for label, part in ((one, jobs[:1]), (many, jobs[:n])):
                     cpu.clear()
                     results = []
-                    out.setdefault(f"{fn}: {label}", []).append(timed(lambda: results.extend(calls[fn](part))))
+                    out.setdefault(f"{fn}: {label}", []).append(timed(lambda: results.extend(calls[fn](part))))  # noqa: B023 - called at once
                     out.setdefault(f"{fn}: {label} (sandbox CPU)", []).append(sum(cpu))
                     ok = [r["error"] is None for r in results] if fn == "trace_programs" else \
                         [r["ok"] for job in results for r in job]

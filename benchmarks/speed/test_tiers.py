@@ -46,8 +46,8 @@ def main() -> None:
     rows = [run_tier(t) for t in args.tiers.split(",")]
     print(f"{'tier':<8} {'wall':>9} {'cpu':>9} {'passed':>7} {'failed':>7} {'skipped':>8}  command")
     for r in rows:
-        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r['cpu_seconds']:>8.1f}s {r.get('passed', 0):>7} {r.get('failed', 0):>7} "
-              f"{r.get('skipped', 0):>8}  {r['command']}")
+        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r['cpu_seconds']:>8.1f}s {r.get('passed', 0):>7} "
+              f"{r.get('failed', 0):>7} {r.get('skipped', 0):>8}  {r['command']}")
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                        "load_average_at_end": os.getloadavg()},
            "tiers": rows}

@@ -3,7 +3,8 @@
 (``prefix``: the longest leading expression; ``line``: the whole first line), then the Solver's
 ``--n`` answers to each well-formed question, judged by the majority vote and by the computed answer.
 
-    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/studies/d2evo_questions.py --out benchmarks/results/d2evo/questions.json
+    OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/studies/d2evo_questions.py \
+        --out benchmarks/results/d2evo/questions.json
 
 Prints one row per parse mode: parsed fraction, then over the parsed questions the valid fraction
 (majority share >= 0.3), the mean majority share, the mean true pass rate, how often the majority

@@ -60,7 +60,8 @@ def print_table(res: dict) -> None:
           f"{'ESS~':>6} {'ESS~ min':>8} {'|dlogZ|':>8}")
     for r in res["results"]:
         shift = r.get("mean_abs_log_z_shift_vs_reference")
-        print(f"{r['proposal']:10} {r['beta']:>5g} {r['reward_mean']:>7.3f} {r['log_z_mean']:>9.3f} {r['log_z_std']:>8.3f} "
+        print(f"{r['proposal']:10} {r['beta']:>5g} {r['reward_mean']:>7.3f} {r['log_z_mean']:>9.3f} "
+              f"{r['log_z_std']:>8.3f} "
               f"{r['ess_mean']:>6.2f} {r['ess_min']:>7.2f} {r['ess_tilted_mean']:>6.2f} {r['ess_tilted_min']:>8.2f} "
               + (f"{shift:>8.3f}" if shift is not None else f"{'-':>8}"))
     print("ESS: of the importance weights pi_ref/mu; ESS~: of the tilted terms the estimate sums")

@@ -2,7 +2,8 @@
 problem, maj@k by string equality and by math-verify equivalence (same samples), and how much the
 n = 16 estimate of pass@4 steadies it against four n = 4 estimates from disjoint blocks of samples.
 
-    PYTHONPATH=src python benchmarks/studies/eval_settings.py [--problems 100] [--out benchmarks/results/eval_settings.json]
+    PYTHONPATH=src python benchmarks/studies/eval_settings.py [--problems 100] \
+        [--out benchmarks/results/eval_settings.json]
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def main(runs: list[str], rollouts: int = 8) -> None:
     res = diagnose_unlearnable(runs, None, out, cfg)
     img.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out.with_suffix(".png"), img)
-    print(f"| what | value |\n|---|---|")
+    print("| what | value |\n|---|---|")
     for name, n in res["counts"].items():
         print(f"| class {name} | {n} |")
     print(f"| easy and unlearnable | {res['easy_and_unlearnable']} |")

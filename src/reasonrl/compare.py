@@ -44,6 +44,7 @@ from .errors import UserError
 from .eval.metrics import mean_std, pass_at_k, welch_t_test
 from .eval.paired import load_item_results, pair_by_key, paired_bootstrap_values_ci, paired_tests
 from .loop.tracking import read_metrics
+from .compare_plot import plot_compare  # reasonrl.report and benchmarks import it from here
 
 
 @dataclass
@@ -285,33 +286,3 @@ def items_lines(results: list[RunResult]) -> str:
     not the run folders (which hold checkpoints and are not kept in the repository)."""
     return "".join(json.dumps(_json_safe({"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "after": r.after,
                                           "items": r.items}), allow_nan=False) + "\n" for r in results)
-
-
-def plot_compare(results: list[RunResult], recipes: list[str], out_png: Path) -> None:
-    """Held-out pass@1 against steps and against wall-clock: mean line and min-max band over seeds."""
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    by_steps, by_time = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-    for recipe in recipes:
-        curves = [r.curve for r in results if r.recipe == recipe and r.ok and r.curve]
-        if not curves:
-            continue
-        n = min(len(c) for c in curves)  # seeds share the eval schedule; a shorter one trims all
-        acc = np.array([[p[2] for p in c[:n]] for c in curves])  # (seeds, points)
-        steps = [p[0] for p in curves[0][:n]]
-        secs = np.array([[p[1] for p in c[:n]] for c in curves]).mean(0)
-        for ax, x in ((by_steps, steps), (by_time, secs)):
-            line = ax.plot(x, acc.mean(0), marker=".", label=f"{recipe} ({len(curves)} seeds)")[0]
-            ax.fill_between(x, acc.min(0), acc.max(0), alpha=0.2, color=line.get_color())
-    for ax, xlabel in ((by_steps, "step"), (by_time, "training seconds")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out greedy pass@1")
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # no successful run: nothing to label
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)

@@ -84,8 +84,10 @@ def parts_table(recipes: dict[str, Recipe]) -> str:
         used = [r.parts[key] for r in recipes.values() if key in r.parts]
         needs = sorted(set().union(*(part_needs(p) for p in used))) if used else []
         after = ", ".join(f"`{a}`" for a in after_of(cls))
-        lines.append(f"| `{key}` | `{cls.__name__}` | {phase_of(cls)} | {after} | {', '.join(hooks)} | "
-                     f"{', '.join(needs)} | {_users(recipes, lambda r: key in r.parts)} |")
+        lines.append(
+            f"| `{key}` | `{cls.__name__}` | {phase_of(cls)} | {after} | {', '.join(hooks)} | "
+            f"{', '.join(needs)} | {_users(recipes, lambda r: key in r.parts)} |"  # noqa: B023 - _users calls it at once
+        )
     return "\n".join(lines)
 
 
@@ -99,7 +101,7 @@ def fields_table(recipes: dict[str, Recipe]) -> str:
     default = {f.name: f.default for f in dataclasses.fields(Recipe)}
     lines = ["| Recipe field | part | recipes |", "|---|---|---|"]
     for f in dataclasses.fields(Recipe):
-        if f.name in NOT_HOOKED or f.name == "parts" or not default[f.name] in (None, ()):
+        if f.name in NOT_HOOKED or f.name == "parts" or default[f.name] not in (None, ()):
             continue
         classes: dict[str, list[str]] = {}
         for name, r in recipes.items():

@@ -362,5 +362,6 @@ def check_inputs(cfg: TrainConfig, *recipes: Recipe) -> None:
     check_model_name(cfg.model)
 
 
-__all__ = ["OPTION_RULES", "RULES", "Rule", "all_rules", "check_inputs", "check_options", "check_part", "check_run", "problems",
-           "run_values", "task_for", "task_problems"]
+# two statements, each within a line: ruff format would put one name per line
+__all__ = ["OPTION_RULES", "RULES", "Rule", "all_rules", "check_inputs", "check_options", "check_part", "check_run"]
+__all__ += ["problems", "run_values", "task_for", "task_problems"]

@@ -6,8 +6,9 @@ the episode's first user message (a string or chat messages: the question, the t
 ``done`` ends the episode, ``answer`` (a string, or None) is what the task's verifier scores. ``close()``
 (optional) frees what the episode held (a sandbox); ``evidence()`` (optional)
 is what a judge reads beside the answer (the episodes part collects it before ``close``); ``metrics()``
-(optional) is a dict of the episode's counts, logged averaged over episodes as ``env/<key>``. A failure of the environment itself is a bug and
-is raised; a bad action is the environment's to turn into an observation.
+(optional) is a dict of the episode's counts, logged averaged over episodes as ``env/<key>``. A failure
+of the environment itself is a bug and is raised; a bad action is the environment's to turn into an
+observation.
 """
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ the episode: only the resource types and search parameters of :data:`SEARCH_PARA
 restricted to the current patient's compartment (a ``patient``/``subject`` naming another patient is
 refused); ``read`` and ``neighbors`` reach only the current patient and resources whose ``subject`` is
 that patient, and refuse a missing id and another patient's with the same words (no existence oracle);
-``neighbors`` follows only the reference fields of :data:`FORWARD` and the reverse links of :data:`REVERSE`. A refused call raises :class:`FhirToolError`, which the sandbox session hands to the
+``neighbors`` follows only the reference fields of :data:`FORWARD` and the reverse links of
+:data:`REVERSE`. A refused call raises :class:`FhirToolError`, which the sandbox session hands to the
 model's code as a ``ToolError`` (an error observation; the episode goes on).
 """
 from __future__ import annotations

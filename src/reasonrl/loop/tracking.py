@@ -293,7 +293,7 @@ class Tracker:
         for sink in self.sinks + ([self.completions] if self.completions is not None else []):
             try:
                 sink.close()
-            except Exception as exc:  # re-raised below once the remaining sinks are closed
+            except Exception as exc:  # noqa: BLE001 - not swallowed: the first is re-raised once every sink is closed
                 if first_error is None:
                     first_error = exc
         if first_error is not None:

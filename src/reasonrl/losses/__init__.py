@@ -1,6 +1,7 @@
 """Losses: the clipped policy loss (ratio level x trust region x aggregation), the KL penalty to a
-reference policy, SAGE's shaped-anchor KL, the entropy bonus, token divergences for distillation, and CorR-PO's entropy/gradient
-correlation (a reward regulariser), and the self-teacher token weights of SSOPD / EGRSD. Every loss returns ``(loss, metrics)``.
+reference policy, SAGE's shaped-anchor KL, the entropy bonus, token divergences for distillation, and
+CorR-PO's entropy/gradient correlation (a reward regulariser), and the self-teacher token weights of
+SSOPD / EGRSD. Every loss returns ``(loss, metrics)``.
 """
 from __future__ import annotations
 

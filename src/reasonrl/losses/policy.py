@@ -101,8 +101,8 @@ def _cispo(rho: Tensor, adv: Tensor, logp: Tensor, mask: Tensor, clip_low: float
     the paper and in verl), so it is not comparable to a PPO-clip loss value; its gradient is.
     """
     weight = rho.detach().clamp(1.0 - clip_low, 1.0 + clip_high)  # (N, T)
-    l = torch.where(mask != 0, logp, torch.zeros_like(logp))  # garbage log-probs in padding -> 0
-    return weight * adv * l
+    logp_kept = torch.where(mask != 0, logp, torch.zeros_like(logp))  # the paper's l; garbage in padding -> 0
+    return weight * adv * logp_kept
 
 
 @torch.no_grad()

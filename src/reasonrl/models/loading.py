@@ -75,7 +75,8 @@ def check_model_name(name: str | os.PathLike | None) -> None:
     config.json). A hub id passes: only downloading it can check it."""
     name = resolve_model_name(name)
     if name.startswith("tiny:") and name[5:] not in SIZES:
-        raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: {', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
+        raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: "
+                        f"{', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
     if name.startswith("diffusion:") and name[10:] not in DIFFUSION_SIZES:
         raise UserError(f"model {name!r}: unknown diffusion-model size {name[10:]!r}; valid: "
                         f"{', '.join(f'diffusion:{s}' for s in sorted(DIFFUSION_SIZES))}")

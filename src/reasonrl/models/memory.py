@@ -20,7 +20,8 @@ Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value head
 * update (:func:`update_bytes_per_row`), S = P + T tokens: what autograd keeps for the backward,
   ``L * S * ACT * b`` with ``ACT = 8h + 4kv + 4m`` values per token and layer
   (:func:`activation_values_per_token`; under mixed precision ``+ L * S * 4h * 4``); with
-  activation checkpointing only each layer's input, ``L * S * h * b``, plus one layer's ``S * ACT * b`` while it is recomputed; and the logits,
+  activation checkpointing only each layer's input, ``L * S * h * b``, plus one layer's
+  ``S * ACT * b`` while it is recomputed; and the logits,
   ``T * V * 12``: the logits and their gradient (float32: the output head runs outside autocast)
   and the float32 log-softmax (:func:`reasonrl.models.scoring.score_completions` slices it over
   time, so this is an upper bound). Attention is assumed to keep no (S, S) matrix (SDPA or flash

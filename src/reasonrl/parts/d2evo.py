@@ -148,7 +148,7 @@ class D2Evo:
         k = min(self.anchors_per_step, len(st.anchors))
         anchors = [real[st.anchors[(st.q_cursor + j) % len(st.anchors)]] for j in range(k)]
         st.q_cursor = (st.q_cursor + k) % len(st.anchors)
-        prompts = [ctx.formatter.rewrite(a.prompt, lambda p: role_prompt(self.template, p, a.answer)) for a in anchors]
+        prompts = [ctx.formatter.rewrite(a.prompt, lambda p: role_prompt(self.template, p, a.answer)) for a in anchors]  # noqa: B023 - rewrite() calls the edit at once, in this iteration
         ro = ctx.sample(anchors, prompts, tag=f"d2evo_q{ctx.step}", first=0)
         rewards, ok, m = self.score_questions(ctx, st, anchors, ro.texts, G)
         metrics.update(m)

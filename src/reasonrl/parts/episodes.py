@@ -7,8 +7,8 @@ task that has environments. The task gives one environment per rollout row: ``ta
 completion is every turn's ids, the policy's and the observations', its ``trainable`` mask is 1 on the
 policy's alone, and its text is the episode's answer in ``answer_format`` (what the task's verifier
 scores; "" when none). An episode cut by the turn cap or the context cap gets ``turn_limit_reward`` /
-``overflow_reward`` as its reward, whatever the task says. The batch maker and the trainer see ordinary rollouts: GRPO broadcasts
-the episode's reward to its trainable tokens, and every loss reads the mask.
+``overflow_reward`` as its reward, whatever the task says. The batch maker and the trainer see ordinary
+rollouts: GRPO broadcasts the episode's reward to its trainable tokens, and every loss reads the mask.
 """
 from __future__ import annotations
 

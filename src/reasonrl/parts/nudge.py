@@ -86,8 +86,12 @@ class HintSampling:
             pos = req.first + i  # the item's task position keys all its randomness
             chosen = self.choose_hints(task_hints(req.task, item), pos, req.seed, item)
             ids = self.contexts(pos, req.seed)  # (G,)
-            prompts += [req.formatter.render(item.prompt) if c == 0 else req.formatter.rewrite(
-                item.prompt, lambda p: self.template.format(hint=chosen[c - 1], prompt=p)) for c in ids]
+            prompts += [
+                req.formatter.render(item.prompt)
+                if c == 0
+                else req.formatter.rewrite(item.prompt, lambda p: self.template.format(hint=chosen[c - 1], prompt=p))  # noqa: B023 - rewrite() calls the edit at once, in this iteration
+                for c in ids
+            ]
             seeds += [stable_seed(req.seed, "sample", pos, "nudge", j) for j in range(G)]
             ctx += ids
         ro = req.engine.generate(prompts, 1, req.sampling, seeds=seeds)

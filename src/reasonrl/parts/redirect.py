@@ -163,8 +163,17 @@ class Redirect:
         if not chosen:
             return [], {"items": [], "ro": None}
         items = [batch.items[i] for i, _ in chosen]
-        prompts = [ctx.formatter.rewrite(batch.items[i].prompt, lambda p: guidance.critique_prompt(
-            ctx.task, dataclasses.replace(batch.items[i], prompt=p), batch.ro.texts[r])) for i, r in chosen]
+        prompts = [
+            ctx.formatter.rewrite(
+                batch.items[i].prompt,
+                lambda p: guidance.critique_prompt(
+                    ctx.task,
+                    dataclasses.replace(batch.items[i], prompt=p),  # noqa: B023 - rewrite() calls the edit at once
+                    batch.ro.texts[r],  # noqa: B023 - (and so in this iteration)
+                ),
+            )
+            for i, r in chosen
+        ]
         ro_v = ctx.sample(items, prompts, "stride-verify", ctx.position, n=self.n_v)
         units = []
         for t, (i, r) in enumerate(chosen):
@@ -194,8 +203,11 @@ class Redirect:
         G, n_r = ctx.group_size, self.n_r
         rows = [u.row for u in units for _ in range(n_r)]
         cuts = [u.cut for u in units for _ in range(n_r)]
-        contexts = [ctx.formatter.rewrite(batch.ro.prompts[u.row], lambda p: p + self.template.format(
-            critique=u.critique)) for u in units for _ in range(n_r)]
+        contexts = [
+            ctx.formatter.rewrite(batch.ro.prompts[u.row], lambda p: p + self.template.format(critique=u.critique))  # noqa: B023 - rewrite() calls the edit at once, in this iteration
+            for u in units
+            for _ in range(n_r)
+        ]
         gen = torch.Generator(ctx.device).manual_seed(stable_seed(ctx.seed, "stride", ctx.position))
         ro = ctx.branch(batch.ro, rows, cuts, gen, contexts=contexts)
         per = G // n_r  # units per group

@@ -171,8 +171,10 @@ class SSOPD:
         if self.max_prefix_tokens is not None:
             T = min(T, self.max_prefix_tokens)
         comp, cmask = ro.completion_ids[w_rows, :T], ro.completion_mask[w_rows, :T]  # (N, T)
-        texts = [formatter.rewrite(ro.prompts[int(w)], lambda p: self.template.format(
-            prompt=p, solution=ro.texts[int(c)])) for c, w in zip(c_rows, w_rows)]
+        texts = [
+            formatter.rewrite(ro.prompts[int(w)], lambda p: self.template.format(prompt=p, solution=ro.texts[int(c)]))  # noqa: B023 - rewrite() calls the edit at once, in this iteration
+            for c, w in zip(c_rows, w_rows)
+        ]
         ctx_ids, ctx_mask = encode_contexts(tok, texts)  # (N, P') left-padded
         teacher = score_under_context(model if teacher_model is None else teacher_model, ctx_ids, ctx_mask, comp,
                                       cmask, temperature=temperature, grad=False, full=True,
@@ -282,8 +284,13 @@ class EGRSD:
         out = torch.zeros(cmask.shape, dtype=flat.dtype)  # (R, T)
         metrics = {"egrsd/rows": float(len(rows))}
         if len(rows):
-            texts = [ctx.formatter.rewrite(items[int(r) // G].prompt, lambda p: self.template.format(
-                prompt=p, solution=reference_solution(task, items[int(r) // G]))) for r in rows]
+            texts = [
+                ctx.formatter.rewrite(
+                    items[int(r) // G].prompt,
+                    lambda p: self.template.format(prompt=p, solution=reference_solution(task, items[int(r) // G])),  # noqa: B023 - rewrite() calls the edit at once, in this iteration
+                )
+                for r in rows
+            ]
             sc = ctx.score_under(texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
             weights, m = egrsd_token_weights(
                 flat[rows], sc.logprobs.cpu(), ro.logprobs[rows].detach(), sc.entropy.cpu(), cmask[rows],

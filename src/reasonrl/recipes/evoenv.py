@@ -27,7 +27,8 @@ EVOENV_RECIPE = Recipe(
         "L4: the policy reviews the code and two rendered instances, yes/no, majority of 3 (evoenv.review=off skips)",
         "L5: 4 instances x 2 solver answers, admitted for p_hat in [0.1, 0.8]; generator reward -1 (L1/L2), -0.5 "
         "(L3/L4/novelty), 0 when L5 rejects it; if admitted 1 - p_hat for 0 < p_hat < 1 (AZR's learnability; "
-        "evoenv.reward=band: 1 in the band; evoenv.paid=calibrated pays 1 - p_hat outside the band too, as before issue 41)",
+        "evoenv.reward=band: 1 in the band; evoenv.paid=calibrated pays 1 - p_hat outside the band too, "
+        "as before issue 41)",
         "novelty: word 5-gram Jaccard on normalised code against the pool and the batch; tau 0.8 here (spec 0.5): "
         "the tiny model's short modules share their boilerplate, two different expressions already score 0.3-0.7",
         "pool: the ten seeds plus a catalogue of 12 short grammar environments the tiny model can read (the seeds "

@@ -38,7 +38,8 @@ STRIDE = dataclasses.replace(
         "redirect succeeds when any of its n_r continuations is correct",
         "redirect.n_v=4 critiques per failed trajectory (critic=model), advantages group-relative over them",
         "groups: G // n_r redirections of one prompt per group; a prompt's leftover redirections are dropped",
-        "redirect.max_redirects=null: at most one redirection per first-round prompt per step (round-robin over prompts)",
+        "redirect.max_redirects=null: at most one redirection per first-round prompt per step "
+        "(round-robin over prompts)",
         "redirect.template='{critique}\\n': the critique text placed between the prompt and the kept prefix",
         "advantage, loss (clip 0.2, seq-mean-token-mean, no KL), sampling (T=0.8) and optimiser as grpo",
     ),

@@ -30,8 +30,9 @@ SU01 = Recipe(
         "batch waits",
         "refine prompt (refine_replay.template): prompt + 'Previous answer:' + the answer + an instruction, then the "
         "prompt again so that it ends as the task's prompt; G samples, the question's own verifier, GRPO advantages",
-        "replay (ExGRPO, k=1): each ordinary group with a correct sample (reward > refine_replay.min_reward=0.0) that is "
-        "not entirely correct stores its lowest-entropy correct row (replacing an older one); a replay group is G-1 "
+        "replay (ExGRPO, k=1): each ordinary group with a correct sample (reward > refine_replay.min_reward=0.0) "
+        "that is not entirely correct stores its lowest-entropy correct row (replacing an older one); a replay "
+        "group is G-1 "
         "fresh samples + that row, with its old behaviour log-probs, advantages by the estimator over the mixed group; "
         "a question whose fresh samples are all correct (or whose ordinary group is) is retired",
         "refine_replay.drop_zero_std=true: extra groups whose accuracy does not vary are dropped too",

@@ -88,7 +88,8 @@ def pre(text: Any) -> Raw:
 
 
 def details(summary: str, *parts: str, open_: bool = False) -> Raw:
-    return Raw(f'<details{" open" if open_ else ""}><summary>{esc(summary)}</summary>{"".join(esc(p) for p in parts)}</details>')
+    return Raw(f'<details{" open" if open_ else ""}><summary>{esc(summary)}</summary>'
+               f'{"".join(esc(p) for p in parts)}</details>')
 
 
 def png(path: Path, alt: str) -> Raw:

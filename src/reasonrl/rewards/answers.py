@@ -7,8 +7,8 @@
   wrapped in ``\\boxed{}`` or ``$...$``.
 * Extractors pull a final answer out of a completion: :func:`extract_boxed`,
   :func:`extract_tag`, :func:`extract_last_number`, :func:`extract_final_number` (tag, box,
-  answer statement or last number: what a small instruct model really writes); :func:`resolve_extractor` maps the names in
-  :data:`EXTRACTORS` (usable from config files) to them.
+  answer statement or last number: what a small instruct model really writes);
+  :func:`resolve_extractor` maps the names in :data:`EXTRACTORS` (usable from config files) to them.
 
 Conventions: a comma is only ever a thousands separator (``"1,5"`` is not a number), and
 exponents (``"1e3"``) are accepted but limited to ``|exponent| <= 1000`` so that a hostile

@@ -141,7 +141,8 @@ def _backend(reward: "JudgeReward") -> Callable[..., list[Any]]:
         scheme = reward.backend.split(":", 1)[0]
         if scheme not in BACKENDS:
             raise UserError(f"judge backend {reward.backend!r} is not one of: path/to/judge.py:function, "
-                            f"http(s)://host/v1, {', '.join(f'{s}:...' for s in sorted(BACKENDS)) or 'hf:DIR (import reasonrl.models)'}")
+                            f"http(s)://host/v1, "
+                            f"{', '.join(f'{s}:...' for s in sorted(BACKENDS)) or 'hf:DIR (import reasonrl.models)'}")
         judge = BACKENDS[scheme](reward)
     with _LOCK:
         _BUILT[ident] = judge

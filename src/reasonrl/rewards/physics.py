@@ -42,8 +42,9 @@ class PhysicsMatch(Reward):
     """Binary Physics-R1 answer reward (module docstring). Options: ``rtol``, ``atol``, ``symbolic``,
     ``column`` (the gold's column); ``dense=True`` gives the spec's dense reward instead
     (:mod:`.physics_dense`: ``dense_answer`` and the weights ``w_ans`` .. ``w_cons``, the spec's defaults).
-    Metrics ``reward/<name>/``: ``unparsed_frac`` (no answer read), ``mcq_frac``, ``part_acc`` (share of gold parts matched, over all rows), ``count_mismatch_frac``
-    (a parsed answer with another number of parts than the gold)."""
+    Metrics ``reward/<name>/``: ``unparsed_frac`` (no answer read), ``mcq_frac``, ``part_acc`` (share of
+    gold parts matched, over all rows), ``count_mismatch_frac`` (a parsed answer with another number of
+    parts than the gold)."""
 
     rtol: float = 1e-2
     atol: float = 1e-6

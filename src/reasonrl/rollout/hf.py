@@ -69,10 +69,10 @@ class HFEngine:
     def generate(self, prompts: Sequence[str | list[dict]], n: int, sampling: SamplingParams,
                  generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
         """``prompts``: what task items carry (strings or chat messages) or text the run's formatter
-        rendered; the rollouts keep the rendered text. ``seeds`` (one per prompt) key each row's randomness by its prompt and sample index
-        (:func:`row_uniforms`), so the rollouts do not depend on how prompts are split into calls,
-        chunks, ranks or workers; otherwise ``generator`` (a trainer's own RNG) wins over
-        ``sampling.seed``, and with neither, torch's global RNG."""
+        rendered; the rollouts keep the rendered text. ``seeds`` (one per prompt) key each row's
+        randomness by its prompt and sample index (:func:`row_uniforms`), so the rollouts do not depend on
+        how prompts are split into calls, chunks, ranks or workers; otherwise ``generator`` (a trainer's own
+        RNG) wins over ``sampling.seed``, and with neither, torch's global RNG."""
         prompts = self.formatter.render_all(prompts)
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one seed per prompt)")

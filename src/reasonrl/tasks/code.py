@@ -65,8 +65,8 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..rewards.consistency import (branch_point, canon_value, consistency, first_inconsistent_step, normalize_output,
-                                 parse_steps, parse_trace)
+from ..rewards.consistency import branch_point, canon_value, consistency, first_inconsistent_step, normalize_output
+from ..rewards.consistency import parse_steps, parse_trace
 from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, user_splits
 from .codegen import CONSTRUCTS, compact_value, flat_trace, sample_program, trace_programs
 from .files import read_rows

@@ -48,7 +48,8 @@ User data (options ``data`` / ``test_data``): JSONL, one case per line::
   vocabulary is the union of all rows' labels (train and test files), so a predicted label seen
   in no row does not parse.
 * ``demo`` (optional string): a correct completion for warm starts: sections ``R:``, ``C:``,
-  ``M:``, ``I:`` in order, then the ``D:`` answer line last, which must equal ``labels``. Rows without demos can be trained on by RL but not warm-started.
+  ``M:``, ``I:`` in order, then the ``D:`` answer line last, which must equal ``labels``. Rows without
+  demos can be trained on by RL but not warm-started.
 
 With ``data`` the synthetic knobs (``aspects`` ... ``rule_seed``) are unused.
 """

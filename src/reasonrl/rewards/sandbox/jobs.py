@@ -124,13 +124,13 @@ def _child(job, item, work, failed, read_fd, write_fd):
         os.close(_CHANNEL[0])
         try:
             result = work(item)
-        except BaseException as exc:  # noqa: B036 - the job's failure is its result
+        except BaseException as exc:  # noqa: B036, BLE001 - the job's failure is its result
             result = failed(job, f"{type(exc).__name__}: {exc}")
         data = _dumps(result).encode("utf-8")
         view = memoryview(data)
         while view:
             view = view[os.write(write_fd, view):]
-    except BaseException:  # noqa: B036 - e.g. a result that is not JSON: the parent reports the exit
+    except BaseException:  # noqa: B036, BLE001 - e.g. a result that is not JSON: the parent reports the exit
         code = 70
     os._exit(code)
 

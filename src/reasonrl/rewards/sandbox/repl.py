@@ -87,7 +87,7 @@ def _run(code, env, max_chars):
                 value = None if result is None else repr(result)[:max_chars]
         except FinalAnswer:
             pass
-        except BaseException:  # noqa: B036 - any failure of the model's code is the observation
+        except BaseException:  # noqa: B036, BLE001 - any failure of the model's code is the observation
             kind, exc, tb = sys.exc_info()
             # the cell's own frames only: the interpreter's (a tool's stub) are not the model's business
             frames = [f for f in traceback.extract_tb(tb) if f.filename == "<cell>"]

@@ -35,8 +35,7 @@ import time
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 # Per-mount flags a remount must keep (in a user namespace they are locked and dropping one is EPERM).
-KEEP_FLAGS = {"nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
-              "relatime": 1 << 21, "strictatime": 1 << 24}
+KEEP_FLAGS = dict(nodev=MS_NODEV, noexec=MS_NOEXEC, noatime=1024, nodiratime=2048, relatime=1 << 21, strictatime=1 << 24)
 PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 36, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -89,8 +88,7 @@ def parse_config(argv):
             cfg[key].append(value)
         else:
             cfg[key] = value
-    for key in ("level", "prog", "workdir", "status_fd", "timeout", "cpu", "as_bytes", "nproc",
-                "nofile", "fsize", "disk_mb", "site"):
+    for key in "level prog workdir status_fd timeout cpu as_bytes nproc nofile fsize disk_mb site".split():
         if key not in cfg:
             raise SetupError(f"runner argument {key}= is missing")
     return cfg
@@ -253,7 +251,7 @@ def run_program(path, source, site):
         exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
     except SystemExit as exc:
         code = exit_code(exc)
-    except BaseException as exc:  # noqa: B036 - mirror the interpreter: report any uncaught exception
+    except BaseException as exc:  # noqa: B036, BLE001 - mirror the interpreter: report any uncaught exception
         tb = exc.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next  # hide the runner's own frames, as if the program ran as a script
