@@ -9,15 +9,18 @@ import reasonrl
 from reasonrl.api import prepare
 from reasonrl.commands.common import checked_run
 from reasonrl.config.train import resolved_dict
+from reasonrl.config.validate import check_inputs
 from reasonrl.errors import UserError
 from reasonrl.recipes import RECIPES
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_every_recipe_builds_the_same_run_as_the_command_line(name, tmp_path):
-    try:
+    try:  # what `reasonrl train` checks before loading (cli.train: checked_run, then check_inputs)
         cli_cfg, cli_recipe = checked_run(["optim.lr=2e-5"], name, None, None, 3, tmp_path / "r", False)
-    except UserError as err:  # a recipe that needs a key set (codeact_judge's judge): the same line from the API
+        check_inputs(cli_cfg, cli_recipe)
+    except UserError as err:  # a recipe that needs a key set (codeact_judge's judge) or a task with an ability its
+        # parts need (codethinker's branching, sapo's step rewards): the same line from the API
         with pytest.raises(UserError) as info:
             prepare(None, None, recipe=name, out=tmp_path / "r", steps=3, **{"optim.lr": 2e-5})
         assert str(info.value) == str(err)

@@ -53,7 +53,7 @@ def test_plain_prompt_scores_equal_the_behaviour_logprobs_at_the_sampling_temper
 def test_egrsd_weights_with_the_real_teacher_pass(setup, form):
     model, tok, task, item, ro, bm, b = setup
     adv = torch.tensor([[1.0, -1.0]])
-    out, m = EGRSD(magnitude=form).shape_advantages(adv, bm.batch_context(b))
+    out, m = EGRSD(magnitude=form).shape_advantages(adv, bm.batch_context(b, []))
     context = EGRSD().template.format(prompt=item.prompt, solution=reference_solution(task, item))
     for r, a in ((0, 1.0), (1, -1.0)):
         n = int(ro.completion_mask[r].sum())

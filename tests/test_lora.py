@@ -24,7 +24,7 @@ LORA = Lora(r=4, alpha=8.0)
 
 def spread(adv, ctx):
     """Every row a distinct non-zero advantage, so every step moves the adapters."""
-    return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
+    return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv), {}  # a hook returns (value, metrics)
 
 
 def _trainer(tiny_dir, run_dir, name="sage", steps=4, lora=LORA, log=None):

@@ -118,7 +118,7 @@ def _mu2(tiny_dir, run_dir, steps, count, lr_log=None, log=None):
     from reasonrl.config.train import TrainConfig
 
     def spread(adv, ctx):  # every row a distinct non-zero advantage: every minibatch moves the weights
-        return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
+        return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv), {}  # a hook returns (value, metrics)
 
     model, tok = load_model(tiny_dir)
     recipe = dataclasses.replace(get_recipe("mu_grpo"), group_size=4, stages=Stages(count=count), shapers=(spread,),

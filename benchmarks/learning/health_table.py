@@ -324,9 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=ROOT / R / "recipe_health/table.json", help="where to write the table")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
+    from reasonrl.docs_tables import ordered_recipes
     from reasonrl.recipes import RECIPES
 
-    table = build(list(RECIPES))
+    table = build([r.name for r in ordered_recipes(RECIPES)])  # the README's recipe order
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(table, indent=2) + "\n")
     print(markdown(table) if args.markdown else plain(table))
