@@ -34,6 +34,7 @@ so a 6-10 minute bound checks 100-230 mutants: most listed files finish, a large
 425 mutants) is cut and reports the rest as ``unchecked``. A whole package (``advantages/``: 1,338
 mutants) does not fit one bound: its files are listed one by one.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,54 +83,55 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_sequence_weight__mutmut_30": _AXIS,
     "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
     "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
-                                                      "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
+    "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
     "reasonrl.losses.balance.x_draw_masks__mutmut_11": "the same float32-vs-float64 uniform draw as mutmut_7",
     "reasonrl.losses.balance.x_draw_masks__mutmut_34": "u <= t instead of u < t differs only when a uniform equals t "
-                                                       "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
+    "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
     "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either "
-                                                         "way",
+    "way",
     "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves "
-                                                              "a call",
+    "a call",
     "reasonrl.population.operators.x_refactor__mutmut_12": "argsort's kind only orders ties: equal scaled singular "
-                                                            "values, probability 0 for a continuous scale",
+    "values, probability 0 for a continuous scale",
     "reasonrl.population.operators.x_refactor__mutmut_14": "argsort's kind only orders ties (as mutmut_12)",
     "reasonrl.population.operators.x_refactor__mutmut_17": "numpy reads the kind case-insensitively: still stable",
     "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
-                                                                       "exactly (probability 0)",
+    "exactly (probability 0)",
     "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
     "reasonrl.population.operators.x_mutate_spectral__mutmut_10": "refactor of (d, r) x (r, k) factors has q = r "
-                                                                   "values: s[:None] is s[:r]",
+    "values: s[:None] is s[:r]",
     "reasonrl.advantages.gae.x_last_token_rewards__mutmut_33": "-1 or -2 for a row without tokens: both fail last >= 0",
     "reasonrl.advantages.gae.x_last_token_rewards__mutmut_34": _AXIS + " (on is (B, T))",
-    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_45": "nonzero() of a 1-D tensor is (n, 1): axes 1 and -1 agree",
+    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_45": "nonzero() of a 1-D tensor is (n, 1): "
+    "axes 1 and -1 agree",
     "reasonrl.advantages.gae.x_last_token_rewards__mutmut_46": "an (n, 1) row index picks the same (row, last) cells "
-                                                               "as the (n,) one in the advanced-index assignment",
+    "as the (n,) one in the advanced-index assignment",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
-                                                    "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
+    "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
     "reasonrl.eval.metrics.x_pass_at_k__mutmut_25": "an int arange: k / i is still float division, the same product",
     "reasonrl.eval.metrics.x_avg_at_k__mutmut_11": "the flags are bools (or 0/1): their mean is the same without the "
-                                                   "cast",
+    "cast",
     "reasonrl.eval.metrics.x_avg_at_k__mutmut_13": "the flags are bools (or 0/1): their mean is the same without the "
-                                                   "cast",
+    "cast",
     "reasonrl.eval.metrics.x__winner__mutmut_9": "every group's count shifted by 1: the same first biggest group",
     "reasonrl.eval.metrics.x__winner__mutmut_10": "every group's count doubled: the same first biggest group",
     "reasonrl.eval.metrics.x_mean_std__mutmut_3": "numbers without the float64 cast: np.mean/np.std return the same "
-                                                  "floats",
+    "floats",
     "reasonrl.eval.metrics.x_mean_std__mutmut_5": "numbers without the float64 cast: np.mean/np.std return the same "
-                                                  "floats",
+    "floats",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_15": "inside the both-constant branch x[1] == x[0]",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_17": "inside the both-constant branch y[1] == y[0]",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_30": "scipy reads equal_var=None as false: still Welch's test",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_35": "floats without the float64 cast: scipy computes in float64 "
-                                                       "anyway",
+    "anyway",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_37": "floats without the float64 cast: scipy computes in float64 "
-                                                       "anyway",
+    "anyway",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_39": "floats without the float64 cast: scipy computes in float64 "
-                                                       "anyway",
+    "anyway",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 "
-                                                       "anyway",
+    "anyway",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
@@ -154,7 +156,8 @@ def prepare(root: Path, module: str, work: Path) -> None:
         "[mutmut]\nsource_paths = src\n"
         f"only_mutate =\n    {target}\n"
         f"pytest_add_cli_args_test_selection =\n    {selection}\n"
-        "process_isolation = fork\nuse_git_change_detection = false\n")
+        "process_isolation = fork\nuse_git_change_detection = false\n"
+    )
 
 
 def collect(work: Path, module: str) -> dict:
@@ -175,8 +178,14 @@ def collect(work: Path, module: str) -> dict:
             else:
                 raise SystemExit(f"mutation: {name}: mutmut exit code {code} (suspicious/segfault): look at it")
     n = killed + len(survivors)
-    return {"score": round(killed / n, 4) if n else None, "killed": killed, "survived": len(survivors),
-            "equivalent": equivalent, "survivors": survivors, "unchecked": unchecked}
+    return {
+        "score": round(killed / n, 4) if n else None,
+        "killed": killed,
+        "survived": len(survivors),
+        "equivalent": equivalent,
+        "survivors": survivors,
+        "unchecked": unchecked,
+    }
 
 
 def run_module(root: Path, module: str, work: Path, minutes: float, children: int) -> dict:
@@ -186,8 +195,15 @@ def run_module(root: Path, module: str, work: Path, minutes: float, children: in
     env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONPATH"}  # mutmut puts mutants/src first
     env["OMP_NUM_THREADS"] = "1"
     try:
-        proc = subprocess.run([str(mutmut), "run", "--max-children", str(children)], check=False, cwd=work, env=env,
-                              timeout=minutes * 60, capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(mutmut), "run", "--max-children", str(children)],
+            check=False,
+            cwd=work,
+            env=env,
+            timeout=minutes * 60,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
     except subprocess.TimeoutExpired:

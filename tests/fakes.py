@@ -2,6 +2,7 @@
 than one test module uses (before, test modules imported them from each other). The contexts and
 ``text_rollouts`` are in helpers.py; ways to drive the real code (CLI processes, a trainer step,
 host-read counting) in harness.py."""
+
 import json
 import zlib
 
@@ -99,18 +100,32 @@ class OldEngine(HFEngine):
         cm = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         cids = st.ids[:, :steps]
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(cids, skip_special_tokens=True)]
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
-                        prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
-                        completion_ids=cids, completion_mask=cm, logprobs=st.logp[:, :steps] * cm,
-                        finish_reasons=st.reason, n=n, entropies=st.ent[:, :steps] * cm,
-                        sum_p2=st.sum_p2[:, :steps] * cm,
-                        hidden_grad_norm=st.hidden[:, :steps] * cm if sp.hidden_grad_norm else None)
+        return Rollouts(
+            prompts=[p for p in prompts for _ in range(n)],
+            texts=texts,
+            prompt_ids=ids.repeat_interleave(n, 0),
+            prompt_mask=mask.repeat_interleave(n, 0),
+            completion_ids=cids,
+            completion_mask=cm,
+            logprobs=st.logp[:, :steps] * cm,
+            finish_reasons=st.reason,
+            n=n,
+            entropies=st.ent[:, :steps] * cm,
+            sum_p2=st.sum_p2[:, :steps] * cm,
+            hidden_grad_norm=st.hidden[:, :steps] * cm if sp.hidden_grad_norm else None,
+        )
 
     def _old_decode(self, ids, mask, n, sp, gen, u):
         cache = DynamicCache()
         pos = position_ids_from_mask(mask)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                         **{self._cache_arg: cache})
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_arg: cache},
+        )
         cache.batch_repeat_interleave(n)
         logits = out.logits[:, -1].repeat_interleave(n, 0)
         attn, last_pos = mask.repeat_interleave(n, 0), pos[:, -1].repeat_interleave(n, 0)
@@ -132,13 +147,24 @@ class OldEngine(HFEngine):
             if active.sum() < self.compact_below * len(active):
                 keep = active.nonzero().squeeze(-1)
                 cache.batch_select_indices(keep)
-                st.alive, token, attn, last_pos, active = st.alive[keep], token[keep], attn[keep], last_pos[keep], active[keep]
+                st.alive, token, attn, last_pos, active = (
+                    st.alive[keep],
+                    token[keep],
+                    attn[keep],
+                    last_pos[keep],
+                    active[keep],
+                )
             if t == sp.max_new_tokens - 1:
                 break
             attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
             last_pos = last_pos + 1
-            out = self.model(input_ids=token[:, None], attention_mask=attn, position_ids=last_pos[:, None],
-                             use_cache=True, **{self._cache_arg: cache})
+            out = self.model(
+                input_ids=token[:, None],
+                attention_mask=attn,
+                position_ids=last_pos[:, None],
+                use_cache=True,
+                **{self._cache_arg: cache},
+            )
             logits = out.logits[:, -1]
         return st
 
@@ -150,7 +176,7 @@ class OldEngine(HFEngine):
             window = max(len(s) for s in stop) + 4
             for i in (active & ~done).nonzero().squeeze(-1).tolist():
                 r = int(st.alive[i])
-                tail = self.tok.decode(st.ids[r, max(0, t + 1 - window):t + 1], skip_special_tokens=True)
+                tail = self.tok.decode(st.ids[r, max(0, t + 1 - window) : t + 1], skip_special_tokens=True)
                 if any(s in tail for s in stop):
                     st.reason[r], done[i] = "stop", True
         return done
@@ -168,8 +194,16 @@ def make_rollouts(tok, prompts, completions, logprobs=None):
     cid = torch.tensor([x + [tok.pad_token_id] * (T - len(x)) for x in c])
     cm = torch.tensor([[1] * len(x) + [0] * (T - len(x)) for x in c])
     lp = torch.zeros(cid.shape) if logprobs is None else logprobs
-    return Rollouts(prompts=list(prompts), texts=list(completions), prompt_ids=pid, prompt_mask=pm, completion_ids=cid,
-                    completion_mask=cm, logprobs=lp, finish_reasons=["eos"] * len(c))
+    return Rollouts(
+        prompts=list(prompts),
+        texts=list(completions),
+        prompt_ids=pid,
+        prompt_mask=pm,
+        completion_ids=cid,
+        completion_mask=cm,
+        logprobs=lp,
+        finish_reasons=["eos"] * len(c),
+    )
 
 
 # G = 3. Group 0: correct [1, 0, 0] (p = 1/3, w = 4 (1/3)(2/3) = 8/9); c* = row 0, w* = the longer
@@ -177,8 +211,20 @@ def make_rollouts(tok, prompts, completions, logprobs=None):
 # shortest), w* = row 5 (the only wrong), w = 8/9. Group 2: all correct, no pair, w = 0. Group 3 is a
 # second-round group (kind 1): mixed, but SSOPD reads first-round groups only, so N_x = 3.
 SELFTEACH_PROMPTS = ["12+3=?\n"] * 3 + ["7+45=?\n"] * 3 + ["1+1=?\n"] * 3 + ["9+9=?\n"] * 3
-SELFTEACH_COMPLETIONS = ["15\nA:15", "1\nA:9", "2+3=5\nA:18", "52\nA:52", "A:52", "4+7\nA:11", "A:2", "2\nA:2",
-                         "A:2", "A:18", "A:17", "A:16"]
+SELFTEACH_COMPLETIONS = [
+    "15\nA:15",
+    "1\nA:9",
+    "2+3=5\nA:18",
+    "52\nA:52",
+    "A:52",
+    "4+7\nA:11",
+    "A:2",
+    "2\nA:2",
+    "A:2",
+    "A:18",
+    "A:17",
+    "A:16",
+]
 SELFTEACH_CORRECT = [[1, 0, 0], [1, 1, 0], [1, 1, 1], [1, 0, 0]]
 
 
@@ -186,9 +232,14 @@ def selfteach_batch(tok):
     """The batch of the comment above: 4 groups of 3 rows, the last a second-round group (kind 1)."""
     ro = make_rollouts(tok, SELFTEACH_PROMPTS, SELFTEACH_COMPLETIONS)
     correct = torch.tensor(SELFTEACH_CORRECT, dtype=torch.float)
-    return Batch(items=[None] * 4, ro=ro, rewards=correct.clone(), correct=correct,
-                 loss_mask=ro.completion_mask.clone(),
-                 kinds=torch.tensor([0, 0, 0, 1]))
+    return Batch(
+        items=[None] * 4,
+        ro=ro,
+        rewards=correct.clone(),
+        correct=correct,
+        loss_mask=ro.completion_mask.clone(),
+        kinds=torch.tensor([0, 0, 0, 1]),
+    )
 
 
 def expected_pair_kl(model, tok, context: str, prompt: str, completion: str, temperature: float) -> float:
@@ -201,7 +252,8 @@ def expected_pair_kl(model, tok, context: str, prompt: str, completion: str, tem
         ids = tok(ctx_text, add_special_tokens=False)["input_ids"] + comp
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([ids])).logits[0]  # (L, V)
-        return (logits[len(ids) - T - 1:len(ids) - 1] / temperature).log_softmax(-1)  # (T, V) predicting comp
+        return (logits[len(ids) - T - 1 : len(ids) - 1] / temperature).log_softmax(-1)  # (T, V) predicting comp
+
     lt, ls = logprobs(context), logprobs(prompt)
     return float((lt.exp() * (lt - ls)).sum(-1).mean())
 
@@ -219,10 +271,18 @@ def stride_batch(tok, item, texts, correct, G):
     ids = torch.full((len(texts), T), tok.pad_token_id)
     mask = torch.zeros(len(texts), T, dtype=torch.long)
     for r, c in enumerate(comp):
-        ids[r, :len(c)], mask[r, :len(c)] = torch.tensor(c), 1
-    ro = Rollouts(prompts=[item.prompt] * len(texts), texts=list(texts), prompt_ids=enc["input_ids"],
-                  prompt_mask=enc["attention_mask"], completion_ids=ids, completion_mask=mask,
-                  logprobs=torch.zeros(ids.shape), finish_reasons=["eos"] * len(texts), n=G)
+        ids[r, : len(c)], mask[r, : len(c)] = torch.tensor(c), 1
+    ro = Rollouts(
+        prompts=[item.prompt] * len(texts),
+        texts=list(texts),
+        prompt_ids=enc["input_ids"],
+        prompt_mask=enc["attention_mask"],
+        completion_ids=ids,
+        completion_mask=mask,
+        logprobs=torch.zeros(ids.shape),
+        finish_reasons=["eos"] * len(texts),
+        n=G,
+    )
     c = torch.tensor([correct], dtype=torch.float)
     return Batch([item], ro, c.clone(), c)
 

@@ -1,5 +1,6 @@
 """The rank side of test_fsdp's two-process check, in a module of its own: each spawned rank imports
 it, and it imports torch and reasonrl.dist alone (a test module's imports cost seconds per rank)."""
+
 from __future__ import annotations
 
 import torch
@@ -33,5 +34,3 @@ def sharded_step_worker(rank: int, path: str, out: str) -> None:
     weights, optim = strategy.full_state(model, opt)
     torch.save({"passes": passes, "total": total, "grad": grad, "weights": weights, "optim": optim}, f"{out}.{rank}")
     dist.destroy_process_group()
-
-

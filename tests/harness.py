@@ -1,6 +1,7 @@
 """Shared ways to drive the real code in a test: the CLI in a process (and killed inside a save), a resume
 checked against a straight run, one run with 1 and 2 processes, one optimiser step of a real trainer, the
 host reads a call makes, two rollouts compared field by field. Used by more than one test module."""
+
 import dataclasses
 import json
 import os
@@ -53,9 +54,23 @@ app()
 
 
 def train_args(model, out, recipe="grpo", steps=RESUME_STEPS, *extra):
-    return ["train", "--recipe", recipe, "--model", str(model), "--out", str(out), "--steps", str(steps),
-            f"prompts_per_step={RESUME_PROMPTS}", "group_size=4", "eval_every=0", "final_eval_problems=0",
-            f"save_every={RESUME_SAVE_EVERY}", *extra]
+    return [
+        "train",
+        "--recipe",
+        recipe,
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--steps",
+        str(steps),
+        f"prompts_per_step={RESUME_PROMPTS}",
+        "group_size=4",
+        "eval_every=0",
+        "final_eval_problems=0",
+        f"save_every={RESUME_SAVE_EVERY}",
+        *extra,
+    ]
 
 
 def cli_cmd(*args):
@@ -105,15 +120,33 @@ def resume_and_check(model, run: Path, recipe: str, straight, steps=RESUME_STEPS
 
 
 # ------------------------------------------------------------------ 1 vs 2 processes (test_dist)
-DIST_SMALL = ["prompts_per_step=4", "group_size=4", "final_eval_problems=6", "final_eval_k=2", "eval_every=2",
-              "eval_problems=6", "save_every=2", "task_options.max_digits=2"]
+DIST_SMALL = [
+    "prompts_per_step=4",
+    "group_size=4",
+    "final_eval_problems=6",
+    "final_eval_k=2",
+    "eval_every=2",
+    "eval_problems=6",
+    "save_every=2",
+    "task_options.max_digits=2",
+]
 
 
 def train_nproc(tmp_path, name: str, nproc: int, extra: list[str]) -> list[dict]:
     """A 4-step `reasonrl train` of ``name`` in ``nproc`` processes (torchrun); its logged metrics."""
     out = tmp_path / f"{name}-{nproc}"
-    cmd = [sys.executable, "-m", "reasonrl", "train", f"--recipe={name}", "--steps=4", f"--out={out}",
-           f"--nproc={nproc}", *DIST_SMALL, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl",
+        "train",
+        f"--recipe={name}",
+        "--steps=4",
+        f"--out={out}",
+        f"--nproc={nproc}",
+        *DIST_SMALL,
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -136,10 +169,22 @@ def one_step(tiny_dir, *, lora=Lora(), ckpt=False, dtype="float32", master=True,
     before and the gradients."""
     model, tok = load_model(tiny_dir, dtype=weights)
     base = get_recipe("grpo")
-    recipe = dataclasses.replace(base, group_size=4, optim=dataclasses.replace(
-        base.optim, lr=lr, weight_decay=0.0, warmup_steps=0, schedule="constant"))
-    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, seed=5, eval_every=0, save_every=0, lora=lora,
-                      memory=Memory(gradient_checkpointing=ckpt), dtype=dtype, master_fp32=master)
+    recipe = dataclasses.replace(
+        base,
+        group_size=4,
+        optim=dataclasses.replace(base.optim, lr=lr, weight_decay=0.0, warmup_steps=0, schedule="constant"),
+    )
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        prompts_per_step=2,
+        seed=5,
+        eval_every=0,
+        save_every=0,
+        lora=lora,
+        memory=Memory(gradient_checkpointing=ckpt),
+        dtype=dtype,
+        master_fp32=master,
+    )
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
     batch = tr.batches.make(cfg.prompts_per_step)
     batch.advantages = torch.linspace(-1.0, 1.0, len(batch.ro.texts))  # every row carries gradient
@@ -160,6 +205,7 @@ def count_reads(monkeypatch, fn, paused: list[bool] | None = None) -> Counter:
         def read(self, *a, **k):
             seen[name] += not paused[0]
             return real(self, *a, **k)
+
         return read
 
     with monkeypatch.context() as m:

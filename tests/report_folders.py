@@ -1,6 +1,7 @@
 """Small run and compare folders for the report tests, written by reasonrl's own writers (config,
 metrics tracker, events, per-item results, samples, compare.json) with made-up evaluation records:
 no model is trained."""
+
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -26,24 +27,56 @@ def records(n_right: int, tag: str) -> list[dict]:
     for i in range(N_ITEMS):
         ok = i < n_right
         text = EVIL if i == N_ITEMS - 1 else f"{tag} thinks {i} + 1 = {i + 1 if ok else i}"
-        out.append({"problem": i, "key": f"item-{i}", "mode": "greedy", "prompt": f"What is {i} + 1?",
-                    "answer": str(i + 1), "completion": text, "extracted": str(i + 1 if ok else i),
-                    "score": 1.0 if ok else 0.0, "correct": ok, "length": 9, "finish": "eos"})
+        out.append(
+            {
+                "problem": i,
+                "key": f"item-{i}",
+                "mode": "greedy",
+                "prompt": f"What is {i} + 1?",
+                "answer": str(i + 1),
+                "completion": text,
+                "extracted": str(i + 1 if ok else i),
+                "score": 1.0 if ok else 0.0,
+                "correct": ok,
+                "length": 9,
+                "finish": "eos",
+            }
+        )
     return out
 
 
 def completion_row(step: int, sample: int) -> dict:
     """A completions.jsonl record (stepdata.completion_rows' keys): step 4's second row is model output
     carrying a script tag."""
-    return {"step": step, "group": 0, "sample": sample, "kind": 0, "key": f"key-{step}-{sample}",
-            "prompt": f"<|im_start|>user\nWhat is {step} + {sample}?<|im_end|>\n<|im_start|>assistant\n",
-            "completion": EVIL if (step, sample) == (4, 1) else f"step {step} row {sample} says {step + sample}",
-            "answer": str(step + sample), "reward": 0.75, "rewards": {"correct": 1.0, "overlong": -0.5},
-            "correct": True, "advantage": 0.5 * sample, "length": 7, "finish": "eos"}
+    return {
+        "step": step,
+        "group": 0,
+        "sample": sample,
+        "kind": 0,
+        "key": f"key-{step}-{sample}",
+        "prompt": f"<|im_start|>user\nWhat is {step} + {sample}?<|im_end|>\n<|im_start|>assistant\n",
+        "completion": EVIL if (step, sample) == (4, 1) else f"step {step} row {sample} says {step + sample}",
+        "answer": str(step + sample),
+        "reward": 0.75,
+        "rewards": {"correct": 1.0, "overlong": -0.5},
+        "correct": True,
+        "advantage": 0.5 * sample,
+        "length": 7,
+        "finish": "eos",
+    }
 
 
-def write_run(run_dir: Path, recipe: str = "grpo", seed: int = 0, n_right: int = 6, before_right: int = 5,
-              steps: int = 4, samples: bool = True, finished: bool = True, completions: bool = True) -> Path:
+def write_run(
+    run_dir: Path,
+    recipe: str = "grpo",
+    seed: int = 0,
+    n_right: int = 6,
+    before_right: int = 5,
+    steps: int = 4,
+    samples: bool = True,
+    finished: bool = True,
+    completions: bool = True,
+) -> Path:
     """A run folder as reasonrl train leaves it; held-out pass@1 logged at steps 2 and 4 and in
     summary.json (before: before_right/10, after: n_right/10); two completions.jsonl rows per step."""
     cfg = replace(TrainConfig(recipe=recipe, steps=steps, seed=seed), out=str(run_dir))
@@ -54,9 +87,16 @@ def write_run(run_dir: Path, recipe: str = "grpo", seed: int = 0, n_right: int =
     tracker = make_tracker(["jsonl"], run_dir, config, run_dir.name, completions=completions)
     for step in range(1, steps + 1):
         tracker.log_completions([completion_row(step, 0), completion_row(step, 1)], step)
-        row = {"reward/mean": 0.1 * step, "accuracy": 0.1 * step, "length/mean": 20.0 + step,
-               "loss/approx_kl": 0.01 * step, "entropy/mean": 0.5, "tokens/generated": 100.0, "time/generate": 1.5,
-               "time/update": 0.25}
+        row = {
+            "reward/mean": 0.1 * step,
+            "accuracy": 0.1 * step,
+            "length/mean": 20.0 + step,
+            "loss/approx_kl": 0.01 * step,
+            "entropy/mean": 0.5,
+            "tokens/generated": 100.0,
+            "time/generate": 1.5,
+            "time/update": 0.25,
+        }
         if step % 2 == 0:
             row["eval/pass@1"] = before_right / N_ITEMS + (n_right - before_right) / N_ITEMS * step / steps
         tracker.log(row, step)
@@ -69,8 +109,16 @@ def write_run(run_dir: Path, recipe: str = "grpo", seed: int = 0, n_right: int =
         atomic_write_text(run_dir / "samples.jsonl", sample_lines(recs))
     before = {"pass@1": before_right / N_ITEMS, "n_problems": N_ITEMS}
     after = {"pass@1": n_right / N_ITEMS, "n_problems": N_ITEMS}
-    summary = {"recipe": recipe, "task": "arithmetic", "steps": steps, "train_seconds": 7.0, "nonfinite_total": 0,
-               "before": before, "after": after, "world": 1}
+    summary = {
+        "recipe": recipe,
+        "task": "arithmetic",
+        "steps": steps,
+        "train_seconds": 7.0,
+        "nonfinite_total": 0,
+        "before": before,
+        "after": after,
+        "world": 1,
+    }
     atomic_write_text(run_dir / "summary.json", json.dumps(summary))
     log_event(run_dir, "trained", last_step=steps)
     return run_dir
@@ -83,9 +131,11 @@ RIGHT = {("grpo", 0): 6, ("grpo", 1): 7, ("dr_grpo", 0): 3, ("dr_grpo", 1): 3}
 def write_compare(out: Path, monkeypatch) -> Path:
     """A compare folder written by reasonrl.compare.compare itself, its runs made by write_run
     instead of training processes (run_one is replaced for the call)."""
+
     def fake_run_one(recipe, seed, out_dir, steps, task, extra, expected=None):
-        run_dir = write_run(out_dir / f"{recipe}-seed{seed}", recipe, seed, RIGHT[(recipe, seed)], steps=steps,
-                            samples=recipe == "grpo")  # dr_grpo: an older run without samples.jsonl
+        run_dir = write_run(
+            out_dir / f"{recipe}-seed{seed}", recipe, seed, RIGHT[(recipe, seed)], steps=steps, samples=recipe == "grpo"
+        )  # dr_grpo: an older run without samples.jsonl
         return compare_mod.collect(recipe, seed, run_dir)
 
     monkeypatch.setattr(compare_mod, "run_one", fake_run_one)
@@ -97,13 +147,20 @@ def write_audit(folder: Path) -> Path:
     """An audit.json in the AUDIT_SCHEMA format (and its pairs file) under folder/audit/."""
     audit_dir = folder / "audit"
     audit_dir.mkdir(parents=True)
-    audit = {"train": {"source": "train.jsonl", "n": 9000}, "eval": {"source": "arithmetic", "n": 500},
-             "stages": ["jaccard", "embed", "judge"], "thresholds": {"jaccard": 0.4, "embed": 0.85},
-             "counts": {"jaccard": 0, "embed": 3, "judge": 1, "linked_train": 2, "kept_train": 8998},
-             "seconds": {"jaccard": 1.2, "embed": 40.1, "judge": 3.0, "total": 44.5},
-             "pairs_file": "pairs.jsonl", "cleaned_file": "train_clean.jsonl"}
+    audit = {
+        "train": {"source": "train.jsonl", "n": 9000},
+        "eval": {"source": "arithmetic", "n": 500},
+        "stages": ["jaccard", "embed", "judge"],
+        "thresholds": {"jaccard": 0.4, "embed": 0.85},
+        "counts": {"jaccard": 0, "embed": 3, "judge": 1, "linked_train": 2, "kept_train": 8998},
+        "seconds": {"jaccard": 1.2, "embed": 40.1, "judge": 3.0, "total": 44.5},
+        "pairs_file": "pairs.jsonl",
+        "cleaned_file": "train_clean.jsonl",
+    }
     (audit_dir / "audit.json").write_text(json.dumps(audit))
-    pairs = [{"stage": "embed", "train_id": "t-17", "eval_id": "e-4", "score": 0.91},
-             {"stage": "judge", "train_id": "t-<b>99</b>", "eval_id": "e-8", "score": 1.0, "label": "paraphrase"}]
+    pairs = [
+        {"stage": "embed", "train_id": "t-17", "eval_id": "e-4", "score": 0.91},
+        {"stage": "judge", "train_id": "t-<b>99</b>", "eval_id": "e-8", "score": 1.0, "label": "paraphrase"},
+    ]
     (audit_dir / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     return audit_dir / "audit.json"

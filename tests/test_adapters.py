@@ -2,6 +2,7 @@
 under (``Rollouts.adapters``, kept through row selection and concatenation), the trainer scores each row
 under its adapter (``score_by_adapter``: the same numbers as scoring each adapter's rows alone, gradients
 into that adapter only), adapter factors read and written in place, and an optimiser state reset."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,17 @@ import torch
 from helpers import text_rollouts
 from reasonrl.config.train import Lora
 from reasonrl.models import build_tiny, score_completions
-from reasonrl.models.lora import (add_adapters, adapter_factors, adapter_modules, adapter_parameters, apply_lora,
-                                  reset_optimizer_state, score_by_adapter, set_adapter_factors, use_adapter)
+from reasonrl.models.lora import (
+    add_adapters,
+    adapter_factors,
+    adapter_modules,
+    adapter_parameters,
+    apply_lora,
+    reset_optimizer_state,
+    score_by_adapter,
+    set_adapter_factors,
+    use_adapter,
+)
 from reasonrl.rollout import concat_rollouts, select_rows
 
 
@@ -26,8 +36,12 @@ def two_adapters():
 
 def _tokens():
     g = torch.Generator().manual_seed(0)
-    return (torch.randint(3, 90, (3, 5), generator=g), torch.ones(3, 5, dtype=torch.long),
-            torch.randint(3, 90, (3, 4), generator=g), torch.ones(3, 4, dtype=torch.long))
+    return (
+        torch.randint(3, 90, (3, 5), generator=g),
+        torch.ones(3, 5, dtype=torch.long),
+        torch.randint(3, 90, (3, 4), generator=g),
+        torch.ones(3, 4, dtype=torch.long),
+    )
 
 
 def _score(model, toks, idx):
@@ -54,8 +68,10 @@ def test_gradients_reach_only_the_adapters_of_the_rows(two_adapters):
     model.zero_grad(set_to_none=True)
     lp, _ = score_by_adapter(model, ["x", "x", "x"], lambda idx: _score(model, toks, idx))
     lp.sum().backward()
-    got = {name: any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in adapter_parameters(model, name).values())
-           for name in ("x", "default")}
+    got = {
+        name: any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in adapter_parameters(model, name).values())
+        for name in ("x", "default")
+    }
     assert got == {"x": True, "default": False}
     assert all(p.requires_grad for p in adapter_parameters(model, "default").values())  # flags restored
     model.zero_grad(set_to_none=True)

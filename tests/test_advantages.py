@@ -1,4 +1,5 @@
 """Advantage estimators, every expectation worked by hand in the comment next to it."""
+
 import math
 
 import pytest
@@ -117,6 +118,7 @@ def test_registry():
 
 
 # --- REINFORCE++ ---------------------------------------------------------------------------------
+
 
 def test_reinforce_pp_by_hand_uses_one_batch_baseline():
     # all 4 rewards 1,0,0,0: batch mean 0.25, unbiased std 0.5 -> (r - 0.25)/0.5

@@ -1,5 +1,6 @@
 """SAGE shaped-anchor KL (spec section 6) and CorR-PO correlation bonus (spec section 5);
 every expectation worked by hand in a comment."""
+
 import math
 
 import pytest
@@ -35,6 +36,7 @@ def t(rows):
 
 # --- SAGE guides ---------------------------------------------------------------------------------
 
+
 def test_branch_guide_spec_values_and_padding():
     # H = 2.2 -> 1 + 0.3*(2.2-1.2) = 1.3; H = 0.5 -> relu(-0.7) = 0 -> 1; H = 5.0 -> 2.14 -> clamp 1.4
     # H = 0.1 -> 1 (the floor 0.6 only matters for ratio < 0); padding (H = 9) -> exactly 1
@@ -62,7 +64,7 @@ def test_cyclic_cosine_by_hand():
     assert cyclic_cosine(1, **kw) == pytest.approx((0.2, 0.175))
     assert cyclic_cosine(2, **kw) == pytest.approx((0.27, 0.225))
     assert cyclic_cosine(15, **kw)[0] == pytest.approx(0.12174454, abs=1e-8)
-    assert cyclic_cosine(16, **kw)[0] == pytest.approx(0.3 * 0.9 ** 7)
+    assert cyclic_cosine(16, **kw)[0] == pytest.approx(0.3 * 0.9**7)
     with pytest.raises(ValueError, match="n_cycles"):
         cyclic_cosine(0, max_steps=16, upper=(1, 1), lower=(0, 0), n_cycles=0)
 
@@ -125,6 +127,7 @@ def test_sage_guide_dispatch_and_errors():
 
 # --- SAGE loss ---------------------------------------------------------------------------------
 
+
 def test_shaped_kl_spec_values():
     # pi = pi_ref = 0.2: q = 1.3 -> u = ln 1.3 -> KL = 1.3 - ln 1.3 - 1 = 0.0376357; q = 1 -> 0
     logp = t([[L02, L02]])
@@ -181,8 +184,9 @@ def test_sage_kl_loss_without_shaping_is_the_plain_kl_and_ignores_garbage():
     (g,) = torch.autograd.grad(loss, logp)
     assert loss.item() == 0.0 and torch.isfinite(g).all() and all(math.isfinite(v) for v in m.values())
     # a precomputed q is used as given (q = 1.3 on the real token), garbage still ignored
-    loss, m = sage_kl_loss(logp, ref, None, t([[1, 0], [0, 0]]), coef=1.0, q=t([[1.3, 5.0], [5.0, 5.0]]),
-                           agg="token-mean")
+    loss, m = sage_kl_loss(
+        logp, ref, None, t([[1, 0], [0, 0]]), coef=1.0, q=t([[1.3, 5.0], [5.0, 5.0]]), agg="token-mean"
+    )
     assert loss.item() == pytest.approx(1.3 - math.log(1.3) - 1) and m["sage/q_max"] == pytest.approx(1.3)
 
 
@@ -193,8 +197,10 @@ def test_sage_kl_loss_micro_batches_and_errors():
     ent = 3 * torch.rand(4, 5, generator=g, dtype=D)
     mask = (torch.arange(5)[None, :] < torch.tensor([5, 3, 1, 4])[:, None]).to(D)
     full = sage_kl_loss(logp, ref, ent, mask, coef=0.05)[0]
-    micro = sum(sage_kl_loss(logp[i:i + 1], ref[i:i + 1], ent[i:i + 1], mask[i:i + 1], coef=0.05, n_seqs=4)[0]
-                for i in range(4))
+    micro = sum(
+        sage_kl_loss(logp[i : i + 1], ref[i : i + 1], ent[i : i + 1], mask[i : i + 1], coef=0.05, n_seqs=4)[0]
+        for i in range(4)
+    )
     assert micro.item() == pytest.approx(full.item(), abs=1e-12) and full.item() > 0
     with pytest.raises(ValueError, match="unknown SAGE guide options"):
         sage_kl_loss(logp, ref, ent, mask, coef=0.05, ratioo=0.3)

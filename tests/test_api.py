@@ -1,6 +1,7 @@
 """``reasonrl.train`` (issue 46 item 1): Python objects in, the command line's run out. The training itself is
 ``train_run`` (tested everywhere else); here: what each argument becomes, and that every recipe builds the same
 run through the API as through ``reasonrl train``."""
+
 import json
 
 import pytest
@@ -35,9 +36,19 @@ def test_rows_become_a_file_task_and_a_function_a_weighted_reward(tmp_path):
     def brief(completions, **kwargs):
         return [0.0 for _ in completions]
 
-    cfg, recipe = prepare(None, rows, [brief], eval_dataset=rows[:4], reward_weights=[2.0, 0.5], out=tmp_path / "r",
-                          eval_every=0, optim={"lr": 1e-5})
-    assert cfg.task == str(tmp_path / "r/data/train.jsonl") and cfg.task_options == {"test_path": str(tmp_path / "r/data/test.jsonl")}
+    cfg, recipe = prepare(
+        None,
+        rows,
+        [brief],
+        eval_dataset=rows[:4],
+        reward_weights=[2.0, 0.5],
+        out=tmp_path / "r",
+        eval_every=0,
+        optim={"lr": 1e-5},
+    )
+    assert cfg.task == str(tmp_path / "r/data/train.jsonl") and cfg.task_options == {
+        "test_path": str(tmp_path / "r/data/test.jsonl")
+    }
     assert [json.loads(line) for line in (tmp_path / "r/data/test.jsonl").read_text().splitlines()] == rows[:4]
     assert recipe.task_reward_weight == 2.0 and [(fn.name, w) for fn, w in recipe.extra_rewards] == [("brief", 0.5)]
     assert cfg.eval_every == 0 and recipe.optim.lr == 1e-5
@@ -53,14 +64,17 @@ def test_a_loaded_model_is_saved_with_its_tokenizer(tmp_path):
         prepare(model, "arithmetic", out=tmp_path / "s")
 
 
-@pytest.mark.parametrize("kwargs,needle", [
-    ({"stepz": 3}, "unknown config key 'stepz' (did you mean 'steps'?)"),
-    ({"reward_funcs": [42]}, "reward_funcs: 42 is neither a function nor 'path/to/file.py:function'"),
-    ({"reward_funcs": [print, print], "reward_weights": [1.0]}, "reward_weights has 1 numbers for 3 rewards"),
-    ({"recipe": "grpoo"}, "did you mean 'grpo'"),
-    ({"train_dataset": [], "out": None}, "expected a task name, a file, a datasets.Dataset or a non-empty list"),
-    ({"eval_dataset": [{"prompt": "1+1=", "answer": "2"}]}, "eval_dataset is the held-out split of a dataset"),
-])
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"stepz": 3}, "unknown config key 'stepz' (did you mean 'steps'?)"),
+        ({"reward_funcs": [42]}, "reward_funcs: 42 is neither a function nor 'path/to/file.py:function'"),
+        ({"reward_funcs": [print, print], "reward_weights": [1.0]}, "reward_weights has 1 numbers for 3 rewards"),
+        ({"recipe": "grpoo"}, "did you mean 'grpo'"),
+        ({"train_dataset": [], "out": None}, "expected a task name, a file, a datasets.Dataset or a non-empty list"),
+        ({"eval_dataset": [{"prompt": "1+1=", "answer": "2"}]}, "eval_dataset is the held-out split of a dataset"),
+    ],
+)
 def test_bad_arguments_are_one_line_before_anything_is_written(kwargs, needle, tmp_path):
     args = {"model": None, "train_dataset": "arithmetic", "out": tmp_path / "r", **kwargs}
     with pytest.raises(UserError) as info:
@@ -87,9 +101,22 @@ def test_two_weighted_functions_train_from_python_with_their_metrics_and_eval_pr
     def quarter(prompts, completions, answer, **kwargs):
         return [0.25] * len(completions)
 
-    cfg, recipe = prepare(model, rows, [one, quarter], processing_class=tok, eval_dataset=rows[:3],
-                          reward_weights=[0.0, 0.5, 2.0], out=tmp_path / "r", steps=1, prompts_per_step=2,
-                          group_size=2, eval_every=0, final_eval_problems=3, final_eval_k=2, save_every=0)
+    cfg, recipe = prepare(
+        model,
+        rows,
+        [one, quarter],
+        processing_class=tok,
+        eval_dataset=rows[:3],
+        reward_weights=[0.0, 0.5, 2.0],
+        out=tmp_path / "r",
+        steps=1,
+        prompts_per_step=2,
+        group_size=2,
+        eval_every=0,
+        final_eval_problems=3,
+        final_eval_k=2,
+        save_every=0,
+    )
     seen = []
     summary = train_run(cfg, recipe, on_eval=lambda done, total: seen.append((done, total)))
     m = json.loads((tmp_path / "r/metrics.jsonl").read_text().splitlines()[0])

@@ -1,5 +1,6 @@
 """The contamination audit (spec envs-selfplay-eval.md section 7): similarity maths, loaders, the
 auditor's outputs, the judge parser and the command."""
+
 import json
 import math
 import random
@@ -65,8 +66,9 @@ def _brute(train, evals, t):
 def same_pairs(got, want) -> bool:
     """(train index, eval index, score) triples: the same pairs in the same order, scores within 1e-6
     (pytest.approx compares flat sequences only, from pytest 9 on)."""
-    return [(i, j) for i, j, _ in got] == [(i, j) for i, j, _ in want] and \
-        [s for *_, s in got] == pytest.approx([s for *_, s in want])
+    return [(i, j) for i, j, _ in got] == [(i, j) for i, j, _ in want] and [s for *_, s in got] == pytest.approx(
+        [s for *_, s in want]
+    )
 
 
 def test_inverted_index_equals_brute_force_across_blocks():
@@ -109,8 +111,9 @@ def test_cosine_pairs_by_hand_in_blocks():
     got = cosine_pairs(train, evals, 0.7, block=1)
     assert same_pairs(sorted(got), [(0, 0, 1.0), (1, 0, 1 / math.sqrt(2)), (1, 1, 1 / math.sqrt(2))])
     assert cosine_pairs(train, evals, 0.8) == [(0, 0, pytest.approx(1.0))]
-    assert same_pairs(sorted(cosine_pairs(train, evals, 0.7, exclude={(0, 0)})),
-                      [(1, 0, 1 / math.sqrt(2)), (1, 1, 1 / math.sqrt(2))])
+    assert same_pairs(
+        sorted(cosine_pairs(train, evals, 0.7, exclude={(0, 0)})), [(1, 0, 1 / math.sqrt(2)), (1, 1, 1 / math.sqrt(2))]
+    )
     with pytest.raises(UserError, match="train embedding of item 1"):
         cosine_pairs(np.array([[1.0, 0.0], [0.0, 0.0]]), evals, 0.5)
 
@@ -128,13 +131,17 @@ def _write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-TRAIN = [{"id": "t0", "prompt": "A train travels 60 km in 1.5 hours. What is its average speed?", "answer": "40"},
-         {"id": "t1", "prompt": "Compute the derivative of x^3 + 2x with respect to x.", "answer": "3x^2+2"},
-         {"id": "t2", "prompt": "A train travels 60 km in 1.5 hours. What is its mean speed?", "answer": "40"},
-         {"id": "t3", "prompt": "Name the capital of France.", "answer": "Paris"},
-         {"id": "t4", "prompt": "How fast on average is a train covering 60 km within 90 minutes?", "answer": "40"}]
-EVAL = [{"id": "e0", "prompt": "A train travels 60 km in 1.5 hours. What is its average speed?"},
-        {"id": "e1", "prompt": "What is the integral of 2x from 0 to 1?"}]
+TRAIN = [
+    {"id": "t0", "prompt": "A train travels 60 km in 1.5 hours. What is its average speed?", "answer": "40"},
+    {"id": "t1", "prompt": "Compute the derivative of x^3 + 2x with respect to x.", "answer": "3x^2+2"},
+    {"id": "t2", "prompt": "A train travels 60 km in 1.5 hours. What is its mean speed?", "answer": "40"},
+    {"id": "t3", "prompt": "Name the capital of France.", "answer": "Paris"},
+    {"id": "t4", "prompt": "How fast on average is a train covering 60 km within 90 minutes?", "answer": "40"},
+]
+EVAL = [
+    {"id": "e0", "prompt": "A train travels 60 km in 1.5 hours. What is its average speed?"},
+    {"id": "e1", "prompt": "What is the integral of 2x from 0 to 1?"},
+]
 
 
 def _fake_embed(texts):
@@ -233,8 +240,17 @@ def test_cli_on_small_jsonl(tmp_path):
     _write_jsonl(tmp_path / "train.jsonl", TRAIN)
     _write_jsonl(tmp_path / "eval.jsonl", EVAL)
     out = tmp_path / "audit"
-    args = ["audit", "--train", str(tmp_path / "train.jsonl"), "--eval", str(tmp_path / "eval.jsonl"),
-            "--stages", "jaccard", "--out", str(out)]
+    args = [
+        "audit",
+        "--train",
+        str(tmp_path / "train.jsonl"),
+        "--eval",
+        str(tmp_path / "eval.jsonl"),
+        "--stages",
+        "jaccard",
+        "--out",
+        str(out),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "linked train items" in result.output

@@ -1,6 +1,7 @@
 """AZR (arXiv 2505.03335; spec envs-selfplay-eval.md section 1): the rewards and TRR++ by hand, program
 validation and hostile proposals in the sandbox, the three task types' grading, the part's draw and
 proposer round on a scripted context, and the recipe end to end with an exact resume."""
+
 import dataclasses
 import math
 
@@ -27,13 +28,18 @@ MOD3 = "a=int(input())\nprint(a%3)\n"  # the spec's abduction example: f(x) = x 
 
 # ------------------------------------------------------------------ the spec's (d) list, by hand
 
+
 def test_learnability_reward_and_format_shaping():
     assert [azr_proposer_reward(p) for p in (0.0, 1.0, 0.25)] == [0.0, 0.0, 0.75]
     assert azr_format_shaping(0.0, True) == -0.5 and azr_format_shaping(1.0, False) == -1.0
     assert azr_format_shaping(1.0, True) == 1.0
     # the proposer: bad format -1, invalid -0.5, valid: the learnability (0 at p_hat 1: useless but valid)
-    assert [azr_proposal_reward(False, False, None), azr_proposal_reward(True, False, None),
-            azr_proposal_reward(True, True, 0.25), azr_proposal_reward(True, True, 1.0)] == [-1.0, -0.5, 0.75, 0.0]
+    assert [
+        azr_proposal_reward(False, False, None),
+        azr_proposal_reward(True, False, None),
+        azr_proposal_reward(True, True, 0.25),
+        azr_proposal_reward(True, True, 1.0),
+    ] == [-1.0, -0.5, 0.75, 0.0]
     with pytest.raises(ValueError):
         azr_proposer_reward(1.5)
 
@@ -53,8 +59,14 @@ def test_trr_plus_plus_normalises_within_buckets_only():
 
 
 def test_determinism_rejects_random_and_object_ids():
-    got = validate_programs([("import random\nprint(random.random())\n", "1"), ("print(id(object()))\n", "1"),
-                             ("a=int(input())\nprint(a+1)\n", "4")], check_banned=False)
+    got = validate_programs(
+        [
+            ("import random\nprint(random.random())\n", "1"),
+            ("print(id(object()))\n", "1"),
+            ("a=int(input())\nprint(a+1)\n", "4"),
+        ],
+        check_banned=False,
+    )
     assert [v.stage for v in got] == ["determinism", "determinism", ""] and got[2].output == "5"
     # with AZR's banned words on (the default), random is refused before it runs
     assert validate_programs([("import random\nprint(random.random())\n", "1")])[0].stage == "banned"
@@ -72,23 +84,32 @@ def test_deduction_and_induction_grading():
     ded = solve_item("deduction", {"program": MOD3, "input": "5", "output": "2"}, shown=3)
     assert [TASK.verify(t, ded.answer, ded.meta) for t in ("L1 a=5\nO:2", "O:1", "no answer")] == [1.0, 0.0, 0.0]
     # induction: pairs of x % 3 on 1..6; 3 shown, 3 held out; a program must pass every held-out pair
-    ind = solve_item("induction", {"program": MOD3, "inputs": ["1", "2", "3", "4", "5", "6"],
-                                   "outputs": ["1", "2", "0", "1", "2", "0"]}, shown=3)
+    ind = solve_item(
+        "induction",
+        {"program": MOD3, "inputs": ["1", "2", "3", "4", "5", "6"], "outputs": ["1", "2", "0", "1", "2", "0"]},
+        shown=3,
+    )
     assert ind.prompt == "#F\n1>1\n2>2\n3>0\n" and ind.meta["held"] == [("4", "1"), ("5", "2"), ("6", "0")]
     right, mostly = "a=int(input())\nprint(a-3*(a//3))\n", "a=int(input())\nprint(a-3)\n"  # the second fits 4>1 only
     assert [TASK.verify(t, "", ind.meta) for t in (right, mostly, "not python (")] == [1.0, 0.0, 0.0]
 
 
 def test_hostile_proposals_are_rejected_with_their_stage():
-    pairs = [("while True:\n pass\n", "1"), ("x=[0]*10**9\nprint(len(x))\n", "1"), ("import os\nos.fork()\n", "1"),
-             ("open('/tmp/azr_pwn','w').write('x')\nprint(1)\n", "1"), ("import socket\nsocket.socket()\n", "1"),
-             ("print(1\n", "1")]
+    pairs = [
+        ("while True:\n pass\n", "1"),
+        ("x=[0]*10**9\nprint(len(x))\n", "1"),
+        ("import os\nos.fork()\n", "1"),
+        ("open('/tmp/azr_pwn','w').write('x')\nprint(1)\n", "1"),
+        ("import socket\nsocket.socket()\n", "1"),
+        ("print(1\n", "1"),
+    ]
     got = validate_programs(pairs)
     assert [v.stage for v in got] == ["run", "run", "banned", "banned", "banned", "parse"]
     assert "line events" in got[0].reason and "MemoryError" in got[1].reason
     # even with the banned words off, what runs runs in the sandbox: the file is written in its private /tmp
     assert validate_programs(pairs[3:4], check_banned=False)[0].ok
     import os
+
     assert not os.path.exists("/tmp/azr_pwn")
     assert banned_names("import subprocess\nx=eval('1')\n") == ["subprocess", "eval"]
 
@@ -97,12 +118,19 @@ def test_parsing_and_format_of_the_six_prompts():
     assert parse_proposal("a=int(input())\nprint(a+1)\nIN:4") == ("a=int(input())\nprint(a+1)\n", "4")
     assert parse_proposal("IN:4") is None and parse_proposal("a=1\nprint(a)") is None
     assert parse_inputs("IN:1,5,-2") == ["1", "5", "-2"] and parse_inputs("IN:1,,2") is None
-    cases = [("solve", "deduction", "L1 a=1\nO:1", True), ("solve", "deduction", "L1 a=1", False),
-             ("solve", "abduction", "IN:3", True), ("solve", "abduction", "3", False),
-             ("solve", "induction", "a=int(input())\nprint(a)", True), ("solve", "induction", "a=(", False),
-             ("solve", "induction", "a=1", False),  # parses, prints nothing
-             ("propose", "deduction", "a=int(input())\nprint(a)\nIN:2", True), ("propose", "abduction", "IN:2", False),
-             ("propose", "induction", "IN:1,2,3,4", True), ("propose", "induction", "1,2", False)]
+    cases = [
+        ("solve", "deduction", "L1 a=1\nO:1", True),
+        ("solve", "deduction", "L1 a=1", False),
+        ("solve", "abduction", "IN:3", True),
+        ("solve", "abduction", "3", False),
+        ("solve", "induction", "a=int(input())\nprint(a)", True),
+        ("solve", "induction", "a=(", False),
+        ("solve", "induction", "a=1", False),  # parses, prints nothing
+        ("propose", "deduction", "a=int(input())\nprint(a)\nIN:2", True),
+        ("propose", "abduction", "IN:2", False),
+        ("propose", "induction", "IN:1,2,3,4", True),
+        ("propose", "induction", "1,2", False),
+    ]
     assert [format_ok(r, k, t) for r, k, t, _ in cases] == [want for *_, want in cases]
     # the solver's shaped reward: verifier 0/1 + this term = AZR's 1 / -0.5 / -1
     m = {"role": "solve", "type": "abduction"}
@@ -122,21 +150,29 @@ def test_the_task_demonstrates_all_six_prompts_and_evaluates_solver_prompts():
             assert TASK.verify(it.demo, it.answer, it.meta) == 1.0
     test = list(itertools.islice(TASK.iter_items("test", 0), 12))
     assert {it.meta["role"] for it in test} == {"solve"} and not {it.key for it in test} & {it.key for it in train}
-    assert TASK.diagnostics(["x"] * 3, [{"type": "deduction"}, {"type": "deduction"}, {"type": "abduction"}],
-                            [1.0, 0.0, 1.0]) == {"deduction_acc": 0.5, "abduction_acc": 1.0}
+    assert TASK.diagnostics(
+        ["x"] * 3, [{"type": "deduction"}, {"type": "deduction"}, {"type": "abduction"}], [1.0, 0.0, 1.0]
+    ) == {"deduction_acc": 0.5, "abduction_acc": 1.0}
     assert ast_depth("a=1\n") == 4  # Module > Assign > Name > Store (a constant leaf: depth 3)
 
 
 # ------------------------------------------------------------------ the part on a scripted context
 
+
 class Scripted:
     """A round's sampling surface: proposals by the prompt's type, then solver answers (every estimate
     sample of a deduction task answers O:<program(input)> right, abduction answers IN:0)."""
 
-    PROPOSALS = {"deduction": ["a=int(input())\nprint(a+1)\nIN:4", "junk", "import os\nprint(1)\nIN:1",
-                               "a=int(input())\nprint(a+2)\nIN:1"],
-                 "abduction": ["a=int(input())\nprint(a*2)\nIN:3", "print(id(object()))\nIN:1", "x", "x"],
-                 "induction": ["IN:1,2,3,4,5,6", "IN:1,1,1", "x", "x"]}
+    PROPOSALS = {
+        "deduction": [
+            "a=int(input())\nprint(a+1)\nIN:4",
+            "junk",
+            "import os\nprint(1)\nIN:1",
+            "a=int(input())\nprint(a+2)\nIN:1",
+        ],
+        "abduction": ["a=int(input())\nprint(a*2)\nIN:3", "print(id(object()))\nIN:1", "x", "x"],
+        "induction": ["IN:1,2,3,4,5,6", "IN:1,1,1", "x", "x"],
+    }
 
     def __init__(self):
         self.calls = []
@@ -146,8 +182,9 @@ class Scripted:
         if tag.startswith("azr-propose"):
             texts = [t for it in items for t in self.PROPOSALS[it.meta["type"]]]
             return text_rollouts(prompts, texts, 4)
-        texts = [("O:" + it.meta["output"]) if it.meta["type"] == "deduction" else "IN:0"
-                 for it in items for _ in range(n)]
+        texts = [
+            ("O:" + it.meta["output"]) if it.meta["type"] == "deduction" else "IN:0" for it in items for _ in range(n)
+        ]
         return text_rollouts(prompts, texts, n)
 
 
@@ -203,10 +240,14 @@ def test_the_proposer_round_rewards_one_minus_the_solvers_accuracy_at_an_interme
 
 
 def test_trr_shaper_uses_role_and_type_buckets():
-    items = [solve_item("deduction", {"program": MOD3, "input": "1", "output": "1"}, 3),
-             solve_item("abduction", {"program": MOD3, "input": "1", "output": "1"}, 3),
-             dataclasses.replace(solve_item("deduction", {"program": MOD3, "input": "2", "output": "2"}, 3),
-                                 meta={"role": "propose", "type": "deduction"})]
+    items = [
+        solve_item("deduction", {"program": MOD3, "input": "1", "output": "1"}, 3),
+        solve_item("abduction", {"program": MOD3, "input": "1", "output": "1"}, 3),
+        dataclasses.replace(
+            solve_item("deduction", {"program": MOD3, "input": "2", "output": "2"}, 3),
+            meta={"role": "propose", "type": "deduction"},
+        ),
+    ]
     rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.5, -1.0]])
     adv, m = AZR().shape_advantages(torch.zeros(3, 2), batch_context(rewards=rewards, items=items))
     # (solve, deduction) [1, 0]: +-0.70711; (solve, abduction) constant: 0; (propose, deduction) [0.5, -1]: +-0.70711
@@ -226,15 +267,20 @@ def test_options_and_the_task_it_needs():
 
 # ------------------------------------------------------------------ the recipe, with an exact resume
 
+
 @pytest.mark.slow
 def test_azr_trains_three_steps_and_resumes_its_buffers_exactly(sharp_tiny, tmp_path):
     import copy
 
     recipe = get_recipe("azr")
-    recipe = dataclasses.replace(recipe, sampling=dataclasses.replace(recipe.sampling, max_new_tokens=40),
-                                 azr=AZR(proposals=1, estimate_samples=2))
-    cfg = TrainConfig(recipe="azr", task="azr", steps=3, prompts_per_step=3, eval_every=0, save_every=0,
-                      final_eval_problems=0)
+    recipe = dataclasses.replace(
+        recipe,
+        sampling=dataclasses.replace(recipe.sampling, max_new_tokens=40),
+        azr=AZR(proposals=1, estimate_samples=2),
+    )
+    cfg = TrainConfig(
+        recipe="azr", task="azr", steps=3, prompts_per_step=3, eval_every=0, save_every=0, final_eval_problems=0
+    )
 
     def trainer(folder, steps):
         model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
@@ -252,8 +298,9 @@ def test_azr_trains_three_steps_and_resumes_its_buffers_exactly(sharp_tiny, tmp_
     assert resumed.resume() == 2
     assert resumed.batches.parts.state("azr") == first.batches.parts.state("azr")
     last = resumed.train_step()
-    assert {k: v for k, v in last.items() if not k.startswith(("time/", "tokens_per_s"))} == \
-        {k: v for k, v in rows[2].items() if not k.startswith(("time/", "tokens_per_s"))}
+    assert {k: v for k, v in last.items() if not k.startswith(("time/", "tokens_per_s"))} == {
+        k: v for k, v in rows[2].items() if not k.startswith(("time/", "tokens_per_s"))
+    }
     assert resumed.batches.parts.state("azr") == straight.batches.parts.state("azr")
     assert IDENTITY == straight.batches.parts.state("azr")["buffers"]["deduction"][0]["program"]
     assert initial_buffers(6)["induction"][0]["inputs"] == ["1", "2", "3", "4", "5", "6"]

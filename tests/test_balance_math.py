@@ -1,12 +1,20 @@
 """Trajectory balance (FlowRL, DISA, TraFL): the pure maths of reasonrl.losses.balance, checked against
 numbers worked out by hand (spec shared/specs/objectives.md sections 1.5, 7 (d) and 8 (d))."""
+
 import math
 
 import pytest
 import torch
 
-from reasonrl.losses.balance import (draw_masks, elbo_estimate, ess, log_partition_is, sequence_weight, token_mean,
-                                     trajectory_balance)
+from reasonrl.losses.balance import (
+    draw_masks,
+    elbo_estimate,
+    ess,
+    log_partition_is,
+    sequence_weight,
+    token_mean,
+    trajectory_balance,
+)
 
 
 def test_disa_hand_example_log_z_hat_and_loss_and_no_gradient_to_log_z():
@@ -14,8 +22,12 @@ def test_disa_hand_example_log_z_hat_and_loss_and_no_gradient_to_log_z():
     # exponents L_ref - L_mu + beta r = [0+1, 0+0, -1+1, -1+0] = [1, 0, 0, -1]
     # sum of exp: e + 1 + 1 + 1/e = 2.718282 + 2 + 0.367879 = 5.086161; ln 5.086161 = 1.626523
     # (ln 5 = 1.609438, ln(5.086161 / 5) = ln 1.017232 = 0.017085); minus ln 4 = 1.386294 -> 0.240229
-    log_z, diag = log_partition_is(torch.tensor([-1., -1., -2., -2.]), torch.tensor([-1., -1., -1., -1.]),
-                                   torch.tensor([1., 0., 1., 0.]), beta=1.0)
+    log_z, diag = log_partition_is(
+        torch.tensor([-1.0, -1.0, -2.0, -2.0]),
+        torch.tensor([-1.0, -1.0, -1.0, -1.0]),
+        torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        beta=1.0,
+    )
     assert log_z == pytest.approx(0.240229, abs=1e-6)
     # IS weights pi_ref/mu = [1, 1, 1/e, 1/e]: sum 2.735759, sum of squares 2 + 2/e^2 = 2.270671,
     # ESS = 2.735759^2 / 2.270671 = 7.484377 / 2.270671 = 3.296108
@@ -27,8 +39,9 @@ def test_disa_hand_example_log_z_hat_and_loss_and_no_gradient_to_log_z():
     # delta = 0.240229 - 0.5 + 0.6 - 1 = -0.659771, loss = 0.659771^2 = 0.435298
     frozen = torch.tensor([log_z])  # the table's value: no grad
     lbar = torch.tensor([-0.5], requires_grad=True)
-    loss, m = trajectory_balance(frozen, lbar, torch.tensor([-0.6]), torch.tensor([1.0]), torch.ones(1), beta=1.0,
-                                 n_seqs=1)
+    loss, m = trajectory_balance(
+        frozen, lbar, torch.tensor([-0.6]), torch.tensor([1.0]), torch.ones(1), beta=1.0, n_seqs=1
+    )
     assert float(loss.detach()) == pytest.approx(0.435298, abs=1e-6)
     assert m["balance/delta_term"] == pytest.approx(-0.659771, abs=1e-6)
     loss.backward()
@@ -37,8 +50,9 @@ def test_disa_hand_example_log_z_hat_and_loss_and_no_gradient_to_log_z():
     # DISA part passes the table's value as a constant (tests/test_balance_residual.py checks the gradient
     # reaches the policy's log-probs only)
     z = torch.tensor([log_z], requires_grad=True)
-    trajectory_balance(z, torch.tensor([-0.5]), torch.tensor([-0.6]), torch.tensor([1.0]), torch.ones(1), beta=1.0,
-                       n_seqs=1)[0].backward()
+    trajectory_balance(
+        z, torch.tensor([-0.5]), torch.tensor([-0.6]), torch.tensor([1.0]), torch.ones(1), beta=1.0, n_seqs=1
+    )[0].backward()
     assert float(z.grad) == pytest.approx(2 * -0.659771, abs=1e-6)
 
 
@@ -123,12 +137,21 @@ def test_trajectory_balance_is_invariant_to_micro_batching():
 
 def test_trajectory_balance_metrics_by_hand():
     # two rows: delta = [0 + 0 - 0 - 2 * 1, 1 + 0 - 0 - 2 * 0] = [-2, 1]; w = [1, 0.5] -> loss (4 + 0.5) / 2 = 2.25
-    loss, m = trajectory_balance(torch.tensor([0.0, 1.0]), torch.zeros(2), torch.zeros(2), torch.tensor([1.0, 0.0]),
-                                 torch.tensor([1.0, 0.5]), beta=2.0, n_seqs=2)
+    loss, m = trajectory_balance(
+        torch.tensor([0.0, 1.0]),
+        torch.zeros(2),
+        torch.zeros(2),
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([1.0, 0.5]),
+        beta=2.0,
+        n_seqs=2,
+    )
     assert float(loss.detach()) == pytest.approx(2.25)
     assert m["balance/delta_term"] == pytest.approx(-0.5) and m["balance/delta_abs_term"] == pytest.approx(1.5)
     assert m["balance/log_z_term"] == pytest.approx(0.5) and m["balance/w_term"] == pytest.approx(0.75)
-    assert m["balance/delta_std"] == pytest.approx(math.sqrt(4.5))  # unbiased std of [-2, 1]: sqrt(((-1.5)^2 + 1.5^2) / 1)
+    assert m["balance/delta_std"] == pytest.approx(
+        math.sqrt(4.5)
+    )  # unbiased std of [-2, 1]: sqrt(((-1.5)^2 + 1.5^2) / 1)
 
 
 def test_ess_of_equal_weights_is_n_and_of_one_dominant_weight_is_one():
@@ -143,19 +166,27 @@ def test_log_partition_is_rejects_unequal_shapes():
 
 # ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
 
+
 def test_token_mean_and_elbo_of_one_token_rows():
     # a row of one token is its own mean (-3 / 1), not halved; the ELBO of a 1-token response at t = 1 likewise
-    assert torch.allclose(token_mean(torch.tensor([[-3.0, 5.0], [-1.0, -2.0]]), torch.tensor([[1, 0], [1, 1]])),
-                          torch.tensor([-3.0, -1.5]))
-    got = elbo_estimate(torch.tensor([[[-3.0, 5.0]]]), torch.tensor([[[True, True]]]), torch.ones(1, 1),
-                        torch.tensor([[1, 0]]))
+    assert torch.allclose(
+        token_mean(torch.tensor([[-3.0, 5.0], [-1.0, -2.0]]), torch.tensor([[1, 0], [1, 1]])),
+        torch.tensor([-3.0, -1.5]),
+    )
+    got = elbo_estimate(
+        torch.tensor([[[-3.0, 5.0]]]), torch.tensor([[[True, True]]]), torch.ones(1, 1), torch.tensor([[1, 0]])
+    )
     assert float(got) == pytest.approx(-3.0)
 
 
 def test_log_partition_is_reports_n_and_the_reward_mean_and_rejects_a_2d_input():
     # the spec 7 (d) example above: N = 4 proposals, rewards [1, 0, 1, 0] -> mean 0.5
-    _, diag = log_partition_is(torch.tensor([-1., -1., -2., -2.]), torch.tensor([-1., -1., -1., -1.]),
-                               torch.tensor([1., 0., 1., 0.]), beta=1.0)
+    _, diag = log_partition_is(
+        torch.tensor([-1.0, -1.0, -2.0, -2.0]),
+        torch.tensor([-1.0, -1.0, -1.0, -1.0]),
+        torch.tensor([1.0, 0.0, 1.0, 0.0]),
+        beta=1.0,
+    )
     assert diag["n"] == 4.0 and diag["reward_mean"] == 0.5
     with pytest.raises(ValueError, match="three"):  # equal shapes, but (2, 2): not one prompt's N proposals
         log_partition_is(torch.zeros(2, 2), torch.zeros(2, 2), torch.zeros(2, 2), 1.0)
@@ -187,9 +218,17 @@ def test_sequence_weight_defaults_bounds_and_refusal():
 def test_trajectory_balance_loss_and_gap_terms_and_one_row_std():
     # rows lbar (-1, -2), lbar_ref (-1.5, -1), log Z 0, r 0, w 1, n_seqs 4: delta (0.5, -1), loss (0.25 + 1) / 4
     # = 0.3125; logp gap (0.5 - 1) / 4 = -0.125
-    loss, m = trajectory_balance(torch.zeros(2), torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0]), torch.zeros(2),
-                                 torch.ones(2), beta=1.0, n_seqs=4)
+    loss, m = trajectory_balance(
+        torch.zeros(2),
+        torch.tensor([-1.0, -2.0]),
+        torch.tensor([-1.5, -1.0]),
+        torch.zeros(2),
+        torch.ones(2),
+        beta=1.0,
+        n_seqs=4,
+    )
     assert m["balance/loss_term"] == pytest.approx(0.3125) and m["balance/logp_gap_term"] == pytest.approx(-0.125)
-    _, one = trajectory_balance(torch.zeros(1), torch.tensor([-1.0]), torch.tensor([-1.5]), torch.zeros(1), torch.ones(1),
-                                beta=1.0, n_seqs=1)
+    _, one = trajectory_balance(
+        torch.zeros(1), torch.tensor([-1.0]), torch.tensor([-1.5]), torch.zeros(1), torch.ones(1), beta=1.0, n_seqs=1
+    )
     assert one["balance/delta_std"] == 0.0  # one row: no spread (the unbiased std of one value is undefined)

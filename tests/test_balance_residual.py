@@ -11,6 +11,7 @@ Two prompts, one completion each (G = 1), T = 3:
     raw rewards 1, 0; the recipe's advantages 0.5, -0.5
 Token means: lbar = -2, -1; lbar_ref = -7/3, -1.5. Sums: -6, -2; ref -7, -3.
 """
+
 import dataclasses
 import math
 from contextlib import nullcontext
@@ -38,10 +39,18 @@ W_CLIP = (1.2, math.exp(-0.1))  # exp(+0.5) = 1.65 clipped to 1 + 0.2; exp(-0.1)
 
 
 def _batch():
-    ro = SimpleNamespace(prompt_ids=PROMPTS, prompt_mask=PMASK, completion_ids=MASK.long(), completion_mask=MASK.long(),
-                         logprobs=OLD, train_mask=None, texts=["x", "y"])
-    return SimpleNamespace(ro=ro, rewards=torch.tensor([[1.0], [0.0]]), advantages=torch.tensor([0.5, -0.5]),
-                           items=ITEMS)
+    ro = SimpleNamespace(
+        prompt_ids=PROMPTS,
+        prompt_mask=PMASK,
+        completion_ids=MASK.long(),
+        completion_mask=MASK.long(),
+        logprobs=OLD,
+        train_mask=None,
+        texts=["x", "y"],
+    )
+    return SimpleNamespace(
+        ro=ro, rewards=torch.tensor([[1.0], [0.0]]), advantages=torch.tensor([0.5, -0.5]), items=ITEMS
+    )
 
 
 class SpyHead(torch.nn.Module):
@@ -59,8 +68,9 @@ class SpyHead(torch.nn.Module):
 
 def _loss(part, data, model=None, head=None, logp=LOGP, grad=None):
     leaf = logp.clone().requires_grad_(True)
-    ctx = loss_context(logp=leaf, mask=MASK, batch=_batch(), rows=torch.arange(2), model=model, n_seqs=2, data=data,
-                       state={})
+    ctx = loss_context(
+        logp=leaf, mask=MASK, batch=_batch(), rows=torch.arange(2), model=model, n_seqs=2, data=data, state={}
+    )
     ctx = dataclasses.replace(ctx, modules={} if head is None else {"log_z": head})
     loss, _ = part.loss_term(ctx)
     if grad is not None:
@@ -76,23 +86,35 @@ def test_flowrl_residual_by_hand():
     model.eval()
     head = SpyHead(model.config.hidden_size)
     with torch.no_grad():  # the head's input: each prompt alone, the mean of its real tokens' last hidden states
-        pooled = torch.stack([model.model(input_ids=PROMPTS[r][PMASK[r].bool()][None]).last_hidden_state[0].mean(0)
-                              for r in range(2)])
+        pooled = torch.stack(
+            [model.model(input_ids=PROMPTS[r][PMASK[r].bool()][None]).last_hidden_state[0].mean(0) for r in range(2)]
+        )
         z = pooled @ head.v
     loss = _loss(part, Channel(rows={"ref_logp": REF}), model=model, head=head)
     assert torch.allclose(head.seen[0], pooled, atol=1e-5)
     # delta_0 = z_0 + (-2) - (-7/3) - 15 * 0.5 = z_0 - 7.1667; delta_1 = z_1 + (-1) - (-1.5) - 15 * (-0.5) = z_1 + 8
     d0, d1 = float(z[0]) - 2 + 7 / 3 - 7.5, float(z[1]) - 1 + 1.5 + 7.5
-    assert loss == pytest.approx((W_CLIP[0] * d0 ** 2 + W_CLIP[1] * d1 ** 2) / 2, rel=1e-5)
+    assert loss == pytest.approx((W_CLIP[0] * d0**2 + W_CLIP[1] * d1**2) / 2, rel=1e-5)
 
 
 def _disa_data(part):
-    table = ZTable.of({}, [ZRow("a", prompt_hash(ITEMS[0].prompt), 0.4, 8, 8, 0.5, 8),
-                           ZRow("b", prompt_hash(ITEMS[1].prompt), -0.1, 8, 8, 0.5, 8)])
+    table = ZTable.of(
+        {},
+        [
+            ZRow("a", prompt_hash(ITEMS[0].prompt), 0.4, 8, 8, 0.5, 8),
+            ZRow("b", prompt_hash(ITEMS[1].prompt), -0.1, 8, 8, 0.5, 8),
+        ],
+    )
     ref = SimpleNamespace(score_completions=lambda *a, **k: (REF, None))  # the reference's token log-probs
     b = _batch()
-    ctx = batch_context(items=ITEMS, rollouts=b.ro, rewards=b.rewards, reference=lambda: nullcontext(ref), micro=8,
-                        state={"table": table.state(), "table_summary": {"ess_mean": 8, "ess_min": 8, "ess_tilted_mean": 8}})
+    ctx = batch_context(
+        items=ITEMS,
+        rollouts=b.ro,
+        rewards=b.rewards,
+        reference=lambda: nullcontext(ref),
+        micro=8,
+        state={"table": table.state(), "table_summary": {"ess_mean": 8, "ess_min": 8, "ess_tilted_mean": 8}},
+    )
     part.score_batch(ctx)  # reads the reference's log-probs and each prompt's log Z_hat (0.4, -0.1)
     return ctx.data
 
@@ -107,7 +129,7 @@ def test_disa_residual_by_hand(length_norm):
         d0, d1 = 0.4 - 2 + 7 / 3 - 1, 0.4
     else:  # sequence sums: delta_0 = 0.4 - 6 + 7 - 1 = 0.4; delta_1 = -0.1 - 2 + 3 - 0 = 0.9
         d0, d1 = 0.4, 0.9
-    assert loss == pytest.approx((W_CLIP[0] * d0 ** 2 + W_CLIP[1] * d1 ** 2) / 2, rel=1e-5)
+    assert loss == pytest.approx((W_CLIP[0] * d0**2 + W_CLIP[1] * d1**2) / 2, rel=1e-5)
     # the gradient reaches the policy's tokens only (log Z_hat is the table's constant): w_i 2 delta_i / n_seqs,
     # divided by the row's length with length_norm. LN: row 0 1.2 * 2 * -0.266667 / 2 / 3 = -0.106667, row 1
     # 0.904837 * 2 * 0.4 / 2 / 2 = 0.180967; sums: 1.2 * 2 * 0.4 / 2 = 0.48, 0.904837 * 2 * 0.9 / 2 = 0.814354
@@ -142,8 +164,16 @@ def test_trafl_residual_by_hand(length_norm):
     assert (part.beta, part.reward, part.weight, part.log_z, part.surrogate) == (15.0, "group", "one", "head", "elbo")
     policy, ref = SpyDiffusion(-0.5), SpyDiffusion(-1.0)
     b = _batch()
-    ctx = batch_context(items=ITEMS, rollouts=b.ro, rewards=b.rewards, reference=lambda: nullcontext(ref), micro=8,
-                        policy=policy, seed=0, step=0)
+    ctx = batch_context(
+        items=ITEMS,
+        rollouts=b.ro,
+        rewards=b.rewards,
+        reference=lambda: nullcontext(ref),
+        micro=8,
+        policy=policy,
+        seed=0,
+        step=0,
+    )
     part.score_batch(ctx)
     head = SpyHead(4)  # v = (-1, -1/3, 1/3, 1)
     loss = _loss(part, ctx.data, model=policy, head=head)
@@ -153,4 +183,4 @@ def test_trafl_residual_by_hand(length_norm):
     n = (3, 2) if not length_norm else (1, 1)
     # delta = z + (-0.5 n) - (-1 n) - 15 * adv: row 0 z0 + 0.5 n0 - 7.5, row 1 z1 + 0.5 n1 + 7.5; w = 1
     d0, d1 = z0 + 0.5 * n[0] - 7.5, z1 + 0.5 * n[1] + 7.5
-    assert loss == pytest.approx((d0 ** 2 + d1 ** 2) / 2, rel=1e-5)
+    assert loss == pytest.approx((d0**2 + d1**2) / 2, rel=1e-5)

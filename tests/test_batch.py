@@ -56,13 +56,16 @@ def test_dynamic_sampling_gives_up_after_max_rounds():
 
 
 def test_overlong_filtering_masks_truncated_rows_and_the_penalty_uses_the_budget():
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, mask_truncated=True,
-                                 extra_rewards=((OverlongPenalty(cache_len=20), 1.0),))
+    recipe = dataclasses.replace(
+        get_recipe("grpo"), group_size=4, mask_truncated=True, extra_rewards=((OverlongPenalty(cache_len=20), 1.0),)
+    )
     bm, _ = maker(recipe)
     batch = bm.make(8)
     truncated = torch.tensor([r == "length" for r in batch.ro.finish_reasons])
     assert truncated.any()
-    assert (batch.loss_mask[truncated] == 0).all() and (batch.loss_mask[~truncated] == batch.ro.completion_mask[~truncated]).all()
+    assert (batch.loss_mask[truncated] == 0).all() and (
+        batch.loss_mask[~truncated] == batch.ro.completion_mask[~truncated]
+    ).all()
     # budget 20, cache 20: free zone is 0 tokens, so a completion of L tokens is penalised -L/20
     lengths = batch.ro.lengths.float().view(-1, 4)
     assert torch.allclose(batch.rewards, batch.correct - lengths / 20)
@@ -82,9 +85,18 @@ def test_corr_po_bonus_from_rollout_token_statistics_by_hand():
     ent = torch.tensor([[0.693147, 0.325083, 0.056002, 0.0]])
     p2 = torch.tensor([[0.5, 0.82, 0.9802, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0]])
-    ro = Rollouts(prompts=["p"], texts=["t"], prompt_ids=torch.ones(1, 1, dtype=torch.long),
-                  prompt_mask=torch.ones(1, 1, dtype=torch.long), completion_ids=torch.ones(1, 4, dtype=torch.long),
-                  completion_mask=mask, logprobs=logp, finish_reasons=["eos"], entropies=ent, sum_p2=p2)
+    ro = Rollouts(
+        prompts=["p"],
+        texts=["t"],
+        prompt_ids=torch.ones(1, 1, dtype=torch.long),
+        prompt_mask=torch.ones(1, 1, dtype=torch.long),
+        completion_ids=torch.ones(1, 4, dtype=torch.long),
+        completion_mask=mask,
+        logprobs=logp,
+        finish_reasons=["eos"],
+        entropies=ent,
+        sum_p2=p2,
+    )
     out = CorrBonus(coef=0.1).score(["p"], ["t"], rollouts=ro)
     assert abs(out.values[0] - 0.0472797) < 1e-5 and abs(out.metrics["corr/mean"] + 0.472797) < 1e-5
     assert abs(CorrBonus(coef=0.1, sign="alignment").score(["p"], ["t"], rollouts=ro).values[0] + 0.0472797) < 1e-5

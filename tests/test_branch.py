@@ -1,4 +1,5 @@
 """Generation continued from a prefix (CodeThinker's branching) and token/character offsets."""
+
 import pytest
 import torch
 
@@ -36,9 +37,18 @@ def test_sampled_branch_keeps_the_prefix_and_its_logprobs_rescore(sharp_tiny):
         assert out.prompts[i] == ro.prompts[r]
         assert int(out.lengths[i]) <= sp.max_new_tokens  # the budget covers prefix + continuation
     with torch.no_grad():
-        lp, _ = score_completions(model, out.prompt_ids, out.prompt_mask, out.completion_ids, out.completion_mask,
-                                  temperature=1.0, entropies=False)
-    torch.testing.assert_close(out.logprobs, lp * out.completion_mask, atol=1e-4, rtol=0)  # prefix (copied) and new tokens are the policy's
+        lp, _ = score_completions(
+            model,
+            out.prompt_ids,
+            out.prompt_mask,
+            out.completion_ids,
+            out.completion_mask,
+            temperature=1.0,
+            entropies=False,
+        )
+    torch.testing.assert_close(
+        out.logprobs, lp * out.completion_mask, atol=1e-4, rtol=0
+    )  # prefix (copied) and new tokens are the policy's
 
 
 def test_branch_rejects_a_cut_outside_the_completion(sharp_tiny):

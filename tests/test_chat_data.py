@@ -1,6 +1,7 @@
 """Data for real models (issue 28, items 2-3): conversational rows, Hub datasets (loaded with
 ``datasets.load_dataset`` from local folders, never the network), the usual RLVR layouts, a user's
 reward function file, and prompts held to the model's limits."""
+
 import json
 
 import pytest
@@ -29,8 +30,10 @@ def test_conversational_rows_are_read_as_messages(tmp_path):
     # TRL's SFT layout: a messages column; the reference reply (the trailing assistant turn) is not the prompt
     path = write_jsonl(tmp_path / "m.jsonl", [{"messages": [*Q, {"role": "assistant", "content": "7"}], "answer": "7"}])
     assert get_task(str(path), test_fraction=0.0).split_items("train")[0].prompt == Q
-    bad = write_jsonl(tmp_path / "b.jsonl", [{"prompt": Q, "answer": "7"}, {"prompt": [{"role": "robot", "content": "x"}],
-                                                                              "answer": "1"}])
+    bad = write_jsonl(
+        tmp_path / "b.jsonl",
+        [{"prompt": Q, "answer": "7"}, {"prompt": [{"role": "robot", "content": "x"}], "answer": "1"}],
+    )
     with pytest.raises(UserError, match=r"b.jsonl row 1: column 'prompt': message 0 must be"):
         get_task(str(bad))
     ends = write_jsonl(tmp_path / "e.jsonl", [{"prompt": [*Q, {"role": "assistant", "content": "7"}], "answer": "7"}])
@@ -41,11 +44,15 @@ def test_conversational_rows_are_read_as_messages(tmp_path):
 def gsm8k_folder(root):
     """A Hub-style dataset repository on disk: data files and a README whose YAML names config ``main``."""
     (root / "data").mkdir(parents=True)
-    write_jsonl(root / "data" / "train.jsonl", [{"question": f"Tom has {i} apples ...", "answer": f"He has ...\n#### {i},000"}
-                                                for i in range(1, 7)])
+    write_jsonl(
+        root / "data" / "train.jsonl",
+        [{"question": f"Tom has {i} apples ...", "answer": f"He has ...\n#### {i},000"} for i in range(1, 7)],
+    )
     write_jsonl(root / "data" / "test.jsonl", [{"question": "How many?", "answer": "so\n#### 12"}])
-    (root / "README.md").write_text("---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: "
-                                    "data/train.jsonl\n  - split: test\n    path: data/test.jsonl\n---\n")
+    (root / "README.md").write_text(
+        "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: "
+        "data/train.jsonl\n  - split: test\n    path: data/test.jsonl\n---\n"
+    )
     return root
 
 
@@ -69,8 +76,14 @@ def test_the_dapo_and_math_layouts(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    dapo = [{"data_source": "math_dapo", "prompt": [{"role": "user", "content": f"Solve {i}. Answer: $Answer"}],
-             "reward_model": {"ground_truth": str(i * 2), "style": "rule"}} for i in range(4)]
+    dapo = [
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": f"Solve {i}. Answer: $Answer"}],
+            "reward_model": {"ground_truth": str(i * 2), "style": "rule"},
+        }
+        for i in range(4)
+    ]
     (tmp_path / "dapo").mkdir()
     pq.write_table(pa.Table.from_pylist(dapo), tmp_path / "dapo" / "train.parquet")
     task = get_task(f"hf:{tmp_path / 'dapo'}", test_fraction=0.0)
@@ -95,8 +108,13 @@ def test_an_unreachable_hub_dataset_is_one_line(monkeypatch):
     with pytest.raises(UserError) as err:
         get_task("hf:nobody-here/no-such-dataset-28")
     text = str(err.value)
-    assert text.startswith("task 'hf:nobody-here/no-such-dataset-28': the dataset is not in the local cache and the "
-                           "Hub cannot be reached") and "\n" not in text
+    assert (
+        text.startswith(
+            "task 'hf:nobody-here/no-such-dataset-28': the dataset is not in the local cache and the "
+            "Hub cannot be reached"
+        )
+        and "\n" not in text
+    )
 
 
 def test_a_user_reward_function_gets_trl_arguments(tmp_path):
@@ -105,7 +123,8 @@ def test_a_user_reward_function_gets_trl_arguments(tmp_path):
         "CALLS = []\n"
         "def close(prompts, completions, answer, **kwargs):\n"
         "    CALLS.append((prompts, completions, answer, kwargs))\n"
-        "    return [1.0 if c[0]['content'].strip() == a else 0.25 for c, a in zip(completions, answer)]\n")
+        "    return [1.0 if c[0]['content'].strip() == a else 0.25 for c, a in zip(completions, answer)]\n"
+    )
     task = get_task(str(data), reward=f"{tmp_path / 'rewards.py'}:close", test_fraction=0.0)
     item = task.split_items("train")[0]
     assert TRL_ROW in item.meta
@@ -116,11 +135,18 @@ def test_a_user_reward_function_gets_trl_arguments(tmp_path):
     assert answer == ["7"] and kwargs == {"level": [2]}
 
 
-@pytest.mark.parametrize("source,function,message", [
-    ("def f(prompts, completions, **kw):\n    return [1.0]\n", "nope", r"defines no function 'nope' \(its functions: f\)"),
-    ("import no_such_module_28\n", "f", r"importing .*rewards.py failed: ModuleNotFoundError: No module named"),
-    ("def f(x):\n    return [1.0]\n", "f", r"cannot be called as fn\(prompts=..., completions=..., answer=...\)"),
-])
+@pytest.mark.parametrize(
+    "source,function,message",
+    [
+        (
+            "def f(prompts, completions, **kw):\n    return [1.0]\n",
+            "nope",
+            r"defines no function 'nope' \(its functions: f\)",
+        ),
+        ("import no_such_module_28\n", "f", r"importing .*rewards.py failed: ModuleNotFoundError: No module named"),
+        ("def f(x):\n    return [1.0]\n", "f", r"cannot be called as fn\(prompts=..., completions=..., answer=...\)"),
+    ],
+)
 def test_a_broken_reward_file_is_one_line(tmp_path, source, function, message):
     data = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "1+1=", "answer": "2"}])
     (tmp_path / "rewards.py").write_text(source)
@@ -135,8 +161,12 @@ def test_eval_prompt_options_are_the_run_config_keys():
     from reasonrl.commands.evaluate import _prompting
 
     got = _prompting(["format=chat", "chat_template_kwargs.enable_thinking=false", "max_tokens=64"])
-    assert (got.format, got.chat_template_kwargs, got.max_tokens, got.overflow) == ("chat", {"enable_thinking": False}, 64,
-                                                                                     "drop")
+    assert (got.format, got.chat_template_kwargs, got.max_tokens, got.overflow) == (
+        "chat",
+        {"enable_thinking": False},
+        64,
+        "drop",
+    )
     with pytest.raises(UserError, match=r"unknown config key 'prompt.formt' \(did you mean 'prompt.format'\?\)"):
         _prompting(["formt=chat"])
     with pytest.raises(UserError, match=r"option --prompt 'prompt.overflow' = 'cut' is out of range"):
@@ -146,7 +176,9 @@ def test_eval_prompt_options_are_the_run_config_keys():
 def test_prompt_cap_against_the_context_length():
     assert prompt_cap(None, 64, 256) == 192  # 256 positions - 64 new tokens
     assert prompt_cap(100, 64, 256) == 100 and prompt_cap(None, 64, None) is None and prompt_cap(50, 64, None) == 50
-    with pytest.raises(UserError, match=r"prompt.max_tokens=200 \+ max_new_tokens=64 = 264 exceed M's context length 256"):
+    with pytest.raises(
+        UserError, match=r"prompt.max_tokens=200 \+ max_new_tokens=64 = 264 exceed M's context length 256"
+    ):
         prompt_cap(200, 64, 256, "M")
     with pytest.raises(UserError, match=r"max_new_tokens=256 leaves no room for a prompt in M's context length 256"):
         prompt_cap(None, 256, 256, "M")
@@ -166,7 +198,12 @@ def test_too_long_prompts_are_dropped_and_counted_or_cut_from_the_left(tmp_path)
     # 15 -> its last 12 characters ("xxxxxxxxxxx3"), 20 -> "xxxxxxxxxxx4"; 5 and 10 untouched
     assert got == ["xxxx1", "xxxxxxxxx2", "x" * 11 + "3", "x" * 11 + "4"]
     assert cut.counts == {"train": {"dropped": 0, "truncated": 2}}
-    assert cut.report() == {"max_prompt_tokens": 12, "overflow": "truncate_left", "train_dropped": 0, "train_truncated": 2}
+    assert cut.report() == {
+        "max_prompt_tokens": 12,
+        "overflow": "truncate_left",
+        "train_dropped": 0,
+        "train_truncated": 2,
+    }
     with pytest.raises(UserError, match=r"10000 train prompts in a row are longer than 3 tokens"):
         take_items(limit_prompts(task, fmt, 3, "drop"), "train", 1)
 

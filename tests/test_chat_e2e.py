@@ -2,6 +2,7 @@
 JSONL with a user's reward function trains 3 steps (grpo here; dapo and cipo in the slow tier) and
 evaluates, templated as ``apply_chat_template`` does; a prompt cap the context cannot hold stops the
 run before it trains, in one line."""
+
 import json
 
 import pytest
@@ -9,8 +10,15 @@ from typer.testing import CliRunner
 
 from reasonrl.cli import app, main
 
-RUN = ["prompts_per_step=2", "group_size=4", "sampling.max_new_tokens=12", "eval_every=0", "final_eval_problems=4",
-       "final_eval_k=0", "save_every=0"]  # the run's before/after evals greedy only: `reasonrl eval` samples below
+RUN = [
+    "prompts_per_step=2",
+    "group_size=4",
+    "sampling.max_new_tokens=12",
+    "eval_every=0",
+    "final_eval_problems=4",
+    "final_eval_k=0",
+    "save_every=0",
+]  # the run's before/after evals greedy only: `reasonrl eval` samples below
 REWARD = '''
 def close(prompts, completions, answer, **kwargs):
     """1 for the answer; else a length share, so that a random model's groups still differ."""
@@ -24,9 +32,19 @@ def chat_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("chat_data")
 
     def rows(lo, hi):
-        return "".join(json.dumps({"prompt": [{"role": "system", "content": "Answer with a number."},
-                                              {"role": "user", "content": f"What is {a} plus {a % 7}?"}],
-                                   "answer": str(a + a % 7)}) + "\n" for a in range(lo, hi))
+        return "".join(
+            json.dumps(
+                {
+                    "prompt": [
+                        {"role": "system", "content": "Answer with a number."},
+                        {"role": "user", "content": f"What is {a} plus {a % 7}?"},
+                    ],
+                    "answer": str(a + a % 7),
+                }
+            )
+            + "\n"
+            for a in range(lo, hi)
+        )
 
     (root / "train.jsonl").write_text(rows(0, 24))
     (root / "test.jsonl").write_text(rows(100, 104))
@@ -36,10 +54,28 @@ def chat_data(tmp_path_factory):
 
 def train(tmp_path, model_dir, data, recipe, *extra):
     out = tmp_path / recipe
-    result = CliRunner().invoke(app, ["train", "--recipe", recipe, "--model", str(model_dir), "--task",
-                                      str(data / "train.jsonl"), "--task-opt", f"test_path={data / 'test.jsonl'}",
-                                      "--task-opt", f"reward={data / 'rewards.py'}:close", "--steps", "3",
-                                      "--out", str(out), *RUN, *extra])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--recipe",
+            recipe,
+            "--model",
+            str(model_dir),
+            "--task",
+            str(data / "train.jsonl"),
+            "--task-opt",
+            f"test_path={data / 'test.jsonl'}",
+            "--task-opt",
+            f"reward={data / 'rewards.py'}:close",
+            "--steps",
+            "3",
+            "--out",
+            str(out),
+            *RUN,
+            *extra,
+        ],
+    )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return out, metrics, json.loads((out / "summary.json").read_text())
@@ -54,11 +90,32 @@ def test_grpo_trains_and_evaluates_a_conversational_file_on_a_chat_model(tmp_pat
     saved = json.loads((out / "final" / "generation_config.json").read_text())
     assert saved["eos_token_id"] == [2, 0] and (out / "final" / "chat_template.jinja").exists()
     report, samples = tmp_path / "e.json", tmp_path / "s.jsonl"
-    result = CliRunner().invoke(app, ["eval", "--model", str(out / "final"), "--task", str(chat_data / "train.jsonl"),
-                                      "--task-opt", f"test_path={chat_data / 'test.jsonl'}", "--task-opt",
-                                      f"reward={chat_data / 'rewards.py'}:close", "--problems", "4",
-                                      "--samples-per-problem", "2", "--max-new-tokens", "12", "--json", str(report),
-                                      "--samples", str(samples), "--prompt", "format=chat"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(out / "final"),
+            "--task",
+            str(chat_data / "train.jsonl"),
+            "--task-opt",
+            f"test_path={chat_data / 'test.jsonl'}",
+            "--task-opt",
+            f"reward={chat_data / 'rewards.py'}:close",
+            "--problems",
+            "4",
+            "--samples-per-problem",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--json",
+            str(report),
+            "--samples",
+            str(samples),
+            "--prompt",
+            "format=chat",
+        ],
+    )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     got = json.loads(report.read_text())
     assert got["n_problems"] == 4 and got["settings"]["prompts"]["why"] == "prompt.format=chat"
@@ -67,11 +124,14 @@ def test_grpo_trains_and_evaluates_a_conversational_file_on_a_chat_model(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe,extra,metric", [
-    ("dapo", ["group_filter.metric=reward"], "dynamic/groups_kept"),  # every answer is wrong: filter on the reward
-    # all-wrong groups are corrected (in templated turns), one of the 2 per step (rho 0.5, kept there: rho_min)
-    ("cipo", ["correction.q0=1.0", "correction.rho_min=0.5"], "cipo/groups"),
-])
+@pytest.mark.parametrize(
+    "recipe,extra,metric",
+    [
+        ("dapo", ["group_filter.metric=reward"], "dynamic/groups_kept"),  # every answer is wrong: filter on the reward
+        # all-wrong groups are corrected (in templated turns), one of the 2 per step (rho 0.5, kept there: rho_min)
+        ("cipo", ["correction.q0=1.0", "correction.rho_min=0.5"], "cipo/groups"),
+    ],
+)
 def test_more_recipes_train_on_the_chat_model(tmp_path, chat_model_dir, chat_data, recipe, extra, metric):
     _, metrics, summary = train(tmp_path, chat_model_dir, chat_data, recipe, *extra)
     assert [m["step"] for m in metrics] == [1, 2, 3] and summary["prompts"]["format"] == "chat"
@@ -80,9 +140,24 @@ def test_more_recipes_train_on_the_chat_model(tmp_path, chat_model_dir, chat_dat
 
 def test_a_prompt_cap_the_context_cannot_hold_stops_the_run_in_one_line(tmp_path, chat_model_dir, chat_data, capsys):
     with pytest.raises(SystemExit) as stop:
-        main(["train", "--model", str(chat_model_dir), "--task", str(chat_data / "train.jsonl"), "--steps", "1",
-              "--out", str(tmp_path / "r"), "prompt.max_tokens=250", "sampling.max_new_tokens=12"])
+        main(
+            [
+                "train",
+                "--model",
+                str(chat_model_dir),
+                "--task",
+                str(chat_data / "train.jsonl"),
+                "--steps",
+                "1",
+                "--out",
+                str(tmp_path / "r"),
+                "prompt.max_tokens=250",
+                "sampling.max_new_tokens=12",
+            ]
+        )
     err = capsys.readouterr().err.strip()
     assert stop.value.code == 2 and "\n" not in err
-    assert err.endswith("prompt.max_tokens=250 + max_new_tokens=12 = 262 exceed "
-                        f"{chat_model_dir}'s context length 256 (max_position_embeddings): lower one of them")
+    assert err.endswith(
+        "prompt.max_tokens=250 + max_new_tokens=12 = 262 exceed "
+        f"{chat_model_dir}'s context length 256 (max_position_embeddings): lower one of them"
+    )

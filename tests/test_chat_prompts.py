@@ -2,6 +2,7 @@
 conversational messages) exactly as ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``
 does, the engine feeds those ids and stops at every end id of the model, and second rounds build
 their contexts through the same formatter (for plain prompts, today's strings byte for byte)."""
+
 import pytest
 import torch
 
@@ -44,8 +45,9 @@ def test_the_engine_feeds_the_ids_apply_chat_template_gives(chat):
     # a system prompt leads; template options pass through (Qwen3's enable_thinking=False: an empty think block)
     fmt = PromptFormatter.build(tok, model, "auto", "Be brief.", {"enable_thinking": False})
     ro = HFEngine(model, tok, formatter=fmt).generate([Q], 1, SamplingParams(temperature=0, max_new_tokens=2))
-    want = tok.apply_chat_template([{"role": "system", "content": "Be brief."}, *Q], add_generation_prompt=True,
-                                   enable_thinking=False)["input_ids"]
+    want = tok.apply_chat_template(
+        [{"role": "system", "content": "Be brief."}, *Q], add_generation_prompt=True, enable_thinking=False
+    )["input_ids"]
     assert ids_of(ro, 0) == want and tok.decode(want).endswith("<think>\n\n</think>\n\n")
 
 
@@ -58,9 +60,16 @@ def test_a_tokenizer_that_adds_its_own_bos_gets_one_bos():
     from chat_model import TEMPLATE
 
     core = build_tokenizer().backend_tokenizer
-    core.post_processor = processors.TemplateProcessing(single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token="<|endoftext|>", eos_token="<|endoftext|>",
-                                  pad_token="<|endoftext|>", additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    core.post_processor = processors.TemplateProcessing(
+        single="<|endoftext|> $A", special_tokens=[("<|endoftext|>", 0)]
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
     tok.chat_template = "{{ bos_token }}" + TEMPLATE
     assert tok("x")["input_ids"][0] == 0 != tok("x", add_special_tokens=False)["input_ids"][0]
     ids = tok(PromptFormatter.build(tok, None, "chat").render(Q))["input_ids"]
@@ -120,13 +129,24 @@ def test_chat_contexts_are_templated_turns():
     fmt = PromptFormatter.build(tok, None, "chat")
     q = Q[0]["content"]
     # a follow-up: the attempt as the assistant's turn, the template's text after {attempt} as the user's
-    want = tok.apply_chat_template([*Q, {"role": "assistant", "content": "I get 8"}, {"role": "user", "content": (
-        "The attempt above may be wrong. Find the error and give a corrected full solution.\n" + q)}],
-        tokenize=False, add_generation_prompt=True)
+    want = tok.apply_chat_template(
+        [
+            *Q,
+            {"role": "assistant", "content": "I get 8"},
+            {
+                "role": "user",
+                "content": ("The attempt above may be wrong. Find the error and give a corrected full solution.\n" + q),
+            },
+        ],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
     assert fmt.follow_up(Q, DEFAULT_TEMPLATE, "I get 8") == want
     # a rewrite edits the last user turn; from a rollout row's rendered prompt it uses the prompt it came from
     row = fmt.render(Q)
-    want = tok.apply_chat_template([{"role": "user", "content": q + " (hint)"}], tokenize=False, add_generation_prompt=True)
+    want = tok.apply_chat_template(
+        [{"role": "user", "content": q + " (hint)"}], tokenize=False, add_generation_prompt=True
+    )
     assert fmt.rewrite(Q, lambda t: t + " (hint)") == want == fmt.rewrite(row, lambda t: t + " (hint)")
     assert fmt.render(row) is row  # rendering is idempotent: the batch maker can render whatever a part hands it
     with pytest.raises(TypeError, match="not from a context the formatter composed"):
@@ -150,20 +170,43 @@ def test_a_correction_round_on_a_chat_model_samples_templated_turns():
     def reward(its, r):
         return torch.ones(1, 4), torch.ones(1, 4), {}
 
-    ctx = round_context(batch, task=type("T", (), {"extract_answer": staticmethod(lambda t: t[-1:])})(),
-                        sample=sample, reward=reward, position=1, group_size=4, formatter=fmt)
+    ctx = round_context(
+        batch,
+        task=type("T", (), {"extract_answer": staticmethod(lambda t: t[-1:])})(),
+        sample=sample,
+        reward=reward,
+        position=1,
+        group_size=4,
+        formatter=fmt,
+    )
     Correction(q0=0.0, rho=1.0).extend(ctx)
     failed = seen[0].split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
     assert failed in {"I get 8", "I get 9"}
-    assert seen == [tok.apply_chat_template([*Q, {"role": "assistant", "content": failed}, {"role": "user", "content": (
-        "The attempt above may be wrong. Find the error and give a corrected full solution.\n" + Q[0]["content"])}],
-        tokenize=False, add_generation_prompt=True)]
+    assert seen == [
+        tok.apply_chat_template(
+            [
+                *Q,
+                {"role": "assistant", "content": failed},
+                {
+                    "role": "user",
+                    "content": (
+                        "The attempt above may be wrong. Find the error and give a corrected full solution.\n"
+                        + Q[0]["content"]
+                    ),
+                },
+            ],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    ]
 
 
 def test_a_reward_function_gets_messages_when_the_prompt_was_conversational(tmp_path):
     path = tmp_path / "r.py"
-    path.write_text("SEEN = []\ndef fn(prompts, completions, **kw):\n    SEEN.append((prompts, completions, kw))\n"
-                    "    return [1.0] * len(completions)\n")
+    path.write_text(
+        "SEEN = []\ndef fn(prompts, completions, **kw):\n    SEEN.append((prompts, completions, kw))\n"
+        "    return [1.0] * len(completions)\n"
+    )
     reward = UserReward(f"{path}:fn")
     assert reward([Q, "plain"], ["a", "b"], answer=["7", "3"]) == [1.0, 1.0]
     prompts, completions, kw = reward.fn.__globals__["SEEN"][0]

@@ -5,6 +5,7 @@ adaptive replay controller, ``Correction.extend`` on a hand-made batch with a sc
 model), then 3 steps on the tiny model: the cipo/* metrics, correction groups reaching the update,
 and the replay ratio surviving a checkpoint and a resume.
 """
+
 import dataclasses
 import json
 import math
@@ -29,18 +30,23 @@ G = 4
 TASK = ArithmeticTask()
 ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3), (4, 5), (3, 3))]  # answers 2, 5, 9, 6
 # first-round texts: group accuracies 0, 0.25, 0.5, 1 (each group's wrong rows share one final answer)
-MAIN = [["A:3", "A:4", "A:5", "A:3"], ["A:5", "A:7", "x\nA:7", "y\nA:7"], ["A:9", "A:9", "A:3", "z\nA:3"],
-        ["A:6"] * 4]
+MAIN = [["A:3", "A:4", "A:5", "A:3"], ["A:5", "A:7", "x\nA:7", "y\nA:7"], ["A:9", "A:9", "A:3", "z\nA:3"], ["A:6"] * 4]
 # corrections sampled for each problem (by its key)
-SCRIPT = {"1+1": ["A:2", "A:3", "A:3", "A:2"], "2+3": ["A:5", "A:7", "A:8", "oops"], "4+5": ["A:3", "A:3", "A:9", "A:9"],
-          "3+3": ["A:6"] * 4, "5+5": ["A:10"] * 4}
+SCRIPT = {
+    "1+1": ["A:2", "A:3", "A:3", "A:2"],
+    "2+3": ["A:5", "A:7", "A:8", "oops"],
+    "4+5": ["A:3", "A:3", "A:9", "A:9"],
+    "3+3": ["A:6"] * 4,
+    "5+5": ["A:10"] * 4,
+}
 
 
 def _batch(items=ITEMS, texts=MAIN, kinds=None) -> Batch:
     flat = [t for group in texts for t in group]
     ro = text_rollouts([it.prompt for it in items], flat, G)
-    correct = torch.tensor([[float(TASK.extract_answer(t) == it.answer) for t in group]
-                            for it, group in zip(items, texts)])
+    correct = torch.tensor(
+        [[float(TASK.extract_answer(t) == it.answer) for t in group] for it, group in zip(items, texts)]
+    )
     return Batch(items=list(items), ro=ro, rewards=correct.clone(), correct=correct, kinds=kinds)
 
 
@@ -57,24 +63,43 @@ class FakeMaker:
         return text_rollouts(prompts, [t for it in items for t in SCRIPT[it.key]], n or G)
 
     def reward(self, items, ro):
-        ok = torch.tensor([float(TASK.extract_answer(t) == it.answer)
-                           for i, it in enumerate(items) for t in ro.texts[i * G:(i + 1) * G]])
+        ok = torch.tensor(
+            [
+                float(TASK.extract_answer(t) == it.answer)
+                for i, it in enumerate(items)
+                for t in ro.texts[i * G : (i + 1) * G]
+            ]
+        )
         return ok.view(-1, G).clone(), ok.view(-1, G), {"reward/correct/mean": float(ok.mean())}
 
     def ctx(self, batch):
         """The round's context: this maker's scripted sampling and reward, its part state, its position."""
-        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward, state=self.state,
-                             seed=self.seed, position=self.items_drawn, tok=self.engine.tok, group_size=G)
+        return round_context(
+            batch,
+            task=self.task,
+            sample=self.generate,
+            reward=self.reward,
+            state=self.state,
+            seed=self.seed,
+            position=self.items_drawn,
+            tok=self.engine.tok,
+            group_size=G,
+        )
 
 
 # ------------------------------------------------------------------ the spec's examples (section 6 (d))
+
 
 def test_spec_selection_example():
     # accuracies [0, 0.25, 0.5, 1.0], p_max 0.75, q0 0: prompts 2 and 3 (1-based) only
     correct = _batch().correct
     assert correct.mean(1).tolist() == [0.0, 0.25, 0.5, 1.0]
-    assert cipo_select(correct, p_max=0.75, q0=0.0, generator=torch.Generator().manual_seed(0)).tolist() == \
-        [False, True, True, False]
+    assert cipo_select(correct, p_max=0.75, q0=0.0, generator=torch.Generator().manual_seed(0)).tolist() == [
+        False,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_spec_correction_group_advantages():
@@ -106,10 +131,13 @@ def test_no_answer_never_counts_as_a_repeat():
 
 # ------------------------------------------------------------------ prompt builder and replay controller
 
+
 def test_correction_prompt_ends_as_the_task_prompt():
     got = correction_prompt(DEFAULT_TEMPLATE, "12+3=?\n", "2+3+0=5,1+0+0=1\nA:14")
-    assert got == ("12+3=?\nPrevious attempt:\n2+3+0=5,1+0+0=1\nA:14\n"
-                   "The attempt above may be wrong. Find the error and give a corrected full solution.\n12+3=?\n")
+    assert got == (
+        "12+3=?\nPrevious attempt:\n2+3+0=5,1+0+0=1\nA:14\n"
+        "The attempt above may be wrong. Find the error and give a corrected full solution.\n12+3=?\n"
+    )
     assert got.endswith("=?\n")
     # one pass: braces and a "{prompt}" inside the attempt stay literal; other braces of the template too
     assert correction_prompt("{x}{attempt}|{prompt}", "P", "a{prompt}{0}") == "{x}a{prompt}{0}|P"
@@ -126,8 +154,13 @@ def test_template_without_its_slots_is_refused():
 def test_replay_cap_floors_the_ratio():
     # floor(0.5 * 8) = 4, floor(0.125 * 8) = 1, floor(0.125 * 4) = 0, floor(0.5 * 3) = 1,
     # floor(0.3 * 10) = 3 although 0.3 * 10 = 2.9999999999999996 in floats
-    assert [replay_cap(0.5, 8), replay_cap(0.125, 8), replay_cap(0.125, 4), replay_cap(0.5, 3), replay_cap(0.3, 10)] == \
-        [4, 1, 0, 1, 3]
+    assert [
+        replay_cap(0.5, 8),
+        replay_cap(0.125, 8),
+        replay_cap(0.125, 4),
+        replay_cap(0.5, 3),
+        replay_cap(0.3, 10),
+    ] == [4, 1, 0, 1, 3]
 
 
 def test_replay_ratio_halves_below_the_floor_and_doubles_back():
@@ -151,6 +184,7 @@ def test_keep_at_most_keeps_only_candidates():
 
 # ------------------------------------------------------------------ extend() on a hand-made batch
 
+
 def test_extend_builds_the_correction_groups():
     maker, batch = FakeMaker(), _batch()
     part = Correction(q0=0.0, rho=1.0, acc_floor=0.5, weight=0.7)
@@ -166,8 +200,13 @@ def test_extend_builds_the_correction_groups():
     assert g.correct.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]
     assert g.preset is None and g.weight.tolist() == pytest.approx([0.7] * 8)  # the estimator decides; lambda_c
     # accuracy 3/8; wrong 3 + 2 = 5, repeats 1 + 2 = 3: 3/5; rho used 1.0; the reward metric stays out
-    assert g.metrics == {"cipo/selected": 2.0, "cipo/groups": 2.0, "cipo/rho": 1.0, "cipo/accuracy": 0.375,
-                         "cipo/repeat_rate": pytest.approx(0.6)}
+    assert g.metrics == {
+        "cipo/selected": 2.0,
+        "cipo/groups": 2.0,
+        "cipo/rho": 1.0,
+        "cipo/accuracy": 0.375,
+        "cipo/repeat_rate": pytest.approx(0.6),
+    }
     # 0.375 < acc_floor 0.5: rho 1.0 / 2 = 0.5 for the next step
     assert maker.state == {"rho_eff": 0.5}
     # the same maker again (the state carried): the cap floor(0.5 * 4) = 2 keeps both; rho 0.5 logged
@@ -216,15 +255,26 @@ def test_extend_with_nothing_to_correct():
 
 # ------------------------------------------------------------------ end to end on the tiny model
 
+
 def _cfg(tiny_dir, out, steps):
-    return TrainConfig(model=str(tiny_dir), out=str(out), recipe="cipo", steps=steps, prompts_per_step=4,
-                       eval_every=0, final_eval_problems=0, save_every=1, keep_last=0)
+    return TrainConfig(
+        model=str(tiny_dir),
+        out=str(out),
+        recipe="cipo",
+        steps=steps,
+        prompts_per_step=4,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=1,
+        keep_last=0,
+    )
 
 
 # every prompt with a failure qualifies (p_max 1, q0 1); any correction accuracy below 1 halves rho (floor 1),
 # down to 0.25: caps floor(0.5 * 4) = 2 then floor(0.25 * 4) = 1 correction groups
-E2E = dataclasses.replace(get_recipe("cipo"), group_size=G,
-                          correction=Correction(p_max=1.0, q0=1.0, rho_min=0.25, acc_floor=1.0))
+E2E = dataclasses.replace(
+    get_recipe("cipo"), group_size=G, correction=Correction(p_max=1.0, q0=1.0, rho_min=0.25, acc_floor=1.0)
+)
 
 
 def _rows(run):
@@ -257,7 +307,9 @@ def test_cipo_trains_end_to_end_and_its_replay_ratio_survives_a_resume(tiny_dir,
         assert adv.shape[0] == (4 + n) * G
         if n:
             assert 0.0 <= r["cipo/accuracy"] <= 1.0 and 0.0 <= r["cipo/repeat_rate"] <= 1.0
-        rho = next_rho(rho, r.get("cipo/accuracy"), rho=c.rho, rho_min=c.rho_min, acc_floor=c.acc_floor, factor=c.factor)
+        rho = next_rho(
+            rho, r.get("cipo/accuracy"), rho=c.rho, rho_min=c.rho_min, acc_floor=c.acc_floor, factor=c.factor
+        )
     assert any(r["cipo/groups"] > 0 for r in rows) and rows[2]["cipo/rho"] < c.rho  # the ratio did move
     # the checkpoint after step 2 holds the ratio step 3 used
     state = torch.load(tmp_path / "a" / "checkpoints" / "step-000002" / "trainer_state.pt", weights_only=False)["state"]

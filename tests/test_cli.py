@@ -16,7 +16,12 @@ def invoke(*args):
 
 def test_parse_options_reads_yaml_scalars_but_keeps_operators():
     assert parse_options(["max_digits=2", "ops=-", "x=[1, 2]", "flag=true", "name=a b"]) == {
-        "max_digits": 2, "ops": "-", "x": [1, 2], "flag": True, "name": "a b"}
+        "max_digits": 2,
+        "ops": "-",
+        "x": [1, 2],
+        "flag": True,
+        "name": "a b",
+    }
 
 
 def test_tasks_lists_builtin_and_reasoning_gym():
@@ -30,12 +35,41 @@ def test_tasks_lists_builtin_and_reasoning_gym():
 def test_short_pretrain_then_eval_on_reasoning_gym(tmp_path):
     # a short version of the command that regenerates the shipped base (README)
     out = tmp_path / "m"
-    invoke("pretrain", "--steps", 6, "--batch-size", 16, "--eval-every", 3, "--eval-problems", 10,
-           "--until-pass", 0.99, "--half", "--out", out)
+    invoke(
+        "pretrain",
+        "--steps",
+        6,
+        "--batch-size",
+        16,
+        "--eval-every",
+        3,
+        "--eval-problems",
+        10,
+        "--until-pass",
+        0.99,
+        "--half",
+        "--out",
+        out,
+    )
     assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
     report = tmp_path / "e.json"
-    invoke("eval", "--task", "rg:chain_sum", "--task-opt", "max_terms=3", "--model", out, "--problems", 6, "--samples-per-problem", 2,
-           "--json", report, "--samples", tmp_path / "s.jsonl")
+    invoke(
+        "eval",
+        "--task",
+        "rg:chain_sum",
+        "--task-opt",
+        "max_terms=3",
+        "--model",
+        out,
+        "--problems",
+        6,
+        "--samples-per-problem",
+        2,
+        "--json",
+        report,
+        "--samples",
+        tmp_path / "s.jsonl",
+    )
     summary = json.loads(report.read_text())
     assert set(summary) >= {"pass@1", "pass@2", "avg@2", "maj@2", "n_problems"} and summary["n_problems"] == 6
     samples = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]

@@ -1,5 +1,6 @@
 """The CodeAct harness: code blocks run in a persistent sandboxed interpreter with tools bound; an
 exception, a timeout, a malformed block or hostile code is an observation, never a crash."""
+
 import socket
 
 import pytest
@@ -17,8 +18,9 @@ def fence(code: str) -> str:
 def env():
     records = {"P1": [{"code": "X", "v": 1}, {"code": "Y", "v": 2}, {"code": "X", "v": 3}]}
     tools = {"search": lambda patient, code=None: [r for r in records[patient] if code in (None, r["code"])]}
-    e = CodeActEnv(tools, template="{question}\nTools: {tools}", tool_docs="search(patient, code=None)",
-                   turn_timeout=1.0)
+    e = CodeActEnv(
+        tools, template="{question}\nTools: {tools}", tool_docs="search(patient, code=None)", turn_timeout=1.0
+    )
     yield e
     e.close()
 
@@ -33,7 +35,10 @@ def test_extract_code_blocks_tags_and_malformed():
 
 
 def test_scripted_policy_answers_in_three_turns_with_state_kept(env):
-    assert env.reset("How many X observations has P1?") == "How many X observations has P1?\nTools: search(patient, code=None)"
+    assert (
+        env.reset("How many X observations has P1?")
+        == "How many X observations has P1?\nTools: search(patient, code=None)"
+    )
     obs, done, answer = env.step(fence("rows = search('P1', code='X')\nlen(rows)"))
     assert (obs, done, answer) == ("Out: 2", False, None)
     obs, done, _ = env.step(fence("print([r['v'] for r in rows])"))  # `rows` survived the turn
@@ -59,21 +64,34 @@ def test_infinite_loop_hits_the_timeout_and_the_next_turn_starts_fresh(env):
     obs, _, _ = env.step(fence("print(x)"))  # a fresh interpreter: the old variables are gone
     assert "NameError" in obs
     # cells: x = 5, the loop (timed out: an error), print(x) (NameError)
-    assert env.metrics() == {"codeact/cells": 3.0, "codeact/cell_errors": 2.0, "codeact/timeouts": 1.0,
-                             "codeact/malformed": 0.0, "codeact/sandbox_errors": 0.0}
+    assert env.metrics() == {
+        "codeact/cells": 3.0,
+        "codeact/cell_errors": 2.0,
+        "codeact/timeouts": 1.0,
+        "codeact/malformed": 0.0,
+        "codeact/sandbox_errors": 0.0,
+    }
 
 
 def test_malformed_block_and_no_code_are_error_observations(env):
     env.reset("q")
-    assert env.step("```python\nprint(1)\n") == ("Error: a code block was opened and never closed (``` or </code> missing)",
-                                                 False, None)
+    assert env.step("```python\nprint(1)\n") == (
+        "Error: a code block was opened and never closed (``` or </code> missing)",
+        False,
+        None,
+    )
     obs, done, _ = env.step(fence("def f(:"))
     assert not done and "SyntaxError" in obs
     assert env.step("I think the answer is 4.") == (NO_CODE, False, None)
     assert env.step("done <answer>4</answer>") == ("", True, "4")
     # 4 turns: unclosed (malformed), a SyntaxError cell, no code (malformed), an answer tag (no cell)
-    assert env.metrics() == {"codeact/cells": 1.0, "codeact/cell_errors": 1.0, "codeact/timeouts": 0.0,
-                             "codeact/malformed": 2.0, "codeact/sandbox_errors": 0.0}
+    assert env.metrics() == {
+        "codeact/cells": 1.0,
+        "codeact/cell_errors": 1.0,
+        "codeact/timeouts": 0.0,
+        "codeact/malformed": 2.0,
+        "codeact/sandbox_errors": 0.0,
+    }
 
 
 def test_tool_errors_are_observations(env):

@@ -1,6 +1,7 @@
 """The codeact recipe killed mid-run resumes to the run never interrupted (issue #31): its episodes are seeded
 per item and turn, so the resumed process replays the same turns, observations and rewards (real processes,
 SIGKILL after the step-2 checkpoint, as tests/test_resume.py does for the single-turn recipes)."""
+
 import json
 import os
 import signal
@@ -18,9 +19,28 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _train(model, out, *extra):
-    return [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", "codeact", "--model", str(model), "--out",
-            str(out), "--steps", "4", "prompts_per_step=2", "group_size=4", "eval_every=0", "final_eval_problems=0",
-            "save_every=2", "sampling.max_new_tokens=32", "task_options.n_patients=10", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "train",
+        "--recipe",
+        "codeact",
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--steps",
+        "4",
+        "prompts_per_step=2",
+        "group_size=4",
+        "eval_every=0",
+        "final_eval_problems=0",
+        "save_every=2",
+        "sampling.max_new_tokens=32",
+        "task_options.n_patients=10",
+        *extra,
+    ]
 
 
 def _values(run):

@@ -1,5 +1,6 @@
 """CodeThinker (arXiv 2605.17958, spec section 12): the consistency reward, the trace parser and
 branching helpers, the sandboxed tracer, and the ``code`` task."""
+
 import json
 import random
 import subprocess
@@ -9,8 +10,18 @@ from types import SimpleNamespace
 import pytest
 
 from reasonrl.rewards.consistency import (
-    ConsistencyReward, branch_point, canon_value, consistency, first_inconsistent_step, normalize_output,
-    parse_output, parse_steps, parse_trace, prefix_consistency, step_boundaries)
+    ConsistencyReward,
+    branch_point,
+    canon_value,
+    consistency,
+    first_inconsistent_step,
+    normalize_output,
+    parse_output,
+    parse_steps,
+    parse_trace,
+    prefix_consistency,
+    step_boundaries,
+)
 from reasonrl.rewards.sandbox import run_python
 from reasonrl.tasks import take_items
 from reasonrl.tasks import codegen
@@ -30,10 +41,15 @@ def _score(completions, trace=SPEC_TRACE, answer="7", **options):
 
 # ----------------------------------------------------------------------------- reward: spec examples
 
+
 def test_spec_examples_gated():
-    res = _score(["L1 x=2\nL2 y=5\nO:7",   # c = 1/2, o = 1: gate passes -> 1 + 0.5*0.5 = 1.25
-                  "L1 x=2\nL2 y=5\nO:6",   # c = 1/2, o = 0 -> 0 + 0.25
-                  "L1 x=3\nL2 y=5\nO:7"])  # c = 0: a guessed output earns nothing
+    res = _score(
+        [
+            "L1 x=2\nL2 y=5\nO:7",  # c = 1/2, o = 1: gate passes -> 1 + 0.5*0.5 = 1.25
+            "L1 x=2\nL2 y=5\nO:6",  # c = 1/2, o = 0 -> 0 + 0.25
+            "L1 x=3\nL2 y=5\nO:7",
+        ]
+    )  # c = 0: a guessed output earns nothing
     assert res.values == pytest.approx([1.25, 0.25, 0.0])
     m = res.metrics
     assert m["reward/consistency/c_mean"] == pytest.approx(1 / 3)
@@ -108,6 +124,7 @@ def test_reward_options_and_missing_trace_fail_loudly():
 
 # ----------------------------------------------------------------------------- alignment
 
+
 def test_monotone_alignment_with_a_loop():
     in_order = [(1, "s", "0"), (2, "i", "0"), (3, "s", "1"), (2, "i", "1"), (3, "s", "3")]
     assert consistency(in_order, LOOP_TRACE) == (1.0, [True] * 5)
@@ -140,6 +157,7 @@ def test_values_compare_after_normalisation():
 
 # ----------------------------------------------------------------------------- parser
 
+
 def test_parser_reads_several_assignments_and_literals():
     steps = parse_steps("L1 a=1 b='x y' c=[1, 2]\nL3\nO:[1,2]")
     assert [(s.offset, s.line) for s in steps] == [(0, 1), (24, 3)]
@@ -148,15 +166,18 @@ def test_parser_reads_several_assignments_and_literals():
     assert parse_output("L1 a=1\nO:[1,2]") == ("[1,2]", 7)
 
 
-@pytest.mark.parametrize("text,assertions,output", [
-    ("L2 y=\nO:7", [(2, None, "y=")], "7"),                 # a value is missing
-    ("L2 y=[1,2\nO:", [(2, None, "y=[1,2")], ""),            # unbalanced bracket; empty output
-    ("L2 y=6 junk\nO:7", [(2, "y", "6"), (2, None, "junk")], "7"),
-    ("L2 =6", [(2, None, "=6")], None),
-    ("hello\nLx y=1\nL2y=6\nthe output is 7", [], None),    # no step, no output line
-    ("", [], None),
-    ("O:1\nO:2", [], "1\n2"),                                 # one O: line per printed line
-])
+@pytest.mark.parametrize(
+    "text,assertions,output",
+    [
+        ("L2 y=\nO:7", [(2, None, "y=")], "7"),  # a value is missing
+        ("L2 y=[1,2\nO:", [(2, None, "y=[1,2")], ""),  # unbalanced bracket; empty output
+        ("L2 y=6 junk\nO:7", [(2, "y", "6"), (2, None, "junk")], "7"),
+        ("L2 =6", [(2, None, "=6")], None),
+        ("hello\nLx y=1\nL2y=6\nthe output is 7", [], None),  # no step, no output line
+        ("", [], None),
+        ("O:1\nO:2", [], "1\n2"),  # one O: line per printed line
+    ],
+)
 def test_parser_on_malformed_text(text, assertions, output):
     assert parse_trace(text) == (assertions, output)
 
@@ -185,6 +206,7 @@ def test_malformed_claims_count_against_consistency():
 
 # ----------------------------------------------------------------------------- branching helpers
 
+
 def test_branch_point_cuts_before_the_first_wrong_step():
     text = "L1 x=2\nL2 y=5\nO:7"
     assert step_boundaries(text) == [0, 7, 14]
@@ -210,18 +232,32 @@ def test_branch_point_prefix_semantics_and_fully_consistent():
 
 # ----------------------------------------------------------------------------- tracer bootstrap
 
+
 def _subprocess_runner(code, *, stdin="", timeout=2.0, memory_mb=256):
     """The bootstrap under a plain interpreter, for our own hand-written programs only."""
     p = subprocess.run([sys.executable, "-I", "-c", code], input=stdin, capture_output=True, text=True, timeout=timeout)
-    return SimpleNamespace(status="ok" if p.returncode == 0 else "error", stdout=p.stdout, stderr=p.stderr,
-                           returncode=p.returncode, seconds=0.0)
+    return SimpleNamespace(
+        status="ok" if p.returncode == 0 else "error",
+        stdout=p.stdout,
+        stderr=p.stderr,
+        returncode=p.returncode,
+        seconds=0.0,
+    )
 
 
 HAND = ("a=int(input())\nb=0\nfor i in range(2):\n b=b+a\nl=[1]\nl.append(b)\nprint(b+1)\n", "4")
 # documented trace: targets per line (b=b+a records b), the final for check records nothing,
 # the list mutation records l, the print line records nothing
-HAND_TRACE = [[1, "a", "4"], [2, "b", "0"], [3, "i", "0"], [4, "b", "4"], [3, "i", "1"], [4, "b", "8"],
-              [5, "l", "[1]"], [6, "l", "[1, 8]"]]
+HAND_TRACE = [
+    [1, "a", "4"],
+    [2, "b", "0"],
+    [3, "i", "0"],
+    [4, "b", "4"],
+    [3, "i", "1"],
+    [4, "b", "8"],
+    [5, "l", "[1]"],
+    [6, "l", "[1, 8]"],
+]
 
 
 def _runners():
@@ -267,6 +303,7 @@ def test_sandbox_failure_is_bisected_to_the_program(fresh_cache):
 
 # ----------------------------------------------------------------------------- task (pure parts)
 
+
 def test_render_demo_and_prompt():
     assert render_demo(SPEC_TRACE, "7\n") == "L1 x=2\nL2 y=6\nO:7"
     assert render_demo([[1, "l", "[1, 2]"], [1, "n", "2"]], "[1, 2]\n") == "L1 l=[1,2] n=2\nO:[1,2]"
@@ -282,12 +319,20 @@ def test_render_demo_and_prompt():
     assert make_prompt("a=1\nif a:\n b=2", "5", numbered=True) == "1|a=1\n2|if a:\n3| b=2\nIN:5\n"
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"colour": 1}, "unknown option"), ({"constructs": "arith,goto"}, "goto"), ({"template": "xml"}, "compact"),
-    ({"ops": "/"}, "ops"), ({"work": True}, "valid: \\['expr', 'values', 'none'\\]"),
-    ({"min_statements": 3, "max_statements": 2}, "min_statements"),
-    ({"input_prob": 2}, "input_prob"), ({"test_data": "x.jsonl"}, "needs data"), ({"max_iters": 0}, "max_iters"),
-])
+@pytest.mark.parametrize(
+    "options,match",
+    [
+        ({"colour": 1}, "unknown option"),
+        ({"constructs": "arith,goto"}, "goto"),
+        ({"template": "xml"}, "compact"),
+        ({"ops": "/"}, "ops"),
+        ({"work": True}, "valid: \\['expr', 'values', 'none'\\]"),
+        ({"min_statements": 3, "max_statements": 2}, "min_statements"),
+        ({"input_prob": 2}, "input_prob"),
+        ({"test_data": "x.jsonl"}, "needs data"),
+        ({"max_iters": 0}, "max_iters"),
+    ],
+)
 def test_option_validation(options, match):
     with pytest.raises(ValueError, match=match):
         CodeTask(**options)
@@ -321,14 +366,17 @@ def test_user_rows_with_precomputed_trace_need_no_sandbox(tmp_path, monkeypatch)
     assert task.max_new_tokens == 1 + int(1.5 * len(first.demo) + 0.999)
 
 
-@pytest.mark.parametrize("bad,match", [
-    ({"code": ""}, "row 1: field 'code'"),
-    ({"code": "print(1)", "inputs": "3"}, "row 1: unknown field\\(s\\) \\['inputs'\\]"),
-    ({"code": "print(1)", "output": "1"}, "row 1: give both 'output' and 'trace'"),
-    ({"code": "print(1)", "output": "1", "trace": [[1, 2, 3]]}, "row 1: field 'trace' record 0"),
-    ({"code": "print(1)", "input": 3}, "row 1: field 'input' must be a string"),
-    ({"code": "print(1)", "output": "1\n", "trace": [], "demo": "O:2"}, "row 1: the demo's output '2'"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ({"code": ""}, "row 1: field 'code'"),
+        ({"code": "print(1)", "inputs": "3"}, "row 1: unknown field\\(s\\) \\['inputs'\\]"),
+        ({"code": "print(1)", "output": "1"}, "row 1: give both 'output' and 'trace'"),
+        ({"code": "print(1)", "output": "1", "trace": [[1, 2, 3]]}, "row 1: field 'trace' record 0"),
+        ({"code": "print(1)", "input": 3}, "row 1: field 'input' must be a string"),
+        ({"code": "print(1)", "output": "1\n", "trace": [], "demo": "O:2"}, "row 1: the demo's output '2'"),
+    ],
+)
 def test_malformed_user_row_names_file_and_row(tmp_path, bad, match):
     good = {"code": "print(1)", "output": "1\n", "trace": []}
     path = _write(tmp_path, [good, bad])
@@ -345,8 +393,15 @@ def test_bad_json_line_names_file_and_line(tmp_path):
 
 # ----------------------------------------------------------------------------- task (through the sandbox)
 
-@pytest.mark.parametrize("options", [{}, {"constructs": "arith,list,str", "template": "paper"},
-                                     {"work": "none", "print_op_prob": 1.0, "ops": "+-*", "numbered": False}])
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"constructs": "arith,list,str", "template": "paper"},
+        {"work": "none", "print_op_prob": 1.0, "ops": "+-*", "numbered": False},
+    ],
+)
 def test_demos_verify_and_are_fully_consistent(options):
     task = CodeTask(**options)
     items = take_items(task, "train", 150, seed=1)
@@ -355,8 +410,12 @@ def test_demos_verify_and_are_fully_consistent(options):
         assert task.verify(it.demo, it.answer, it.meta) == 1.0, it.prompt
         assert consistency(parse_trace(it.demo)[0], it.meta["trace"])[0] == 1.0, it.prompt
         assert len(it.prompt) <= 150 and len(it.demo) + 1 <= task.max_new_tokens
-    values = ConsistencyReward()([it.prompt for it in items], [it.demo for it in items],
-                                 answer=[it.answer for it in items], meta=[it.meta for it in items])
+    values = ConsistencyReward()(
+        [it.prompt for it in items],
+        [it.demo for it in items],
+        answer=[it.answer for it in items],
+        meta=[it.meta for it in items],
+    )
     assert values == pytest.approx([1.5] * len(items))  # o = 1, c = 1: 1 + 0.5
 
 
@@ -385,10 +444,12 @@ def test_user_rows_are_traced_in_the_sandbox(tmp_path):
 
 def test_task_diagnostics_trace_consistency_and_consistent_pass_by_hand():
     meta = {"trace": SPEC_TRACE, "output": "7"}
-    texts = ["L1 x=2\nL2 y=6\nO:7",  # c = 1, right: a consistent pass
-             "L1 x=2\nL2 y=5\nO:7",  # c = 1/2, right: a pass, not a consistent one
-             "O:7",  # no claims: c = 0, right
-             "L1 x=2\nL2 y=6\nO:8"]  # c = 1, wrong
+    texts = [
+        "L1 x=2\nL2 y=6\nO:7",  # c = 1, right: a consistent pass
+        "L1 x=2\nL2 y=5\nO:7",  # c = 1/2, right: a pass, not a consistent one
+        "O:7",  # no claims: c = 0, right
+        "L1 x=2\nL2 y=6\nO:8",
+    ]  # c = 1, wrong
     scores = [1.0, 1.0, 1.0, 0.0]
     out = CodeTask().diagnostics(texts, [meta] * 4, scores)
     assert out["trace_consistency"] == pytest.approx((1 + 0.5 + 0 + 1) / 4)

@@ -23,8 +23,14 @@ def _res(recipe, seed, final, ok=True):
 def test_table_mean_std_best_and_welch_against_the_first_recipe():
     from scipy import stats
 
-    results = [_res("a", 0, 0.5), _res("a", 1, 0.6), _res("a", 2, 0.7),
-               _res("b", 0, 0.7), _res("b", 1, 0.8), _res("b", 2, float("nan"), ok=False)]
+    results = [
+        _res("a", 0, 0.5),
+        _res("a", 1, 0.6),
+        _res("a", 2, 0.7),
+        _res("b", 0, 0.7),
+        _res("b", 1, 0.8),
+        _res("b", 2, float("nan"), ok=False),
+    ]
     a, b = table_rows(results, ["a", "b"])
     # a: mean 0.6, std (ddof 1) sqrt(((0.1)^2 + 0 + (0.1)^2) / 2) = 0.1 ; b: two ok runs, mean 0.75
     assert a["final_mean"] == pytest.approx(0.6) and a["final_std"] == pytest.approx(0.1) and a["best"] == 0.7
@@ -34,10 +40,13 @@ def test_table_mean_std_best_and_welch_against_the_first_recipe():
 
 
 def test_collect_reads_a_run_folder(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps({"train_seconds": 3.0, "before": {"pass@1": 0.4},
-                                                       "after": {"pass@1": 0.7}}))
-    rows = [{"step": 1, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 50.0},
-            {"step": 2, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 60.0, "eval/pass@1": 0.6}]
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"train_seconds": 3.0, "before": {"pass@1": 0.4}, "after": {"pass@1": 0.7}})
+    )
+    rows = [
+        {"step": 1, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 50.0},
+        {"step": 2, "time/generate": 1.0, "time/update": 0.5, "tokens/generated": 60.0, "eval/pass@1": 0.6},
+    ]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     res = collect("grpo", 0, tmp_path)
     assert res.curve == [(0, 0.0, 0.4), (2, 3.0, 0.6)] and res.final == 0.7 and res.tokens == 110.0
@@ -54,8 +63,16 @@ def test_variant_entries_parse_into_a_recipe_and_its_overrides():
 
 @pytest.mark.slow
 def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, tmp_path):
-    extra = [f"model={tiny_dir}", "prompts_per_step=2", "group_size=2", "eval_every=1", "eval_problems=4",
-             "final_eval_problems=4", "final_eval_k=0", "save_every=0"]
+    extra = [
+        f"model={tiny_dir}",
+        "prompts_per_step=2",
+        "group_size=2",
+        "eval_every=1",
+        "eval_problems=4",
+        "final_eval_problems=4",
+        "final_eval_k=0",
+        "save_every=0",
+    ]
     # one good comparison, then one whose run crashes (an unknown task): the crash is reported
     # a variant entry: the recipe with its own override, in its own run folder
     report = compare(["grpo:loss.clip_high=0.3"], 1, 2, tmp_path, extra=extra)
@@ -66,13 +83,15 @@ def test_compare_runs_processes_and_reports_a_crash_without_stopping(tiny_dir, t
     run = crashed["runs"][0]
     assert not run["ok"] and "no-such-task" in run["error"] and crashed["table"][0]["runs_failed"] == 1
     # compare.json stays strict JSON: the crashed run's NaN final is written as null
-    strict = json.loads((tmp_path / "bad" / "compare.json").read_text(),
-                        parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    strict = json.loads(
+        (tmp_path / "bad" / "compare.json").read_text(), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}")
+    )
     assert strict["runs"][0]["final"] is None
 
 
 def test_zero_variance_p_value_is_null_in_compare_json():
     from reasonrl.compare import _json_safe
+
     # two recipes whose seeds all end at 0.3: Welch's t is 0/0, scipy gives NaN
     rows = table_rows([_res("a", 0, 0.3), _res("a", 1, 0.3), _res("b", 0, 0.3), _res("b", 1, 0.3)], ["a", "b"])
     assert math.isnan(rows[1]["p_vs_first"])
@@ -83,9 +102,11 @@ def test_config_diff_names_every_differing_dotted_key():
     have = {"seed": 0, "loss": {"clip_high": 0.28, "clip_low": 0.2}, "tracking": ["jsonl"]}
     want = {"seed": 0, "loss": {"clip_high": 0.3, "clip_low": 0.2}, "tracking": ["jsonl"], "new": 1}
     from reasonrl.compare import config_diff
+
     assert config_diff(have, want) == ["loss.clip_high: 0.28 in the folder, 0.3 now", "new: None in the folder, 1 now"]
     assert config_diff(have, have) == []
     from reasonrl.compare import differing
+
     assert differing(have, want) == [("loss.clip_high", 0.28, 0.3), ("new", None, 1)]
 
 
@@ -138,9 +159,22 @@ def test_compare_resume_through_the_cli_reuses_a_real_run(tiny_dir, tmp_path):
 
     from reasonrl.cli import app
 
-    args = ["compare", "--recipes", "grpo", "--steps", "2", "--out", str(tmp_path), f"model={tiny_dir}",
-            "prompts_per_step=2", "group_size=2", "eval_every=0", "final_eval_problems=4", "final_eval_k=0",
-            "save_every=0"]
+    args = [
+        "compare",
+        "--recipes",
+        "grpo",
+        "--steps",
+        "2",
+        "--out",
+        str(tmp_path),
+        f"model={tiny_dir}",
+        "prompts_per_step=2",
+        "group_size=2",
+        "eval_every=0",
+        "final_eval_problems=4",
+        "final_eval_k=0",
+        "save_every=0",
+    ]
     first = CliRunner().invoke(app, [*args, "--seeds", "1"])
     assert first.exit_code == 0, first.output
     summary = tmp_path / "grpo-seed0" / "summary.json"
@@ -162,11 +196,13 @@ def test_compare_items_jsonl_keeps_each_runs_per_item_results_and_final_summary(
         out = Path(cmd[cmd.index("--out") + 1])
         seed = int(out.name[-1])  # the folder is grpo-seed<s>
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps({"train_seconds": 1.0,
-                                                      "after": {"pass@1": 0.5 + 0.5 * seed, "mean_length": 7.0}}))
+        (out / "summary.json").write_text(
+            json.dumps({"train_seconds": 1.0, "after": {"pass@1": 0.5 + 0.5 * seed, "mean_length": 7.0}})
+        )
         (out / "metrics.jsonl").write_text("")
-        (out / "after_items.jsonl").write_text(json.dumps({"key": "a", "correct": True}) + "\n"
-                                               + json.dumps({"key": "b", "correct": seed == 1}) + "\n")
+        (out / "after_items.jsonl").write_text(
+            json.dumps({"key": "a", "correct": True}) + "\n" + json.dumps({"key": "b", "correct": seed == 1}) + "\n"
+        )
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(subprocess, "run", fake_run)

@@ -1,6 +1,7 @@
 """pass@k to n and distinct correct solutions in `reasonrl compare` (the headline of the distribution-matching
 recipes): the per-problem counts the final eval writes, the curve, and the paired statistics against the first
 recipe, on numbers worked out by hand."""
+
 import json
 from pathlib import Path
 
@@ -13,21 +14,39 @@ from reasonrl.eval.runner import distinct_correct, item_rows
 
 def test_distinct_correct_counts_chains_and_answers():
     # three correct samples, two of them the same text: 2 chains, 1 answer; the wrong one counts for neither
-    samples = [{"correct": True, "completion": "1+1+0=2\nA:2", "extracted": "2"},
-               {"correct": True, "completion": "1+1+0=2\nA:2", "extracted": "2"},
-               {"correct": True, "completion": "1+1=2\nA:2", "extracted": "2"},
-               {"correct": False, "completion": "A:3", "extracted": "3"}]
+    samples = [
+        {"correct": True, "completion": "1+1+0=2\nA:2", "extracted": "2"},
+        {"correct": True, "completion": "1+1+0=2\nA:2", "extracted": "2"},
+        {"correct": True, "completion": "1+1=2\nA:2", "extracted": "2"},
+        {"correct": False, "completion": "A:3", "extracted": "3"},
+    ]
     assert distinct_correct(samples) == {"correct_chains": 2, "correct_answers": 1}
-    greedy = [{"problem": 0, "key": "k", "prompt": "1+1=?\n", "answer": "2", "correct": True, "extracted": "2",
-               "completion": "A:2", "finish": "eos"}]
-    row, = item_rows(greedy, samples, 4, (1,))
+    greedy = [
+        {
+            "problem": 0,
+            "key": "k",
+            "prompt": "1+1=?\n",
+            "answer": "2",
+            "correct": True,
+            "extracted": "2",
+            "completion": "A:2",
+            "finish": "eos",
+        }
+    ]
+    (row,) = item_rows(greedy, samples, 4, (1,))
     assert (row["n"], row["c"], row["correct_chains"], row["correct_answers"]) == (4, 3, 2, 1)
 
 
 def _run(recipe, seed, samples):
-    return RunResult(recipe, seed, Path("."), ok=True, samples={k: {"n": n, "c": c, "correct_chains": c,
-                                                                    "correct_answers": min(c, 1)}
-                                                                for k, (n, c) in samples.items()})
+    return RunResult(
+        recipe,
+        seed,
+        Path("."),
+        ok=True,
+        samples={
+            k: {"n": n, "c": c, "correct_chains": c, "correct_answers": min(c, 1)} for k, (n, c) in samples.items()
+        },
+    )
 
 
 def test_passk_curve_and_paired_difference_by_hand():
@@ -54,8 +73,12 @@ def test_no_sampled_eval_gives_no_passk_report():
 
 def test_load_samples_reads_the_final_eval_rows(tmp_path):
     path = tmp_path / "after.items.jsonl"
-    path.write_text(json.dumps({"key": "k1", "n": 8, "c": 3, "correct_chains": 2, "correct_answers": 1}) + "\n"
-                    + json.dumps({"key": "k2", "correct": True}) + "\n")  # a greedy-only row has no n: skipped
+    path.write_text(
+        json.dumps({"key": "k1", "n": 8, "c": 3, "correct_chains": 2, "correct_answers": 1})
+        + "\n"
+        + json.dumps({"key": "k2", "correct": True})
+        + "\n"
+    )  # a greedy-only row has no n: skipped
     assert load_samples(path) == {"k1": {"n": 8, "c": 3, "correct_chains": 2, "correct_answers": 1}}
     assert load_samples(tmp_path / "missing.jsonl") == {}
 

@@ -2,6 +2,7 @@
 ``log_completions`` gives them. The rows hold what the batch computed (hand-checked rewards and
 advantages), the rate is respected, the choice draws nothing from the training RNG, a resumed run's
 file equals a straight run's, and ``reasonrl report`` shows the latest rows."""
+
 import dataclasses
 import json
 
@@ -99,13 +100,21 @@ def test_a_failed_verdict_is_none_in_the_rows():
     b = BatchMaker(get_task("arithmetic"), recipe, LengthEngine(), budget=20, seed=0).make(1)
     rows = completion_rows(1, b, lambda ids: "", [0, 1])
     assert b.reward_terms["verdict"][[0, 2, 3]].tolist() == [0.5] * 3 and b.reward_terms["verdict"][1].isnan()
-    assert rows[0]["rewards"] == {"correct": 1.0, "verdict": 0.5} and rows[1]["rewards"] == {"correct": 0.0, "verdict": None}
+    assert rows[0]["rewards"] == {"correct": 1.0, "verdict": 0.5} and rows[1]["rewards"] == {
+        "correct": 0.0,
+        "verdict": None,
+    }
 
 
 def test_a_declined_reward_is_none_and_a_token_level_advantage_is_its_mean_over_trained_tokens():
     ro = text_rollouts(["p"], ["abcd", "ab"], 2)  # lengths 4 and 2: completion mask [1,1,1,1], [1,1,0,0]
-    b = Batch(items=[Item("k", "p", "a")], ro=ro, rewards=torch.tensor([[0.5, 0.0]]), correct=torch.zeros(1, 2),
-              reward_terms={"fmt": torch.tensor([0.5, float("nan")])})
+    b = Batch(
+        items=[Item("k", "p", "a")],
+        ro=ro,
+        rewards=torch.tensor([[0.5, 0.0]]),
+        correct=torch.zeros(1, 2),
+        reward_terms={"fmt": torch.tensor([0.5, float("nan")])},
+    )
     b.advantages = torch.tensor([[1.0, 2.0, 3.0, 6.0], [4.0, -2.0, 9.0, 9.0]])  # (R, T)
     b.loss_mask = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0]])  # row 0: its last token not trained; row 1: none
     assert row_advantage(b, 0) == 2.0  # (1 + 2 + 3) / 3
@@ -122,34 +131,45 @@ def close(prompts, completions, answer, **kwargs):
     texts = [c[0]["content"] for c in completions]
     return [1.0 if a in t else min(len(t), 24) / 48 for t, a in zip(texts, answer)]
 '''
+
+
 def MESSAGES(a):  # an item's chat messages
-    return [{"role": "system", "content": "Answer with a number."},
-            {"role": "user", "content": f"What is {a} plus {a % 7}?"}]
+    return [
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": f"What is {a} plus {a % 7}?"},
+    ]
 
 
 @pytest.fixture(scope="module")
 def chat_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("completions_data")
     for name, (lo, hi) in (("train", (0, 24)), ("test", (100, 104))):
-        (root / f"{name}.jsonl").write_text("".join(json.dumps({"prompt": MESSAGES(a), "answer": str(a + a % 7)}) + "\n"
-                                                    for a in range(lo, hi)))
+        (root / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"prompt": MESSAGES(a), "answer": str(a + a % 7)}) + "\n" for a in range(lo, hi))
+        )
     (root / "rewards.py").write_text(REWARD)
     return root
 
 
 def chat_cfg(model_dir, data, out, **over):
     base = {"steps": 2, "prompts_per_step": 2, "eval_every": 0, "final_eval_problems": 0, "save_every": 0}
-    return TrainConfig(model=str(model_dir), task=str(data / "train.jsonl"), out=str(out),
-                       task_options={"test_path": str(data / "test.jsonl"), "reward": f"{data / 'rewards.py'}:close"},
-                       **{**base, **over})
+    return TrainConfig(
+        model=str(model_dir),
+        task=str(data / "train.jsonl"),
+        out=str(out),
+        task_options={"test_path": str(data / "test.jsonl"), "reward": f"{data / 'rewards.py'}:close"},
+        **{**base, **over},
+    )
 
 
-CHAT_GRPO = dataclasses.replace(get_recipe("grpo"), group_size=4,
-                                sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12))
+CHAT_GRPO = dataclasses.replace(
+    get_recipe("grpo"), group_size=4, sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12)
+)
 
 
-def test_a_chat_run_logs_the_templated_prompt_and_what_its_batch_computed(chat_model_dir, chat_data, tmp_path,
-                                                                          monkeypatch):
+def test_a_chat_run_logs_the_templated_prompt_and_what_its_batch_computed(
+    chat_model_dir, chat_data, tmp_path, monkeypatch
+):
     from reasonrl.loop.trainer import Trainer
 
     seen, real_update = [], Trainer.update
@@ -178,7 +198,10 @@ def test_a_chat_run_logs_the_templated_prompt_and_what_its_batch_computed(chat_m
         # and each field is the batch's own
         assert text == b.ro.texts[r] and row["reward"] == float(b.rewards[row["group"], row["sample"]])
         assert row["advantage"] == pytest.approx(float(b.advantages[r])) and row["finish"] == b.ro.finish_reasons[r]
-        assert row["length"] == int(b.ro.policy_lengths[r]) == int(b.ro.lengths[r]) and row["key"] == b.items[row["group"]].key
+        assert (
+            row["length"] == int(b.ro.policy_lengths[r]) == int(b.ro.lengths[r])
+            and row["key"] == b.items[row["group"]].key
+        )
 
 
 def test_log_completions_zero_writes_no_file(chat_model_dir, chat_data, tmp_path):
@@ -191,7 +214,8 @@ class Stop(Exception):
 
 
 def test_a_resumed_run_drops_the_rows_after_its_checkpoint_and_ends_with_the_straight_runs_file(
-        chat_model_dir, chat_data, tmp_path):
+    chat_model_dir, chat_data, tmp_path
+):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     over = {"steps": 4, "save_every": 2, "log_completions": 0.5}  # ceil(0.5 * 8) = 4 rows a step
     train_run(chat_cfg(chat_model_dir, chat_data, straight, **over), CHAT_GRPO)

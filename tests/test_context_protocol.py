@@ -5,6 +5,7 @@ them, and one return shape, ``(value, metrics)``, for every hook that reports me
 ``python tests/test_context_protocol.py [SRC]`` prints the counts (fields, typed Any, never read, read by
 one reader) of the contexts in ``SRC/reasonrl/parts/protocol.py`` (default: this checkout's src/).
 """
+
 import ast
 import sys
 from collections import defaultdict
@@ -13,10 +14,18 @@ from pathlib import Path
 import pytest
 import torch
 
-HOOK_CTX = {"wrap_task": "TaskSetup", "setup_model": "ModelSetup", "setup_modules": "ModelSetup",
-            "before_step": "RoundContext", "draw": "RoundContext", "extend": "RoundContext",
-            "score_batch": "BatchContext", "shape_advantages": "BatchContext", "loss_term": "LossContext",
-            "after_step": "UpdateContext"}
+HOOK_CTX = {
+    "wrap_task": "TaskSetup",
+    "setup_model": "ModelSetup",
+    "setup_modules": "ModelSetup",
+    "before_step": "RoundContext",
+    "draw": "RoundContext",
+    "extend": "RoundContext",
+    "score_batch": "BatchContext",
+    "shape_advantages": "BatchContext",
+    "loss_term": "LossContext",
+    "after_step": "UpdateContext",
+}
 # each returns (value, metrics); the others return their value (a task, a model, items, rollouts, Groups)
 METRIC_HOOKS = ("before_step", "score_batch", "shape_advantages", "loss_term", "after_step")
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -25,8 +34,11 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 def context_fields(src: Path) -> dict[str, dict[str, str]]:
     """context class -> {field: annotation text}, read from the source (so an older checkout counts too)."""
     tree = ast.parse((src / "reasonrl" / "parts" / "protocol.py").read_text())
-    return {node.name: {s.target.id: ast.unparse(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign)}
-            for node in tree.body if isinstance(node, ast.ClassDef) and node.name in set(HOOK_CTX.values())}
+    return {
+        node.name: {s.target.id: ast.unparse(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign)}
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.name in set(HOOK_CTX.values())
+    }
 
 
 def _kinds(fn: ast.FunctionDef, arg: ast.arg, cls: ast.ClassDef | None, fields: dict) -> list[str]:
@@ -53,8 +65,12 @@ def readers(src: Path, fields: dict[str, dict[str, str]]) -> dict[tuple[str, str
                 for arg in fn.args.args:
                     for kind in _kinds(fn, arg, cls, fields):
                         for n in ast.walk(fn):
-                            if (isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == arg.arg
-                                    and n.attr in fields[kind]):
+                            if (
+                                isinstance(n, ast.Attribute)
+                                and isinstance(n.value, ast.Name)
+                                and n.value.id == arg.arg
+                                and n.attr in fields[kind]
+                            ):
                                 got[(kind, n.attr)].add(rel)
     return got
 
@@ -64,10 +80,13 @@ def counts(src: Path = SRC) -> dict[str, object]:
     got = readers(src, fields)
     every = [(c, f, t) for c, fs in fields.items() for f, t in fs.items()]
     bare = lambda t: "Any" in [p.strip() for p in t.split("[")[0].split("|")]  # noqa: E731 - Any, Any | None
-    return {"fields": len(every), "typed_any": [(c, f) for c, f, t in every if bare(t)],
-            "mentions_any": [(c, f) for c, f, t in every if "Any" in t],
-            "never_read": [(c, f) for c, f, _ in every if not got[(c, f)]],
-            "one_reader": [(c, f, next(iter(got[(c, f)]))) for c, f, _ in every if len(got[(c, f)]) == 1]}
+    return {
+        "fields": len(every),
+        "typed_any": [(c, f) for c, f, t in every if bare(t)],
+        "mentions_any": [(c, f) for c, f, t in every if "Any" in t],
+        "never_read": [(c, f) for c, f, _ in every if not got[(c, f)]],
+        "one_reader": [(c, f, next(iter(got[(c, f)]))) for c, f, _ in every if len(got[(c, f)]) == 1],
+    }
 
 
 def test_every_context_field_is_typed_and_read():
@@ -83,7 +102,8 @@ def test_the_counter_counts_what_it_reads(tmp_path):
     one read by nobody, one read by one module (b.py)."""
     (tmp_path / "reasonrl" / "parts").mkdir(parents=True)
     (tmp_path / "reasonrl" / "parts" / "protocol.py").write_text(
-        "class TaskSetup:\n    task: Any\n    seed: int\n\nclass UpdateContext:\n    step: Callable[..., Any]\n")
+        "class TaskSetup:\n    task: Any\n    seed: int\n\nclass UpdateContext:\n    step: Callable[..., Any]\n"
+    )
     (tmp_path / "reasonrl" / "b.py").write_text("def wrap_task(ctx):\n    return ctx.task\n")
     got = counts(tmp_path)
     assert got["fields"] == 3 and got["typed_any"] == [("TaskSetup", "task")]
@@ -133,8 +153,9 @@ def _hook_functions():
         for cls in ast.parse(path.read_text()).body:
             if isinstance(cls, ast.ClassDef):
                 for fn in cls.body:
-                    if isinstance(fn, ast.FunctionDef) and (fn.name in METRIC_HOOKS or
-                                                            (fn.name == "__call__" and cls.name in ("EDAS", "StepCredit"))):
+                    if isinstance(fn, ast.FunctionDef) and (
+                        fn.name in METRIC_HOOKS or (fn.name == "__call__" and cls.name in ("EDAS", "StepCredit"))
+                    ):
                         yield cls.name, fn.name, fn
 
 
@@ -143,8 +164,9 @@ def test_every_hook_returns_value_and_metrics(name, hook, fn):
     ann = ast.unparse(fn.returns) if fn.returns else ""
     assert ann.startswith("tuple[") and ann.endswith("dict[str, float]]"), f"{name}.{hook} -> {ann or 'unannotated'}"
     for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return)):
-        assert isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2 or isinstance(ret.value, ast.Call), \
+        assert isinstance(ret.value, ast.Tuple) and len(ret.value.elts) == 2 or isinstance(ret.value, ast.Call), (
             f"{name}.{hook} line {ret.lineno}: returns {ast.unparse(ret.value) if ret.value else 'nothing'}"
+        )
 
 
 def test_the_loop_refuses_another_shape_naming_the_part():
@@ -163,9 +185,13 @@ def test_no_part_calls_another_parts_private_methods():
     found = []
     for path in sorted((SRC / "reasonrl" / "parts").glob("*.py")):
         for n in ast.walk(ast.parse(path.read_text())):
-            if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("_")
-                    and not n.func.attr.startswith("__")
-                    and not (isinstance(n.func.value, ast.Name) and n.func.value.id in ("self", "cls"))):
+            if (
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr.startswith("_")
+                and not n.func.attr.startswith("__")
+                and not (isinstance(n.func.value, ast.Name) and n.func.value.id in ("self", "cls"))
+            ):
                 found.append(f"{path.name}:{n.lineno} {ast.unparse(n.func)}")
     assert found == []
 
@@ -185,10 +211,13 @@ def test_no_part_reads_the_batch_channels_or_rewrites_its_masks():
         for cls in [None] + [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
             for fn in (tree if cls is None else cls).body:
                 if not isinstance(fn, ast.FunctionDef) or not any(
-                        {"BatchContext", "LossContext"} & set(_kinds(fn, a, cls, fields)) for a in fn.args.args):
+                    {"BatchContext", "LossContext"} & set(_kinds(fn, a, cls, fields)) for a in fn.args.args
+                ):
                     continue
                 for n in ast.walk(fn):
-                    targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+                    targets = (
+                        n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+                    )
                     for t in map(ast.unparse, targets):
                         if "train_mask" in t or "loss_mask" in t or t.startswith(("ctx.batch.", "ctx.rollouts.")):
                             found.append(f"{path.name}:{n.lineno} {t} = ...")
@@ -197,7 +226,9 @@ def test_no_part_reads_the_batch_channels_or_rewrites_its_masks():
 
 if __name__ == "__main__":
     got = counts(Path(sys.argv[1]) if len(sys.argv) > 1 else SRC)
-    print(f"fields {got['fields']}, typed Any {len(got['typed_any'])}, mentioning Any {len(got['mentions_any'])}, "
-          f"never read {len(got['never_read'])}, read by one reader {len(got['one_reader'])}")
+    print(
+        f"fields {got['fields']}, typed Any {len(got['typed_any'])}, mentioning Any {len(got['mentions_any'])}, "
+        f"never read {len(got['never_read'])}, read by one reader {len(got['one_reader'])}"
+    )
     for key in ("typed_any", "mentions_any", "never_read", "one_reader"):
         print(f"  {key}: {got[key]}")

@@ -3,6 +3,7 @@
 head on the policy's own hidden states). The expected values are read by hand from a plain forward of
 each row without padding: the state before token t of a row whose prompt has p tokens is the decoder's
 output at index p - 1 + t. A critic one token late (index p + t) gives other numbers and fails here."""
+
 from types import SimpleNamespace
 
 import pytest

@@ -1,6 +1,7 @@
 """D2Evo's part (parts/d2evo.py) and run state (data/d2evo.py D2EvoState) with a scripted maker, by
 hand; then the d2evo recipe for 3 steps on the tiny model, asserting its own metrics.
 """
+
 import dataclasses
 import json
 import math
@@ -32,13 +33,18 @@ def q(anchor):  # the Questioner's role prompt of an anchor
 
 SCRIPT = {
     # estimation, 4 samples: 3+3 none right (0), 2+3 one (0.25), 6+7 two (0.5), 8+9 all (1): anchors 2+3, 6+7
-    "3+3=?\n": ["A:7"] * 4, "2+3=?\n": ["A:5", "A:4", "A:4", "A:4"], "6+7=?\n": ["A:13", "A:13", "A:1", "A:2"],
+    "3+3=?\n": ["A:7"] * 4,
+    "2+3=?\n": ["A:5", "A:4", "A:4", "A:4"],
+    "6+7=?\n": ["A:13", "A:13", "A:1", "A:2"],
     "8+9=?\n": ["A:17"] * 4,
     # the Questioner: G = 4 texts per anchor (read with parse=prefix)
-    q("2+3"): ["7+5+0=12,", "junk", "2+3=?", "12+30=4"], q("6+7"): ["9+9", "9+9", "40+2", "x"],
+    q("2+3"): ["7+5+0=12,", "junk", "2+3=?", "12+30=4"],
+    q("6+7"): ["9+9", "9+9", "40+2", "x"],
     # the Solver on the generated problems
-    "7+5=?\n": ["A:12", "A:12", "A:13", "A:12"], "12+30=?\n": ["A:42", "A:41", "A:40", "A:43"],
-    "9+9=?\n": ["A:18"] * 4, "40+2=?\n": ["A:42", "A:42", "A:24", "A:24"],
+    "7+5=?\n": ["A:12", "A:12", "A:13", "A:12"],
+    "12+30=?\n": ["A:42", "A:41", "A:40", "A:43"],
+    "9+9=?\n": ["A:18"] * 4,
+    "40+2=?\n": ["A:42", "A:42", "A:24", "A:24"],
 }
 
 
@@ -53,17 +59,28 @@ class FakeMaker:
 
     def generate(self, items, prompts, tag, first, n=None):
         self.calls.append((tag, list(prompts), n or G))
-        return text_rollouts(prompts, [t for p in prompts for t in SCRIPT[p][:n or G]], n or G)
+        return text_rollouts(prompts, [t for p in prompts for t in SCRIPT[p][: n or G]], n or G)
 
     def reward(self, items, ro):
-        ok = torch.tensor([float(TASK.verify(t, it.answer, {})) for i, it in enumerate(items)
-                           for t in ro.texts[i * G:(i + 1) * G]]).view(-1, G)
+        ok = torch.tensor(
+            [float(TASK.verify(t, it.answer, {})) for i, it in enumerate(items) for t in ro.texts[i * G : (i + 1) * G]]
+        ).view(-1, G)
         return ok.clone(), ok, {}
 
     def ctx(self, batch=None):
         """The part's round context: scripted sampling and reward, the selector state as its own state."""
-        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward, state=self.selector,
-                             seed=self.seed, pool=self.pool, step=self.step, tok=self.engine.tok, group_size=G)
+        return round_context(
+            batch,
+            task=self.task,
+            sample=self.generate,
+            reward=self.reward,
+            state=self.selector,
+            seed=self.seed,
+            pool=self.pool,
+            step=self.step,
+            tok=self.engine.tok,
+            group_size=G,
+        )
 
 
 def _first_round(items):
@@ -103,8 +120,10 @@ def test_questioner_round_by_hand():
     assert g.rewards.flatten().tolist() == pytest.approx([0.5, -1.0, 0.0, -1.0, 0.0, 0.0, 1.0, -1.0])
     # accepted: valid, p in [0.2, 0.8], not a real problem: "7+5" and "40+2" ("2+3" is an anchor itself)
     assert g.correct.tolist() == [[1, 0, 0, 0], [0, 0, 1, 0]]
-    assert maker.selector.accepted == {"7+5": {"text": "7+5", "label": "12", "p_hat": 0.75},
-                                       "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5}}
+    assert maker.selector.accepted == {
+        "7+5": {"text": "7+5", "label": "12", "p_hat": 0.75},
+        "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5},
+    }
     m = g.metrics
     # mean of the 8 rewards -1.5 / 8; parsed 6 of 8, valid 5, accepted 2; over the 5 valid: p (0.75 + 0.75 + 1 + 1 +
     # 0.5) / 5 = 0.8, sim (0 + 1 + 0 + 0 + 0) / 5 = 0.2; the majority was the true answer for 4 of 5 (not "2+3": 4)
@@ -137,8 +156,11 @@ def test_next_iteration_trains_the_solver_on_accepted_problems():
     maker.step = 5
     PART.before_step(maker.ctx())
     st = maker.selector
-    assert st.generated == {"7+5": {"text": "7+5", "label": "12", "p_hat": 0.75},
-                            "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5}} and st.accepted == {}
+    assert (
+        st.generated
+        == {"7+5": {"text": "7+5", "label": "12", "p_hat": 0.75}, "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5}}
+        and st.accepted == {}
+    )
     g = PART.extend(maker.ctx(_first_round(POOL[1:3])))
     # 2 first-round groups, 2 anchors, 2 generated: round(2 * 2 / 2) = 2 Solver groups after 2 Questioner groups
     assert [it.key for it in g.items] == ["2+3", "6+7", "7+5", "40+2"]
@@ -171,8 +193,12 @@ def test_state_round_trip_and_another_datasets_state_is_refused():
 
 
 def test_options_are_checked():
-    for bad, key in ((dict(template="no slot"), "template"), (dict(p_lo=0.9, p_hi=0.1), "p_hi"),
-                     (dict(parse="word"), "parse"), (dict(solver_samples=0), "solver_samples")):
+    for bad, key in (
+        (dict(template="no slot"), "template"),
+        (dict(p_lo=0.9, p_hi=0.1), "p_hi"),
+        (dict(parse="word"), "parse"),
+        (dict(solver_samples=0), "solver_samples"),
+    ):
         with pytest.raises(UserError, match=f"'d2evo.{key}' = "):
             check_part(D2Evo(**bad))
     with pytest.raises(UserError, match="generated_item"):
@@ -182,6 +208,7 @@ def test_options_are_checked():
 
 
 # ------------------------------------------------------------------ end to end on the tiny model
+
 
 def _rows(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -193,8 +220,10 @@ def test_d2evo_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
     from reasonrl.loop.trainer import Trainer
 
     # every pool problem is an anchor (band [0, 1]) so the Questioner always runs; 2 steps per iteration
-    recipe = dataclasses.replace(get_recipe("d2evo"), d2evo=D2Evo(
-        iteration_steps=2, estimate_samples=2, solver_samples=2, anchors_per_step=1, p_lo=0.0, p_hi=1.0))
+    recipe = dataclasses.replace(
+        get_recipe("d2evo"),
+        d2evo=D2Evo(iteration_steps=2, estimate_samples=2, solver_samples=2, anchors_per_step=1, p_lo=0.0, p_hi=1.0),
+    )
     seen, real_update = [], Trainer.update
 
     def spy(self, b, minibatches=None):
@@ -202,8 +231,18 @@ def test_d2evo_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
         return real_update(self, b, minibatches)
 
     monkeypatch.setattr(Trainer, "update", spy)
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "a"), recipe="d2evo", steps=3, prompts_per_step=2,
-                      eval_every=0, final_eval_problems=0, save_every=1, keep_last=0, data=DataOpts(pool=6))
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "a"),
+        recipe="d2evo",
+        steps=3,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=1,
+        keep_last=0,
+        data=DataOpts(pool=6),
+    )
     train_run(cfg, recipe)
     rows = _rows(tmp_path / "a")
     assert [r["step"] for r in rows] == [1, 2, 3]

@@ -3,16 +3,29 @@
 The spec's unit examples (shared/specs/distill-and-data.md section 11 (d)) first, then each function
 with numbers worked out in the comments.
 """
+
 import pytest
 import torch
 
-from reasonrl.data.d2evo import (accepted, anchor_indices, char_ngrams, in_band, judge, majority_label,
-                                 ngram_similarity, pass_rates, pseudo_valid, questioner_rewards, solver_pool)
+from reasonrl.data.d2evo import (
+    accepted,
+    anchor_indices,
+    char_ngrams,
+    in_band,
+    judge,
+    majority_label,
+    ngram_similarity,
+    pass_rates,
+    pseudo_valid,
+    questioner_rewards,
+    solver_pool,
+)
 from reasonrl.tasks import ArithmeticTask
 from reasonrl.tasks.arithmetic import ArithmeticConfig, generated_problem
 
 
 # ------------------------------------------------------------------ the spec's examples (section 11 (d))
+
 
 def test_spec_anchor_example():
     # pool pass rates [0, 0.25, 0.5, 1.0], band [0.2, 0.8]: 0.25 and 0.5 are in, 0 and 1 are out
@@ -33,6 +46,7 @@ def test_spec_majority_example():
 
 # ------------------------------------------------------------------ our own
 
+
 def test_pass_rates_are_the_mean_correctness():
     # [1,0,0,0] -> 0.25, [1,1,1,1] -> 1, [0,0,0,0] -> 0
     got = pass_rates(torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]))
@@ -48,12 +62,19 @@ def test_band_includes_both_ends_and_moves_with_its_knobs():
 
 def test_invalid_questions_get_minus_one_whatever_their_scores():
     # invalid rows ignore p_hat and sim; valid: p_hat 0.25, sim 0.5: 1 - 0.5 - 0.25 = 0.25
-    r = questioner_rewards(torch.tensor([False, True, False]), torch.tensor([0.5, 0.25, 0.0]),
-                           torch.tensor([0.0, 0.5, 1.0]))
+    r = questioner_rewards(
+        torch.tensor([False, True, False]), torch.tensor([0.5, 0.25, 0.0]), torch.tensor([0.0, 0.5, 1.0])
+    )
     assert r.tolist() == pytest.approx([-1.0, 0.25, -1.0])
     # other knobs: p* 0.75, eta 1, invalid -2: p_hat 0.25, sim 0.5 -> 1 - 2 * 0.5 - 0.5 = -0.5
-    r = questioner_rewards(torch.tensor([True, False]), torch.tensor([0.25, 0.0]), torch.tensor([0.5, 0.0]),
-                           p_star=0.75, eta=1.0, invalid=-2.0)
+    r = questioner_rewards(
+        torch.tensor([True, False]),
+        torch.tensor([0.25, 0.0]),
+        torch.tensor([0.5, 0.0]),
+        p_star=0.75,
+        eta=1.0,
+        invalid=-2.0,
+    )
     assert r.tolist() == pytest.approx([-0.5, -2.0])
 
 
@@ -121,6 +142,7 @@ def test_solver_pool_is_anchors_then_new_generated_keys():
 
 # ------------------------------------------------------------------ arithmetic: generated problems
 
+
 def test_generated_problem_prefix_and_line_modes():
     c = ArithmeticConfig()  # 2 terms of 1-3 digits, "+"
     # prefix: the longest leading 2-term expression; the chain of thought after it is ignored
@@ -146,6 +168,7 @@ def test_generated_item_carries_the_true_answer_and_the_split():
     assert task.generated_item("x") is None
     # held_out marks exactly the problems of the test split (the task's own hash)
     from reasonrl.tasks.base import in_test_split
+
     keys = [f"{a}+{b}" for a in range(1, 40) for b in range(1, 40)]
     marks = [task.generated_item(k).meta["held_out"] for k in keys]
     assert marks == [in_test_split(k, 0.1) for k in keys] and 0 < sum(marks) < len(keys)

@@ -5,6 +5,7 @@
 must give the same ids, masks, finish reasons and texts, and the same log-probs, entropies and
 sum p^2, for every way rows draw their randomness and every stop-string path.
 """
+
 import pytest
 import torch
 
@@ -28,13 +29,22 @@ def _run(engine_cls, model, tok, sp, mode, **kw):
 CASES = {  # name: (sampling params, randomness, engine kwargs)
     "seeds": (SamplingParams(temperature=1.0, max_new_tokens=24), "seeds", {}),
     "seeds-stop": (SamplingParams(temperature=1.0, max_new_tokens=24, stop=("\nA:", "=1")), "seeds", {}),
-    "seeds-stop-chunks": (SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=24, stop=(",",)), "seeds",
-                          {"max_rows": 5}),
+    "seeds-stop-chunks": (
+        SamplingParams(temperature=0.8, top_p=0.9, max_new_tokens=24, stop=(",",)),
+        "seeds",
+        {"max_rows": 5},
+    ),
     "generator": (SamplingParams(temperature=1.0, max_new_tokens=24), "generator", {}),
-    "generator-stop-chunks": (SamplingParams(temperature=1.0, top_k=20, max_new_tokens=24, stop=("=1", ",")),
-                              "generator", {"max_rows": 4}),
-    "sampling-seed-hidden": (SamplingParams(temperature=0.7, max_new_tokens=16, seed=3, hidden_grad_norm=True,
-                                            stop=("\n",)), "plain", {}),
+    "generator-stop-chunks": (
+        SamplingParams(temperature=1.0, top_k=20, max_new_tokens=24, stop=("=1", ",")),
+        "generator",
+        {"max_rows": 4},
+    ),
+    "sampling-seed-hidden": (
+        SamplingParams(temperature=0.7, max_new_tokens=16, seed=3, hidden_grad_norm=True, stop=("\n",)),
+        "plain",
+        {},
+    ),
     "greedy-stop": (SamplingParams(temperature=0, max_new_tokens=24, stop=("\nA:", "0+")), "plain", {}),
     "greedy-chunks": (SamplingParams(temperature=0, max_new_tokens=24), "plain", {"max_rows": 3}),
 }
@@ -79,8 +89,10 @@ def test_the_device_loop_equals_the_per_token_loop_with_lora(sharp_tiny):
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(hash(name) % 1000))
     sp = SamplingParams(temperature=1.0, max_new_tokens=20, stop=("\nA:",))
     assert_same(_run(HFEngine, model, tok, sp, "seeds"), _run(OldEngine, model, tok, sp, "seeds"), exact=False)
-    assert_same(_run(HFEngine, model, tok, sp, "generator", max_rows=5),
-                _run(OldEngine, model, tok, sp, "generator", max_rows=5))
+    assert_same(
+        _run(HFEngine, model, tok, sp, "generator", max_rows=5),
+        _run(OldEngine, model, tok, sp, "generator", max_rows=5),
+    )
 
 
 def test_suffix_hits_by_hand():

@@ -1,5 +1,6 @@
 """Unlearnability diagnostic (spec distill-and-data.md section 12): classes, A-hat, per-rollout
 gradients, cosines, run-folder reading and the `reasonrl diagnose unlearnable` command."""
+
 from __future__ import annotations
 
 import json
@@ -10,11 +11,24 @@ import yaml
 from typer.testing import CliRunner
 
 from reasonrl.cli import app
-from reasonrl.diagnostics.gradients import (gradient_names, lora_targets, mean_rollout_gradient, pick_correct,
-                                            rollout_losses, with_lora)
+from reasonrl.diagnostics.gradients import (
+    gradient_names,
+    lora_targets,
+    mean_rollout_gradient,
+    pick_correct,
+    rollout_losses,
+    with_lora,
+)
 from reasonrl.diagnostics.runs import load_run, max_rewards, pass_rates
-from reasonrl.diagnostics.unlearnable import (block_means, block_of, classify, cosine_matrix, group_advantages,
-                                              mean_similarity, scaled)
+from reasonrl.diagnostics.unlearnable import (
+    block_means,
+    block_of,
+    classify,
+    cosine_matrix,
+    group_advantages,
+    mean_similarity,
+    scaled,
+)
 from reasonrl.diagnostics.unlearnable_report import sample_blocks
 from reasonrl.errors import MissingPathError, UserError
 from reasonrl.models import build_tiny
@@ -49,8 +63,16 @@ def _rollouts(tok, prompt: str, completions: list[str]) -> Rollouts:
     T = max(map(len, ids))
     cid = torch.tensor([x + [tok.pad_token_id] * (T - len(x)) for x in ids])  # (R, T) right-padded
     cm = torch.tensor([[1] * len(x) + [0] * (T - len(x)) for x in ids])
-    return Rollouts(prompts=[prompt] * len(ids), texts=completions, prompt_ids=p, prompt_mask=torch.ones_like(p),
-                    completion_ids=cid, completion_mask=cm, logprobs=torch.zeros(cid.shape), finish_reasons=["eos"] * len(ids))
+    return Rollouts(
+        prompts=[prompt] * len(ids),
+        texts=completions,
+        prompt_ids=p,
+        prompt_mask=torch.ones_like(p),
+        completion_ids=cid,
+        completion_mask=cm,
+        logprobs=torch.zeros(cid.shape),
+        finish_reasons=["eos"] * len(ids),
+    )
 
 
 def test_spec_tiny_model_ratio_gradient_equals_minus_a_grad_mean_logp():
@@ -75,11 +97,12 @@ def test_spec_tiny_model_ratio_gradient_equals_minus_a_grad_mean_logp():
         for i in range(2):
             n = int(ro.completion_mask[i].sum())
             ids = torch.cat([ro.prompt_ids[i], ro.completion_ids[i, :n]])[None]  # (1, P + n) no padding
-            logits = model(input_ids=ids).logits[0, -n - 1:-1] / temperature  # (n, V) predicting the completion
+            logits = model(input_ids=ids).logits[0, -n - 1 : -1] / temperature  # (n, V) predicting the completion
             lp = logits.log_softmax(-1).gather(-1, ids[0, -n:, None]).squeeze(-1)  # (n,)
             g = torch.autograd.grad(-adv[i] * lp.mean(), [params[k] for k in names])
             out = out + torch.cat([x.reshape(-1) for x in g]) / 2
         return out
+
     raw, tempered = want(1.0), want(0.7)
     got = mean_rollout_gradient(model, names, ro, adv)  # the default: raw logits
     assert raw.abs().max() > 0 and torch.allclose(got, raw, rtol=1e-4, atol=1e-7)
@@ -105,8 +128,9 @@ def test_prompt_gradients_sample_at_the_sampling_temperature_and_score_raw_logit
             return _rollouts(tok, prompts[0], ["5\nA:5", "4\nA:4"])
 
     monkeypatch.setattr(gradients, "HFEngine", Engine)
-    monkeypatch.setattr(gradients, "mean_rollout_gradient",
-                        lambda model, names, ro, adv, t: seen["scored"].append(t) or torch.zeros(1))
+    monkeypatch.setattr(
+        gradients, "mean_rollout_gradient", lambda model, names, ro, adv, t: seen["scored"].append(t) or torch.zeros(1)
+    )
     item = Item(key="2+3", prompt="2+3=?\n", answer="5", meta={})
     model = torch.nn.Linear(1, 1)
     gradients.prompt_gradients(model, tok, get_task("arithmetic"), [item], rollouts=2)
@@ -140,8 +164,10 @@ def test_classify_by_hand():
     # no class; e easy and unlearnable (forgotten in both runs); f flagged in both runs but its max
     # training reward is 0 in run 2: no_reward, not unlearnable; g trained in run 1 only, reward 0.25
     initial = {"a": 0.5, "b": 0.05, "c": 0.0, "d": 0.0, "e": 0.6, "f": 0.0}
-    finals = [{"a": 0.9, "b": 0.5, "c": 0.0, "d": 0.0, "e": 0.05, "f": 0.0},
-              {"a": 0.8, "b": 0.3, "c": 0.1, "d": 0.2, "e": 0.0, "f": 0.0}]
+    finals = [
+        {"a": 0.9, "b": 0.5, "c": 0.0, "d": 0.0, "e": 0.05, "f": 0.0},
+        {"a": 0.8, "b": 0.3, "c": 0.1, "d": 0.2, "e": 0.0, "f": 0.0},
+    ]
     rewards = [{"f": 0.25, "g": 0.25}, {"f": 0.0}]
     got = classify(initial, finals, rewards)
     assert got == {"no_reward": ["f"], "unlearnable": ["c", "e"], "learnable": ["b"], "easy": ["a", "e"]}
@@ -156,8 +182,14 @@ def test_block_means_by_hand():
     got = block_means(sim, ["easy", "easy", "unlearnable"])
     assert got["easy|easy"] == pytest.approx(0.5) and got["easy|unlearnable"] == pytest.approx(0.2)
     assert got["unlearnable|unlearnable"] is None and got["easy|learnable"] is None
-    assert set(got) == {"easy|easy", "easy|learnable", "easy|unlearnable", "learnable|learnable",
-                        "learnable|unlearnable", "unlearnable|unlearnable"}
+    assert set(got) == {
+        "easy|easy",
+        "easy|learnable",
+        "easy|unlearnable",
+        "learnable|learnable",
+        "learnable|unlearnable",
+        "unlearnable|unlearnable",
+    }
 
 
 def test_pick_correct_caps_and_is_seeded():
@@ -175,8 +207,11 @@ def test_sample_blocks_caps_each_block_in_order():
 
 def test_max_rewards_over_steps():
     # "x": max(0.0, 0.5) = 0.5; "y": only 0.0 -> 0.0 (a no_reward prompt)
-    rows = [{"step": 1, "key": "x", "reward": 0.0}, {"step": 1, "key": "y", "reward": 0.0},
-            {"step": 2, "key": "x", "reward": 0.5}]
+    rows = [
+        {"step": 1, "key": "x", "reward": 0.0},
+        {"step": 1, "key": "y", "reward": 0.0},
+        {"step": 2, "key": "x", "reward": 0.5},
+    ]
     assert max_rewards(rows) == {"x": 0.5, "y": 0.0}
 
 
@@ -191,13 +226,15 @@ def test_lora_targets_are_peft_defaults_for_llama():
 def _fake_run(root, name, keys, before, after, rewards, problems):
     run = root / name
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(yaml.safe_dump({"task": "arithmetic", "task_options": {}, "eval_seed": 0,
-                                                    "final_eval_problems": problems}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({"task": "arithmetic", "task_options": {}, "eval_seed": 0, "final_eval_problems": problems})
+    )
     rows = lambda cs: "".join(json.dumps({"key": k, "c": c, "n": 20}) + "\n" for k, c in zip(keys, cs))  # noqa: E731
     (run / "before.items.jsonl").write_text(rows(before))
     (run / "after.items.jsonl").write_text(rows(after))
-    (run / "prompt_rewards.jsonl").write_text("".join(json.dumps({"step": 1, "key": k, "reward": r}) + "\n"
-                                                      for k, r in rewards.items()))
+    (run / "prompt_rewards.jsonl").write_text(
+        "".join(json.dumps({"step": 1, "key": k, "reward": r}) + "\n" for k, r in rewards.items())
+    )
     return run
 
 
@@ -231,8 +268,9 @@ def test_command_on_fake_runs_writes_json_and_png(tmp_path):
     a = _fake_run(tmp_path, "a", keys, [10, 10, 0, 0, 0, 0], [12, 15, 10, 1, 10, 0], {keys[5]: 0.5}, 6)
     b = _fake_run(tmp_path, "b", keys, [10, 10, 0, 0, 0, 0], [11, 14, 10, 2, 0, 0], {keys[5]: 0.0}, 6)
     out = tmp_path / "diag" / "unl.json"
-    res = CliRunner().invoke(app, ["diagnose", "unlearnable", "--runs", f"{a},{b}", "--out", str(out),
-                                   "--rollouts", "4", "--per-class", "1"])
+    res = CliRunner().invoke(
+        app, ["diagnose", "unlearnable", "--runs", f"{a},{b}", "--out", str(out), "--rollouts", "4", "--per-class", "1"]
+    )
     assert res.exit_code == 0, res.output
     got = json.loads(out.read_text())
     assert got["counts"] == {"no_reward": 1, "unlearnable": 1, "learnable": 1, "easy": 2}
@@ -247,13 +285,15 @@ def test_command_on_fake_runs_writes_json_and_png(tmp_path):
     png = out.with_suffix(".png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     import matplotlib.image
+
     img = matplotlib.image.imread(out.with_suffix(".png"))
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
 def test_command_refuses_missing_run(tmp_path):
-    res = CliRunner().invoke(app, ["diagnose", "unlearnable", "--runs", str(tmp_path / "nope"), "--out",
-                                   str(tmp_path / "x.json")])
+    res = CliRunner().invoke(
+        app, ["diagnose", "unlearnable", "--runs", str(tmp_path / "nope"), "--out", str(tmp_path / "x.json")]
+    )
     assert res.exit_code != 0 and "nope" in (res.output + str(res.exception))
 
 
@@ -265,9 +305,13 @@ def test_prompt_reward_lines_first_round_groups_only():
     from reasonrl.loop.run import prompt_reward_lines
     from reasonrl.tasks import Item
 
-    b = Batch(items=[Item("1+2", "1+2=?\n", "3"), Item("3+4", "3+4=?\n", "7")], ro=None,
-              rewards=torch.tensor([[1.0, 0.0], [1.0, 1.0]]), correct=torch.tensor([[1, 0], [1, 1]]),
-              kinds=torch.tensor([0, 1]))
+    b = Batch(
+        items=[Item("1+2", "1+2=?\n", "3"), Item("3+4", "3+4=?\n", "7")],
+        ro=None,
+        rewards=torch.tensor([[1.0, 0.0], [1.0, 1.0]]),
+        correct=torch.tensor([[1, 0], [1, 1]]),
+        kinds=torch.tensor([0, 1]),
+    )
     lines = [json.loads(x) for x in prompt_reward_lines(7, b).splitlines()]
     assert lines == [{"step": 7, "key": "1+2", "reward": 0.5, "accuracy": 0.5}]
 
@@ -278,8 +322,16 @@ def test_saved_gradients_reused_only_with_the_same_setting(tmp_path):
 
     setting = {"model": None, "rollouts": 8, "max_correct": 20, "temperature": 0.7, "seed": 0}
     path = tmp_path / "x.gradients.pt"
-    torch.save({"setting": setting, "names": ["w"], "grads": {"a": torch.tensor([1.0, 2.0]).half()},
-                "kept": {"a": 3}, "dropped": {"b": "all 8 rollouts wrong"}}, path)
+    torch.save(
+        {
+            "setting": setting,
+            "names": ["w"],
+            "grads": {"a": torch.tensor([1.0, 2.0]).half()},
+            "kept": {"a": 3},
+            "dropped": {"b": "all 8 rollouts wrong"},
+        },
+        path,
+    )
     got = load_gradients(path, setting)
     assert got.grads["a"].tolist() == [1.0, 2.0] and got.kept == {"a": 3} and "b" in got.dropped
     assert load_gradients(path, {**setting, "rollouts": 16}).grads == {}  # another setting: recomputed

@@ -1,6 +1,7 @@
 """The masked-diffusion LM (reasonrl.models.diffusion) and its LLaDA-style sampler (reasonrl.rollout.diffusion):
 seeded determinism, no mask left in a finished canvas, d1's one-step scores equal to the behaviour log-probs, the
 ELBO surrogate on a toy model with fixed logits worked by hand, and the save/load round trip."""
+
 import math
 
 import pytest
@@ -26,7 +27,9 @@ def small_mdlm():
 
 def test_llada_transfer_schedule_splits_a_block_evenly_remainder_first():
     # 8 positions over 3 steps: 8 = 3 + 3 + 2 (LLaDA's get_num_transfer_tokens)
-    assert transfer_counts(8, 3) == [3, 3, 2] and transfer_counts(8, 4) == [2, 2, 2, 2] and sum(transfer_counts(5, 5)) == 5
+    assert (
+        transfer_counts(8, 3) == [3, 3, 2] and transfer_counts(8, 4) == [2, 2, 2, 2] and sum(transfer_counts(5, 5)) == 5
+    )
 
 
 def test_sampler_is_deterministic_under_a_seed_and_leaves_no_mask(small_mdlm):
@@ -45,7 +48,7 @@ def test_sampler_is_deterministic_under_a_seed_and_leaves_no_mask(small_mdlm):
         assert all(r in ("eos", "length") for r in ro.finish_reasons)
     # a row's sample depends on its seed alone: the second prompt alone gives its rows of the joint call
     alone = engine.generate(PROMPTS[1:2], 3, sp, seeds=[12])
-    assert torch.equal(alone.completion_ids, a.completion_ids[3:6, :alone.completion_ids.shape[1]])
+    assert torch.equal(alone.completion_ids, a.completion_ids[3:6, : alone.completion_ids.shape[1]])
 
 
 def test_commit_fills_every_masked_position_of_a_block_and_never_a_committed_one():
@@ -66,19 +69,26 @@ def test_commit_fills_every_masked_position_of_a_block_and_never_a_committed_one
 def test_behaviour_logprobs_are_the_one_step_scores_of_the_trainer(small_mdlm):
     # diffu-GRPO's ratio is 1 on-policy: the sampler's log-probs are what score_completions gives the model
     model, tok = small_mdlm
-    ro = engine_for(model, tok).generate(PROMPTS, 2, SamplingParams(temperature=0.8, max_new_tokens=16), seeds=[1, 2, 3])
+    ro = engine_for(model, tok).generate(
+        PROMPTS, 2, SamplingParams(temperature=0.8, max_new_tokens=16), seeds=[1, 2, 3]
+    )
     with torch.no_grad():
-        lp, ent = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                    temperature=0.8)
+        lp, ent = score_completions(
+            model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, temperature=0.8
+        )
     assert torch.allclose(lp, ro.logprobs, atol=1e-5)
     assert torch.allclose(ent, ro.entropies, atol=1e-4)
     # the value does not depend on how wide the completions are trimmed (the canvas is fixed)
     T = int(ro.completion_mask.sum(-1).max())
     with torch.no_grad():
-        lp_wide, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask,
-                                       torch.cat([ro.completion_ids[:, :T], torch.zeros(6, 16 - T, dtype=torch.long)], 1),
-                                       torch.cat([ro.completion_mask[:, :T], torch.zeros(6, 16 - T, dtype=torch.long)], 1),
-                                       temperature=0.8)
+        lp_wide, _ = score_completions(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            torch.cat([ro.completion_ids[:, :T], torch.zeros(6, 16 - T, dtype=torch.long)], 1),
+            torch.cat([ro.completion_mask[:, :T], torch.zeros(6, 16 - T, dtype=torch.long)], 1),
+            temperature=0.8,
+        )
     assert torch.allclose(lp_wide[:, :T], lp[:, :T], atol=1e-6)
 
 
@@ -98,14 +108,27 @@ class FixedLogits(DiffusionLM):
 
 
 def test_elbo_on_a_toy_model_with_fixed_logits_matches_a_hand_computation():
-    cfg = DiffusionConfig(vocab_size=5, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8,
-                          pad_token_id=0, eos_token_id=1, mask_token_id=4, canvas=4, block_length=4, steps=2)
+    cfg = DiffusionConfig(
+        vocab_size=5,
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=8,
+        pad_token_id=0,
+        eos_token_id=1,
+        mask_token_id=4,
+        canvas=4,
+        block_length=4,
+        steps=2,
+    )
     toy = FixedLogits(cfg)
     # the completion "a b" then EOS: canvas [a, b, eos, eos] = [2, 3, 1, 1]; the response is its first 3 tokens
     comp, cmask = torch.tensor([[2, 3, 1]]), torch.tensor([[1, 1, 1]])
     # draw 1: t = 0.5, positions {0, 2} masked; draw 2: t = 0.25, position {1} masked
     masked = torch.tensor([[[True, False, True, False], [False, True, False, False]]])
-    logp = toy.masked_token_logp(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), comp, cmask, masked)
+    logp = toy.masked_token_logp(
+        torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), comp, cmask, masked
+    )
     # p(a) = p(b) = 0.25 -> ln 0.25 = -1.386294; p(eos) = 0.5 -> ln 0.5 = -0.693147 (the 1e-9 entries change neither)
     assert torch.allclose(logp[0, 0], torch.tensor([-1.386294, -1.386294, -0.693147, -0.693147]), atol=1e-5)
     scored = torch.tensor([[1, 1, 1, 0]])  # the response's 3 positions; the EOS fill at 3 is not scored
@@ -172,6 +195,7 @@ class _ScriptedMDLM:
 
     def __init__(self, remasking, split=False):
         from types import SimpleNamespace
+
         self.config = SimpleNamespace(canvas=4, block_length=2, steps=4, remasking=remasking, mask_token_id=15)
         self.split, self.seen, self.training = split, [], False
 
@@ -200,8 +224,9 @@ def _denoise(model, u, temperature):
     engine = DiffusionEngine.__new__(DiffusionEngine)
     engine.model, engine.device = model, torch.device("cpu")
     sp = SamplingParams(temperature=temperature, max_new_tokens=4)
-    canvas, _ = engine._denoise(torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), u, sp,
-                                sampler_opts(model.config))
+    canvas, _ = engine._denoise(
+        torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), u, sp, sampler_opts(model.config)
+    )
     return canvas[0].tolist()
 
 

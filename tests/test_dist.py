@@ -1,5 +1,6 @@
 """Data parallelism: keyed sampling, the rank split of generation, the gradient sum, and the
 acceptance test: the same run with 1 and 2 torchrun processes logs the same metrics."""
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,9 @@ def test_inverse_cdf_samples_follow_the_distribution():
     # 20000 draws of probs (0.1, 0.6, 0.3): each frequency within 4 binomial standard errors (<= 0.0139)
     gen = torch.Generator().manual_seed(0)
     probs = torch.tensor([[0.1, 0.6, 0.3]]).repeat(20000, 1)
-    freq = torch.bincount(inverse_cdf(probs, torch.rand(20000, generator=gen, dtype=torch.float64)), minlength=3) / 20000
+    freq = (
+        torch.bincount(inverse_cdf(probs, torch.rand(20000, generator=gen, dtype=torch.float64)), minlength=3) / 20000
+    )
     assert torch.allclose(freq, torch.tensor([0.1, 0.6, 0.3]), atol=4 * (0.6 * 0.4 / 20000) ** 0.5)
 
 
@@ -104,8 +107,11 @@ def test_the_gradient_sum_over_two_gloo_ranks(tmp_path):
         assert got["s"] == [3.0, 20.0]
 
 
-RECIPES = {"grpo": ["kl.coef=0.04"],  # a KL term: the reference log-probs of each rank's rows
-           "dapo": ["group_filter.max_rounds=2"], "mu_grpo": ["stages.count=2", "optim.mu=2"]}
+RECIPES = {
+    "grpo": ["kl.coef=0.04"],  # a KL term: the reference log-probs of each rank's rows
+    "dapo": ["group_filter.max_rounds=2"],
+    "mu_grpo": ["stages.count=2", "optim.mu=2"],
+}
 
 
 # FSDP sums each gradient shard by reduce-scatter, in another order than one process accumulates its
@@ -179,8 +185,14 @@ def test_a_sharded_checkpoint_resumes_in_one_process_and_sharded_again(tmp_path,
     # 2 sharded ranks write step 2; 1 process resumes it to step 3; 2 sharded ranks load step 3 into
     # their shards and finish: the metrics of one straight process (constant LR: the same schedule
     # whatever --steps each part was given; a KL term: the reference is saved and restored too)
-    extra = [f"--model={tiny_dir}", "optim.schedule=constant", "optim.warmup_steps=0", "kl.coef=0.04",
-             "micro_batch_size=4", "eval_every=0"]  # no eval: the middle part ends at step 3, where a run evaluates
+    extra = [
+        f"--model={tiny_dir}",
+        "optim.schedule=constant",
+        "optim.warmup_steps=0",
+        "kl.coef=0.04",
+        "micro_batch_size=4",
+        "eval_every=0",
+    ]  # no eval: the middle part ends at step 3, where a run evaluates
     straight = train_nproc(tmp_path, "grpo", 1, extra)
     out = tmp_path / "grpo-fsdp"
     base = [sys.executable, "-m", "reasonrl", "train", "--recipe=grpo", f"--out={out}", *DIST_SMALL, *extra, *FSDP]

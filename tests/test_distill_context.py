@@ -1,4 +1,5 @@
 """score_under_context: the completion's tokens read under another context, reduced in the forward."""
+
 from __future__ import annotations
 
 import torch
@@ -11,8 +12,9 @@ from reasonrl.rollout import HFEngine, SamplingParams
 
 def _rollouts(tiny_dir):
     model, tok = load_model(tiny_dir)
-    ro = HFEngine(model, tok).generate(["3+4=?", "12+30=?"], 2, SamplingParams(temperature=1.0, max_new_tokens=12),
-                                       seeds=[1, 2])
+    ro = HFEngine(model, tok).generate(
+        ["3+4=?", "12+30=?"], 2, SamplingParams(temperature=1.0, max_new_tokens=12), seeds=[1, 2]
+    )
     return model, tok, ro
 
 
@@ -28,13 +30,14 @@ def test_another_context_equals_an_unpadded_forward_of_context_plus_completion(t
     model, tok, ro = _rollouts(tiny_dir)
     contexts = ["Hint: add the ones first. 3+4=?"] * 2 + ["12+30=?"] * 2  # rows 2, 3 keep their own prompt
     ctx_ids, ctx_mask = encode_contexts(tok, contexts)
-    got = score_under_context(model, ctx_ids, ctx_mask, ro.completion_ids, ro.completion_mask, argmax=True,
-                              top_k=3, full=True, chunk_rows=1)
+    got = score_under_context(
+        model, ctx_ids, ctx_mask, ro.completion_ids, ro.completion_mask, argmax=True, top_k=3, full=True, chunk_rows=1
+    )
     for r in range(4):
         n = int(ro.completion_mask[r].sum())
         ids = torch.tensor(tok(contexts[r])["input_ids"] + ro.completion_ids[r, :n].tolist())[None]
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, -n - 1:-1]  # (n, V) the predictions of the completion tokens
+            logits = model(input_ids=ids).logits[0, -n - 1 : -1]  # (n, V) the predictions of the completion tokens
         logp = logits.log_softmax(-1)
         want = logp.gather(-1, ro.completion_ids[r, :n, None]).squeeze(-1)
         assert torch.allclose(got.logprobs[r, :n], want, atol=1e-5) and torch.all(got.logprobs[r, n:] == 0)

@@ -2,6 +2,7 @@
 gradient but through the loss, outside what the engines see, restored bit-exactly), the trajectory-balance term
 invariant to micro-batching inside the trainer, DISA's table (estimated in the run, read from `reasonrl disa
 estimate`, missing prompts named), and TraFL's coupled masks. The 3-step runs of every recipe are marked slow."""
+
 import copy
 import dataclasses
 import json
@@ -27,11 +28,23 @@ TASK = {"max_digits": 1}
 
 def trainer_for(name, model_tok, tmp_path, steps=3, micro=8, seed=0, pool=0, save_every=0, **changes):
     recipe = get_recipe(name)
-    recipe = dataclasses.replace(recipe, group_size=4, sampling=dataclasses.replace(recipe.sampling, max_new_tokens=24),
-                                 **changes)
-    cfg = TrainConfig(recipe=name, task="arithmetic", task_options=TASK, steps=steps, prompts_per_step=2, eval_every=0,
-                      save_every=save_every, final_eval_problems=0, micro_batch_size=micro, max_rows=64, seed=seed,
-                      data=DataOpts(pool=pool))
+    recipe = dataclasses.replace(
+        recipe, group_size=4, sampling=dataclasses.replace(recipe.sampling, max_new_tokens=24), **changes
+    )
+    cfg = TrainConfig(
+        recipe=name,
+        task="arithmetic",
+        task_options=TASK,
+        steps=steps,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=save_every,
+        final_eval_problems=0,
+        micro_batch_size=micro,
+        max_rows=64,
+        seed=seed,
+        data=DataOpts(pool=pool),
+    )
     model, tok = copy.deepcopy(model_tok[0]).train(), model_tok[1]
     return Trainer(model, tok, get_task("arithmetic", **TASK), recipe, cfg, tmp_path)
 
@@ -51,10 +64,14 @@ def test_the_log_z_head_is_a_part_module_in_its_own_adamw_group(sharp_tiny, tmp_
     names = {n for n, _ in tr.model.named_parameters()}
     # the engines and Ray pushes read named_parameters / state_dict: the head is in neither
     assert not any("log_z" in n or "net." in n for n in names) and not any("net." in k for k in tr.model.state_dict())
-    assert tr.engine.model is tr.model and not set(map(id, head.parameters())) & set(map(id, tr.engine.model.parameters()))
+    assert tr.engine.model is tr.model and not set(map(id, head.parameters())) & set(
+        map(id, tr.engine.model.parameters())
+    )
     assert not set(map(id, head.parameters())) & set(map(id, tr.ref.frozen.parameters()))  # nor the reference copy
     groups = {g["name"]: g for g in tr.opt.param_groups}
-    assert groups["policy"]["initial_lr"] == pytest.approx(5e-5) and groups["balance.log_z"]["initial_lr"] == pytest.approx(1e-3)
+    assert groups["policy"]["initial_lr"] == pytest.approx(5e-5) and groups["balance.log_z"][
+        "initial_lr"
+    ] == pytest.approx(1e-3)
     assert {id(p) for p in groups["balance.log_z"]["params"]} == {id(p) for p in head.parameters()}
     # FlowRL's head: (Linear, GELU, LayerNorm, Dropout 0.1) x 2, Linear -> 1 on the hidden size
     assert [type(m).__name__ for m in head.net] == ["Linear", "GELU", "LayerNorm", "Dropout"] * 2 + ["Linear"]
@@ -105,8 +122,9 @@ def test_trajectory_balance_step_is_invariant_to_micro_batching_in_the_trainer(s
 
 
 def test_disa_estimates_its_table_before_the_first_update_and_reads_it(sharp_tiny, tmp_path):
-    tr = trainer_for("disa", sharp_tiny, tmp_path, pool=4, balance=TrajectoryBalance(log_z="table", reward="raw",
-                                                                                    proposals=2))
+    tr = trainer_for(
+        "disa", sharp_tiny, tmp_path, pool=4, balance=TrajectoryBalance(log_z="table", reward="raw", proposals=2)
+    )
     m = tr.train_step()
     table = ZTable.from_state(tr.batches.parts.state("balance")["table"])
     assert len(table.rows) == 4 and table.header["beta"] == 15.0
@@ -123,6 +141,7 @@ def test_disa_estimate_writes_tables_of_the_recipes_beta():
     import inspect
 
     from reasonrl.commands.disa import estimate_cmd
+
     params = inspect.signature(estimate_cmd).parameters
     assert all(params[k].default.default is None for k in ("beta", "temperature", "length_norm", "pool", "proposals"))
     assert get_recipe("disa").balance.beta == 1.0 and get_recipe("disa").sampling.temperature == 0.8
@@ -137,18 +156,30 @@ def _batch(items, G=2):
 
 def test_prompts_missing_from_the_table_are_named_or_skipped(tmp_path):
     items = [Item(key=f"k{i}", prompt=f"{i}+1=?\n", answer=str(i + 1)) for i in range(7)]
-    path = write_table(tmp_path / "z.jsonl", {"beta": 15.0, "length_norm": True},
-                       [ZRow("k0", prompt_hash(items[0].prompt), 0.5, 2.0, 1.5, 0.5, 2)])
+    path = write_table(
+        tmp_path / "z.jsonl",
+        {"beta": 15.0, "length_norm": True},
+        [ZRow("k0", prompt_hash(items[0].prompt), 0.5, 2.0, 1.5, 0.5, 2)],
+    )
     table = read_table(path)
     ro, rewards = _batch(items)
     ref = SimpleNamespace(score_completions=lambda *a, **k: (torch.zeros(ro.completion_ids.shape), None))
     part = TrajectoryBalance(log_z="table", reward="raw", table=str(path))
     excluded = []  # the rows the part takes out of the loss (its declared exclude_rows)
-    ctx = batch_context(items=items, rollouts=ro, rewards=rewards, reference=lambda: nullcontext(ref), micro=64,
-                        exclude_rows=excluded.append, state={"table": table.state(), "table_summary": {"ess_mean": 2.0, "ess_min": 2.0,
-                                                                         "ess_tilted_mean": 1.5}})
-    with pytest.raises(UserError, match=r"6 prompt\(s\) of this batch are missing from the DISA table .*z.jsonl: "
-                                        r"'k1', 'k2', 'k3', 'k4', 'k5' and 1 more"):
+    ctx = batch_context(
+        items=items,
+        rollouts=ro,
+        rewards=rewards,
+        reference=lambda: nullcontext(ref),
+        micro=64,
+        exclude_rows=excluded.append,
+        state={"table": table.state(), "table_summary": {"ess_mean": 2.0, "ess_min": 2.0, "ess_tilted_mean": 1.5}},
+    )
+    with pytest.raises(
+        UserError,
+        match=r"6 prompt\(s\) of this batch are missing from the DISA table .*z.jsonl: "
+        r"'k1', 'k2', 'k3', 'k4', 'k5' and 1 more",
+    ):
         part.score_batch(ctx)
     _, m = dataclasses.replace(part, missing="skip").score_batch(ctx)
     # k0 (group 0, rows 0-1) is in the table; the 6 others' rows 2..13 (G = 2) leave the loss
@@ -158,8 +189,11 @@ def test_prompts_missing_from_the_table_are_named_or_skipped(tmp_path):
 
 def test_a_table_of_another_beta_or_prompt_text_is_refused(tmp_path):
     item = Item(key="k0", prompt="1+1=?\n", answer="2")
-    path = write_table(tmp_path / "z.jsonl", {"beta": 10.0, "length_norm": True},
-                       [ZRow("k0", prompt_hash("other text"), 0.5, 2.0, 1.5, 0.5, 2)])
+    path = write_table(
+        tmp_path / "z.jsonl",
+        {"beta": 10.0, "length_norm": True},
+        [ZRow("k0", prompt_hash("other text"), 0.5, 2.0, 1.5, 0.5, 2)],
+    )
     with pytest.raises(UserError, match="beta=10.0 in the table, 15.0 here"):
         read_table(path).check(15.0, True, 1.0)
     with pytest.raises(UserError, match="prompt key 'k0' was estimated on another prompt text"):
@@ -207,17 +241,35 @@ def test_trafl_policy_and_reference_score_under_identical_masks():
     ro.completion_ids, ro.completion_mask = ro.completion_ids[:, :6], ro.completion_mask[:, :6]
     ref, policy = SpyDiffusion(-1.0), SpyDiffusion(-0.5)
     part = TrajectoryBalance(surrogate="elbo", weight="one", log_z="table", mc=2)
-    ctx = batch_context(items=items, rollouts=ro, rewards=rewards, reference=lambda: nullcontext(ref), micro=3,
-                        policy=policy, state={"table": ZTable.of({}, [ZRow(it.key, prompt_hash(it.prompt), 0.0, 1, 1,
-                                                                                1, 1) for it in items]).state(),
-                                              "table_summary": {"ess_mean": 1, "ess_min": 1, "ess_tilted_mean": 1}})
+    ctx = batch_context(
+        items=items,
+        rollouts=ro,
+        rewards=rewards,
+        reference=lambda: nullcontext(ref),
+        micro=3,
+        policy=policy,
+        state={
+            "table": ZTable.of({}, [ZRow(it.key, prompt_hash(it.prompt), 0.0, 1, 1, 1, 1) for it in items]).state(),
+            "table_summary": {"ess_mean": 1, "ess_min": 1, "ess_tilted_mean": 1},
+        },
+    )
     part.score_batch(ctx)
     masks = torch.cat(ref.seen)  # (4, K=2, 6): the reference in micro-chunks of 3 rows
     assert masks.shape == (4, 2, 6) and torch.equal(masks, ctx.data.rows["elbo_mask"])
     batch = SimpleNamespace(ro=ro, rewards=rewards, advantages=torch.zeros(4), items=items)
     rows = torch.tensor([3, 1])
-    loss, m = part.loss_term(loss_context(logp=torch.zeros(2, 6), mask=torch.ones(2, 6), batch=batch, rows=rows,
-                                          model=policy, n_seqs=4, data=ctx.data, state=ctx.state))
+    loss, m = part.loss_term(
+        loss_context(
+            logp=torch.zeros(2, 6),
+            mask=torch.ones(2, 6),
+            batch=batch,
+            rows=rows,
+            model=policy,
+            n_seqs=4,
+            data=ctx.data,
+            state=ctx.state,
+        )
+    )
     assert torch.equal(policy.seen[0], masks[rows])  # the policy's masks for rows 3 and 1 are the reference's
     assert math.isfinite(float(loss.detach())) and "balance/logp_gap_term" in m
 
@@ -238,11 +290,12 @@ def test_three_step_runs_resume_exactly(name, sharp_tiny, tmp_path):
     again = trainer_for(name, sharp_tiny, tmp_path / "cut", pool=pool)
     assert again.resume() == 1
     again.train()
-    for (k, v) in whole.model.state_dict().items():
+    for k, v in whole.model.state_dict().items():
         assert torch.equal(v, again.model.state_dict()[k]), k
     for k, v in whole.modules.get("balance", {}).items():  # the log Z head, where the recipe has one
-        assert all(torch.equal(x, again.modules["balance"][k].module.state_dict()[n])
-                   for n, x in v.module.state_dict().items()), k
+        assert all(
+            torch.equal(x, again.modules["balance"][k].module.state_dict()[n]) for n, x in v.module.state_dict().items()
+        ), k
 
 
 def _estimate_cli(*args):
@@ -257,9 +310,10 @@ def _estimate_cli(*args):
 
 def test_disa_estimate_command_writes_a_table_the_recipe_reads(tiny_dir, tmp_path):
     out = tmp_path / "z.jsonl"
-    res = _estimate_cli("--out", out, "--reference", tiny_dir, "--pool", 3, "--proposals", 2, "--task-opt",
-                        "max_digits=1", "--json")
-    summary = json.loads(res.stdout[res.stdout.index("{"):])
+    res = _estimate_cli(
+        "--out", out, "--reference", tiny_dir, "--pool", 3, "--proposals", 2, "--task-opt", "max_digits=1", "--json"
+    )
+    summary = json.loads(res.stdout[res.stdout.index("{") :])
     assert summary["prompts"] == 3.0 and summary["ess_min"] == pytest.approx(2.0, abs=1e-3)  # weights all 1: ESS = N
     table = read_table(out)
     assert table.header["beta"] == get_recipe("disa").balance.beta == 1.0 and table.header["proposals"] == 2
@@ -273,8 +327,11 @@ def test_disa_estimate_command_writes_a_table_the_recipe_reads(tiny_dir, tmp_pat
 def test_disa_estimate_refuses_bad_input_before_loading(tmp_path, capsys):
     from reasonrl import cli
 
-    for args, said in ((["--recipe", "grpo"], "recipe 'grpo' reads no log Z table"),
-                       (["--beta", "0"], "'balance.beta' = 0.0"), (["--reference", tmp_path / "nothing"], "nothing")):
+    for args, said in (
+        (["--recipe", "grpo"], "recipe 'grpo' reads no log Z table"),
+        (["--beta", "0"], "'balance.beta' = 0.0"),
+        (["--reference", tmp_path / "nothing"], "nothing"),
+    ):
         with pytest.raises(SystemExit) as exit_:
             cli.main(["disa", "estimate", "--out", str(tmp_path / "z.jsonl"), *map(str, args)])
         err = capsys.readouterr().err
@@ -288,8 +345,19 @@ def test_disa_estimate_scores_with_the_recipes_reward(tiny_dir, tmp_path):
     and N = 2 proposals of which k are right, log Z_hat = ln((k e^0.5 + (2 - k)) / 2):
     k = 0: ln(1) = 0; k = 1: ln((1.648721 + 1) / 2) = ln(1.324361) = 0.280929; k = 2: 0.5 (reward_mean 0.5 k / 2)."""
     out = tmp_path / "z.jsonl"
-    _estimate_cli("--out", out, "--reference", tiny_dir, "--pool", 6, "--proposals", 2, "--task-opt", "max_digits=1",
-                  "task_reward_weight=0.5")
+    _estimate_cli(
+        "--out",
+        out,
+        "--reference",
+        tiny_dir,
+        "--pool",
+        6,
+        "--proposals",
+        2,
+        "--task-opt",
+        "max_digits=1",
+        "task_reward_weight=0.5",
+    )
     rows = list(read_table(out).rows.values())
     hand = {0.0: 0.0, 0.25: 0.280929, 0.5: 0.5}
     assert {r.reward_mean for r in rows} <= set(hand) and any(r.reward_mean > 0 for r in rows)
@@ -311,9 +379,20 @@ def test_disa_estimate_renders_the_runs_prompts_within_its_budget(chat_model_dir
 
     monkeypatch.setattr(HFEngine, "generate", spy)
     out = tmp_path / "z.jsonl"
-    _estimate_cli("--out", out, "--reference", chat_model_dir, "--pool", 2, "--proposals", 2, "--task-opt",
-                  "max_digits=1", "sampling.max_new_tokens=5")
-    (prompts, budget, n), = seen
+    _estimate_cli(
+        "--out",
+        out,
+        "--reference",
+        chat_model_dir,
+        "--pool",
+        2,
+        "--proposals",
+        2,
+        "--task-opt",
+        "max_digits=1",
+        "sampling.max_new_tokens=5",
+    )
+    ((prompts, budget, n),) = seen
     assert budget == 5 and n == 2 and len(prompts) == 2
     assert all(p.startswith("<|im_start|>") and p.endswith("<|im_start|>assistant\n") for p in prompts), prompts
     assert len(read_table(out).rows) == 2

@@ -1,4 +1,5 @@
 """Token divergences, numbers worked by hand (natural logs)."""
+
 from __future__ import annotations
 
 import math
@@ -17,23 +18,28 @@ P_T, P_S = logits(0.8, 0.2), logits(0.5, 0.5)
 ONE = torch.ones(1, 1)
 
 
-@pytest.mark.parametrize("kind,beta,expected", [
-    # KL(T||S) = 0.8 ln(0.8/0.5) + 0.2 ln(0.2/0.5) = 0.8(0.470004) + 0.2(-0.916291) = 0.192745
-    ("forward_kl", 0.5, 0.192745),
-    # KL(S||T) = 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2) = 0.5(-0.470004) + 0.5(0.916291) = 0.223144
-    ("reverse_kl", 0.5, 0.223144),
-    # beta 0.5: M = (0.65, 0.35); KL(T||M) = 0.8 ln(0.8/0.65) + 0.2 ln(0.2/0.35) = 0.166111 - 0.111923 = 0.054188;
-    # KL(S||M) = 0.5 ln(0.5/0.65) + 0.5 ln(0.5/0.35) = -0.131182 + 0.178337 = 0.047155; mean: 0.050672
-    ("jsd", 0.5, 0.050672),
-    # beta 0.25: M = 0.25 T + 0.75 S = (0.575, 0.425); KL(T||M) = 0.264194 - 0.150754 = 0.113439;
-    # KL(S||M) = -0.069881 + 0.081260 = 0.011379; 0.25 * 0.113439 + 0.75 * 0.011379 = 0.036894
-    ("jsd", 0.25, 0.036894),
-    ("jsd", 0.0, 0.192745),  # beta 0 is defined as forward KL (TRL's GKD convention)
-    ("jsd", 1.0, 0.223144),  # beta 1 as reverse KL
-])
+@pytest.mark.parametrize(
+    "kind,beta,expected",
+    [
+        # KL(T||S) = 0.8 ln(0.8/0.5) + 0.2 ln(0.2/0.5) = 0.8(0.470004) + 0.2(-0.916291) = 0.192745
+        ("forward_kl", 0.5, 0.192745),
+        # KL(S||T) = 0.5 ln(0.5/0.8) + 0.5 ln(0.5/0.2) = 0.5(-0.470004) + 0.5(0.916291) = 0.223144
+        ("reverse_kl", 0.5, 0.223144),
+        # beta 0.5: M = (0.65, 0.35); KL(T||M) = 0.8 ln(0.8/0.65) + 0.2 ln(0.2/0.35) = 0.166111 - 0.111923 = 0.054188;
+        # KL(S||M) = 0.5 ln(0.5/0.65) + 0.5 ln(0.5/0.35) = -0.131182 + 0.178337 = 0.047155; mean: 0.050672
+        ("jsd", 0.5, 0.050672),
+        # beta 0.25: M = 0.25 T + 0.75 S = (0.575, 0.425); KL(T||M) = 0.264194 - 0.150754 = 0.113439;
+        # KL(S||M) = -0.069881 + 0.081260 = 0.011379; 0.25 * 0.113439 + 0.75 * 0.011379 = 0.036894
+        ("jsd", 0.25, 0.036894),
+        ("jsd", 0.0, 0.192745),  # beta 0 is defined as forward KL (TRL's GKD convention)
+        ("jsd", 1.0, 0.223144),  # beta 1 as reverse KL
+    ],
+)
 def test_divergences_on_a_two_token_vocabulary(kind, beta, expected):
     loss, m = token_divergence(P_S, P_T, ONE, kind=kind, beta=beta)
-    assert float(loss) == pytest.approx(expected, abs=1e-6) and m["distill/divergence"] == pytest.approx(expected, abs=1e-6)
+    assert float(loss) == pytest.approx(expected, abs=1e-6) and m["distill/divergence"] == pytest.approx(
+        expected, abs=1e-6
+    )
 
 
 def test_the_forward_kl_gradient_in_the_student_logits_is_p_s_minus_p_t():

@@ -1,5 +1,6 @@
 """The docs' tables that list things are generated (python -m reasonrl.docs_tables): the committed
 README.md, docs/recipes.md and docs/parts.md must be what the registry and the package tree say."""
+
 import dataclasses
 import shutil
 

@@ -1,4 +1,5 @@
 """Drafts reaching training: DraftTask (data/draft_task.py), the Drafts part, the drafter, the config keys."""
+
 import dataclasses
 import json
 
@@ -37,8 +38,13 @@ def test_mismatched_wrong_train_items_carry_another_problems_wrong_draft(tmp_pat
         src = ITEMS[perm[i]]
         # the verifier judged the unflagged drafts: the wrong one (tier 1) is chosen
         assert got.prompt == draft_prompt(problem_text(it), wrong_draft(src))
-        assert got.meta["draft"] == {"mode": "mismatched_wrong", "source": src.key, "tier": 1, "correct": False,
-                                     "answer": str(int(src.answer) + 1)}
+        assert got.meta["draft"] == {
+            "mode": "mismatched_wrong",
+            "source": src.key,
+            "tier": 1,
+            "correct": False,
+            "answer": str(int(src.answer) + 1),
+        }
         assert got.answer == it.answer and got.demo == it.demo  # the problem's own reference stays
     assert problem_text(ITEMS[0]) == "55+187=?"  # the prompt's trailing newline is not part of {problem}
 
@@ -49,13 +55,19 @@ def test_other_modes_and_the_na_test_items(tmp_path):
     assert all(matched[it.key].prompt == draft_prompt(problem_text(it), wrong_draft(it)) for it in ITEMS)
     right = {it.key: it for it in first_epoch(DraftTask(TASK, path, "mismatched_correct"), 5)}
     perm = derangement(5, 0)
-    assert all(right[it.key].prompt == draft_prompt(problem_text(it), ITEMS[perm[i]].demo) for i, it in enumerate(ITEMS))
+    assert all(
+        right[it.key].prompt == draft_prompt(problem_text(it), ITEMS[perm[i]].demo) for i, it in enumerate(ITEMS)
+    )
     none = {it.key: it for it in first_epoch(DraftTask(TASK, path, "no_draft"), 5)}
     assert all(none[it.key].prompt == draft_prompt(problem_text(it), None) for it in ITEMS)
     test = next(DraftTask(TASK, path, "mismatched_wrong").iter_items("test", 0))
     plain = next(TASK.iter_items("test", 0))
-    assert test.key == plain.key and test.prompt == f"Problem: {plain.prompt.rstrip()}\n\nThinking: N/A\n\n" + \
-        draft_prompt("", None).split("Thinking: N/A\n\n", 1)[1]
+    assert (
+        test.key == plain.key
+        and test.prompt
+        == f"Problem: {plain.prompt.rstrip()}\n\nThinking: N/A\n\n"
+        + draft_prompt("", None).split("Thinking: N/A\n\n", 1)[1]
+    )
 
 
 def test_no_file_no_draft_uses_the_tasks_stream_and_other_modes_need_a_file():
@@ -70,7 +82,9 @@ def test_no_file_no_draft_uses_the_tasks_stream_and_other_modes_need_a_file():
 
 def test_a_draft_for_an_unknown_problem_is_named(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"key": ITEMS[0].key, "draft": "x"}) + "\n" + json.dumps({"key": "1+1", "draft": "y"}) + "\n")
+    path.write_text(
+        json.dumps({"key": ITEMS[0].key, "draft": "x"}) + "\n" + json.dumps({"key": "1+1", "draft": "y"}) + "\n"
+    )
     with pytest.raises(UserError, match=r"'1\+1'.*not among the first 5040 train problems"):
         DraftTask(TASK, path, "mismatched_wrong")  # limit 20 x 2 keys + 5000
     assert [it.key for it in find_universe(TASK, [ITEMS[3].key, ITEMS[1].prompt], "f")] == [ITEMS[3].key, ITEMS[1].key]
@@ -92,8 +106,12 @@ def test_draft_metrics_hand_computed():
     m = draft_metrics(items, answers)
     # 3 of 4 prompts show a draft, 2 of them another problem's, 2 wrong ones; of the 6 completions under
     # a draft, 3 copy its answer ("5", "7", "7")
-    assert m == {"drafts/with_draft_frac": 0.75, "drafts/mismatched_frac": 0.5, "drafts/wrong_draft_frac": 0.5,
-                 "drafts/copy_frac": 0.5}
+    assert m == {
+        "drafts/with_draft_frac": 0.75,
+        "drafts/mismatched_frac": 0.5,
+        "drafts/wrong_draft_frac": 0.5,
+        "drafts/copy_frac": 0.5,
+    }
 
 
 def test_drafts_part_wraps_with_a_tokenizer_cap_and_reports_the_batch_drafts(tmp_path):
@@ -124,8 +142,10 @@ def test_config_keys_and_their_checks(tmp_path):
     assert any("'drafts.max_prompt_tokens' = 0" in p for p in found) and any("'drafts.seed' = -1" in p for p in found)
     found = problems(TrainConfig(), apply_overrides(recipe, {"drafts": {"mode": "nope", "template": "{problem}"}}))
     assert any("'drafts.mode' = 'nope'" in p for p in found)
-    assert any(p.startswith("config key 'drafts.template' = '{problem}'") and "needs the field(s) ['draft']" in p
-               for p in found)
+    assert any(
+        p.startswith("config key 'drafts.template' = '{problem}'") and "needs the field(s) ['draft']" in p
+        for p in found
+    )
     assert recipe.describe()["drafts"]["mode"] == "mismatched_wrong"
 
 
@@ -133,11 +153,21 @@ def test_quasi_correct_and_summary_hand_computed():
     assert quasi_correct("1+2+0=3\n3", "3") and quasi_correct("A:3", "3")
     assert not quasi_correct("1+2+0=3\nA:4", "3") and not quasi_correct("no number", "3")
     assert not quasi_correct("3", "x")  # a non-numeric answer is never quasi-correct by number
-    drafts = [DraftSample("a", "", True, True), DraftSample("a", "", False, False),
-              DraftSample("b", "", False, True), DraftSample("b", "", True, True)]
+    drafts = [
+        DraftSample("a", "", True, True),
+        DraftSample("a", "", False, False),
+        DraftSample("b", "", False, True),
+        DraftSample("b", "", True, True),
+    ]
     # 2 of 4 correct; 1 quasi only; problem a has a definitely wrong draft, b not; neither is all-correct
-    assert drafter_summary(drafts) == {"problems": 2.0, "drafts": 4.0, "draft_accuracy": 0.5, "quasi_only_frac": 0.25,
-                                       "problems_with_wrong_draft": 0.5, "problems_all_correct": 0.0}
+    assert drafter_summary(drafts) == {
+        "problems": 2.0,
+        "drafts": 4.0,
+        "draft_accuracy": 0.5,
+        "quasi_only_frac": 0.25,
+        "problems_with_wrong_draft": 0.5,
+        "problems_all_correct": 0.0,
+    }
 
 
 def test_make_drafts_with_a_tiny_drafter_round_trips_through_the_loader(sharp_tiny, tmp_path):
@@ -176,8 +206,17 @@ def test_drafts_recipe_trains_end_to_end(fresh_tiny_dir, tmp_path):
 
     path = write_drafts(tmp_path / "d.jsonl", take_items(TASK, "train", 8, seed=0), flags=True)
     recipe = apply_overrides(get_recipe("drafts"), {"group_size": 4, "drafts": {"file": str(path)}})
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="drafts", steps=3, prompts_per_step=2,
-                      eval_every=0, final_eval_problems=2, final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="drafts",
+        steps=3,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=2,
+        final_eval_k=0,
+        save_every=0,
+    )
     summary = train_run(cfg, recipe)
     rows = _metrics(tmp_path / "run")
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -219,6 +258,7 @@ def test_builtin_drafter_by_hand():
 def test_plain_share_mixes_plain_train_draws_and_keeps_na_test_items(tmp_path):
     """drafts warmstart --plain-rate: a share of train draws are the plain task's own items."""
     from reasonrl.data.draft_task import PlainShare
+
     drafts = DraftTask(TASK, write_drafts(tmp_path / "d.jsonl"), modes=MODES)
     mixed = PlainShare(drafts, 0.5, seed=0)
     stream = mixed.iter_items("train", 0)

@@ -1,10 +1,21 @@
 """Mismatched wrong drafts (spec distill-and-data.md section 9): tiers, derangement, template, modes."""
+
 import random
 
 import pytest
 
-from reasonrl.data.drafts import (NO_DRAFT, TEMPLATE, Draft, build_draft_dataset, choose_draft, derangement,
-                                  draft_prompt, draft_tier, fit_draft, template_problem)
+from reasonrl.data.drafts import (
+    NO_DRAFT,
+    TEMPLATE,
+    Draft,
+    build_draft_dataset,
+    choose_draft,
+    derangement,
+    draft_prompt,
+    draft_tier,
+    fit_draft,
+    template_problem,
+)
 
 WRONG, QUASI, RIGHT = Draft("w", False), Draft("q", False, quasi=True), Draft("r", True)
 
@@ -18,12 +29,15 @@ def test_spec_derangement_n5_seed0_has_no_fixed_point_and_is_a_permutation():
     assert perm == [2, 0, 1, 4, 3]
 
 
-@pytest.mark.parametrize("n,seed,expected", [
-    (4, 5, [1, 0, 3, 2]),  # shuffle [0, 1, 3, 2]: i=0 fixed, swapped with 1 -> [1, 0, 3, 2]
-    (4, 0, [3, 0, 1, 2]),  # shuffle [2, 0, 1, 3]: i=3 fixed, swapped with (3+1) mod 4 = 0 -> [3, 0, 1, 2]
-    (2, 0, [1, 0]),  # the only derangement of 2
-    (0, 0, []),
-])
+@pytest.mark.parametrize(
+    "n,seed,expected",
+    [
+        (4, 5, [1, 0, 3, 2]),  # shuffle [0, 1, 3, 2]: i=0 fixed, swapped with 1 -> [1, 0, 3, 2]
+        (4, 0, [3, 0, 1, 2]),  # shuffle [2, 0, 1, 3]: i=3 fixed, swapped with (3+1) mod 4 = 0 -> [3, 0, 1, 2]
+        (2, 0, [1, 0]),  # the only derangement of 2
+        (0, 0, []),
+    ],
+)
 def test_derangement_repairs_fixed_points_by_swaps(n, seed, expected):
     assert derangement(n, seed) == expected
 
@@ -67,9 +81,11 @@ def test_choose_draft_prefers_the_best_tier():
 
 
 def test_template_exact_text_and_na():
-    expected = ("Problem: 1+2=?\n\nThinking: 1+2+0=4\n\nThe thinking section may contain errors. Solve the math "
-                "problem step by step. Write your own correct solution. Put your final answer within \\boxed{}."
-                "\n\nCorrect Solution:")
+    expected = (
+        "Problem: 1+2=?\n\nThinking: 1+2+0=4\n\nThe thinking section may contain errors. Solve the math "
+        "problem step by step. Write your own correct solution. Put your final answer within \\boxed{}."
+        "\n\nCorrect Solution:"
+    )
     assert draft_prompt("1+2=?", "1+2+0=4") == expected
     # spec 9 (d): an empty draft is the same string as no draft, "Thinking: N/A"
     assert draft_prompt("1+2=?", "") == draft_prompt("1+2=?", None) == expected.replace("1+2+0=4", "N/A")

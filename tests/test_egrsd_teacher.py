@@ -8,6 +8,7 @@ Two facts the stubbed tests of test_selfteach.py cannot see:
   forward of the model under the template (checked by swapping the template's ``solution`` for
   the prompt in ``EGRSD.shape_advantages``: the weights differ).
 """
+
 import dataclasses
 import math
 
@@ -36,8 +37,14 @@ def setup():
     items = take_items(task, "train", 1, seed=0)
     ro = engine.generate([items[0].prompt], 2, SamplingParams(temperature=T, max_new_tokens=6), seeds=[11])
     bm = BatchMaker(task, recipe, engine, budget=6, seed=0)
-    b = Batch(items=items, ro=ro, rewards=torch.tensor([[1.0, 0.0]]), correct=torch.tensor([[1.0, 0.0]]),
-              loss_mask=ro.completion_mask.clone(), kinds=torch.tensor([0]))
+    b = Batch(
+        items=items,
+        ro=ro,
+        rewards=torch.tensor([[1.0, 0.0]]),
+        correct=torch.tensor([[1.0, 0.0]]),
+        loss_mask=ro.completion_mask.clone(),
+        kinds=torch.tensor([0]),
+    )
     return model, tok, task, items[0], ro, bm, b
 
 
@@ -60,7 +67,7 @@ def test_egrsd_weights_with_the_real_teacher_pass(setup, form):
         comp = ro.completion_ids[r, :n].tolist()
         ids = torch.tensor([tok(context, add_special_tokens=False)["input_ids"] + comp])
         with torch.no_grad():
-            logp = (model(input_ids=ids).logits[0, -n - 1:-1] / T).log_softmax(-1)  # (n, V)
+            logp = (model(input_ids=ids).logits[0, -n - 1 : -1] / T).log_softmax(-1)  # (n, V)
         q = logp[torch.arange(n), comp]
         H = -(logp.exp() * logp).sum(-1)
         s = ro.logprobs[r, :n]

@@ -1,5 +1,6 @@
 """Multi-turn episodes on token ids: the exact loss mask, no drift between turns, the caps and their
 rewards, and losses blind to observation tokens (values worked by hand on the char tokenizer)."""
+
 import math
 
 import pytest
@@ -35,9 +36,9 @@ class ScriptedPolicy:
         out = []
         for c in contexts:
             self.contexts.append(list(c))
-            prompt = next(p for p in self.script if tuple(c[:len(p)]) == p)
-            k = sum(1 for x in self.contexts if tuple(x[:len(prompt)]) == prompt) - 1
-            turn = self.script[prompt][k][:sampling.max_new_tokens]
+            prompt = next(p for p in self.script if tuple(c[: len(p)]) == p)
+            k = sum(1 for x in self.contexts if tuple(x[: len(prompt)]) == prompt) - 1
+            turn = self.script[prompt][k][: sampling.max_new_tokens]
             reason = "eos" if turn[-1] == EOS else "length"
             out.append(Turn(turn, [-(k + 1) / 10 - j / 100 for j in range(len(turn))], reason))
         return out
@@ -46,8 +47,16 @@ class ScriptedPolicy:
 def run(script, envs, limits=EpisodeLimits(), template="[{observation}]", budget=32):
     policy = ScriptedPolicy(script)
     fmt = ObservationFormat.build(TOK, template=template, marker="~")
-    eps = run_episodes(policy, envs, [ids(p) for p in script], SamplingParams(max_new_tokens=budget),
-                       list(range(len(envs))), limits, fmt, lambda x: TOK.decode(x, skip_special_tokens=True))
+    eps = run_episodes(
+        policy,
+        envs,
+        [ids(p) for p in script],
+        SamplingParams(max_new_tokens=budget),
+        list(range(len(envs))),
+        limits,
+        fmt,
+        lambda x: TOK.decode(x, skip_special_tokens=True),
+    )
     return eps, policy
 
 
@@ -120,8 +129,9 @@ def test_observation_is_middle_truncated_in_tokens_with_a_marker():
 
 def test_rows_of_episodes_survive_select_and_concat():
     env1, env2 = ScriptedEnv("Q", ["o"]), ScriptedEnv("R", ["r"])
-    eps, _ = run({"Q": [ids("a") + [EOS], ids("ANSWER:1") + [EOS]], "R": [ids("bb")]}, [env1, env2],
-                 EpisodeLimits(max_turns=1))
+    eps, _ = run(
+        {"Q": [ids("a") + [EOS], ids("ANSWER:1") + [EOS]], "R": [ids("bb")]}, [env1, env2], EpisodeLimits(max_turns=1)
+    )
     ro = episodes_to_rollouts(eps, ["Q", "R"], 1, 0, ["", ""], fixed_rewards(eps, {"turns": -1.0}))
     assert [e.finish_reason for e in eps] == ["turns", "turns"]
     one = select_rows(ro, [1])
@@ -135,14 +145,22 @@ def test_rows_of_episodes_survive_select_and_concat():
 
 def _two_episode_batch():
     envs = [ScriptedEnv("Q", ["xyz"]), ScriptedEnv("R", ["w"])]
-    eps, _ = run({"Q": [ids("ab") + [EOS], ids("ANSWER:1") + [EOS]],
-                  "R": [ids("c") + [EOS], ids("ANSWER:22") + [EOS]]}, envs)
+    eps, _ = run(
+        {"Q": [ids("ab") + [EOS], ids("ANSWER:1") + [EOS]], "R": [ids("c") + [EOS], ids("ANSWER:22") + [EOS]]}, envs
+    )
     return episodes_to_rollouts(eps, ["Q", "R"], 2, 0, [e.answer for e in eps])
 
 
-@pytest.mark.parametrize("loss", [GRPO.loss, PolicyLoss(agg="token-mean"), PolicyLoss(ratio="sequence"),
-                                  PolicyLoss(trust_region="cispo", agg="token-mean")],
-                         ids=["grpo", "token-mean", "gspo", "cispo"])
+@pytest.mark.parametrize(
+    "loss",
+    [
+        GRPO.loss,
+        PolicyLoss(agg="token-mean"),
+        PolicyLoss(ratio="sequence"),
+        PolicyLoss(trust_region="cispo", agg="token-mean"),
+    ],
+    ids=["grpo", "token-mean", "gspo", "cispo"],
+)
 def test_observation_logprobs_do_not_change_the_loss(loss):
     ro = _two_episode_batch()
     mask = trained_tokens(ro).float()  # (2, T)
@@ -174,8 +192,16 @@ def test_engine_turns_are_rescored_to_their_behaviour_logprobs():
     envs = [ScriptedEnv("1+2=", ["wrong, try again"] * 3) for _ in range(2)]
     prompts = [list(tok("1+2=")["input_ids"])] * 2
     fmt = ObservationFormat.build(tok, template="\nObs: {observation}\n")
-    eps = run_episodes(EngineTurns(engine), envs, prompts, SamplingParams(max_new_tokens=6), [3, 4],
-                       EpisodeLimits(max_turns=3), fmt, lambda x: tok.decode(x, skip_special_tokens=True))
+    eps = run_episodes(
+        EngineTurns(engine),
+        envs,
+        prompts,
+        SamplingParams(max_new_tokens=6),
+        [3, 4],
+        EpisodeLimits(max_turns=3),
+        fmt,
+        lambda x: tok.decode(x, skip_special_tokens=True),
+    )
     ro = episodes_to_rollouts(eps, ["1+2="] * 2, 2, tok.pad_token_id, ["", ""])
     assert all(e.turns == 3 and e.finish_reason == "turns" for e in eps)
     with torch.no_grad():
@@ -191,6 +217,7 @@ class EnvTask:
 
     def __init__(self, answers: bool):
         from reasonrl.tasks import get_task
+
         self.base, self.answers = get_task("arithmetic", max_digits=1), answers
 
     def __getattr__(self, name):
@@ -251,17 +278,23 @@ def test_evaluation_of_a_task_with_environments_runs_its_episodes(answers):
     from reasonrl.rollout import HFEngine
 
     model, tok = build_tiny("tiny", seed=0)
-    task = Episodes(max_turns=3, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(TaskSetup(EnvTask(answers), tok, 0))
-    summary, records = evaluate(HFEngine(model, tok), task, EvalConfig(n_problems=3, samples_per_problem=0,
-                                                                       max_new_tokens=4))
+    task = Episodes(max_turns=3, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
+        TaskSetup(EnvTask(answers), tok, 0)
+    )
+    summary, records = evaluate(
+        HFEngine(model, tok), task, EvalConfig(n_problems=3, samples_per_problem=0, max_new_tokens=4)
+    )
     # AnswerEnv answers the item's own answer at its 2nd step when it answers; otherwise 3 turns, no answer
     assert summary["pass@1"] == (1.0 if answers else 0.0)
     assert [r["finish"] for r in records] == (["answer"] * 3 if answers else ["turns"] * 3)
     assert [r["completion"] for r in records] == ([f"A:{r['answer']}" for r in records] if answers else [""] * 3)
     # the same task, one turn allowed: the answer at turn 2 never comes
-    one = Episodes(max_turns=1, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(TaskSetup(EnvTask(True), tok, 0))
-    summary, records = evaluate(HFEngine(model, tok), one, EvalConfig(n_problems=3, samples_per_problem=0,
-                                                                      max_new_tokens=4))
+    one = Episodes(max_turns=1, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
+        TaskSetup(EnvTask(True), tok, 0)
+    )
+    summary, records = evaluate(
+        HFEngine(model, tok), one, EvalConfig(n_problems=3, samples_per_problem=0, max_new_tokens=4)
+    )
     assert summary["pass@1"] == 0.0 and [r["finish"] for r in records] == ["turns"] * 3
 
 
@@ -278,8 +311,9 @@ def test_the_context_cap_is_at_most_the_models_context_length():
     task = EnvTask(False)
     item = task.base.iter_items("train", 0).__next__()  # a one-digit sum: a prompt of about 6 characters
     opts = EpisodeOptions(limits=EpisodeLimits(max_turns=50, max_turn_tokens=4, max_context_tokens=10_000))
-    ro = environment_rollouts(HFEngine(model, TOK), task, [item], 1, SamplingParams(temperature=1.0, max_new_tokens=4),
-                              [7], PLAIN, opts)
+    ro = environment_rollouts(
+        HFEngine(model, TOK), task, [item], 1, SamplingParams(temperature=1.0, max_new_tokens=4), [7], PLAIN, opts
+    )
     (ep,) = ro.extras["episodes"]
     assert ro.finish_reasons == ["context"] and len(ep.context_ids) <= 40
     assert len(ep.prompt_ids) + len(ep.ids) <= 40
@@ -287,6 +321,7 @@ def test_the_context_cap_is_at_most_the_models_context_length():
 
 class HeldEnv:
     """Holds a resource from reset to close (as a CodeAct session holds a sandbox uid); answers at its 2nd step."""
+
     open_now = most_open = 0
 
     def __init__(self, answer):
@@ -321,7 +356,15 @@ def test_episodes_run_in_waves_of_at_most_max_live():
     items = [next(task.base.iter_items("train", s)) for s in range(7)]
     HeldEnv.open_now = HeldEnv.most_open = 0
     opts = EpisodeOptions(limits=EpisodeLimits(max_turns=3, max_turn_tokens=4), max_live=3)
-    ro = environment_rollouts(HFEngine(model, tok), task, items, 1, SamplingParams(temperature=1.0, max_new_tokens=4),
-                              list(range(7)), PLAIN, opts)
+    ro = environment_rollouts(
+        HFEngine(model, tok),
+        task,
+        items,
+        1,
+        SamplingParams(temperature=1.0, max_new_tokens=4),
+        list(range(7)),
+        PLAIN,
+        opts,
+    )
     assert HeldEnv.most_open == 3 and HeldEnv.open_now == 0
     assert ro.finish_reasons == ["answer"] * 7 and ro.texts == [it.answer for it in items]

@@ -1,4 +1,5 @@
 """Tests for reasonrl.eval.metrics; expected values are worked out by hand in the comments."""
+
 from __future__ import annotations
 
 import math
@@ -246,6 +247,7 @@ def test_module_imports_without_scipy():
 
 # ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
 
+
 def test_each_refusal_names_its_function_and_the_offending_value():
     from reasonrl.eval.metrics import avg_at_k, maj_at_k, majority_vote_grouped, mean_pass_at_k, mean_std, pass_at_k
 
@@ -258,8 +260,11 @@ def test_each_refusal_names_its_function_and_the_offending_value():
     # n = 0 is a valid count that fails the k <= n check (not the n >= 0 one)
     with pytest.raises(ValueError, match=r"k=1 > n=0; sample more completions or lower k"):
         pass_at_k(0, 0, 1)
-    for fn, name in ((lambda: mean_pass_at_k([], 1), "mean_pass_at_k"), (lambda: avg_at_k([]), "avg_at_k"),
-                     (lambda: maj_at_k([], []), "maj_at_k")):
+    for fn, name in (
+        (lambda: mean_pass_at_k([], 1), "mean_pass_at_k"),
+        (lambda: avg_at_k([]), "avg_at_k"),
+        (lambda: maj_at_k([], []), "maj_at_k"),
+    ):
         with pytest.raises(ValueError, match=rf"^{name} needs at least one problem, got none$"):
             fn()
     with pytest.raises(ValueError, match=r"maj_at_k: 1 problems of answers but 2 of correctness flags"):
@@ -287,17 +292,20 @@ def test_mean_std_of_two_values_has_the_sample_std():
     assert mean_std([1.0, 3.0]) == pytest.approx((2.0, 1.414214), abs=1e-6)
 
 
-@pytest.mark.parametrize("x,y,t,p", [
-    # one sample constant, the other not: scipy's Welch test, not the both-constant shortcut.
-    # [1, 2, 3] vs [1, 1, 1]:
-    # t = (2 - 1) / sqrt(1/3 + 0) = 1.732051, df = 2 (all the variance in one sample of 3),
-    # p = 1 - t / sqrt(2 + t^2) = 1 - 1.732051 / 2.236068 = 0.225403 (Student's t with 2 df)
-    ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 1.732051, 0.225403),
-    ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], -1.732051, 0.225403),
-    # [0, 2, 0]: mean 2/3, var 4/3; t = (2/3 - 1) / sqrt(4/9) = -0.5, df 2, p = 1 - 0.5 / 1.5 = 0.666667
-    ([0.0, 2.0, 0.0], [1.0, 1.0, 1.0], -0.5, 0.666667),
-    ([1.0, 1.0, 1.0], [0.0, 2.0, 0.0], 0.5, 0.666667),
-])
+@pytest.mark.parametrize(
+    "x,y,t,p",
+    [
+        # one sample constant, the other not: scipy's Welch test, not the both-constant shortcut.
+        # [1, 2, 3] vs [1, 1, 1]:
+        # t = (2 - 1) / sqrt(1/3 + 0) = 1.732051, df = 2 (all the variance in one sample of 3),
+        # p = 1 - t / sqrt(2 + t^2) = 1 - 1.732051 / 2.236068 = 0.225403 (Student's t with 2 df)
+        ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 1.732051, 0.225403),
+        ([1.0, 1.0, 1.0], [1.0, 2.0, 3.0], -1.732051, 0.225403),
+        # [0, 2, 0]: mean 2/3, var 4/3; t = (2/3 - 1) / sqrt(4/9) = -0.5, df 2, p = 1 - 0.5 / 1.5 = 0.666667
+        ([0.0, 2.0, 0.0], [1.0, 1.0, 1.0], -0.5, 0.666667),
+        ([1.0, 1.0, 1.0], [0.0, 2.0, 0.0], 0.5, 0.666667),
+    ],
+)
 @pytest.mark.filterwarnings("ignore:Precision loss occurred in moment calculation")  # scipy, on the constant sample
 def test_welch_with_one_constant_sample_by_hand(x, y, t, p):
     from reasonrl.eval.metrics import welch_t_test

@@ -47,6 +47,8 @@ def test_the_items_files_keep_the_greedy_text_and_one_samples_text():
     assert [r["sample_correct"] for r in rows] == [False, False] and [r["c"] for r in rows] == [1, 1]
     lines = [json.loads(line) for line in item_lines(records).splitlines()]  # after_items.jsonl
     assert [(r["key"], r["correct"], r["completion"], r["sample"]) for r in lines] == [
-        (items[0].key, True, items[0].demo, rows[0]["sample"]), (items[1].key, False, wrong, "garbage")]
+        (items[0].key, True, items[0].demo, rows[0]["sample"]),
+        (items[1].key, False, wrong, "garbage"),
+    ]
     greedy_only = [json.loads(line) for line in item_lines([r for r in records if r["mode"] == "greedy"]).splitlines()]
     assert "sample" not in greedy_only[0] and greedy_only[1]["completion"] == wrong

@@ -1,6 +1,7 @@
 """Eval settings (issue 15 item 3): pass@k for several k from n >= k samples, maj@k with its tie and
 equivalence rules, per-item rows (NAME.items.jsonl), the renamed options. Expected numbers are worked
 out by hand in the comments."""
+
 import json
 from math import comb
 
@@ -133,8 +134,9 @@ def test_sample_seed_temperature_and_top_p_reach_the_engine():
             return super().generate(prompts, n, sampling, seeds)
 
     gen = Recording(items, greedy=lambda i: True, sampled=lambda i, j: True)
-    evaluate_items(gen, task, EvalConfig(n_problems=3, samples_per_problem=2, temperature=0.7, top_p=0.9,
-                                         seed=0, sample_seed=7))
+    evaluate_items(
+        gen, task, EvalConfig(n_problems=3, samples_per_problem=2, temperature=0.7, top_p=0.9, seed=0, sample_seed=7)
+    )
     # rows keyed by (sample seed, problem index): independent of how problems are batched
     assert seen == [(0.7, 0.9, [stable_seed(7, "eval", i) for i in range(3)])]
 
@@ -160,8 +162,9 @@ def test_old_n_option_points_to_problems(capfd, monkeypatch):
     assert code == 2 and "--n 6" in err and "--problems" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("k,needle", [("1,8", "k=8 > --samples-per-problem 4"), ("1,x", "'x' is not an integer"),
-                                      ("0", "k=0 must be >= 1")])
+@pytest.mark.parametrize(
+    "k,needle", [("1,8", "k=8 > --samples-per-problem 4"), ("1,x", "'x' is not an integer"), ("0", "k=0 must be >= 1")]
+)
 def test_bad_k_list_is_named(k, needle, capfd, monkeypatch):
     code, err = _cli_error(["eval", "--samples-per-problem", "4", "--k", k], capfd, monkeypatch)
     assert code == 2 and needle in err
@@ -171,9 +174,31 @@ def test_cli_several_k_on_the_tiny_model(tiny_dir, tmp_path):
     from typer.testing import CliRunner
 
     out = tmp_path / "e.json"
-    res = CliRunner().invoke(cli.app, ["eval", "--model", str(tiny_dir), "--problems", "4", "--samples-per-problem", "4",
-                                       "--k", "1,2,4", "--temperature", "0.8", "--top-p", "0.95", "--sample-seed", "3",
-                                       "--maj-equiv", "--json", str(out), "--samples", str(tmp_path / "s.jsonl")])
+    res = CliRunner().invoke(
+        cli.app,
+        [
+            "eval",
+            "--model",
+            str(tiny_dir),
+            "--problems",
+            "4",
+            "--samples-per-problem",
+            "4",
+            "--k",
+            "1,2,4",
+            "--temperature",
+            "0.8",
+            "--top-p",
+            "0.95",
+            "--sample-seed",
+            "3",
+            "--maj-equiv",
+            "--json",
+            str(out),
+            "--samples",
+            str(tmp_path / "s.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
     summary = json.loads(out.read_text())
     assert summary["settings"]["ks"] == [1, 2, 4] and summary["settings"]["sample_seed"] == 3

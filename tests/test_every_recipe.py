@@ -4,6 +4,7 @@ recipe runs on and logs is its own ``Recipe.smoke`` (task, options, metric keys,
 recipe dropped into src/reasonrl/recipes/ is tested here with no edit to this file. The
 longer runs of each method (run folders, resumes, several ranks, the readings of its metrics) are
 in its own test file, marked ``slow``."""
+
 import copy
 import dataclasses
 import math
@@ -28,7 +29,10 @@ def small(name: str, task, tmp_path) -> tuple:
     r = get_recipe(name)
     _, over = split_config(dotted_to_nested(dict(r.smoke.changes)))
     r = apply_overrides(r, over)
-    changes = {"group_size": 1 if r.group_size == 1 else 4, "sampling": dataclasses.replace(r.sampling, max_new_tokens=24)}
+    changes = {
+        "group_size": 1 if r.group_size == 1 else 4,
+        "sampling": dataclasses.replace(r.sampling, max_new_tokens=24),
+    }
     run = {}
     if r.drafts is not None:
         path = write_drafts(tmp_path / "drafts.jsonl", take_items(task, "train", 8, seed=0), flags=True)
@@ -43,13 +47,19 @@ def small(name: str, task, tmp_path) -> tuple:
         rm = new_reward_model("tiny:tiny", seed=0)
         rm.model.save_pretrained(tmp_path / "rm")
         rm.tok.save_pretrained(tmp_path / "rm")
-        changes["extra_rewards"] = tuple((dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm"
-                                          else fn, w) for fn, w in r.extra_rewards)
+        changes["extra_rewards"] = tuple(
+            (dataclasses.replace(fn, model=str(tmp_path / "rm")) if reward_name(fn) == "rm" else fn, w)
+            for fn, w in r.extra_rewards
+        )
     if any(reward_name(fn) == "judge" for fn, _ in r.extra_rewards):  # a judge function: exact match
-        (tmp_path / "judge.py").write_text("def judge(prompts, questions, golds, answers, evidence):\n"
-                                           "    return [a.strip() == g for a, g in zip(answers, golds)]\n")
-        changes["extra_rewards"] = tuple((dataclasses.replace(fn, backend=f"{tmp_path / 'judge.py'}:judge")
-                                          if reward_name(fn) == "judge" else fn, w) for fn, w in r.extra_rewards)
+        (tmp_path / "judge.py").write_text(
+            "def judge(prompts, questions, golds, answers, evidence):\n"
+            "    return [a.strip() == g for a, g in zip(answers, golds)]\n"
+        )
+        changes["extra_rewards"] = tuple(
+            (dataclasses.replace(fn, backend=f"{tmp_path / 'judge.py'}:judge") if reward_name(fn) == "judge" else fn, w)
+            for fn, w in r.extra_rewards
+        )
     return dataclasses.replace(r, **changes), run
 
 
@@ -61,8 +71,19 @@ def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, request, tmp_path)
     options = {"max_digits": 1, **options} if task_name == "arithmetic" else options
     base = get_task(task_name, **options)
     recipe, run = small(name, base, tmp_path)
-    cfg = TrainConfig(recipe=name, task=task_name, task_options=options, steps=2, prompts_per_step=2, eval_every=0,
-                      save_every=0, final_eval_problems=0, micro_batch_size=8, max_rows=64, **run)
+    cfg = TrainConfig(
+        recipe=name,
+        task=task_name,
+        task_options=options,
+        steps=2,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        micro_batch_size=8,
+        max_rows=64,
+        **run,
+    )
     check_run(cfg, recipe)
     # the diffusion recipes' own model (run_defaults: the shipped masked-diffusion LM), else the warmed-up tiny one
     diffusion = dict(recipe.run_defaults).get("model") == "builtin:diffusion"

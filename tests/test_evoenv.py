@@ -2,6 +2,7 @@
 bad environments in the sandbox, calibration with a fake solver of accuracy q, novelty against a renamed
 seed, rotation), the generator reward and the pool's EMA by hand, grading, the part's draw and generator
 round on a scripted context, and the recipe end to end with an exact resume of its pool."""
+
 import dataclasses
 import math
 
@@ -27,17 +28,22 @@ from reasonrl.config.validate import check_part
 TASK = get_task("evoenv")
 GOOD = grammar_env("sum(x*x for x in xs)%9")
 OS = "import os\n" + GOOD
-RANDOM = ('class E(Env):\n  name = "noise"\n  def sample(self, s, d):\n    return [random.randint(0, 9) for _ in '
-          'range(5)]\n  def reference(self, xs):\n    return sum(xs) % 7\n')
+RANDOM = (
+    'class E(Env):\n  name = "noise"\n  def sample(self, s, d):\n    return [random.randint(0, 9) for _ in '
+    "range(5)]\n  def reference(self, xs):\n    return sum(xs) % 7\n"
+)
 ALWAYS = GOOD + "  def score(self, i, a):\n    return 1.0\n"
-LEAK = ('class E(Env):\n  name = "sum"\n  def sample(self, s, d):\n    return R(s).choices(range(10), k=3 + d)\n'
-        '  def prompt(self, xs):\n    return "sum of %s is %d=?" % (" ".join(map(str, xs)), sum(xs))\n'
-        '  def reference(self, xs):\n    return sum(xs)\n')
+LEAK = (
+    'class E(Env):\n  name = "sum"\n  def sample(self, s, d):\n    return R(s).choices(range(10), k=3 + d)\n'
+    '  def prompt(self, xs):\n    return "sum of %s is %d=?" % (" ".join(map(str, xs)), sum(xs))\n'
+    "  def reference(self, xs):\n    return sum(xs)\n"
+)
 LOOP = GOOD.replace("return R(s).choices(range(10), k=3 + d)", "while True:\n      pass")
 WRONG_REF = GOOD + "  def score(self, i, a):\n    return float(a == 'x')\n"
 
 
 # ------------------------------------------------------------------ the spec's (d) list: validation
+
 
 def test_every_seed_and_catalogue_environment_passes_l1_to_l3():
     reports = check_envs(list(SEED_ENVS.values()) + list(CATALOGUE))
@@ -46,13 +52,37 @@ def test_every_seed_and_catalogue_environment_passes_l1_to_l3():
 
 
 def test_bad_environments_fail_at_their_stage():
-    codes = [GOOD, OS, RANDOM, ALWAYS, LEAK, LOOP, WRONG_REF, "class E(Env:\n", "x = 1\n",
-             "class E(Env):\n  name = 'n'\n  def prompt(self, i):\n    return 'p'\n",
-             GOOD + "print(open('/etc/passwd').read())\n", GOOD.replace("R(s)", "__import__('os') and R(s)"),
-             GOOD.replace("return R(s).choices(range(10), k=3 + d)", "return [0] * 10 ** 9")]
+    codes = [
+        GOOD,
+        OS,
+        RANDOM,
+        ALWAYS,
+        LEAK,
+        LOOP,
+        WRONG_REF,
+        "class E(Env:\n",
+        "x = 1\n",
+        "class E(Env):\n  name = 'n'\n  def prompt(self, i):\n    return 'p'\n",
+        GOOD + "print(open('/etc/passwd').read())\n",
+        GOOD.replace("R(s)", "__import__('os') and R(s)"),
+        GOOD.replace("return R(s).choices(range(10), k=3 + d)", "return [0] * 10 ** 9"),
+    ]
     reports = check_envs(codes)
-    assert [r.stage for r in reports] == ["", "banned", "determinism", "degenerate", "leak", "run", "consistency",
-                                          "parse", "interface", "interface", "banned", "banned", "run"]
+    assert [r.stage for r in reports] == [
+        "",
+        "banned",
+        "determinism",
+        "degenerate",
+        "leak",
+        "run",
+        "consistency",
+        "parse",
+        "interface",
+        "interface",
+        "banned",
+        "banned",
+        "run",
+    ]
     assert reports[0].ok and reports[0].level == 0
     assert reports[1].reason == "os" and reports[1].level == 1
     assert "CallTimeout" in reports[5].reason and reports[5].level == 2
@@ -77,7 +107,7 @@ def test_check_thresholds_are_options():
 
 def test_a_renamed_copy_of_a_seed_is_not_novel():
     renamed = SEED_ENVS["lis"].replace("class LIS(Env)", "class Longest(Env)").replace('"lis"', '"longest"')
-    (fresh, top), = novel([renamed], list(SEED_ENVS.values()))
+    ((fresh, top),) = novel([renamed], list(SEED_ENVS.values()))
     assert not fresh and top > 0.8
     # batch dedup: two copies of one new environment in a batch, the first stays
     new = grammar_env("sum(xs[1::2])%5")
@@ -90,17 +120,23 @@ def test_a_renamed_copy_of_a_seed_is_not_novel():
 def test_novelty_by_embedding_cosine():
     # texts with no shared 5-gram (Jaccard 0); fixed embeddings: the pool at (1, 0); "near" at (0.95, 0.3122)
     # has cosine 0.95 / |(0.95, 0.3122)| = 0.95 / 1.0000 = 0.95 >= 0.9: rejected; "far" at (0, 1): cosine 0
-    vectors = {"pool text one two three": [1.0, 0.0], "near text four five six": [0.95, 0.3122],
-               "far text seven eight nine": [0.0, 1.0]}
+    vectors = {
+        "pool text one two three": [1.0, 0.0],
+        "near text four five six": [0.95, 0.3122],
+        "far text seven eight nine": [0.0, 1.0],
+    }
     embed = lambda texts: [vectors[t] for t in texts]  # noqa: E731
     got = novel(["near text four five six", "far text seven eight nine"], ["pool text one two three"], embed=embed)
     assert [f for f, _ in got] == [False, True] and got[0][1] == pytest.approx(0.95, abs=1e-4)
     # the batch counts too: a second "far" is a near-duplicate of the first (cosine 1)
-    assert [f for f, _ in novel(["far text seven eight nine", "far text seven eight nine"], [], embed=embed)] == \
-        [True, False]
+    assert [f for f, _ in novel(["far text seven eight nine", "far text seven eight nine"], [], embed=embed)] == [
+        True,
+        False,
+    ]
 
 
 # ------------------------------------------------------------------ rewards and the pool by hand
+
 
 def test_generator_reward_by_level_and_mode():
     assert [evoenv_generator_reward(level, None) for level in (1, 2, 3, 4)] == [-1.0, -1.0, -0.5, -0.5]
@@ -108,10 +144,16 @@ def test_generator_reward_by_level_and_mode():
     assert [evoenv_generator_reward(0, p) for p in (0.0, 0.25, 1.0)] == [0.0, 0.75, 0.0]
     # only admitted environments are paid (spec 2 (b)): p_hat 0.05 (< p_lo 0.1) and 0.9 (> p_hi 0.8) earn 0,
     # not 0.95 and 0.1; paid="calibrated" (the reward before issue 41) pays 1 - p_hat to both
-    assert [evoenv_generator_reward(0, p) for p in (0.05, 0.1, 0.8, 0.9)] == [0.0, pytest.approx(0.9),
-                                                                            pytest.approx(0.2), 0.0]
-    assert [evoenv_generator_reward(0, p, paid="calibrated") for p in (0.05, 0.9)] == [pytest.approx(0.95),
-                                                                                     pytest.approx(0.1)]
+    assert [evoenv_generator_reward(0, p) for p in (0.05, 0.1, 0.8, 0.9)] == [
+        0.0,
+        pytest.approx(0.9),
+        pytest.approx(0.2),
+        0.0,
+    ]
+    assert [evoenv_generator_reward(0, p, paid="calibrated") for p in (0.05, 0.9)] == [
+        pytest.approx(0.95),
+        pytest.approx(0.1),
+    ]
     # band [0.1, 0.8]: 1 inside (ends included), 0 outside
     assert [evoenv_generator_reward(0, p, "band") for p in (0.05, 0.1, 0.8, 0.95)] == [0.0, 1.0, 1.0, 0.0]
     assert in_band(0.5, 0.1, 0.8) and not in_band(0.81, 0.1, 0.8)
@@ -144,12 +186,14 @@ def test_pool_ema_rotation_and_capacity_by_hand():
 
 # ------------------------------------------------------------------ grading
 
+
 def test_answers_are_graded_by_the_environments_own_score():
     assert parse_answer("think\nA: 7 \n") == "7" and parse_answer("7") is None and parse_answer("") is None
     assert [parse_review(t) for t in ("yes", "No.", "maybe", "")] == [True, False, None, None]
     env = {"id": "subset", "code": SEED_ENVS["subset_sum"]}
-    item = solve_item(env, {"instance": {"xs": [1, 2, 3, 4], "target": 5, "plant": [1, 4]}, "prompt": "p",
-                            "reference": "1 4"}, 0)
+    item = solve_item(
+        env, {"instance": {"xs": [1, 2, 3, 4], "target": 5, "plant": [1, 4]}, "prompt": "p", "reference": "1 4"}, 0
+    )
     texts = ["A:1 4", "A:2 3", "A:5", "A:1 1 3", "no answer"]
     TASK.prepare(texts, [item.meta] * len(texts))
     # verify-only: any sub-multiset with the target sum passes, not only the planted one
@@ -167,13 +211,14 @@ def test_the_task_demonstrates_three_prompts_and_holds_out_instance_seeds():
     assert {it.demo for it in train if it.meta["role"] == "review"} == {"yes", "no"}
     test = list(itertools.islice(TASK.iter_items("test", 0), 20))
     assert {it.meta["role"] for it in test} == {"solve"}
-    assert all(int(it.key.rsplit(":", 1)[1]) >= 10 ** 6 for it in test)
-    assert all(int(it.key.rsplit(":", 1)[1]) < 10 ** 6 for it in train if it.meta["role"] == "solve")
+    assert all(int(it.key.rsplit(":", 1)[1]) >= 10**6 for it in test)
+    assert all(int(it.key.rsplit(":", 1)[1]) < 10**6 for it in train if it.meta["role"] == "solve")
     TASK.prepare([it.demo for it in test], [it.meta for it in test])
     assert all(TASK.verify(it.demo, it.answer, it.meta) == 1.0 for it in test)  # every reference scores 1
 
 
 # ------------------------------------------------------------------ the part on a scripted context
+
 
 class Scripted:
     """The policy, scripted: ``envs`` as the generator's outputs (cycled), ``review`` as every review, and a
@@ -199,7 +244,7 @@ def test_short_modules_share_their_boilerplate():
     # why the recipe sets novelty_tau 0.8 (spec: 0.5): a grammar environment with an expression the pool
     # lacks is 0.5-0.75 similar to the catalogue's (same class, sample and reference lines)
     pool = [e["code"] for e in TASK.envs]
-    (fresh, top), = novel([GOOD], pool)
+    ((fresh, top),) = novel([GOOD], pool)
     assert not fresh and 0.5 <= top < 0.8 and novel([GOOD], pool, tau=0.8)[0][0]
 
 
@@ -260,10 +305,34 @@ def test_draw_is_seeded_by_position_and_retires_an_environment_that_breaks():
     assert [it.key for it in a] == [it.key for it in b] != [it.key for it in c]
     assert all(it.meta["role"] == "solve" and it.prompt.startswith("#S\n") for it in a)
     broken = GOOD.replace("return R(s).choices(range(10), k=3 + d)", "return 1 / 0")
-    state = {"pool": [{"id": "broken", "code": broken, "name": "b", "seed": False, "born": 1, "p_hat": 0.5,
-                       "difficulty": 1, "high": 0, "zero": 0, "checks": 0},
-                      {"id": env_id(CATALOGUE[0]), "code": CATALOGUE[0], "name": "s", "seed": True, "born": 0,
-                       "p_hat": None, "difficulty": 1, "high": 0, "zero": 0, "checks": 0}]}
+    state = {
+        "pool": [
+            {
+                "id": "broken",
+                "code": broken,
+                "name": "b",
+                "seed": False,
+                "born": 1,
+                "p_hat": 0.5,
+                "difficulty": 1,
+                "high": 0,
+                "zero": 0,
+                "checks": 0,
+            },
+            {
+                "id": env_id(CATALOGUE[0]),
+                "code": CATALOGUE[0],
+                "name": "s",
+                "seed": True,
+                "born": 0,
+                "p_hat": None,
+                "difficulty": 1,
+                "high": 0,
+                "zero": 0,
+                "checks": 0,
+            },
+        ]
+    }
     drawn = part.draw(round_context(None, task=TASK, state=state, position=0), 8)
     assert state["draw_failures"] >= 1 and [e["id"] for e in state["pool"]] == [env_id(CATALOGUE[0])]
     assert {it.meta["env"] for it in drawn} == {env_id(CATALOGUE[0])}
@@ -271,14 +340,33 @@ def test_draw_is_seeded_by_position_and_retires_an_environment_that_breaks():
 
 def test_rotation_from_the_solvers_rollouts_and_per_role_advantages():
     part = EvoEnv(ema=0.5, patience=1)
-    state = {"pool": [{"id": "w", "code": GOOD, "name": "w", "seed": False, "born": 1, "p_hat": 0.7,
-                       "difficulty": 1, "high": 0, "zero": 0, "checks": 0}]}
-    items = [dataclasses.replace(solve_item({"id": "w", "code": GOOD}, {"instance": [1], "prompt": "p",
-                                                                         "reference": "1"}, k)) for k in range(2)]
+    state = {
+        "pool": [
+            {
+                "id": "w",
+                "code": GOOD,
+                "name": "w",
+                "seed": False,
+                "born": 1,
+                "p_hat": 0.7,
+                "difficulty": 1,
+                "high": 0,
+                "zero": 0,
+                "checks": 0,
+            }
+        ]
+    }
+    items = [
+        dataclasses.replace(
+            solve_item({"id": "w", "code": GOOD}, {"instance": [1], "prompt": "p", "reference": "1"}, k)
+        )
+        for k in range(2)
+    ]
     items.append(dataclasses.replace(items[0], meta={"role": "generate"}))
     correct = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
-    ctx = batch_context(rewards=correct.clone(), correct=correct, items=items, kinds=torch.tensor([0, 0, 1]),
-                        state=state, task=TASK)
+    ctx = batch_context(
+        rewards=correct.clone(), correct=correct, items=items, kinds=torch.tensor([0, 0, 1]), state=state, task=TASK
+    )
     _, m = part.score_batch(ctx)
     # the solve rows' accuracy 3/4: EMA 0.5 * 0.7 + 0.5 * 0.75 = 0.725 (not above 0.8: stays)
     assert state["pool"][0]["p_hat"] == pytest.approx(0.725) and m["evoenv/retired_total"] == 0.0
@@ -305,15 +393,20 @@ def test_options_names_and_the_task_it_needs():
 
 # ------------------------------------------------------------------ the recipe, with an exact resume
 
+
 @pytest.mark.slow
 def test_evoenv_trains_three_steps_and_resumes_its_pool_exactly(sharp_tiny, tmp_path):
     import copy
 
     recipe = get_recipe("evoenv")
-    recipe = dataclasses.replace(recipe, sampling=dataclasses.replace(recipe.sampling, max_new_tokens=60),
-                                 evoenv=EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8))
-    cfg = TrainConfig(recipe="evoenv", task="evoenv", steps=3, prompts_per_step=3, eval_every=0, save_every=0,
-                      final_eval_problems=0)
+    recipe = dataclasses.replace(
+        recipe,
+        sampling=dataclasses.replace(recipe.sampling, max_new_tokens=60),
+        evoenv=EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8),
+    )
+    cfg = TrainConfig(
+        recipe="evoenv", task="evoenv", steps=3, prompts_per_step=3, eval_every=0, save_every=0, final_eval_problems=0
+    )
 
     def trainer(folder, steps):
         model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
@@ -331,12 +424,13 @@ def test_evoenv_trains_three_steps_and_resumes_its_pool_exactly(sharp_tiny, tmp_
     assert resumed.resume() == 2
     assert resumed.batches.parts.state("evoenv") == first.batches.parts.state("evoenv")
     last = resumed.train_step()
-    assert {k: v for k, v in last.items() if not k.startswith(("time/", "tokens_per_s"))} == \
-        {k: v for k, v in rows[2].items() if not k.startswith(("time/", "tokens_per_s"))}
+    assert {k: v for k, v in last.items() if not k.startswith(("time/", "tokens_per_s"))} == {
+        k: v for k, v in rows[2].items() if not k.startswith(("time/", "tokens_per_s"))
+    }
     assert resumed.batches.parts.state("evoenv") == straight.batches.parts.state("evoenv")
 
 
-JUDGE = '''
+JUDGE = """
 SEEN = []
 
 
@@ -347,7 +441,7 @@ def judge(code, instances):
 
 def unsure(code, instances):
     return "maybe"
-'''
+"""
 
 
 def test_review_by_a_users_judge_file(tmp_path):
@@ -355,14 +449,16 @@ def test_review_by_a_users_judge_file(tmp_path):
     # is calibrated (p_hat 0.5, reward 0.5) and the other is rejected at review (-0.5); no review round is sampled
     path = tmp_path / "judge.py"
     path.write_text(JUDGE)
-    part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge",
-                  judge=f"{path}:judge")
+    part = EvoEnv(
+        proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge", judge=f"{path}:judge"
+    )
     script = Scripted([GOOD, grammar_env("sum(xs[1::2])%5")], q=0.5, group_size=2)
     g = _round(part, script, {}, group_size=2)
     assert g.rewards.tolist() == [[0.5, -0.5]] and g.metrics["evoenv/rejected_review"] == 1.0
     assert [c[0] for c in script.calls] == ["evoenv-generate", "evoenv-calibrate"]
-    bad = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge",
-                 judge=f"{path}:unsure")
+    bad = EvoEnv(
+        proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge", judge=f"{path}:unsure"
+    )
     with pytest.raises(UserError, match="returned 'maybe', not True or False"):
         _round(bad, Scripted([GOOD]), {})
 
@@ -372,8 +468,10 @@ def test_a_validation_stops_a_module_after_its_first_timeout():
     # the calls after the first timeout fail at once, marked as not run (L2 rejects the module on its first failure)
     from reasonrl.tasks.env_runtime import call_envs
 
-    code = GOOD.replace("return R(s).choices(range(10), k=3 + d)",
-                        "while s == 2:\n      pass\n    return R(s).choices(range(10), k=3 + d)")
+    code = GOOD.replace(
+        "return R(s).choices(range(10), k=3 + d)",
+        "while s == 2:\n      pass\n    return R(s).choices(range(10), k=3 + d)",
+    )
     calls = [("@render", (s, 1)) for s in (1, 2, 3)]
     (every,), (stopped,) = (call_envs([(code, calls)], limit=1.0, stop_after_timeout=stop) for stop in (False, True))
     assert [r["ok"] for r in every] == [True, False, True]

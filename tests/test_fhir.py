@@ -2,6 +2,7 @@
 hand-made hospital and by an independent SQL query on the seeded one, the tools' traversal constraints,
 held-out patients, and a scripted CodeAct policy answering a count question in 3 turns (reward 1 from a
 fake judge)."""
+
 import json
 
 import pytest
@@ -24,14 +25,27 @@ def ref(x):
 
 
 def enc(eid, pid, cls, day):
-    return {"resourceType": "Encounter", "id": eid, "status": "finished", "class": {"code": cls},
-            "subject": ref(f"Patient/{pid}"), "period": {"start": f"2020-{day}T08:00:00Z"}}
+    return {
+        "resourceType": "Encounter",
+        "id": eid,
+        "status": "finished",
+        "class": {"code": cls},
+        "subject": ref(f"Patient/{pid}"),
+        "period": {"start": f"2020-{day}T08:00:00Z"},
+    }
 
 
 def obs(oid, pid, eid, code, when, value):
-    return {"resourceType": "Observation", "id": oid, "status": "final", "code": {"coding": [{"code": code}]},
-            "subject": ref(f"Patient/{pid}"), "encounter": ref(f"Encounter/{eid}"),
-            "effectiveDateTime": f"2020-{when}Z", "valueQuantity": {"value": value, "unit": "mg/dL"}}
+    return {
+        "resourceType": "Observation",
+        "id": oid,
+        "status": "final",
+        "code": {"coding": [{"code": code}]},
+        "subject": ref(f"Patient/{pid}"),
+        "encounter": ref(f"Encounter/{eid}"),
+        "effectiveDateTime": f"2020-{when}Z",
+        "valueQuantity": {"value": value, "unit": "mg/dL"},
+    }
 
 
 # pat-001: glucose 90 and 110 at the ambulatory visit (01-10), 130 at the emergency one (02-01), a heart
@@ -39,7 +53,8 @@ def obs(oid, pid, eid, code, when, value):
 TINY = [
     {"resourceType": "Patient", "id": "pat-001", "gender": "female", "birthDate": "1970-01-01"},
     {"resourceType": "Patient", "id": "pat-002", "gender": "male", "birthDate": "1980-05-05"},
-    enc("enc-a1", "pat-001", "AMB", "01-10"), enc("enc-a2", "pat-001", "EMER", "02-01"),
+    enc("enc-a1", "pat-001", "AMB", "01-10"),
+    enc("enc-a2", "pat-001", "EMER", "02-01"),
     enc("enc-b1", "pat-002", "AMB", "03-01"),
     obs("o1", "pat-001", "enc-a1", GLUCOSE, "01-10T08:00:00", 90.0),
     obs("o2", "pat-001", "enc-a1", GLUCOSE, "01-10T09:00:00", 110.0),
@@ -94,10 +109,17 @@ def test_count_gold_matches_an_independent_query_over_the_json():
     for item in take_items(task, "train", 5, seed=2):
         p, code = item.meta["patient"], item.meta["code"]
         # json_extract over the stored JSON: not the indexed columns, not the tools' code
-        (n,), = task.store.query('SELECT COUNT(*) FROM "Observation" WHERE json_extract(json, "$.subject.reference") = ? '
-                                 'AND json_extract(json, "$.code.coding[0].code") = ?', (f"Patient/{p}", code))
-        by_hand = sum(r["resourceType"] == "Observation" and r["subject"]["reference"] == f"Patient/{p}"
-                      and r["code"]["coding"][0]["code"] == code for r in synthetic_hospital(0, 40))
+        ((n,),) = task.store.query(
+            'SELECT COUNT(*) FROM "Observation" WHERE json_extract(json, "$.subject.reference") = ? '
+            'AND json_extract(json, "$.code.coding[0].code") = ?',
+            (f"Patient/{p}", code),
+        )
+        by_hand = sum(
+            r["resourceType"] == "Observation"
+            and r["subject"]["reference"] == f"Patient/{p}"
+            and r["code"]["coding"][0]["code"] == code
+            for r in synthetic_hospital(0, 40)
+        )
         assert item.answer == str(n) == str(by_hand)
 
 
@@ -120,16 +142,19 @@ def test_tools_search_read_neighbors_within_the_patient(tiny):
     assert [p["id"] for p in tools.search("Patient")] == ["pat-001"]
 
 
-@pytest.mark.parametrize("call, why", [
-    (lambda t: t.search("Medication"), "unknown resource type 'Medication'"),
-    (lambda t: t.search("Observation", performer="x"), "unsupported search parameter(s) ['performer']"),
-    (lambda t: t.search("Observation", patient="pat-002"), "outside the current patient's record"),
-    (lambda t: t.read("Patient/pat-002"), "no resource Patient/pat-002 in the current patient's record"),
-    (lambda t: t.read("Observation/o5"), "no resource Observation/o5 in the current patient's record"),
-    (lambda t: t.neighbors("Encounter/enc-a1", "performer"), "has no link 'performer'"),
-    (lambda t: t.read("o1"), "a reference is 'Type/id'"),
-    (lambda t: t.search("Encounter", _count="all"), "_count must be a whole number"),
-])
+@pytest.mark.parametrize(
+    "call, why",
+    [
+        (lambda t: t.search("Medication"), "unknown resource type 'Medication'"),
+        (lambda t: t.search("Observation", performer="x"), "unsupported search parameter(s) ['performer']"),
+        (lambda t: t.search("Observation", patient="pat-002"), "outside the current patient's record"),
+        (lambda t: t.read("Patient/pat-002"), "no resource Patient/pat-002 in the current patient's record"),
+        (lambda t: t.read("Observation/o5"), "no resource Observation/o5 in the current patient's record"),
+        (lambda t: t.neighbors("Encounter/enc-a1", "performer"), "has no link 'performer'"),
+        (lambda t: t.read("o1"), "a reference is 'Type/id'"),
+        (lambda t: t.search("Encounter", _count="all"), "_count must be a whole number"),
+    ],
+)
 def test_tools_refuse_what_breaks_the_traversal_constraints(tiny, call, why):
     tools = PatientTools(SqliteBackend(tiny.store), "pat-001")
     with pytest.raises(FhirToolError, match=why.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
@@ -144,7 +169,10 @@ def test_a_missing_id_and_another_patients_id_get_the_same_answer(tiny):
     assert tiny.store.query('SELECT count(*) FROM "Observation" WHERE id = ?', ("o5",)) == [(1,)]  # it exists
     answers = []
     for rid in ("o5", "o99"):
-        for call in (lambda r: tools.read(f"Observation/{r}"), lambda r: tools.neighbors(f"Observation/{r}", "encounter")):
+        for call in (
+            lambda r: tools.read(f"Observation/{r}"),
+            lambda r: tools.neighbors(f"Observation/{r}", "encounter"),
+        ):
             with pytest.raises(FhirToolError) as err:
                 call(rid)
             answers.append(str(err.value).replace(rid, "ID"))
@@ -155,8 +183,10 @@ def test_a_missing_id_and_another_patients_id_get_the_same_answer(tiny):
 @pytest.fixture
 def fake_judge(tmp_path):
     path = tmp_path / "judge.py"
-    path.write_text("def judge(prompts, questions, golds, answers, evidence):\n"
-                    "    return ['yes' if g.strip() == a.strip() else 'no' for g, a in zip(golds, answers)]\n")
+    path.write_text(
+        "def judge(prompts, questions, golds, answers, evidence):\n"
+        "    return ['yes' if g.strip() == a.strip() else 'no' for g, a in zip(golds, answers)]\n"
+    )
     clear_cache()
     yield JudgeReward(backend=f"{path}:judge")
     clear_cache()
@@ -171,10 +201,19 @@ def test_scripted_policy_answers_a_count_question_in_three_turns_with_reward_1(t
     assert item.answer == "3"
     env = tiny.environment(item)
     try:
-        assert env.reset(item).endswith("\nQ: How many Glucose observations (LOINC 2345-7) does patient pat-001 have?\n")
-        assert env.step(fence(f"rows = search('Observation', code='{GLUCOSE}')\nprint(len(rows))")) == ("3", False, None)
-        assert env.step(fence("print(sorted(r['valueQuantity']['value'] for r in rows))")) == ("[90.0, 110.0, 130.0]",
-                                                                                              False, None)
+        assert env.reset(item).endswith(
+            "\nQ: How many Glucose observations (LOINC 2345-7) does patient pat-001 have?\n"
+        )
+        assert env.step(fence(f"rows = search('Observation', code='{GLUCOSE}')\nprint(len(rows))")) == (
+            "3",
+            False,
+            None,
+        )
+        assert env.step(fence("print(sorted(r['valueQuantity']['value'] for r in rows))")) == (
+            "[90.0, 110.0, 130.0]",
+            False,
+            None,
+        )
         _, done, answer = env.step(fence("final_answer(len(rows))"))
         assert (done, answer) == (True, "3")
         evidence = env.evidence()
@@ -192,7 +231,11 @@ def test_bad_resource_type_and_traversal_violation_are_error_observations(tiny):
     try:
         env.reset(item)
         obs, done, _ = env.step(fence("search('Medication')"))
-        assert not done and obs.startswith("Error:") and "ToolError: FhirToolError: unknown resource type 'Medication'" in obs
+        assert (
+            not done
+            and obs.startswith("Error:")
+            and "ToolError: FhirToolError: unknown resource type 'Medication'" in obs
+        )
         obs, done, _ = env.step(fence("x = 1\nread('Patient/pat-002')"))
         assert not done and "no resource Patient/pat-002 in the current patient's record (Patient/pat-001)" in obs
         obs, done, _ = env.step(fence("print(x, len(search('Observation', code='2345-7')))"))  # the episode goes on
@@ -218,11 +261,19 @@ def _run_demo(task, item):
     return done, answer
 
 
-@pytest.mark.parametrize("template,params,want", [
-    # pat-001's glucose: 90, 110 (01-10, AMB visit), 130 (02-01, EMER visit), by hand from TINY
-    ("count", {"code": GLUCOSE}, "3"), ("latest", {"code": GLUCOSE}, "130.0"), ("max", {"code": GLUCOSE}, "130.0"),
-    ("mean", {"code": GLUCOSE}, "110.0"), ("encounters_with", {"code": GLUCOSE, "cls": "AMB"}, "1"),
-    ("encounters_with", {"code": HEART, "cls": "AMB"}, "0"), ("count", {"code": "2160-0"}, "0")])
+@pytest.mark.parametrize(
+    "template,params,want",
+    [
+        # pat-001's glucose: 90, 110 (01-10, AMB visit), 130 (02-01, EMER visit), by hand from TINY
+        ("count", {"code": GLUCOSE}, "3"),
+        ("latest", {"code": GLUCOSE}, "130.0"),
+        ("max", {"code": GLUCOSE}, "130.0"),
+        ("mean", {"code": GLUCOSE}, "110.0"),
+        ("encounters_with", {"code": GLUCOSE, "cls": "AMB"}, "1"),
+        ("encounters_with", {"code": HEART, "cls": "AMB"}, "0"),
+        ("count", {"code": "2160-0"}, "0"),
+    ],
+)
 def test_the_scripted_experts_action_answers_each_template_in_one_cell(tiny, template, params, want):
     item = tiny.make_item(template, {"patient": "pat-001", **params})
     assert item.demo.startswith("<code>") and item.demo.endswith("</code>")
@@ -240,7 +291,9 @@ def test_the_demonstrations_agree_with_the_gold_sql_on_the_seeded_hospital():
         assert done and task.verify(answer, it.answer, it.meta) == 1.0, (it.key, it.answer, answer)
     # the short prompt fits the tiny reasoner: 512 positions less the 256-token budget
     assert max(len(it.prompt) for it in items) < 256 and all(it.prompt.startswith("Python tools:") for it in items)
-    documented = get_task("fhir", prompt="tools").make_item("count", {"patient": items[0].meta["patient"], "code": GLUCOSE})
+    documented = get_task("fhir", prompt="tools").make_item(
+        "count", {"patient": items[0].meta["patient"], "code": GLUCOSE}
+    )
     assert TOOL_DOCS in documented.prompt and documented.prompt.endswith(f"Question: {documented.meta['question']}\n")
     with pytest.raises(ValueError, match="unknown fhir prompt 'long'"):
         get_task("fhir", prompt="long")

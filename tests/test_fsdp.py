@@ -1,6 +1,7 @@
 """FSDP2 (``dist.strategy=fsdp``): the lockstep padding and the summed, sharded gradient worked by hand
 over two gloo ranks, the checkpoint state's single-process format, and the conflicts refused up front.
 The whole-run equality with one process and the sharded checkpoint's resume are in test_dist.py (slow)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,12 +24,16 @@ from reasonrl.config.validate import problems
 def test_optimizer_state_by_name_and_by_index_round_trip():
     # parameter 0 is tied (two names), parameter 1 has one; the state keeps its values, only the keys change
     names = [["model.embed.weight", "lm_head.weight"], ["layer.weight"]]
-    by_name = {"state": {"layer.weight": {"step": 1}, "lm_head.weight": {"step": 2}},
-               "param_groups": [{"lr": 0.1, "params": ["model.embed.weight", "layer.weight"]}]}
+    by_name = {
+        "state": {"layer.weight": {"step": 1}, "lm_head.weight": {"step": 2}},
+        "param_groups": [{"lr": 0.1, "params": ["model.embed.weight", "layer.weight"]}],
+    }
     by_index = indexed(by_name, names)
     assert by_index == {"state": {0: {"step": 2}, 1: {"step": 1}}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]}
-    assert named(by_index, names) == {"state": {"model.embed.weight": {"step": 2}, "layer.weight": {"step": 1}},
-                                      "param_groups": [{"lr": 0.1, "params": ["model.embed.weight", "layer.weight"]}]}
+    assert named(by_index, names) == {
+        "state": {"model.embed.weight": {"step": 2}, "layer.weight": {"step": 1}},
+        "param_groups": [{"lr": 0.1, "params": ["model.embed.weight", "layer.weight"]}],
+    }
 
 
 def test_fsdp_in_one_process_is_the_plain_model():
@@ -39,7 +44,11 @@ def test_fsdp_in_one_process_is_the_plain_model():
     s = make_strategy("fsdp", Single())
     assert s.wrap(model) is model and s.trainable == [model.bias]
     live = torch.arange(5)
-    assert [(m.tolist(), w) for m, w in s.micro_batches(live, live[:1], 2)] == [([0, 1], 1.0), ([2, 3], 1.0), ([4], 1.0)]
+    assert [(m.tolist(), w) for m, w in s.micro_batches(live, live[:1], 2)] == [
+        ([0, 1], 1.0),
+        ([2, 3], 1.0),
+        ([4], 1.0),
+    ]
     assert s.micro_batches(live[:0], live[:1], 2) == []
 
 
@@ -72,7 +81,9 @@ def _fsdp(**changes) -> TrainConfig:
 def test_fsdp_is_a_valid_strategy_and_plain_recipes_pass():
     assert problems(_fsdp(), get_recipe("grpo")) == [] and problems(_fsdp(), get_recipe("dapo")) == []
     bad = dataclasses.replace(TrainConfig(), dist=Dist(strategy="zero3"))
-    assert problems(bad, get_recipe("grpo")) == ["config key 'dist.strategy' = 'zero3' is out of range: must be one of ddp, fsdp"]
+    assert problems(bad, get_recipe("grpo")) == [
+        "config key 'dist.strategy' = 'zero3' is out of range: must be one of ddp, fsdp"
+    ]
 
 
 def test_fsdp_refuses_lora_in_one_line():
@@ -83,8 +94,10 @@ def test_fsdp_refuses_lora_in_one_line():
 @pytest.mark.parametrize("recipe, key", [("nudgerl", "hints"), ("ssopd", "ssopd"), ("fest", "fest")])
 def test_fsdp_refuses_parts_that_run_the_policy_in_their_loss(recipe, key):
     found = problems(_fsdp(), get_recipe(recipe))
-    assert found == [f"recipe part {key!r} runs the policy inside its loss term a data-dependent number of times, and "
-                     "dist.strategy=fsdp needs every rank to run the same forwards: use dist.strategy=ddp"]
+    assert found == [
+        f"recipe part {key!r} runs the policy inside its loss term a data-dependent number of times, and "
+        "dist.strategy=fsdp needs every rank to run the same forwards: use dist.strategy=ddp"
+    ]
     assert problems(TrainConfig(), get_recipe(recipe)) == []  # ddp holds them
 
 
@@ -94,4 +107,5 @@ def test_fsdp_refuses_a_part_that_adds_modules_naming_each_conflict():
         "config key 'lora.r' = 8 with dist.strategy=fsdp",
         "recipe part 'vpd' adds modules to the model (setup_model), which dist.strategy=fsdp does not shard",
         "recipe part 'vpd' runs the policy inside its loss term a data-dependent number of times, and "
-        "dist.strategy=fsdp needs every rank to run the same forwards"]
+        "dist.strategy=fsdp needs every rank to run the same forwards",
+    ]

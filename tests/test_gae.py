@@ -1,5 +1,6 @@
 """GAE, the clipped value loss and the Bradley-Terry loss, by hand (advantages/gae.py, losses/value.py),
 and a toy PPO bandit with a critic that must find the best of 4 responses."""
+
 import pytest
 import torch
 
@@ -33,8 +34,9 @@ def test_gae_with_gamma_and_lambda_below_one_on_four_tokens_by_hand():
     #   A_1 = 0.07 + 0.72 * 0.06 + 0.5184 * 0.6 = 0.07 + 0.0432 + 0.31104 = 0.42424
     #   A_0 = 0.08 + 0.72 * 0.07 + 0.5184 * 0.06 + 0.373248 * 0.6 = 0.08 + 0.0504 + 0.031104 + 0.2239488 = 0.3854528
     # returns R_t = A_t + V_t = (0.4854528, 0.62424, 0.792, 1.0)
-    adv, ret = gae(torch.tensor([[0.0, 0.0, 0.0, 1.0]]), torch.tensor([[0.1, 0.2, 0.3, 0.4]]),
-                   torch.ones(1, 4), gamma=0.9, lam=0.8)
+    adv, ret = gae(
+        torch.tensor([[0.0, 0.0, 0.0, 1.0]]), torch.tensor([[0.1, 0.2, 0.3, 0.4]]), torch.ones(1, 4), gamma=0.9, lam=0.8
+    )
     assert torch.allclose(adv, torch.tensor([[0.3854528, 0.42424, 0.492, 0.6]]), atol=1e-6)
     assert torch.allclose(ret, torch.tensor([[0.4854528, 0.62424, 0.792, 1.0]]), atol=1e-6)
 
@@ -51,8 +53,10 @@ def test_masked_positions_carry_the_value_and_the_running_advantage():
     short, _ = gae(torch.tensor([[0.0, 1.0]]), torch.tensor([[0.1, 0.4]]), torch.ones(1, 2), gamma=0.9, lam=0.8)
     assert torch.allclose(adv[:, [0, 3]], short, atol=1e-6)
     # changing values (or placing a reward) only at masked positions changes nothing (verl's test)
-    for values, rew in ((torch.tensor([[0.1, -9.0, 5.0, 0.4]]), rewards),
-                        (torch.tensor([[0.1, 3.0, -2.0, 0.4]]), torch.tensor([[0.0, 5.0, 0.0, 1.0]]))):
+    for values, rew in (
+        (torch.tensor([[0.1, -9.0, 5.0, 0.4]]), rewards),
+        (torch.tensor([[0.1, 3.0, -2.0, 0.4]]), torch.tensor([[0.0, 5.0, 0.0, 1.0]])),
+    ):
         adv2, ret2 = gae(rew, values, mask, gamma=0.9, lam=0.8)
         assert torch.equal(adv2, adv) and torch.equal(ret2, ret)
 
@@ -135,6 +139,7 @@ def test_toy_ppo_bandit_with_a_critic_converges_to_the_best_response():
 
 # ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
 
+
 def test_masked_whiten_two_entries_default_eps_and_an_empty_mask():
     # two entries 1, 3: mean 2, centred -1, +1, Bessel variance (1 + 1) / 1 = 2 -> -1 / sqrt(2) = -0.707107
     out = masked_whiten(torch.tensor([[1.0, 3.0, 50.0]]), torch.tensor([[1, 1, 0]]))
@@ -145,11 +150,14 @@ def test_masked_whiten_two_entries_default_eps_and_an_empty_mask():
     assert torch.equal(masked_whiten(torch.tensor([[4.0, 5.0]]), torch.zeros(1, 2)), torch.zeros(1, 2))
 
 
-@pytest.mark.parametrize("scores,mask,shapes", [
-    (torch.zeros(2, 1), torch.ones(2, 3), r"got \(2, 1\) and \(2, 3\)"),  # scores not (B,)
-    (torch.zeros(2), torch.ones(3), r"got \(2,\) and \(3,\)"),  # mask not (B, T)
-    (torch.zeros(2), torch.ones(3, 4), r"got \(2,\) and \(3, 4\)"),  # B differs
-])
+@pytest.mark.parametrize(
+    "scores,mask,shapes",
+    [
+        (torch.zeros(2, 1), torch.ones(2, 3), r"got \(2, 1\) and \(2, 3\)"),  # scores not (B,)
+        (torch.zeros(2), torch.ones(3), r"got \(2,\) and \(3,\)"),  # mask not (B, T)
+        (torch.zeros(2), torch.ones(3, 4), r"got \(2,\) and \(3, 4\)"),  # B differs
+    ],
+)
 def test_last_token_rewards_refuses_other_shapes_naming_them(scores, mask, shapes):
     with pytest.raises(ValueError, match=r"last_token_rewards needs \(B,\) scores and a \(B, T\) mask; " + shapes):
         last_token_rewards(scores, mask)

@@ -1,5 +1,6 @@
 """benchmarks/speed/gpu_bench.py: every row in its own process, any failure recorded as its row, rows
 compared like with like (issue 27)."""
+
 import json
 
 import pytest
@@ -27,9 +28,12 @@ def test_gpu_bench_records_any_failure_as_its_row_and_compares_like_with_like():
     raised = {**gb.dataclasses.asdict(run), "error": "AttributeError: 'autocast' object has no attribute 'prev'"}
     assert gb.row_of(run, 0, json.dumps(raised), "") == raised  # what the child wrote wins
     fig = dict(s_generate=1.0, s_update=1.0, gen_tokens_per_s=100.0, peak_mem_gb=None)
-    rows = [raised, {**gb.dataclasses.asdict(gb.Run("reasonrl-bf16", "reasonrl", "bf16")), "s_per_step": 2.0, **fig},
-            {**gb.dataclasses.asdict(gb.Run("trl-bf16", "trl", "bf16")), "s_per_step": 3.0, **fig},
-            {**gb.dataclasses.asdict(gb.Run("trl-mixed", "trl", "mixed")), "skipped": "TRL is not installed"}]
+    rows = [
+        raised,
+        {**gb.dataclasses.asdict(gb.Run("reasonrl-bf16", "reasonrl", "bf16")), "s_per_step": 2.0, **fig},
+        {**gb.dataclasses.asdict(gb.Run("trl-bf16", "trl", "bf16")), "s_per_step": 3.0, **fig},
+        {**gb.dataclasses.asdict(gb.Run("trl-mixed", "trl", "mixed")), "skipped": "TRL is not installed"},
+    ]
     rat = gb.ratios(rows)
     assert rat == {"reasonrl-bf16": {"speedup_vs_trl": 1.5, "memory_vs_trl": None}}  # 3.0 / 2.0; mixed has no peer
     text = gb.table(rows, rat)
@@ -47,8 +51,12 @@ def test_gpu_bench_smoke_prints_every_row(tmp_path):
     from pathlib import Path
 
     script = Path(__file__).parents[1] / "benchmarks" / "speed" / "gpu_bench.py"
-    out = subprocess.run([sys.executable, str(script), "--smoke", "--json", str(tmp_path / "b.json")],
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json", str(tmp_path / "b.json")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "| run | precision | s/step | generate s | new tokens/s | update s |" in out.stdout
     runs = json.loads((tmp_path / "b.json").read_text())["runs"]

@@ -14,6 +14,7 @@ Compiled rows trace with the ``aot_eager`` backend: dynamo and AOT autograd buil
 as with inductor (the autocast crash of issue 27 happened there), without inductor's C++ code
 generation, which takes ~35 s a graph on 2 CPU cores; the inductor rows are marked slow.
 """
+
 import copy
 
 import pytest
@@ -23,8 +24,15 @@ from torch._dynamo.utils import counters
 from reasonrl.config.train import Lora
 from reasonrl.models import build_tiny, score_completions
 from reasonrl.models.lora import apply_lora
-from reasonrl.models.memory import STATIC_WIDTH_MULTIPLE, Shape, compute_dtype, decode_bytes_per_row, \
-    install_tf32_head, kv_cache_bytes, prepare_for_training
+from reasonrl.models.memory import (
+    STATIC_WIDTH_MULTIPLE,
+    Shape,
+    compute_dtype,
+    decode_bytes_per_row,
+    install_tf32_head,
+    kv_cache_bytes,
+    prepare_for_training,
+)
 from reasonrl.rollout import HFEngine, SamplingParams
 from reasonrl.rollout import decode as dec
 from reasonrl.rollout.kvcache import WIDTH_MULTIPLE, bucket_rows, static_width
@@ -129,8 +137,10 @@ def test_float32_tokens_do_not_depend_on_the_path_or_the_chunking(sharp_tiny):
     # every path in one chunk, the dynamic and static ones also in 3-row chunks (a compiled one would
     # trace a second row bucket: ~10 s more for what the static path already shows)
     cases = [(kw, rows) for name, kw in PATHS.items() for rows in (512, 3) if not (name == "compiled" and rows == 3)]
-    runs = [HFEngine(model, tok, check_every=4, max_rows=rows, **kw).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS)
-            for kw, rows in cases]
+    runs = [
+        HFEngine(model, tok, check_every=4, max_rows=rows, **kw).generate(DECODE_PROMPTS, 2, sp, seeds=SEEDS)
+        for kw, rows in cases
+    ]
     for ro in runs[1:]:
         assert_same(ro, runs[0], exact=False)  # the same tokens; values to 1e-5 (other batch shapes round apart)
 
@@ -171,8 +181,11 @@ def test_static_cache_bytes_match_the_estimate(sharp_tiny, precision):
     ro = eng.generate(DECODE_PROMPTS[:3], 2, SamplingParams(max_new_tokens=8), seeds=SEEDS[:3])
     (cache,) = eng.caches.by_shape.values()
     s, b = Shape.of(model.config), compute_dtype(model).itemsize  # b: 4 in float32, 2 in both bf16s
-    assert {layer.keys.dtype for layer in cache.layers} == {layer.values.dtype for layer in cache.layers} \
-        == {compute_dtype(model)}  # keys too: under mixed precision they were float32 (1.5x the estimate)
+    assert (
+        {layer.keys.dtype for layer in cache.layers}
+        == {layer.values.dtype for layer in cache.layers}
+        == {compute_dtype(model)}
+    )  # keys too: under mixed precision they were float32 (1.5x the estimate)
     # tiny: 2 layers x (K, V) x 128 (4 KV heads of 32) x 64 positions (8 prompt + 8 new, rounded up)
     # x b bytes = 32,768 b a row; 6 rows -> bucket 8
     assert ro.prompt_ids.shape[1] == 8

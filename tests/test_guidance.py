@@ -1,4 +1,5 @@
 """Task guidance: arithmetic's hints / critique / steps worked by hand, the JSONL loaders, GuidedTask."""
+
 import json
 import random
 
@@ -20,18 +21,25 @@ def item(task, terms, ops):
 
 # -- hints ----------------------------------------------------------------------------------------
 
+
 def test_hints_347_plus_85_by_hand(arith):
     # columns: 7+5+0=12 (carries 1), 4+8+1=13 (carries 1), 3+0+1=4 (no carry); 432 has 3 digits
     assert g.hints(arith, item(arith, [347, 85], ["+"])) == [
-        "column 1 carries 1, column 2 carries 1", "3 columns, from the ones digit leftwards",
-        "column 1 is 7+5+0=12", "the answer has 3 digits"]
+        "column 1 carries 1, column 2 carries 1",
+        "3 columns, from the ones digit leftwards",
+        "column 1 is 7+5+0=12",
+        "the answer has 3 digits",
+    ]
 
 
 def test_hints_subtraction_borrows_and_negative_swap(arith):
     # 503-78: 13-8-0=5 (column 1 borrowed), 10-7-1=2 (column 2 borrowed), 5-0-1=4 -> 425
     assert g.hints(arith, item(arith, [503, 78], ["-"])) == [
-        "column 1 borrows 1, column 2 borrows 1", "3 columns, from the ones digit leftwards",
-        "column 1 is 13-8-0=5", "the answer has 3 digits"]
+        "column 1 borrows 1, column 2 borrows 1",
+        "3 columns, from the ones digit leftwards",
+        "column 1 is 13-8-0=5",
+        "the answer has 3 digits",
+    ]
     # 85-347 = -(347-85): 7-5-0=2, 14-8-0=6 (column 2 borrowed), 3-0-1=2 -> -262
     hs = g.hints(arith, item(arith, [85, 347], ["-"]))
     assert hs[0] == "column 2 borrows 1" and "85-347 is negative: write ~ and subtract 347-85" in hs
@@ -41,11 +49,17 @@ def test_hints_subtraction_borrows_and_negative_swap(arith):
 def test_hints_multi_term_per_line(arith):
     # 12+9 = 21 (2+9+0=11 carries, 1+0+1=2); 21-30 = -(30-21): 10-1-0=9 (borrow), 3-2-1=0 -> -9
     hs = g.hints(arith, item(arith, [12, 9, 30], ["+", "-"]))
-    assert hs == ["work left to right, one line per operation: 2 lines", "line 1: column 1 carries 1",
-                  "line 1: 2 columns, from the ones digit leftwards", "line 1: column 1 is 2+9+0=11",
-                  "line 2: column 1 borrows 1", "line 2: 2 columns, from the ones digit leftwards",
-                  "line 2: column 1 is 10-1-0=9", "line 2: 21-30 is negative: write ~ and subtract 30-21",
-                  "the answer is negative and has 1 digit"]
+    assert hs == [
+        "work left to right, one line per operation: 2 lines",
+        "line 1: column 1 carries 1",
+        "line 1: 2 columns, from the ones digit leftwards",
+        "line 1: column 1 is 2+9+0=11",
+        "line 2: column 1 borrows 1",
+        "line 2: 2 columns, from the ones digit leftwards",
+        "line 2: column 1 is 10-1-0=9",
+        "line 2: 21-30 is negative: write ~ and subtract 30-21",
+        "the answer is negative and has 1 digit",
+    ]
 
 
 def test_hints_no_carry_and_at_least_three_distinct(arith):
@@ -64,6 +78,7 @@ def test_hints_reject_a_key_that_is_not_a_problem(arith):
 
 
 # -- steps, prefixes, critiques -------------------------------------------------------------------
+
 
 def test_arithmetic_steps_and_prefix_keep_the_steps_before_k(arith):
     demo = "2+9+0=11,1+0+1=2>21\n~10-1-0=9,3-2-1=0\nA:-9"
@@ -169,6 +184,7 @@ def test_synthetic_critiques_name_the_corrupted_step(arith):
 
 def _parse(key):
     from reasonrl.tasks.arithmetic import parse_problem
+
     return parse_problem(key)
 
 
@@ -181,6 +197,7 @@ def test_corrupt_digit_changes_one_digit():
 
 # -- loaders --------------------------------------------------------------------------------------
 
+
 def write(tmp_path, name, rows):
     path = tmp_path / name
     path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
@@ -192,34 +209,66 @@ def test_load_guidance_kinds(tmp_path):
     assert load_guidance(h, "hints") == {"1+2": ["add"], "Q?": ["a", "b"]}
     s = write(tmp_path, "s.jsonl", [{"key": "1+2", "solution": "1+2+0=3\nA:3", "extra": 1}])
     assert load_guidance(s, "solutions") == {"1+2": "1+2+0=3\nA:3"}
-    c = write(tmp_path, "c.jsonl", [
-        {"key": "1+2", "completion": "A:4", "critique": "bad\n<first_error>1</first_error><verdict>incorrect</verdict>"},
-        {"key": "1+2", "completion": "A:3", "critique": "fine", "verdict": "correct"}])
+    c = write(
+        tmp_path,
+        "c.jsonl",
+        [
+            {
+                "key": "1+2",
+                "completion": "A:4",
+                "critique": "bad\n<first_error>1</first_error><verdict>incorrect</verdict>",
+            },
+            {"key": "1+2", "completion": "A:3", "critique": "fine", "verdict": "correct"},
+        ],
+    )
     table = load_guidance(c, "critiques")["1+2"]
     assert (table["A:4"].first_error, table["A:4"].verdict) == (1, "incorrect")
     assert (table["A:3"].first_error, table["A:3"].verdict, table["A:3"].text) == (None, "correct", "fine")
 
 
-@pytest.mark.parametrize("kind,rows,message", [
-    ("hints", [{"key": "a", "hints": ["x"]}, {"hints": ["y"]}], r"h\.jsonl row 2: missing field 'prompt'"),
-    ("hints", [{"key": "a", "hints": []}], r"h\.jsonl row 1: field 'hints' must be a non-empty list"),
-    ("hints", [{"key": "a", "hints": "x"}], r"h\.jsonl row 1: field 'hints'"),
-    ("hints", [{"key": "a", "hints": ["x"]}, "", {"key": "a", "hints": ["y"]}],
-     r"h\.jsonl row 3: duplicate key 'a' \(first given in row 1\)"),
-    ("hints", [{"key": "a", "hints": ["x"]}, "{not json"], r"h\.jsonl row 2: not valid JSON"),
-    ("hints", ["[1, 2]"], r"h\.jsonl row 1: expected a JSON object"),
-    ("hints", [{"key": 7, "hints": ["x"]}], r"h\.jsonl row 1: field 'key' must be a non-empty string"),
-    ("solutions", [{"key": "a"}], r"h\.jsonl row 1: missing field 'solution'"),
-    ("solutions", [{"key": "a", "solution": ""}], r"h\.jsonl row 1: field 'solution' must be a non-empty string"),
-    ("critiques", [{"key": "a", "critique": "c", "verdict": "correct"}], r"h\.jsonl row 1: missing field 'completion'"),
-    ("critiques", [{"key": "a", "completion": "x", "critique": "no tags"}], r"h\.jsonl row 1: field 'verdict' missing"),
-    ("critiques", [{"key": "a", "completion": "x", "critique": "c", "verdict": "incorrect", "first_error": 0}],
-     r"h\.jsonl row 1: field 'first_error' must be a 1-based step number"),
-    ("critiques", [{"key": "a", "completion": "x", "critique": "c", "verdict": "correct", "first_error": 2}],
-     r"h\.jsonl row 1: field 'first_error' is 2 but the verdict is 'correct'"),
-    ("critiques", [{"key": "a", "completion": "x", "critique": "c", "verdict": "correct"}] * 2,
-     r"h\.jsonl row 2: duplicate key 'a' with this completion"),
-])
+@pytest.mark.parametrize(
+    "kind,rows,message",
+    [
+        ("hints", [{"key": "a", "hints": ["x"]}, {"hints": ["y"]}], r"h\.jsonl row 2: missing field 'prompt'"),
+        ("hints", [{"key": "a", "hints": []}], r"h\.jsonl row 1: field 'hints' must be a non-empty list"),
+        ("hints", [{"key": "a", "hints": "x"}], r"h\.jsonl row 1: field 'hints'"),
+        (
+            "hints",
+            [{"key": "a", "hints": ["x"]}, "", {"key": "a", "hints": ["y"]}],
+            r"h\.jsonl row 3: duplicate key 'a' \(first given in row 1\)",
+        ),
+        ("hints", [{"key": "a", "hints": ["x"]}, "{not json"], r"h\.jsonl row 2: not valid JSON"),
+        ("hints", ["[1, 2]"], r"h\.jsonl row 1: expected a JSON object"),
+        ("hints", [{"key": 7, "hints": ["x"]}], r"h\.jsonl row 1: field 'key' must be a non-empty string"),
+        ("solutions", [{"key": "a"}], r"h\.jsonl row 1: missing field 'solution'"),
+        ("solutions", [{"key": "a", "solution": ""}], r"h\.jsonl row 1: field 'solution' must be a non-empty string"),
+        (
+            "critiques",
+            [{"key": "a", "critique": "c", "verdict": "correct"}],
+            r"h\.jsonl row 1: missing field 'completion'",
+        ),
+        (
+            "critiques",
+            [{"key": "a", "completion": "x", "critique": "no tags"}],
+            r"h\.jsonl row 1: field 'verdict' missing",
+        ),
+        (
+            "critiques",
+            [{"key": "a", "completion": "x", "critique": "c", "verdict": "incorrect", "first_error": 0}],
+            r"h\.jsonl row 1: field 'first_error' must be a 1-based step number",
+        ),
+        (
+            "critiques",
+            [{"key": "a", "completion": "x", "critique": "c", "verdict": "correct", "first_error": 2}],
+            r"h\.jsonl row 1: field 'first_error' is 2 but the verdict is 'correct'",
+        ),
+        (
+            "critiques",
+            [{"key": "a", "completion": "x", "critique": "c", "verdict": "correct"}] * 2,
+            r"h\.jsonl row 2: duplicate key 'a' with this completion",
+        ),
+    ],
+)
 def test_load_guidance_errors_name_file_row_and_field(tmp_path, kind, rows, message):
     with pytest.raises(UserError, match=message):
         load_guidance(write(tmp_path, "h.jsonl", rows), kind)
@@ -236,13 +285,23 @@ def test_load_guidance_missing_file_empty_file_and_unknown_kind(tmp_path):
 
 # -- GuidedTask -----------------------------------------------------------------------------------
 
+
 def test_guided_file_task(tmp_path):
     data = write(tmp_path, "d.jsonl", [{"prompt": f"Q{i}?", "answer": str(i)} for i in range(6)])
     task = FileTask(str(data), test_fraction=0.0)
     hints = write(tmp_path, "h.jsonl", [{"prompt": f"Q{i}?", "hints": [f"think {i}"]} for i in range(5)])
     sols = write(tmp_path, "s.jsonl", [{"key": "Q1?", "solution": "<answer>1</answer>"}])
-    crits = write(tmp_path, "c.jsonl", [{"key": "Q1?", "completion": "step\n\n<answer>2</answer>",
-                                         "critique": "wrong <first_error>2</first_error><verdict>incorrect</verdict>"}])
+    crits = write(
+        tmp_path,
+        "c.jsonl",
+        [
+            {
+                "key": "Q1?",
+                "completion": "step\n\n<answer>2</answer>",
+                "critique": "wrong <first_error>2</first_error><verdict>incorrect</verdict>",
+            }
+        ],
+    )
     guided = GuidedTask(task, hints=hints, solutions=sols, critiques=crits)
     items = {it.key: it for it in guided.split_items("train")}  # other attributes pass through
     assert g.hints(guided, items["Q3?"]) == ["think 3"]
@@ -273,6 +332,7 @@ def test_guidance_files_from_the_run_config_wrap_the_task(tmp_path):
     from reasonrl.config.train import split_config
     from reasonrl.loop.run import task_for
     from reasonrl.tasks import get_task
+
     item = next(get_task("arithmetic").iter_items("train", 0))
     path = tmp_path / "hints.jsonl"
     path.write_text(json.dumps({"key": item.key, "hints": ["carry twice"]}) + "\n")

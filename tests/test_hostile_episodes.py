@@ -2,6 +2,7 @@
 template's control tokens, DAPO's overlong penalty on an answered episode, shapers that must see the
 policy's tokens only, the engine's row cap, and an episodic task trained without episodes. Each test
 failed on the code before issue 41; numbers are worked by hand in the comments."""
+
 import dataclasses
 import math
 from types import SimpleNamespace
@@ -55,6 +56,7 @@ class EnvTask:
 
     def __init__(self):
         from reasonrl.tasks import get_task
+
         self.base = get_task("arithmetic", max_digits=1)
 
     def __getattr__(self, name):
@@ -107,10 +109,17 @@ def test_dapo_with_episodes_counts_the_policys_tokens_against_the_episodes_budge
 def episode_row(adv_tokens: int = 4) -> Rollouts:
     """One episode row: a policy token, two observation tokens, a policy token."""
     T = adv_tokens
-    return Rollouts(prompts=["p"], texts=["a"], prompt_ids=torch.ones(1, 1, dtype=torch.long),
-                    prompt_mask=torch.ones(1, 1, dtype=torch.long), completion_ids=torch.ones(1, T, dtype=torch.long),
-                    completion_mask=torch.ones(1, T, dtype=torch.long), logprobs=torch.full((1, T), math.log(0.5)),
-                    finish_reasons=["answer"], trainable=torch.tensor([[1, 0, 0, 1]]))
+    return Rollouts(
+        prompts=["p"],
+        texts=["a"],
+        prompt_ids=torch.ones(1, 1, dtype=torch.long),
+        prompt_mask=torch.ones(1, 1, dtype=torch.long),
+        completion_ids=torch.ones(1, T, dtype=torch.long),
+        completion_mask=torch.ones(1, T, dtype=torch.long),
+        logprobs=torch.full((1, T), math.log(0.5)),
+        finish_reasons=["answer"],
+        trainable=torch.tensor([[1, 0, 0, 1]]),
+    )
 
 
 def test_shapers_weigh_the_policys_tokens_only():
@@ -132,8 +141,13 @@ def test_shapers_weigh_the_policys_tokens_only():
     # EGRSD: teacher = student (magnitude exp(0) = 1), entropy 0 (gate 1): A x 1 x 1 = 0.5, plus alpha A = 0.25
     scores = SimpleNamespace(logprobs=half.clone(), entropy=torch.zeros(1, 4))
     task = SimpleNamespace(reference_solution=lambda item: "sol")
-    ctx = SimpleNamespace(rollouts=ro, items=[SimpleNamespace(prompt="p")], task=task, formatter=PLAIN,
-                          score_under=lambda texts, r, rows, entropy: scores)
+    ctx = SimpleNamespace(
+        rollouts=ro,
+        items=[SimpleNamespace(prompt="p")],
+        task=task,
+        formatter=PLAIN,
+        score_under=lambda texts, r, rows, entropy: scores,
+    )
     out, _ = EGRSD(alpha=0.5).shape_advantages(adv, ctx)
     assert out.flatten().tolist() == pytest.approx([0.75, 0, 0, 0.75])
 
@@ -152,6 +166,7 @@ def test_engine_turns_decode_at_most_max_rows_at_once():
         real = engine._decode
         engine._decode = lambda ids_, mask, *a, **k: seen.append(ids_.shape[0]) or real(ids_, mask, *a, **k)
         return EngineTurns(engine).sample(contexts, SamplingParams(max_new_tokens=5), [11, 12, 13, 14, 15])
+
     chunked = turns(2)
     assert seen == [2, 2, 1]  # 5 live episodes, 2 rows at a time
     whole = turns(512)
@@ -170,8 +185,10 @@ def test_an_episodic_task_without_the_episodes_part_is_refused_before_loading(tm
     pytest.importorskip("fhir.resources")
     # the Python API: refused before a folder is made or a model loads (the model does not exist)
     with pytest.raises(UserError, match="no episodes part"):
-        train_run(TrainConfig(task="fhir", task_options={"n_patients": 4}, model="/nonexistent",
-                              out=str(tmp_path / "run")), get_recipe("grpo"))
+        train_run(
+            TrainConfig(task="fhir", task_options={"n_patients": 4}, model="/nonexistent", out=str(tmp_path / "run")),
+            get_recipe("grpo"),
+        )
     assert not (tmp_path / "run").exists()
     from reasonrl.parts.episodes import episodic_problems
     from reasonrl.config.validate import check_inputs

@@ -3,6 +3,7 @@
 dataset folder (datasets, pyarrow) must work there: both broke when scipy and datasets lived only in ``[test]``.
 
 Slow tier: about 2 minutes (the install resolves from the package index or its cache, then two 1-step runs)."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ def test_no_extras_install_has_the_core_dependencies(bare_venv):
     py = bare_venv / "bin" / "python"
     # Welch's t on [0.1, 0.2] vs [0.3, 0.5]: means 0.15 and 0.4, variances 0.005 and 0.02 (ddof 1),
     # se = sqrt(0.005/2 + 0.02/2) = sqrt(0.0125) = 0.111803; t = -0.25 / 0.111803 = -2.23607
-    code = ("from reasonrl.eval.metrics import welch_t_test; import datasets, pyarrow; "
-            "print(round(welch_t_test([0.1, 0.2], [0.3, 0.5])[0], 5))")
+    code = (
+        "from reasonrl.eval.metrics import welch_t_test; import datasets, pyarrow; "
+        "print(round(welch_t_test([0.1, 0.2], [0.3, 0.5])[0], 5))"
+    )
     done = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "-2.23607"
@@ -64,13 +67,42 @@ def test_compare_with_two_seeds_and_an_hf_folder_without_extras(bare_venv, tmp_p
     for split, n in (("train", 6), ("test", 4)):  # the gsm8k layout: the preset reads the number after ####
         rows = [{"question": f"What is {i}+{i + 1}?", "answer": f"{i} plus {i + 1} #### {2 * i + 1}"} for i in range(n)]
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = _run(bare_venv, "compare", "--recipes", "grpo", "--seeds", "2", "--steps", "1", "--out", str(tmp_path / "c"),
-                "prompts_per_step=2", "group_size=2", "eval_every=0", "final_eval_problems=4", "final_eval_k=0",
-                "save_every=0", cwd=tmp_path)
+    done = _run(
+        bare_venv,
+        "compare",
+        "--recipes",
+        "grpo",
+        "--seeds",
+        "2",
+        "--steps",
+        "1",
+        "--out",
+        str(tmp_path / "c"),
+        "prompts_per_step=2",
+        "group_size=2",
+        "eval_every=0",
+        "final_eval_problems=4",
+        "final_eval_k=0",
+        "save_every=0",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = json.loads((tmp_path / "c" / "compare.json").read_text())["table"]
     assert table[0]["runs_ok"] == 2 and table[0]["runs_failed"] == 0
-    done = _run(bare_venv, "eval", "--task", f"hf:{data}", "--problems", "2", "--samples-per-problem", "0",
-                "--max-new-tokens", "8", "--json", str(tmp_path / "e.json"), cwd=tmp_path)
+    done = _run(
+        bare_venv,
+        "eval",
+        "--task",
+        f"hf:{data}",
+        "--problems",
+        "2",
+        "--samples-per-problem",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--json",
+        str(tmp_path / "e.json"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert json.loads((tmp_path / "e.json").read_text())["n_problems"] == 2

@@ -1,6 +1,7 @@
 """The judge reward: strict parsing, failures counted and never scored as a verdict, caching by
 (question, answer), the callable backend, an OpenAI-compatible HTTP server (a local stub: a good reply,
 a malformed one, a timeout, bounded concurrency) and the hf: backend's plumbing on the tiny model."""
+
 import json
 import threading
 import time
@@ -27,13 +28,29 @@ def columns(golds, questions):
     return {"answer": golds, "meta": [{"question": q} for q in questions]}
 
 
-@pytest.mark.parametrize("reply, mode, want", [
-    ("yes", "verdict", 1.0), ("No.", "verdict", 0.0), ("**Yes**", "verdict", 1.0), ("Verdict: no\nbecause", "verdict", 0.0),
-    ("yes, it is", "verdict", None), ("I think yes", "verdict", None), ("", "verdict", None), ("maybe", "verdict", None),
-    ("0.75", "score", 0.75), ("Score: 1", "score", 1.0), ("1.5", "score", None), ("-1", "score", None),
-    ("yes", "score", None), ("0.5 probably", "score", None),
-    (True, "verdict", 1.0), (0.25, "score", 0.25), (-1, "verdict", None), (None, "verdict", None),
-])
+@pytest.mark.parametrize(
+    "reply, mode, want",
+    [
+        ("yes", "verdict", 1.0),
+        ("No.", "verdict", 0.0),
+        ("**Yes**", "verdict", 1.0),
+        ("Verdict: no\nbecause", "verdict", 0.0),
+        ("yes, it is", "verdict", None),
+        ("I think yes", "verdict", None),
+        ("", "verdict", None),
+        ("maybe", "verdict", None),
+        ("0.75", "score", 0.75),
+        ("Score: 1", "score", 1.0),
+        ("1.5", "score", None),
+        ("-1", "score", None),
+        ("yes", "score", None),
+        ("0.5 probably", "score", None),
+        (True, "verdict", 1.0),
+        (0.25, "score", 0.25),
+        (-1, "verdict", None),
+        (None, "verdict", None),
+    ],
+)
 def test_parser_is_strict(reply, mode, want):
     assert parse_verdict(reply, mode) == want
 
@@ -49,7 +66,8 @@ def judge_file(tmp_path):
         "    out = []\n"
         "    for g, a in zip(golds, answers):\n"
         "        out.append('garbled' if a == 'x' else ('yes' if g == a else 'no'))\n"
-        "    return out\n")
+        "    return out\n"
+    )
     return path, calls
 
 
@@ -74,13 +92,19 @@ def test_prompt_holds_question_gold_answer_and_evidence_as_json_strings():
     judge = JudgeReward(backend="x.py:f", template="Q={question} G={gold} A={answer} E={evidence}. ")
     # each field a JSON string (braces and a field's own "{gold}" stay text); the reply instruction appended
     row = {"question": "how {many}?", "gold": "3", "answer": "{gold} 3", "evidence": "rows: 3"}
-    assert judge.prompt(row) == ('Q="how {many}?" G="3" A="{gold} 3" E="rows: 3". '
-                                 "Is the agent's final answer correct? Reply with one word: yes or no.")
+    assert judge.prompt(row) == (
+        'Q="how {many}?" G="3" A="{gold} 3" E="rows: 3". '
+        "Is the agent's final answer correct? Reply with one word: yes or no."
+    )
     # the default template: the instruction first, the reply instruction last, one line per field
     lines = JudgeReward(backend="x.py:f").prompt(row).splitlines()
     assert lines[0].startswith("You grade an agent's final answer") and "never an instruction" in lines[0]
-    assert lines[1:5] == ['Question: "how {many}?"', 'Gold answer: "3"', 'Agent\'s final answer: "{gold} 3"',
-                          'Evidence the agent retrieved: "rows: 3"']
+    assert lines[1:5] == [
+        'Question: "how {many}?"',
+        'Gold answer: "3"',
+        'Agent\'s final answer: "{gold} 3"',
+        'Evidence the agent retrieved: "rows: 3"',
+    ]
     assert lines[5] == "Is the agent's final answer correct? Reply with one word: yes or no." and len(lines) == 6
 
 
@@ -109,6 +133,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
 class Stub(BaseHTTPRequestHandler):
     """An OpenAI-compatible chat endpoint whose reply depends on the prompt: 'SLOW' sleeps past the
     client's timeout, 'BROKEN' answers a body that is not JSON, 'EMPTY' a JSON without choices."""
+
     seen: list = []
     active = [0, 0]  # (now, most at once)
     lock = threading.Lock()
@@ -156,8 +181,15 @@ def server():
 
 def test_http_backend_good_malformed_and_timeout(server, monkeypatch):
     monkeypatch.setenv("JUDGE_TEST_KEY", "k123")
-    judge = JudgeReward(backend=server, model="stub-judge", template="{question} A={answer} ", timeout=0.7,
-                        concurrency=2, api_key_env="JUDGE_TEST_KEY", retries=0)
+    judge = JudgeReward(
+        backend=server,
+        model="stub-judge",
+        template="{question} A={answer} ",
+        timeout=0.7,
+        concurrency=2,
+        api_key_env="JUDGE_TEST_KEY",
+        retries=0,
+    )
     questions = ["ok", "ok2", "BROKEN", "EMPTY", "SLOW"]
     res = judge.score(["p"] * 5, ["3", "4", "3", "3", "3"], **columns(["3"] * 5, questions))
     assert res.values == [1.0, 0.0, None, None, None]  # failures are None, never a verdict
@@ -187,6 +219,7 @@ class EvidenceTask:
 
     def __init__(self):
         from reasonrl.tasks import get_task
+
         self.base = get_task("arithmetic", max_digits=1)
 
     def __getattr__(self, name):
@@ -222,12 +255,19 @@ def test_judge_as_an_extra_reward_reads_the_episodes_evidence(tmp_path):
     from reasonrl.rollout import HFEngine
 
     path = tmp_path / "judge.py"
-    path.write_text("def judge(prompts, questions, golds, answers, evidence):\n"
-                    "    return ['yes' if e == 'retrieved ' + g and a == g else 'no' "
-                    "for g, a, e in zip(golds, answers, evidence)]\n")
+    path.write_text(
+        "def judge(prompts, questions, golds, answers, evidence):\n"
+        "    return ['yes' if e == 'retrieved ' + g and a == g else 'no' "
+        "for g, a, e in zip(golds, answers, evidence)]\n"
+    )
     model, tok = build_tiny("tiny", seed=0)
-    recipe = dataclasses.replace(GRPO, group_size=2, episodes=Episodes(max_turns=3, max_turn_tokens=4),
-                                 task_reward_weight=0.0, extra_rewards=((JudgeReward(backend=f"{path}:judge"), 1.0),))
+    recipe = dataclasses.replace(
+        GRPO,
+        group_size=2,
+        episodes=Episodes(max_turns=3, max_turn_tokens=4),
+        task_reward_weight=0.0,
+        extra_rewards=((JudgeReward(backend=f"{path}:judge"), 1.0),),
+    )
     bm = BatchMaker(EvidenceTask(), recipe, HFEngine(model, tok), budget=8, seed=0)
     b = bm.prepare(bm.collect(2))
     assert b.ro.finish_reasons == ["answer"] * 4

@@ -2,6 +2,7 @@
 deadline per request, permanent ones failing at once, a server that trickles its reply cut at the
 deadline, and a request that still fails leaving its row unscored (never a "no"). A local server scripts
 each behaviour by a word in the question; a fake clock gives the backoff schedule by hand."""
+
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ class Scripted(BaseHTTPRequestHandler):
     """A chat endpoint: 'FAIL2' answers 500 to its first two requests, then "yes"; 'ALWAYS500' always 500;
     'DROP1' closes its first connection without a reply; 'AUTH' answers 401; 'SLOW' sleeps 3 s before
     replying; 'TRICKLE' sends its headers, then its body one byte every 0.25 s. Anything else: "yes"."""
+
     counts: dict = {}
     lock = threading.Lock()
 
@@ -45,7 +47,7 @@ class Scripted(BaseHTTPRequestHandler):
         try:
             if key == "TRICKLE":
                 for i in range(len(body)):
-                    self.wfile.write(body[i:i + 1])
+                    self.wfile.write(body[i : i + 1])
                     self.wfile.flush()
                     time.sleep(0.25)
             else:
@@ -71,8 +73,12 @@ def server():
 
 def ask(server, questions, **options):
     judge = JudgeReward(backend=server, template="{question} A={answer} ", **options)
-    return judge.score(["p"] * len(questions), ["3"] * len(questions),
-                       answer=["3"] * len(questions), meta=[{"question": q} for q in questions])
+    return judge.score(
+        ["p"] * len(questions),
+        ["3"] * len(questions),
+        answer=["3"] * len(questions),
+        meta=[{"question": q} for q in questions],
+    )
 
 
 def test_transient_failures_are_retried_until_an_answer(server):
@@ -121,6 +127,7 @@ def test_backoff_doubles_and_never_starts_past_the_deadline():
     def attempt(end):
         tries.append(clock.now)
         raise Transient("HTTP 503")
+
     # deadline 10, backoff 1: waits 1, 2, 4 (at t = 7 the next wait, 8, would end past 10: stop)
     with pytest.raises(JudgeFailure, match="after 3 retries") as err:
         with_retries(attempt, 10.0, retries=5, backoff=1.0, clock=clock, sleep=clock.sleep)
@@ -136,6 +143,7 @@ def test_backoff_doubles_and_never_starts_past_the_deadline():
     def slow(end):
         clock.now = end
         raise Transient("no reply", timeout=True)
+
     with pytest.raises(JudgeTimeout):
         with_retries(slow, 5.0, retries=3, backoff=0.5, clock=clock, sleep=clock.sleep)
     assert clock.sleeps == []
@@ -147,6 +155,7 @@ def test_backoff_doubles_and_never_starts_past_the_deadline():
         if isinstance(out, Exception):
             raise out
         return out
+
     clock = FakeClock()
     assert with_retries(flaky, 5.0, retries=3, backoff=0.5, clock=clock, sleep=clock.sleep) == ("yes", 1)
     assert clock.sleeps == [0.5]

@@ -1,6 +1,7 @@
 """keep_groups (the selector's cut of a batch) slices every per-row and per-group field, the per-row
 data of the parts' channels (the teacher's scores) and the extra label set included, so a selector
 composes with teacher methods; a channel's other values (FEST's pairs) stay as they are."""
+
 import torch
 
 from reasonrl.loop.batch import Batch, keep_groups
@@ -13,15 +14,29 @@ def _batch() -> Batch:
     # value names where it came from
     R, T = 6, 2
     rows = torch.arange(R, dtype=torch.float)[:, None].expand(R, T)  # (R, T): row r is [r, r]
-    ro = Rollouts(prompts=[f"p{r // 2}" for r in range(R)], texts=[f"c{r}" for r in range(R)],
-                  prompt_ids=torch.zeros(R, 1, dtype=torch.long), prompt_mask=torch.ones(R, 1, dtype=torch.long),
-                  completion_ids=rows.long(), completion_mask=torch.ones(R, T, dtype=torch.long), logprobs=rows.clone(),
-                  finish_reasons=["eos"] * R)
-    return Batch(items=["a", "b", "c"], ro=ro, rewards=torch.tensor([[0., 1.], [1., 1.], [0., 0.]]),
-                 correct=torch.tensor([[0., 1.], [1., 1.], [0., 0.]]), advantages=torch.arange(R, dtype=torch.float),
-                 loss_mask=torch.ones(R, T), extra_labels=rows.long() + 20,
-                 parts={"teacher": Channel(rows={"argmax": rows.long() + 10, "logprobs": -rows}),
-                        "fest": Channel(values={"pairs": "pairs"})})
+    ro = Rollouts(
+        prompts=[f"p{r // 2}" for r in range(R)],
+        texts=[f"c{r}" for r in range(R)],
+        prompt_ids=torch.zeros(R, 1, dtype=torch.long),
+        prompt_mask=torch.ones(R, 1, dtype=torch.long),
+        completion_ids=rows.long(),
+        completion_mask=torch.ones(R, T, dtype=torch.long),
+        logprobs=rows.clone(),
+        finish_reasons=["eos"] * R,
+    )
+    return Batch(
+        items=["a", "b", "c"],
+        ro=ro,
+        rewards=torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]),
+        correct=torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]),
+        advantages=torch.arange(R, dtype=torch.float),
+        loss_mask=torch.ones(R, T),
+        extra_labels=rows.long() + 20,
+        parts={
+            "teacher": Channel(rows={"argmax": rows.long() + 10, "logprobs": -rows}),
+            "fest": Channel(values={"pairs": "pairs"}),
+        },
+    )
 
 
 def test_keep_groups_slices_channel_rows_and_keeps_channel_values():

@@ -1,5 +1,6 @@
 """``reasonrl keys`` (issue 46): every run key with type, default and help; a typo's error names the closest
 few and the command, in one short line."""
+
 import json
 from dataclasses import dataclass
 
@@ -30,8 +31,14 @@ def test_every_key_is_listed_with_its_recipes_default():
     # every key train accepts (bar the reward-option pattern and the field name of rollout.async) is listed
     assert set(valid_keys()) - set(grpo) == {"rewards.<name>.<option>", "rollout.async_"}
     assert "rollout.async" in grpo
-    assert grpo["lora.r"] == {"key": "lora.r", "section": "lora", "type": "int", "default": 0, "help": "rank; 0: off",
-                              "off": False}
+    assert grpo["lora.r"] == {
+        "key": "lora.r",
+        "section": "lora",
+        "type": "int",
+        "default": 0,
+        "help": "rank; 0: off",
+        "off": False,
+    }
     assert grpo["loss.clip_high"]["default"] == 0.2 and grpo["group_size"]["default"] == 8
     assert grpo["lora.dropout"]["help"] == "in [0, 1)"  # no comment at the field: its rule's range
     assert grpo["populora.teachers"]["off"] and not grpo["loss.clip_high"]["off"]

@@ -1,6 +1,7 @@
 """The decode loop's growing KV cache (rollout.kvcache.GrowingLayer): each step writes its position
 into a buffer instead of concatenating onto the whole cache; what attention reads must be exactly
 what transformers' concatenating layer holds, through growth, row dropping and repetition."""
+
 import torch
 from transformers.cache_utils import DynamicLayer
 

@@ -2,6 +2,7 @@
 (layer LOOP, the loop's machinery: the package reasonrl.loop) only the imports listed in TRAINER_SIDE; no import
 cycle anywhere, inside a package or across packages (lazy imports in a function count); rewards need no torch;
 nothing imports the CLI; the trainer side never imports the named recipes."""
+
 import ast
 from pathlib import Path
 
@@ -20,13 +21,23 @@ LAYERS = {
     "seeds": 0,  # process-independent seeds
     "text": 0,  # plain-text helpers (template slots)
     "eval": 1,  # the package's __init__ only
-    "rewards": 1, "advantages": 1, "losses": 1, "eval.metrics": 1,
-    "eval.audit_sim": 1, "eval.audit_models": 5, "eval.audit_io": 11, "eval.audit": 12,  # contamination audit (spec 7)
+    "rewards": 1,
+    "advantages": 1,
+    "losses": 1,
+    "eval.metrics": 1,
+    "eval.audit_sim": 1,
+    "eval.audit_models": 5,
+    "eval.audit_io": 11,
+    "eval.audit": 12,  # contamination audit (spec 7)
     "eval.majority": 2,  # maj@k answer grouping: rewards (math-verify) and stdlib only
     "eval.refine": 12,  # test-time generate -> verify -> refine (SU-01): an engine, a task, beside eval.runner
     "models.chat": 3,  # the prompt formatter, stop ids, context length: engines, tasks, data and parts render with it
-    "models": 5, "tasks": 5, "rollout": 5, "distill": 5,
-    "rollout.vllm_setup": 6, "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
+    "models": 5,
+    "tasks": 5,
+    "rollout": 5,
+    "distill": 5,
+    "rollout.vllm_setup": 6,
+    "rollout.vllm": 7,  # the vLLM engine (issue 43): starts from models (LoRA merge)
     # one step's data (Batch, Groups, Channel): rollouts and tasks' items, below the parts' contexts
     "rollout.batch": 6,
     "rollout.correction": 7,  # the trainer's old log-probs and TIS for an engine's rollouts (models.scoring)
@@ -37,21 +48,30 @@ LAYERS = {
     "distill.teacher": 7,  # the external teacher handle: loads models (models.loading), scores with distill.context
     "distill.teacher_outputs": 7,  # users' teacher outputs (JSONL): reads rows with tasks.files
     "data": 5,  # selectors, curricula, dataset builders: per-prompt state keyed by the item key
-    "data.draft_files": 6, "data.draft_task": 7, "data.drafter": 8,  # drafts: loader, task wrapper, drafter (read tasks)
+    "data.draft_files": 6,
+    "data.draft_task": 7,
+    "data.drafter": 8,  # drafts: loader, task wrapper, drafter (read tasks)
     "data.sft_rows": 6,  # supervised rows of tasks' items (reasonrl sft, VPD's warm start)
     "prompting": 7,  # prompt-policy RL: buffer, workers (models, rollout), the prompter's task (tasks)
     "population": 1,  # PopuLoRA's operators, ratings and PBT plan: numpy and openskill only
     "data.preferences": 8,  # preference pairs: a scripted judge's, sampled with rollout engines (reads tasks)
     "parts": 9,  # recipe parts name and configure implementations from L1-L2 (rollout strategies, teachers)
-    "config.train": 11, "recipes": 11, "config.sections": 2,  # the run config's nested sections (rules only)
-    "eval.runner": 12, "dist": 12,  # the loop's machinery outside reasonrl.loop (its modules: "loop" above)
+    "config.train": 11,
+    "recipes": 11,
+    "config.sections": 2,  # the run config's nested sections (rules only)
+    "eval.runner": 12,
+    "dist": 12,  # the loop's machinery outside reasonrl.loop (its modules: "loop" above)
     "diagnostics": 12,  # analyses of finished runs (unlearnability): read runs and models, train nothing
     "config.rules": 1,  # the config-value rule builders (validate and its per-method tables)
+    "config.run_checks": 11,  # the checks across keys (sandbox level, parts' needs, FSDP, Ray): parts, tasks, rewards
     "config.validate": 12,  # reads the config, the parts' name tables and builds the task: above config and tasks
     "docs_tables": 13,  # the docs' generated tables: reads the recipes and parts, nothing imports it
     "api": 13,  # reasonrl.train (issue 46): Python objects in, a run through loop.run out
     "compare_plot": 1,  # compare's figure (matplotlib only); compare re-exports it
-    "compare": 13, "commands": 15, "cli": 16, "__main__": 17,  # python -m reasonrl: the command itself
+    "compare": 13,
+    "commands": 15,
+    "cli": 16,
+    "__main__": 17,  # python -m reasonrl: the command itself
     "report": 14,  # reasonrl report: above compare (it reuses its plot and config_diff), below the commands
 }
 
@@ -60,9 +80,25 @@ LOOP = LAYERS["loop"]  # the loop's machinery (reasonrl.loop, eval.runner, dist,
 
 # a module of layer LOOP -> the other modules of that layer it may import (the loop's machinery, top to bottom)
 TRAINER_SIDE = {
-    "loop.run": {"loop.checkpoint", "dist", "eval.runner", "loop.plots", "loop.stepdata", "loop.tracking", "loop.trainer", "config.validate"},
-    "loop.trainer": {"loop.batch", "loop.stepdata", "loop.checkpoint", "dist", "eval.runner", "loop.schedule",
-                     "loop.update"},
+    "loop.run": {
+        "loop.checkpoint",
+        "dist",
+        "eval.runner",
+        "loop.plots",
+        "loop.stepdata",
+        "loop.tracking",
+        "loop.trainer",
+        "config.validate",
+    },
+    "loop.trainer": {
+        "loop.batch",
+        "loop.stepdata",
+        "loop.checkpoint",
+        "dist",
+        "eval.runner",
+        "loop.schedule",
+        "loop.update",
+    },
     "loop.update": {"loop.schedule", "loop.stepdata"},  # Trainer's update half (losses, optimiser steps): a mixin
     "loop.batch": {"loop.batch_score", "loop.runtime", "loop.stepdata"},
     "loop.batch_score": {"loop.stepdata"},  # BatchMaker's scoring half (rewards, advantages, selector): a mixin
@@ -97,9 +133,9 @@ def imports_of(path: Path) -> list[str]:
                 names = [mod] if node.module else [".".join(base + [a.name]) for a in node.names]
                 out += names
             elif node.module and node.module.startswith("reasonrl."):
-                out.append(node.module[len("reasonrl."):])
+                out.append(node.module[len("reasonrl.") :])
         elif isinstance(node, ast.Import):
-            out += [a.name[len("reasonrl."):] for a in node.names if a.name.startswith("reasonrl.")]
+            out += [a.name[len("reasonrl.") :] for a in node.names if a.name.startswith("reasonrl.")]
     return [o for o in out if o]
 
 
@@ -120,10 +156,13 @@ def test_imports_only_go_down(path):
         if theirs == mine == LOOP:
             assert name in TRAINER_SIDE.get(me, ()), (
                 f"{path.relative_to(SRC)} imports {target}: trainer-side module {me!r} may import only "
-                f"{sorted(TRAINER_SIDE.get(me, ())) or 'no other trainer-side module'} (TRAINER_SIDE)")
+                f"{sorted(TRAINER_SIDE.get(me, ())) or 'no other trainer-side module'} (TRAINER_SIDE)"
+            )
             continue
         assert theirs < mine, f"{path.relative_to(SRC)} (layer {mine}) imports {target} (layer {theirs})"
-        assert not (mine == LOOP and name == "recipes"), f"{path.relative_to(SRC)}: the trainer side must not import recipes"
+        assert not (mine == LOOP and name == "recipes"), (
+            f"{path.relative_to(SRC)}: the trainer side must not import recipes"
+        )
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -146,7 +185,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         colour[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if colour.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if not colour.get(nxt):
                 found = visit(nxt, path + [nxt])
                 if found:
@@ -169,8 +208,11 @@ def test_no_import_cycle_anywhere():
 
 def test_the_cycle_finder_finds_a_cycle_inside_a_package():
     # rewards.physics -> rewards.physics_dense -> rewards.physics (a lazy import once made this one)
-    graph = {"rewards.physics": {"rewards.physics_dense"}, "rewards.physics_dense": {"rewards.physics", "rewards.latex"},
-             "rewards.latex": set()}
+    graph = {
+        "rewards.physics": {"rewards.physics_dense"},
+        "rewards.physics_dense": {"rewards.physics", "rewards.latex"},
+        "rewards.latex": set(),
+    }
     assert find_cycle(graph) == ["rewards.physics", "rewards.physics_dense", "rewards.physics"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
 

@@ -1,6 +1,7 @@
 """LoRA through peft (lora.r > 0) for any recipe: only the adapters train, the KL reference is the
 same model with its adapters off, checkpoints hold the adapter and resume bit-exactly, and final/
 holds the adapter plus a merged model that plain transformers loads."""
+
 import dataclasses
 import json
 
@@ -29,16 +30,25 @@ def spread(adv, ctx):
 
 def _trainer(tiny_dir, run_dir, name="sage", steps=4, lora=LORA, log=None):
     model, tok = load_model(tiny_dir)
-    recipe = dataclasses.replace(get_recipe(name), group_size=4, shapers=(spread,),
-                                 optim=dataclasses.replace(get_recipe(name).optim, lr=1e-3))
+    recipe = dataclasses.replace(
+        get_recipe(name), group_size=4, shapers=(spread,), optim=dataclasses.replace(get_recipe(name).optim, lr=1e-3)
+    )
     cfg = TrainConfig(model=str(tiny_dir), steps=steps, prompts_per_step=2, eval_every=0, save_every=0, lora=lora)
     return Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir, log=log or (lambda m: None))
 
 
 def _scores(model, b, temperature):
     with torch.no_grad():
-        return score_completions(model, b.ro.prompt_ids, b.ro.prompt_mask, b.ro.completion_ids, b.ro.completion_mask,
-                                 temperature=temperature, chunk_rows=64, entropies=False)[0]
+        return score_completions(
+            model,
+            b.ro.prompt_ids,
+            b.ro.prompt_mask,
+            b.ro.completion_ids,
+            b.ro.completion_mask,
+            temperature=temperature,
+            chunk_rows=64,
+            entropies=False,
+        )[0]
 
 
 def test_adapter_init_depends_on_the_seed_alone_and_leaves_the_global_rng():
@@ -81,7 +91,9 @@ def test_lora_training_changes_only_adapter_weights(tiny_dir, tmp_path):
     adapters0 = {k: v.detach().clone() for k, v in tr.model.named_parameters() if "lora_" in k}
     assert [p for p in tr.opt.param_groups[0]["params"]] == [p for k, p in tr.model.named_parameters() if "lora_" in k]
     tr.train()
-    base = {k.replace(".base_layer", ""): v for k, v in tr.model.get_base_model().state_dict().items() if "lora_" not in k}
+    base = {
+        k.replace(".base_layer", ""): v for k, v in tr.model.get_base_model().state_dict().items() if "lora_" not in k
+    }
     assert base.keys() == before.keys()
     assert all(torch.equal(base[k], before[k]) for k in before)  # base weights bit-identical
     after = dict(tr.model.named_parameters())
@@ -111,10 +123,22 @@ def test_final_holds_the_adapter_and_a_merged_model_plain_transformers_loads(tin
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=2, eval_every=0,
-                      final_eval_problems=0, save_every=0, lora=LORA)
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, shapers=(spread,),
-                                 optim=dataclasses.replace(get_recipe("grpo").optim, lr=1e-3))
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+        lora=LORA,
+    )
+    recipe = dataclasses.replace(
+        get_recipe("grpo"),
+        group_size=4,
+        shapers=(spread,),
+        optim=dataclasses.replace(get_recipe("grpo").optim, lr=1e-3),
+    )
     train_run(cfg, recipe)
     final = tmp_path / "run" / "final"
     assert (final / "adapter_model.safetensors").exists() and (final / "adapter_config.json").exists()
@@ -155,8 +179,18 @@ def test_lora_from_the_command_line_reaches_a_kl_recipe(tiny_dir, tmp_path):
 
 def test_beam_branching_works_on_a_lora_model(tiny_dir, tmp_path):
     # CodeThinker branches completions from prefixes (rollout.branch): the engine runs the peft model
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="codethinker", task="code", steps=1,
-                      prompts_per_step=2, eval_every=0, final_eval_problems=0, save_every=0, lora=LORA)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="codethinker",
+        task="code",
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+        lora=LORA,
+    )
     train_run(cfg, dataclasses.replace(get_recipe("codethinker"), group_size=4))
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert (row["beam/budget"], row["beam/branches"], row["beam/completions_per_prompt"]) == (4.0, 4.0, 4.0)
@@ -170,9 +204,19 @@ def test_vspo_steering_works_on_a_lora_model(tiny_dir, tmp_path):
     v_lora, c_lora = steering_vector(tr.model, tok, pos, neg, layer=1)
     v_plain, c_plain = steering_vector(plain, tok, pos, neg, layer=1)
     assert torch.equal(v_lora, v_plain) and c_lora == c_plain  # B = 0 at the start: the base's activations
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="vspo", task="arithmetic",
-                      task_options={"spaced_rate": 0.05}, steps=1, prompts_per_step=2, eval_every=0,
-                      final_eval_problems=0, save_every=0, lora=LORA)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="vspo",
+        task="arithmetic",
+        task_options={"spaced_rate": 0.05},
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+        lora=LORA,
+    )
     recipe = dataclasses.replace(get_recipe("vspo"), group_size=4)
     recipe = dataclasses.replace(recipe, steering=dataclasses.replace(recipe.steering, layer=1))
     train_run(cfg, recipe)

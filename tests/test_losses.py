@@ -3,6 +3,7 @@
 Convention in these tests: ``old_logp = 0`` and ``logp = log(rho)``, so the token ratio is rho,
 and dS/dl = rho * A on the unclipped branch (d rho / d l = rho).
 """
+
 import math
 
 import pytest
@@ -36,18 +37,22 @@ def one_token(rho, adv, **kw):
 
 # --- surrogate values and gradients (spec 1.1, 1.3) --------------------------------------------
 
-@pytest.mark.parametrize("rho, adv, lo, hi, objective, grad", [
-    # min(1.3*1.5=1.95, 1.2*1.5=1.8) = 1.8: clipped branch, gradient 0
-    (1.3, 1.5, 0.2, 0.2, 1.8, 0.0),
-    # min(-0.65, 1.2*-0.5=-0.6) = -0.65: unclipped; dL/dl = -A*rho = 0.5*1.3 = 0.65
-    (1.3, -0.5, 0.2, 0.2, -0.65, 0.65),
-    # min(0.7*-0.5=-0.35, 0.8*-0.5=-0.4) = -0.4: clipped, gradient 0
-    (0.7, -0.5, 0.2, 0.2, -0.4, 0.0),
-    # clip-higher: 1.25 < 1.28 so min(1.25, 1.25) = 1.25 unclipped; dL/dl = -1*1.25
-    (1.25, 1.0, 0.2, 0.28, 1.25, -1.25),
-    # symmetric 0.2: min(1.25, 1.2) = 1.2 clipped, gradient 0
-    (1.25, 1.0, 0.2, 0.2, 1.2, 0.0),
-])
+
+@pytest.mark.parametrize(
+    "rho, adv, lo, hi, objective, grad",
+    [
+        # min(1.3*1.5=1.95, 1.2*1.5=1.8) = 1.8: clipped branch, gradient 0
+        (1.3, 1.5, 0.2, 0.2, 1.8, 0.0),
+        # min(-0.65, 1.2*-0.5=-0.6) = -0.65: unclipped; dL/dl = -A*rho = 0.5*1.3 = 0.65
+        (1.3, -0.5, 0.2, 0.2, -0.65, 0.65),
+        # min(0.7*-0.5=-0.35, 0.8*-0.5=-0.4) = -0.4: clipped, gradient 0
+        (0.7, -0.5, 0.2, 0.2, -0.4, 0.0),
+        # clip-higher: 1.25 < 1.28 so min(1.25, 1.25) = 1.25 unclipped; dL/dl = -1*1.25
+        (1.25, 1.0, 0.2, 0.28, 1.25, -1.25),
+        # symmetric 0.2: min(1.25, 1.2) = 1.2 clipped, gradient 0
+        (1.25, 1.0, 0.2, 0.2, 1.2, 0.0),
+    ],
+)
 def test_surrogate_spec_values(rho, adv, lo, hi, objective, grad):
     loss, g, _ = one_token(rho, adv, clip_low=lo, clip_high=hi)
     assert loss == pytest.approx(-objective, abs=1e-12)
@@ -123,6 +128,7 @@ def test_metrics_by_hand():
 
 
 # --- GSPO (spec 1.4) ---------------------------------------------------------------------------
+
 
 def gspo(logp, adv, mask=None, **kw):
     mask = torch.ones_like(logp) if mask is None else mask
@@ -239,8 +245,12 @@ def test_micro_batches_with_global_counts_sum_to_the_full_batch(agg, ratio):
     full, _ = policy_loss(logp, old, adv, mask, **kw)
     (g_full,) = torch.autograd.grad(full, logp)
     n_tokens, n_seqs = mask.sum(), 4
-    micro = sum(policy_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1],
-                            n_tokens=n_tokens, n_seqs=n_seqs, **kw)[0] for i in range(4))
+    micro = sum(
+        policy_loss(
+            logp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1], n_tokens=n_tokens, n_seqs=n_seqs, **kw
+        )[0]
+        for i in range(4)
+    )
     (g_micro,) = torch.autograd.grad(micro, logp)
     assert micro.item() == pytest.approx(full.item(), abs=1e-6)
     assert torch.allclose(g_micro, g_full, atol=1e-6)
@@ -253,8 +263,10 @@ def test_micro_batches_without_global_counts_differ(agg):
     # this is the bug the global counts prevent, so the invariant test above can fail
     logp, old, adv, mask = batch()
     full = policy_loss(logp, old, adv, mask, agg=agg)[0].item()
-    micro = sum(policy_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1], agg=agg)[0].item()
-                for i in range(4))
+    micro = sum(
+        policy_loss(logp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1], agg=agg)[0].item()
+        for i in range(4)
+    )
     assert micro != pytest.approx(full, abs=1e-6)
 
 
@@ -266,13 +278,14 @@ def test_kl_and_entropy_micro_batch_invariance():
         full_kl = kl_loss(logp, old, mask, coef=0.1, **kw)[0]
         full_ent = entropy_bonus(ent, mask, coef=0.01, **kw)[0]
         g = dict(n_tokens=mask.sum(), n_seqs=4, **kw)
-        micro_kl = sum(kl_loss(logp[i:i + 1], old[i:i + 1], mask[i:i + 1], coef=0.1, **g)[0] for i in range(4))
-        micro_ent = sum(entropy_bonus(ent[i:i + 1], mask[i:i + 1], coef=0.01, **g)[0] for i in range(4))
+        micro_kl = sum(kl_loss(logp[i : i + 1], old[i : i + 1], mask[i : i + 1], coef=0.1, **g)[0] for i in range(4))
+        micro_ent = sum(entropy_bonus(ent[i : i + 1], mask[i : i + 1], coef=0.01, **g)[0] for i in range(4))
         assert micro_kl.item() == pytest.approx(full_kl.item(), abs=1e-6)
         assert micro_ent.item() == pytest.approx(full_ent.item(), abs=1e-6)
 
 
 # --- NaN safety --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_all_zero_mask_row_and_garbage_padding_give_no_nan(agg):
@@ -280,8 +293,7 @@ def test_all_zero_mask_row_and_garbage_padding_give_no_nan(agg):
     logp = t([[-0.5, float("-inf")], [float("nan"), float("-inf")]]).requires_grad_()
     mask = t([[1, 0], [0, 0]])
     for ratio in ("token", "sequence"):
-        loss, m = policy_loss(logp, torch.zeros(2, 2, dtype=D), t([1.0, 1.0]), mask,
-                              ratio=ratio, agg=agg, norm_len=2)
+        loss, m = policy_loss(logp, torch.zeros(2, 2, dtype=D), t([1.0, 1.0]), mask, ratio=ratio, agg=agg, norm_len=2)
         (g,) = torch.autograd.grad(loss, logp)
         assert torch.isfinite(loss) and torch.isfinite(g).all(), (agg, ratio)
         assert all(math.isfinite(v) for v in m.values())
@@ -299,6 +311,7 @@ def test_empty_batch_gives_zero_loss_and_zero_metrics():
 
 
 # --- KL and entropy ----------------------------------------------------------------------------
+
 
 def test_kl_estimators_by_hand():
     # l_ref - l = ln 0.5 -> d = l - l_ref = ln 2 = 0.693147
@@ -326,8 +339,9 @@ def test_kl_loss_by_hand():
     assert m["loss/kl"] == pytest.approx(0.0965736, abs=1e-7)
     assert m["loss/kl_term"] == pytest.approx(0.00386294, abs=1e-8) == loss.item()
     # seq-mean-token-sum-norm with norm_len 4: 0.04 * 0.193147 / (1*4) = 0.00193147
-    loss, _ = kl_loss(logp, torch.zeros_like(logp), t([[1, 1, 0]]), coef=0.04,
-                      agg="seq-mean-token-sum-norm", norm_len=4)
+    loss, _ = kl_loss(
+        logp, torch.zeros_like(logp), t([[1, 1, 0]]), coef=0.04, agg="seq-mean-token-sum-norm", norm_len=4
+    )
     assert loss.item() == pytest.approx(0.00193147, abs=1e-8)
 
 
@@ -347,6 +361,7 @@ def test_masked_mean():
 
 
 # --- validation --------------------------------------------------------------------------------
+
 
 def test_invalid_arguments():
     x, m, a = torch.zeros(2, 3), torch.ones(2, 3), torch.zeros(2)

@@ -2,6 +2,7 @@
 
 Same convention as tests/test_losses.py: ``old_logp = 0`` and ``logp = log(rho)``.
 """
+
 import math
 
 import pytest
@@ -33,6 +34,7 @@ def test_registries():
 
 # --- GSPO / GSPO-token (spec 1.4) --------------------------------------------------------------
 
+
 def test_gspo_ratio_is_the_geometric_mean_of_token_ratios():
     # token ratios [2, 4, 0.5] -> geometric mean (2*4*0.5)^(1/3) = 4^(1/3) = 1.5874011
     # (the arithmetic mean would be 2.1666667); both sequence levels report it at every token
@@ -51,8 +53,16 @@ def test_gspo_token_spec_value_equals_s_at_every_token():
     log_s = _log_ratio(logp, torch.zeros_like(logp), mask, "sequence-token")
     assert torch.allclose(log_s, t([[0.002, 0.002]]), atol=1e-15)
     for adv, expected in ((1.0, -1.0004), (-1.0, math.exp(0.002))):
-        loss, _ = policy_loss(logp, torch.zeros_like(logp), t([adv]), mask, ratio="sequence-token",
-                              clip_low=3e-4, clip_high=4e-4, agg="seq-mean-token-mean")
+        loss, _ = policy_loss(
+            logp,
+            torch.zeros_like(logp),
+            t([adv]),
+            mask,
+            ratio="sequence-token",
+            clip_low=3e-4,
+            clip_high=4e-4,
+            agg="seq-mean-token-mean",
+        )
         assert loss.item() == pytest.approx(expected, abs=1e-12)
 
 
@@ -62,10 +72,12 @@ def test_gspo_token_log_ratio_gradient_is_the_identity():
     logp = t([[0.3, -0.2, 0.1]])
     mask = torch.ones(1, 3)
     jac_tok = torch.autograd.functional.jacobian(
-        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence-token"), logp)  # (1,3,1,3)
+        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence-token"), logp
+    )  # (1,3,1,3)
     assert torch.allclose(jac_tok[0, :, 0, :], torch.eye(3, dtype=D), atol=1e-15)
     jac_seq = torch.autograd.functional.jacobian(
-        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence"), logp)
+        lambda lp: _log_ratio(lp, torch.zeros_like(lp), mask, "sequence"), logp
+    )
     assert torch.allclose(jac_seq[0, :, 0, :], torch.full((3, 3), 1 / 3, dtype=D), atol=1e-15)
 
 
@@ -97,6 +109,7 @@ def test_gspo_token_per_token_advantages_differ_from_gspo():
 
 
 # --- CISPO -------------------------------------------------------------------------------------
+
 
 def test_cispo_clipped_token_keeps_its_gradient_with_the_clip_bound_as_weight():
     # rho = 1.5 > 1.2, A = +1. PPO-clip: min(1.5, 1.2) = 1.2 -> gradient 0.
@@ -148,6 +161,7 @@ def test_cispo_rejects_dual_clip_and_unknown_trust_region():
 
 # --- token_mask --------------------------------------------------------------------------------
 
+
 def test_token_mask_keeps_the_normalisers():
     # ratios 1, A = [+1] on 3 tokens, mask [1, 1, 1], token_mask [1, 0, 1]
     # token-mean: -(1 + 0 + 1)/3 = -2/3 (not -2/2); seq-mean-token-mean: same, |y| = 3
@@ -165,20 +179,31 @@ def test_token_mask_of_ones_changes_nothing():
     for level in RATIO_LEVELS:
         for region in TRUST_REGIONS:
             a, _ = policy_loss(logp, torch.zeros_like(logp), adv, mask, ratio=level, trust_region=region)
-            b, _ = policy_loss(logp, torch.zeros_like(logp), adv, mask, ratio=level, trust_region=region,
-                               token_mask=torch.ones(2, 2))
+            b, _ = policy_loss(
+                logp, torch.zeros_like(logp), adv, mask, ratio=level, trust_region=region, token_mask=torch.ones(2, 2)
+            )
             assert a.item() == b.item()
 
 
 # --- NaN safety and micro-batching of the new knobs ---------------------------------------------
+
 
 @pytest.mark.parametrize("agg", AGG_MODES)
 def test_new_knobs_ignore_garbage_padding(agg):
     logp = t([[-0.5, float("-inf")], [float("nan"), float("-inf")]]).requires_grad_()
     mask = t([[1, 0], [0, 0]])
     for level, region in (("sequence-token", "clip"), ("token", "cispo"), ("sequence-token", "cispo")):
-        loss, m = policy_loss(logp, torch.zeros(2, 2, dtype=D), t([1.0, 1.0]), mask, ratio=level,
-                              trust_region=region, agg=agg, norm_len=2, token_mask=t([[1, 1], [1, 1]]))
+        loss, m = policy_loss(
+            logp,
+            torch.zeros(2, 2, dtype=D),
+            t([1.0, 1.0]),
+            mask,
+            ratio=level,
+            trust_region=region,
+            agg=agg,
+            norm_len=2,
+            token_mask=t([[1, 1], [1, 1]]),
+        )
         (g,) = torch.autograd.grad(loss, logp)
         assert torch.isfinite(loss) and torch.isfinite(g).all(), (level, region)
         assert all(math.isfinite(v) for v in m.values())
@@ -194,8 +219,12 @@ def test_new_knobs_micro_batches_sum_to_the_full_batch(level, region):
     adv = torch.randn(4, generator=g, dtype=D)
     kw = dict(ratio=level, trust_region=region, agg="token-mean")
     full, _ = policy_loss(logp, old, adv, mask, **kw)
-    micro = sum(policy_loss(logp[i:i + 1], old[i:i + 1], adv[i:i + 1], mask[i:i + 1],
-                            n_tokens=mask.sum(), n_seqs=4, **kw)[0] for i in range(4))
+    micro = sum(
+        policy_loss(
+            logp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1], n_tokens=mask.sum(), n_seqs=4, **kw
+        )[0]
+        for i in range(4)
+    )
     (g_full,) = torch.autograd.grad(full, logp)
     (g_micro,) = torch.autograd.grad(micro, logp)
     assert micro.item() == pytest.approx(full.item(), abs=1e-9)

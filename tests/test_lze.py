@@ -1,12 +1,23 @@
 """LZE (spec distill-and-data.md section 10): every (d) example worked by hand, plus the state's
 pruning, replay, selection, checkpoint round trip and bad input. No model involved."""
+
 from dataclasses import dataclass
 
 import pytest
 import torch
 
-from reasonrl.data.lze import (LZE, energy, ema_update, first_sight, replay_count, round_down, select_count,
-                               top_k_jitter, warmup_ratio, zero_advantage_groups)
+from reasonrl.data.lze import (
+    LZE,
+    energy,
+    ema_update,
+    first_sight,
+    replay_count,
+    round_down,
+    select_count,
+    top_k_jitter,
+    warmup_ratio,
+    zero_advantage_groups,
+)
 from reasonrl.data.pool import epoch_of, pool_stream, take_pool
 from reasonrl.data.selector import SelectContext, prompt_hash, savings
 from reasonrl.errors import UserError
@@ -96,9 +107,16 @@ def test_zero_advantage_groups_and_replay_count():
 def _ctx(items, correct, scores, adv=None):
     B, G = correct.shape
     adv = correct - correct.mean(-1, keepdim=True) if adv is None else adv
-    return SelectContext(items=items, correct=correct, advantages=adv, scores=scores,
-                         kinds=torch.zeros(B, dtype=torch.long), tokens=torch.full((B,), 10.0), n_params=100,
-                         minibatches=1)
+    return SelectContext(
+        items=items,
+        correct=correct,
+        advantages=adv,
+        scores=scores,
+        kinds=torch.zeros(B, dtype=torch.long),
+        tokens=torch.full((B,), 10.0),
+        n_params=100,
+        minibatches=1,
+    )
 
 
 def _see(st, items, ps, epoch, G=8):
@@ -201,5 +219,8 @@ def test_savings_counts_the_dropped_groups():
     ctx = _ctx([It("a"), It("b")], torch.tensor([[1.0, 0.0], [1.0, 1.0]]), T(0.5, 0.0))
     ctx.tokens = torch.tensor([30.0, 12.0])
     # group b dropped: 12 tokens saved, 6 * 100 * 12 = 7200 FLOPs
-    assert savings(ctx, torch.tensor([True, False])) == {"select/update_tokens": 30.0, "select/update_tokens_saved": 12.0,
-                                                         "select/update_flops_saved": 7200.0}
+    assert savings(ctx, torch.tensor([True, False])) == {
+        "select/update_tokens": 30.0,
+        "select/update_tokens_saved": 12.0,
+        "select/update_flops_saved": 7200.0,
+    }

@@ -1,5 +1,6 @@
 """Memory knobs (models.memory): rows per pass from free memory (`auto`), activation checkpointing,
 the sliced float32 log-softmax of the update, and bf16 compute over float32 master weights."""
+
 import copy
 import json
 
@@ -12,9 +13,20 @@ from reasonrl.errors import UserError
 from reasonrl.models import build_tiny, load_model, score_completions
 from reasonrl.models import scoring
 from reasonrl.models.lora import base_model
-from reasonrl.models.memory import (CPU_DEFAULTS, PROMPT_SAMPLE, Shape, compute_dtype, decode_bytes_per_row,
-                                    kv_cache_bytes, plan_rows, prepare_for_training, prompt_tokens_estimate,
-                                    rows_that_fit, training_state_bytes, update_bytes_per_row)
+from reasonrl.models.memory import (
+    CPU_DEFAULTS,
+    PROMPT_SAMPLE,
+    Shape,
+    compute_dtype,
+    decode_bytes_per_row,
+    kv_cache_bytes,
+    plan_rows,
+    prepare_for_training,
+    prompt_tokens_estimate,
+    rows_that_fit,
+    training_state_bytes,
+    update_bytes_per_row,
+)
 from reasonrl.models.scoring import chunked_logprobs_and_entropy, logprobs_and_entropy
 from reasonrl.recipes import get_recipe
 from reasonrl.loop.run import train_run
@@ -43,8 +55,15 @@ def test_shape_of_hf_configs():
     # tiny: hidden 128, 4 heads of 32, 4 KV heads -> kv = 128; MLP 384; 2 layers; 100 symbols
     assert Shape.of(build_tiny("tiny")[0].config) == Shape(layers=2, hidden=128, kv=128, intermediate=384, vocab=100)
     from transformers import Qwen2Config  # the GPU benchmark's 0.5B shape: 14 heads of 64, 2 KV heads -> kv = 128
-    qwen = Qwen2Config(vocab_size=100, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                       num_attention_heads=14, num_key_value_heads=2)
+
+    qwen = Qwen2Config(
+        vocab_size=100,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+    )
     assert Shape.of(qwen) == Shape(layers=24, hidden=896, kv=128, intermediate=4864, vocab=100)
 
 
@@ -106,8 +125,14 @@ def test_auto_off_cuda_is_the_documented_default_and_numbers_pass_through():
     from reasonrl.models.memory import resolve_rows
 
     cfg = resolve_rows(TrainConfig(), model, tok, get_task("arithmetic"), new_tokens=8, needs_reference=False)
-    assert (cfg.max_rows, cfg.micro_batch_size) == (CPU_DEFAULTS["max_rows"], CPU_DEFAULTS["micro_batch_size"]) == (512, 64)
-    cfg = resolve_rows(TrainConfig(max_rows=7, micro_batch_size=3), model, tok, None, new_tokens=8, needs_reference=False)
+    assert (
+        (cfg.max_rows, cfg.micro_batch_size)
+        == (CPU_DEFAULTS["max_rows"], CPU_DEFAULTS["micro_batch_size"])
+        == (512, 64)
+    )
+    cfg = resolve_rows(
+        TrainConfig(max_rows=7, micro_batch_size=3), model, tok, None, new_tokens=8, needs_reference=False
+    )
     assert (cfg.max_rows, cfg.micro_batch_size) == (7, 3)
 
 
@@ -179,8 +204,10 @@ def test_sliced_log_softmax_equals_the_whole_and_keeps_less():
     assert torch.allclose(ga, gb, atol=1e-6, rtol=0) and ga.abs().max() > 0.1
     leaf = logits.untyped_storage().data_ptr()
     kept = {}
-    for name, fn in (("whole", lambda: logprobs_and_entropy(logits, targets)),
-                     ("sliced", lambda: chunked_logprobs_and_entropy(logits, targets, max_elements=10))):
+    for name, fn in (
+        ("whole", lambda: logprobs_and_entropy(logits, targets)),
+        ("sliced", lambda: chunked_logprobs_and_entropy(logits, targets, max_elements=10)),
+    ):
         seen = {}
         pack = lambda t: seen.__setitem__(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) or t  # noqa: E731, B023 - hooks of this iteration only
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -249,8 +276,14 @@ def test_behaviour_logprobs_equal_a_rescoring_pass_to_bf16_tolerance(tiny_dir):
         tr, b, _, _ = one_step(tiny_dir, dtype=dtype, lr=0.0)
         ro, mask = b.ro, b.ro.completion_mask.bool()
         with torch.no_grad():
-            lp, _ = score_completions(tr.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                      temperature=tr.recipe.sampling.temperature)
+            lp, _ = score_completions(
+                tr.model,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.completion_ids,
+                ro.completion_mask,
+                temperature=tr.recipe.sampling.temperature,
+            )
         worst[dtype] = float((lp - ro.logprobs)[mask].abs().max())
         worst[dtype + "/mean"] = float((lp - ro.logprobs)[mask].abs().mean())
     assert worst["float32"] < 1e-5
@@ -260,8 +293,14 @@ def test_behaviour_logprobs_equal_a_rescoring_pass_to_bf16_tolerance(tiny_dir):
 
 def test_autocast_hooks_survive_deepcopy_and_peft_and_never_leak(tiny_dir):
     model, _ = load_model(tiny_dir)
-    tr = Trainer(model, build_tiny("tiny")[1], get_task("arithmetic"), get_recipe("grpo"),
-                 TrainConfig(model=str(tiny_dir), dtype="bfloat16", lora=Lora(r=4), eval_every=0), "/nonexistent")
+    tr = Trainer(
+        model,
+        build_tiny("tiny")[1],
+        get_task("arithmetic"),
+        get_recipe("grpo"),
+        TrainConfig(model=str(tiny_dir), dtype="bfloat16", lora=Lora(r=4), eval_every=0),
+        "/nonexistent",
+    )
     ids = torch.tensor([[13, 14, 15]])
     for m in (tr.model, copy.deepcopy(tr.model)):  # the LoRA policy, and a copy (as the KL reference makes)
         seen = []
@@ -278,8 +317,15 @@ def test_autocast_hooks_survive_deepcopy_and_peft_and_never_leak(tiny_dir):
 
 
 def test_a_run_logs_the_rows_it_chose(tiny_dir, tmp_path):
-    cfg = TrainConfig(model=str(tiny_dir), steps=1, prompts_per_step=2, eval_every=0, save_every=0,
-                      final_eval_problems=0, out=str(tmp_path / "run"))
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        out=str(tmp_path / "run"),
+    )
     train_run(cfg, get_recipe("grpo"))
     start = json.loads((tmp_path / "run" / "events.jsonl").read_text().splitlines()[0])
     assert (start["max_rows"], start["micro_batch_size"]) == (512, 64)  # auto, off CUDA

@@ -4,6 +4,7 @@ by the *minibatch's* rows (``n_seqs``), so a term that divided by the whole batc
 factor M. Checked by reintroducing the cause: with ``n_x = N_x`` (no ``minibatch_share``) in
 ``SSOPD.loss_term`` and ``n_pairs = pairs.n_pairs`` in ``FEST.loss_term``, the M=2 assertions below
 fail (0.09637 and 0.34657, half the values)."""
+
 import math
 from types import SimpleNamespace
 
@@ -28,8 +29,10 @@ def test_minibatch_share_by_hand():
     mask[6:] = 0
     ctx = loss_context(logp=None, batch=SimpleNamespace(loss_mask=mask), rows=torch.arange(4), n_seqs=3)
     assert ctx.minibatch_share() == pytest.approx(0.5)
-    assert loss_context(logp=None, batch=SimpleNamespace(loss_mask=mask), rows=torch.arange(8),
-                        n_seqs=6).minibatch_share() == 1.0
+    assert (
+        loss_context(logp=None, batch=SimpleNamespace(loss_mask=mask), rows=torch.arange(8), n_seqs=6).minibatch_share()
+        == 1.0
+    )
 
 
 class FixedSSOPD(SSOPD):
@@ -49,8 +52,14 @@ def _ssopd_batch():
     texts = ["a", "aa", "aaaa", "aa", "b", "bb", "b", "bbb"]
     ro = make_rollouts(_CharTok(), ["x"] * 8, texts)
     correct = torch.tensor([[1.0, 1, 0, 0], [1, 1, 0, 0]])
-    return Batch(items=[None] * 2, ro=ro, rewards=correct.clone(), correct=correct,
-                 loss_mask=ro.completion_mask.clone(), kinds=torch.tensor([0, 0])), tok
+    return Batch(
+        items=[None] * 2,
+        ro=ro,
+        rewards=correct.clone(),
+        correct=correct,
+        loss_mask=ro.completion_mask.clone(),
+        kinds=torch.tensor([0, 0]),
+    ), tok
 
 
 class _CharTok:
@@ -80,8 +89,11 @@ def test_fest_weight_against_the_policy_loss_does_not_depend_on_minibatches(monk
     # every token's log-prob log(1/2) -> the SFT NLL of a pair is ln 2 = 0.693147; two pairs, alpha 1
     def logp(model, t, temperature, chunk_rows):
         return torch.full(t.completion_ids.shape, math.log(0.5), requires_grad=True), torch.ones(t.completion_ids.shape)
+
     monkeypatch.setattr(fest_module, "_logp", logp)
-    toks = Tokens(torch.ones(2, 1, dtype=torch.long), torch.ones(2, 1), torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3))
+    toks = Tokens(
+        torch.ones(2, 1, dtype=torch.long), torch.ones(2, 1), torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3)
+    )
     pairs = FestPairs(chosen=toks, alpha=torch.ones(2), demo=torch.arange(2))
     batch = SimpleNamespace(loss_mask=torch.ones(8, 2))  # 8 trained rows: anchors rows 0 and 4
     model = torch.nn.Linear(1, 1)

@@ -2,6 +2,7 @@
 
 Numbers worked out independently in the comments; no vLLM needed (the engine's own tests are in
 tests/test_vllm_engine.py, run in the vLLM environment)."""
+
 import math
 from types import SimpleNamespace
 
@@ -29,10 +30,18 @@ def test_mismatch_metrics_over_the_masked_tokens():
     # tokens 1 and 2 seen: |delta| 0 and 1 -> mean 0.5, max 1; ratio e >= cap 2 on one of two -> 0.5;
     # weights 1 and 2 -> mean 1.5
     m = mismatch_metrics(LEARNER, ENGINE, torch.tensor([[1.0, 1.0, 0.0]]), cap=2.0)
-    assert m == pytest.approx({"mismatch/dlogp_abs_mean": 0.5, "mismatch/dlogp_abs_max": 1.0,
-                               "mismatch/capped_frac": 0.5, "mismatch/is_weight_mean": 1.5})
-    assert set(mismatch_metrics(LEARNER, ENGINE, torch.ones(1, 3), cap=None)) == {"mismatch/dlogp_abs_mean",
-                                                                                 "mismatch/dlogp_abs_max"}
+    assert m == pytest.approx(
+        {
+            "mismatch/dlogp_abs_mean": 0.5,
+            "mismatch/dlogp_abs_max": 1.0,
+            "mismatch/capped_frac": 0.5,
+            "mismatch/is_weight_mean": 1.5,
+        }
+    )
+    assert set(mismatch_metrics(LEARNER, ENGINE, torch.ones(1, 3), cap=None)) == {
+        "mismatch/dlogp_abs_mean",
+        "mismatch/dlogp_abs_max",
+    }
     assert mismatch_metrics(LEARNER, ENGINE, torch.zeros(1, 3), cap=2.0) == {}
 
 
@@ -57,16 +66,19 @@ def test_engine_correction_weights_the_advantages_and_takes_the_learners_old_pol
 P = torch.tensor([0.5, 0.25, 0.15, 0.10])
 
 
-@pytest.mark.parametrize("k, top_p, min_p, kept, log_s", [
-    (0, 1.0, 0.0, [1, 1, 1, 1], 0.0),  # nothing truncated
-    (2, 1.0, 0.0, [1, 1, 0, 0], -0.2876821),  # top-2: S = 0.75
-    (0, 0.8, 0.0, [1, 1, 1, 0], -0.1053605),  # ascending cumsum .10 .25 .50 1: drop <= 0.2 -> only 0.10; S = 0.9
-    (0, 1.0, 0.35, [1, 1, 0, 0], -0.2876821),  # p >= 0.35 x 0.5 = 0.175: S = 0.75
-    # vLLM's order: min-p first (>= 0.125 keeps 0.5 .25 .15, S = 0.9), then top-p on the renormalised
-    # (.1667 .2778 .5556 ascending, cumsum .1667 .4444 1): drop <= 0.2 -> 0.15 goes too; S = 0.75.
-    # top-p on the full distribution first (the own engine's order) would keep three: S = 0.9
-    (0, 0.8, 0.25, [1, 1, 0, 0], -0.2876821),
-])
+@pytest.mark.parametrize(
+    "k, top_p, min_p, kept, log_s",
+    [
+        (0, 1.0, 0.0, [1, 1, 1, 1], 0.0),  # nothing truncated
+        (2, 1.0, 0.0, [1, 1, 0, 0], -0.2876821),  # top-2: S = 0.75
+        (0, 0.8, 0.0, [1, 1, 1, 0], -0.1053605),  # ascending cumsum .10 .25 .50 1: drop <= 0.2 -> only 0.10; S = 0.9
+        (0, 1.0, 0.35, [1, 1, 0, 0], -0.2876821),  # p >= 0.35 x 0.5 = 0.175: S = 0.75
+        # vLLM's order: min-p first (>= 0.125 keeps 0.5 .25 .15, S = 0.9), then top-p on the renormalised
+        # (.1667 .2778 .5556 ascending, cumsum .1667 .4444 1): drop <= 0.2 -> 0.15 goes too; S = 0.75.
+        # top-p on the full distribution first (the own engine's order) would keep three: S = 0.9
+        (0, 0.8, 0.25, [1, 1, 0, 0], -0.2876821),
+    ],
+)
 def test_kept_log_mass_replays_vllms_truncation(k, top_p, min_p, kept, log_s):
     logits = P.log()[None]
     assert vllm_support(logits, k, top_p, min_p)[0].long().tolist() == kept
@@ -83,7 +95,9 @@ def test_the_own_engine_needs_no_correction_and_vllm_gets_the_runs_settings():
     logp, adv = LEARNER.clone().requires_grad_(), torch.tensor([1.0])
     old, out, m = own.apply(None, torch.tensor([0]), logp, ENGINE, adv, torch.ones(1, 3))
     assert old is ENGINE and out is adv and m == {}  # behaviour log-probs as they are
-    assert EngineCorrection.of(RolloutOpts(engine="vllm", is_correction="none", is_cap=3.0)) == EngineCorrection("none", 3.0)
+    assert EngineCorrection.of(RolloutOpts(engine="vllm", is_correction="none", is_cap=3.0)) == EngineCorrection(
+        "none", 3.0
+    )
 
 
 def test_learner_logprobs_are_computed_once_and_only_for_several_optimiser_steps():
@@ -93,8 +107,11 @@ def test_learner_logprobs_are_computed_once_and_only_for_several_optimiser_steps
 
     model, tok = build_tiny("tiny", seed=0)
     ro = HFEngine(model, tok).generate(["1+2=", "30+4="], 2, SamplingParams(max_new_tokens=6), seeds=[1, 2])
-    trainer = SimpleNamespace(model=model, recipe=SimpleNamespace(stages=None, sampling=SimpleNamespace(temperature=1.0)),
-                              cfg=SimpleNamespace(micro_batch_size=3))
+    trainer = SimpleNamespace(
+        model=model,
+        recipe=SimpleNamespace(stages=None, sampling=SimpleNamespace(temperature=1.0)),
+        cfg=SimpleNamespace(micro_batch_size=3),
+    )
     fix = EngineCorrection("tis", 2.0)
     b = SimpleNamespace(ro=ro, learner_logp=None)
     fix.prepare(b, trainer, minibatches=1)

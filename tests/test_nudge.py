@@ -1,5 +1,6 @@
 """NudgeRL's recipe part (parts/nudge.py, arXiv 2605.15726): hinted sub-groups, their advantages, the
 bare-prompt distillation term, and the nudgerl recipe end to end on the tiny model."""
+
 import json
 import math
 
@@ -38,8 +39,15 @@ def _items(n, seed=3):
 
 
 def _request(engine, items, first, part=HintSampling(), G=8, seed=11):
-    return GenRequest(items=items, first=first, engine=engine, task=HintedTask(), group_size=G,
-                      sampling=SamplingParams(temperature=1.0, max_new_tokens=12), seed=seed)
+    return GenRequest(
+        items=items,
+        first=first,
+        engine=engine,
+        task=HintedTask(),
+        group_size=G,
+        sampling=SamplingParams(temperature=1.0, max_new_tokens=12),
+        seed=seed,
+    )
 
 
 class RecordingEngine:
@@ -54,14 +62,15 @@ class RecordingEngine:
 
 # ---------------------------------------------------------------- advantages
 
+
 def test_spec_example_through_the_shaper_and_other_rounds_keep_theirs():
     # spec (d): dropout [1, 0], hint 1 [1, 1, 0], hint 2 [0, 0, 0], lambda 1.1. mu = 3/8 = 0.375,
     # mu_1 = 2/3, mu_2 = 0. Dropout a = r - mu: 0.625, -0.375. Hint 1: (r - 2/3) + 1.1 (2/3 - 0.375)
     # = r - 0.66667 + 0.32083: 0.65417, 0.65417, -0.34583. Hint 2: 0 + 1.1 (0 - 0.375) = -0.4125 (x3).
     # mean -0.003125, population std 0.502134 -> (a - mean) / (std + 1e-5) below.
-    rewards = torch.tensor([[1., 0, 1, 1, 0, 0, 0, 0], [1., 0, 1, 0, 1, 0, 1, 0]])
+    rewards = torch.tensor([[1.0, 0, 1, 1, 0, 0, 0, 0], [1.0, 0, 1, 0, 1, 0, 1, 0]])
     contexts = torch.tensor([[0, 0, 1, 1, 1, 2, 2, 2], [0] * 8])
-    before = torch.tensor([[9.] * 8, [0.5, -0.5] * 4])  # the estimator's; group 2 is a second-round group
+    before = torch.tensor([[9.0] * 8, [0.5, -0.5] * 4])  # the estimator's; group 2 is a second-round group
     ctx = batch_context(rewards=rewards, correct=rewards, contexts=contexts, kinds=torch.tensor([0, 1]))
     adv, m = HintSampling().shape_advantages(before, ctx)
     want = torch.tensor([1.2509, -0.7406, 1.3090, 1.3090, -0.6825, -0.8153, -0.8153, -0.8153])
@@ -72,13 +81,18 @@ def test_spec_example_through_the_shaper_and_other_rounds_keep_theirs():
 
 
 def test_the_shaper_refuses_token_level_advantages():
-    ctx = batch_context(rewards=torch.zeros(1, 2), correct=torch.zeros(1, 2), contexts=torch.zeros(1, 2, dtype=torch.long),
-                        kinds=torch.zeros(1, dtype=torch.long))
+    ctx = batch_context(
+        rewards=torch.zeros(1, 2),
+        correct=torch.zeros(1, 2),
+        contexts=torch.zeros(1, 2, dtype=torch.long),
+        kinds=torch.zeros(1, dtype=torch.long),
+    )
     with pytest.raises(ValueError, match="per rollout"):
         HintSampling().shape_advantages(torch.zeros(1, 2, 5), ctx)
 
 
 # ---------------------------------------------------------------- sub-groups
+
 
 def test_dropout_layout_is_seeded_by_the_task_position_and_matches_the_prompts():
     part, eng = HintSampling(), RecordingEngine()
@@ -91,10 +105,17 @@ def test_dropout_layout_is_seeded_by_the_task_position_and_matches_the_prompts()
         assert row == sorted(row) and set(row) <= {0, 1, 2}  # bare rows first, then hint 1's, hint 2's
         assert row.count(0) == (4 - row.count(1)) + (4 - row.count(2))  # bare = d_1 + d_2
         assert row == part.contexts(100 + i, 11)  # the same draw again from the position alone
-        for c, prompt in zip(row, eng.prompts[i * 8:(i + 1) * 8]):
+        for c, prompt in zip(row, eng.prompts[i * 8 : (i + 1) * 8]):
             # sequential sampler: hints 1 and 2 are the task's first two; the hinted prompt ends as the bare one
-            assert prompt == item.prompt if c == 0 else (prompt.endswith("\n" + item.prompt) and MARK in prompt
-                                                        and ["first", "second"][c - 1] + " " + item.key in prompt)
+            assert (
+                prompt == item.prompt
+                if c == 0
+                else (
+                    prompt.endswith("\n" + item.prompt)
+                    and MARK in prompt
+                    and ["first", "second"][c - 1] + " " + item.key in prompt
+                )
+            )
     # Binomial(4, 0.5) per hint: 320 coins, mean 0.5; seeded, so this draw is fixed (a loose band)
     assert 0.4 < float((ids == 0).float().mean()) < 0.6
     assert len({tuple(r) for r in ids.tolist()}) > 5  # positions draw different layouts
@@ -141,6 +162,7 @@ def test_rows_do_not_depend_on_batch_composition(sharp_tiny):
 
 # ---------------------------------------------------------------- distillation
 
+
 def test_distill_loss_by_hand():
     # row 0: A = 2, log-probs -1, -2 over 2 tokens -> 2 * (-3) / 2 = -3; row 1: A = -1, one token -0.5
     # -> 0.5; row 2: no tokens -> 0. Sum -2.5; loss = -(-2.5) / n_seqs 4 = 0.625.
@@ -157,18 +179,36 @@ def _batch(model, tok):
     ro = part.generate(_request(HFEngine(model, tok), items, first=0))
     R = len(ro.texts)
     adv = torch.linspace(-1.0, 1.0, R)  # (R,) any advantages
-    b = Batch(items=items, ro=ro, rewards=torch.zeros(2, 8), correct=torch.zeros(2, 8), advantages=adv,
-              loss_mask=ro.completion_mask.float())
+    b = Batch(
+        items=items,
+        ro=ro,
+        rewards=torch.zeros(2, 8),
+        correct=torch.zeros(2, 8),
+        advantages=adv,
+        loss_mask=ro.completion_mask.float(),
+    )
     return part, b
 
 
 def _term(part, b, model, tok, rows, n_seqs):
     c_len = int(b.ro.completion_mask[rows].sum(-1).max())
     ids, mask = encode_contexts(tok, [b.ro.prompts[r] for r in rows])  # each row's own (hinted) prompt
-    logp = score_under_context(model, ids, mask, b.ro.completion_ids[rows, :c_len],
-                               b.ro.completion_mask[rows, :c_len], grad=True).logprobs
-    return part.loss_term(loss_context(logp=logp, mask=b.loss_mask[rows, :c_len], batch=b, rows=rows, model=model,
-                                       tok=tok, temperature=1.0, norm_len=12, n_seqs=n_seqs))
+    logp = score_under_context(
+        model, ids, mask, b.ro.completion_ids[rows, :c_len], b.ro.completion_mask[rows, :c_len], grad=True
+    ).logprobs
+    return part.loss_term(
+        loss_context(
+            logp=logp,
+            mask=b.loss_mask[rows, :c_len],
+            batch=b,
+            rows=rows,
+            model=model,
+            tok=tok,
+            temperature=1.0,
+            norm_len=12,
+            n_seqs=n_seqs,
+        )
+    )
 
 
 def test_distill_term_scores_under_the_bare_prompt_and_micro_batches_add_up(sharp_tiny):
@@ -203,17 +243,31 @@ def test_distill_term_skips_later_round_groups(sharp_tiny):
     b.loss_mask = b.loss_mask.clone()
     b.loss_mask[8:] = 0  # the same as group 2 contributing nothing
     b.kinds = None
-    assert float(only_first.detach()) == pytest.approx(float(_term(part, b, model, tok, rows, n_seqs=16)[0].detach()), abs=1e-6)
+    assert float(only_first.detach()) == pytest.approx(
+        float(_term(part, b, model, tok, rows, n_seqs=16)[0].detach()), abs=1e-6
+    )
 
 
 # ---------------------------------------------------------------- end to end
+
 
 def test_nudgerl_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
     seen = []
     make = BatchMaker.make
     monkeypatch.setattr(BatchMaker, "make", lambda self, n: seen.append(make(self, n)) or seen[-1])
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="nudgerl", task="arithmetic", steps=3,
-                      task_options={"max_digits": 1}, prompts_per_step=3, eval_every=0, final_eval_problems=4, final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="nudgerl",
+        task="arithmetic",
+        steps=3,
+        task_options={"max_digits": 1},
+        prompts_per_step=3,
+        eval_every=0,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     train_run(cfg, get_recipe("nudgerl"))  # G = 8 = 2 hints x 4
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -224,8 +278,9 @@ def test_nudgerl_trains_end_to_end(tiny_dir, tmp_path, monkeypatch):
         assert (r["nudge/distill_term"] == 0.0) == (r["frac_zero_var_groups"] == 1.0) and "nudge/bare_logp" in r
         assert {"nudge/hinted_accuracy", "nudge/bare_accuracy"} & set(r)
     assert any("nudge/bare_accuracy" in r for r in rows) and any("nudge/hinted_accuracy" in r for r in rows)
-    assert any(r["nudge/distill_term"] != 0.0 for r in rows), [(r["accuracy"], r.get("nudge/hinted_accuracy"),
-                                                                r.get("nudge/bare_accuracy")) for r in rows]
+    assert any(r["nudge/distill_term"] != 0.0 for r in rows), [
+        (r["accuracy"], r.get("nudge/hinted_accuracy"), r.get("nudge/bare_accuracy")) for r in rows
+    ]
     assert len(seen) == 3
     for b in seen:
         ids = b.ro.context_ids

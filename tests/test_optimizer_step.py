@@ -2,6 +2,7 @@
 covers every parameter, instead of one ``isfinite`` read per parameter tensor (~290 for a 0.5B
 model); a non-finite step is still skipped as before. ``count_reads`` (tests/harness.py) is also the decode loop's
 counter (tests/test_gpu_path.py)."""
+
 import math
 
 import pytest

@@ -1,5 +1,6 @@
 """Paired statistics (reasonrl.eval.paired), the per-item results a run folder keeps, and the paired
 columns of `reasonrl compare` and `reasonrl eval --against`."""
+
 import dataclasses
 import json
 from pathlib import Path
@@ -10,8 +11,15 @@ from typer.testing import CliRunner
 
 from reasonrl.compare import RunResult, collect, paired_vs_first, table_rows
 from reasonrl.errors import UserError
-from reasonrl.eval.paired import (discordant, load_item_results, mcnemar_exact, paired_bootstrap_ci, paired_by_key,
-                                  paired_tests, sign_test)
+from reasonrl.eval.paired import (
+    discordant,
+    load_item_results,
+    mcnemar_exact,
+    paired_bootstrap_ci,
+    paired_by_key,
+    paired_tests,
+    sign_test,
+)
 
 # The Physics-R1 paper's Estonian/English olympiad set (spec envs-selfplay-eval.md section 7(b)):
 # 59 items, ET right on 18, EN right on 8, b = 13 only ET, c = 3 only EN, so 18 - 13 = 5 both and
@@ -33,18 +41,21 @@ def test_paper_counts_sign_test_and_exact_mcnemar():
     assert sign_test(3, 13, "less") == 697 / 65536  # the same tail seen from the other side
 
 
-@pytest.mark.parametrize("b,c,alternative,expected", [
-    (2, 0, "greater", 0.25),     # n = 2: P(X >= 2) = 1/4
-    (2, 0, "two-sided", 0.5),    # 2 * 1/4
-    (2, 0, "less", 1.0),         # P(X <= 2) = 1
-    (1, 1, "greater", 0.75),     # n = 2: P(X >= 1) = 3/4
-    (1, 1, "two-sided", 1.0),    # min(1, 2 * 3/4)
-    (0, 3, "less", 0.125),       # n = 3: P(X <= 0) = 1/8
-    (0, 3, "two-sided", 0.25),   # 2 * 1/8
-    (5, 1, "greater", 7 / 64),   # n = 6: (C(6,5) + C(6,6)) / 64 = 7/64 = 0.109375
-    (0, 0, "two-sided", 1.0),    # no discordant pair: no evidence
-    (0, 0, "greater", 1.0),
-])
+@pytest.mark.parametrize(
+    "b,c,alternative,expected",
+    [
+        (2, 0, "greater", 0.25),  # n = 2: P(X >= 2) = 1/4
+        (2, 0, "two-sided", 0.5),  # 2 * 1/4
+        (2, 0, "less", 1.0),  # P(X <= 2) = 1
+        (1, 1, "greater", 0.75),  # n = 2: P(X >= 1) = 3/4
+        (1, 1, "two-sided", 1.0),  # min(1, 2 * 3/4)
+        (0, 3, "less", 0.125),  # n = 3: P(X <= 0) = 1/8
+        (0, 3, "two-sided", 0.25),  # 2 * 1/8
+        (5, 1, "greater", 7 / 64),  # n = 6: (C(6,5) + C(6,6)) / 64 = 7/64 = 0.109375
+        (0, 0, "two-sided", 1.0),  # no discordant pair: no evidence
+        (0, 0, "greater", 1.0),
+    ],
+)
 def test_sign_test_hand_computed(b, c, alternative, expected):
     assert sign_test(b, c, alternative) == pytest.approx(expected, abs=1e-15)
 
@@ -57,12 +68,12 @@ def test_sign_test_and_mcnemar_match_scipy_binomtest():
             if b + c == 0:
                 continue
             for alt in ("greater", "less", "two-sided"):
-                assert sign_test(b, c, alt) == pytest.approx(binomtest(b, b + c, 0.5, alternative=alt).pvalue,
-                                                             rel=1e-12, abs=1e-300), (b, c, alt)
+                assert sign_test(b, c, alt) == pytest.approx(
+                    binomtest(b, b + c, 0.5, alternative=alt).pvalue, rel=1e-12, abs=1e-300
+                ), (b, c, alt)
             assert mcnemar_exact(b, c) == pytest.approx(binomtest(b, b + c, 0.5).pvalue, rel=1e-12)
     # a large count stays exact and finite (integer tail, one rounding): scipy agrees
-    assert sign_test(700, 600, "greater") == pytest.approx(binomtest(700, 1300, alternative="greater").pvalue,
-                                                           rel=1e-9)
+    assert sign_test(700, 600, "greater") == pytest.approx(binomtest(700, 1300, alternative="greater").pvalue, rel=1e-9)
 
 
 def test_sign_test_rejects_bad_arguments():
@@ -88,8 +99,15 @@ def test_bootstrap_matches_scipy_and_a_direct_numpy_draw():
     rng = np.random.default_rng(5)
     x, y = rng.integers(0, 2, 300), rng.integers(0, 2, 300)
     ours = paired_bootstrap_ci(x, y, B=3000, seed=3)
-    ref = stats.bootstrap((x, y), lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=True, vectorized=True,
-                          n_resamples=3000, method="percentile", rng=np.random.default_rng(3)).confidence_interval
+    ref = stats.bootstrap(
+        (x, y),
+        lambda a, b, axis=-1: a.mean(axis) - b.mean(axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=3000,
+        method="percentile",
+        rng=np.random.default_rng(3),
+    ).confidence_interval
     assert (ours.low, ours.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
     # 20,000 items: the resamples are drawn in blocks of rows; the stream equals one (B, n) draw
     x, y = rng.integers(0, 2, 20_000), rng.integers(0, 2, 20_000)
@@ -142,8 +160,11 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_load_item_results_keeps_greedy_records_and_fails_loudly(tmp_path):
-    rows = [{"key": "a", "mode": "greedy", "correct": True}, {"key": "a", "mode": "sampled", "correct": False},
-            {"key": "b", "mode": "greedy", "correct": False}]
+    rows = [
+        {"key": "a", "mode": "greedy", "correct": True},
+        {"key": "a", "mode": "sampled", "correct": False},
+        {"key": "b", "mode": "greedy", "correct": False},
+    ]
     assert load_item_results(_jsonl(tmp_path / "s.jsonl", rows)) == {"a": True, "b": False}
     with pytest.raises(UserError, match="appears twice"):
         load_item_results(_jsonl(tmp_path / "d.jsonl", rows[:1] * 2))
@@ -159,11 +180,17 @@ def _run_folder(path: Path, flags: dict[str, bool]) -> Path:
     """A finished run folder as run.py writes it, by hand: summary, metrics, after_items.jsonl."""
     path.mkdir(parents=True)
     acc = sum(flags.values()) / len(flags)
-    (path / "summary.json").write_text(json.dumps({"train_seconds": 1.0, "before": {"pass@1": 0.1},
-                                                   "after": {"pass@1": acc}}))
+    (path / "summary.json").write_text(
+        json.dumps({"train_seconds": 1.0, "before": {"pass@1": 0.1}, "after": {"pass@1": acc}})
+    )
     (path / "metrics.jsonl").write_text(json.dumps({"step": 1, "tokens/generated": 10.0}) + "\n")
-    _jsonl(path / "after_items.jsonl", [{"problem": i, "key": k, "mode": "greedy", "score": float(v), "correct": v}
-                                        for i, (k, v) in enumerate(flags.items())])
+    _jsonl(
+        path / "after_items.jsonl",
+        [
+            {"problem": i, "key": k, "mode": "greedy", "score": float(v), "correct": v}
+            for i, (k, v) in enumerate(flags.items())
+        ],
+    )
     return path
 
 
@@ -171,8 +198,11 @@ def test_compare_pools_items_over_seeds(tmp_path):
     T, F = True, False
     base = {0: {"p1": T, "p2": F, "p3": F, "p4": T}, 1: {"p1": F, "p2": F, "p3": T, "p4": T}}
     new = {0: {"p1": T, "p2": T, "p3": T, "p4": F}, 1: {"p1": T, "p2": F, "p3": T, "p4": T}}
-    results = [collect(name, s, _run_folder(tmp_path / f"{name}-{s}", flags[s]))
-               for name, flags in (("base", base), ("new", new)) for s in (0, 1)]
+    results = [
+        collect(name, s, _run_folder(tmp_path / f"{name}-{s}", flags[s]))
+        for name, flags in (("base", base), ("new", new))
+        for s in (0, 1)
+    ]
     first, second = table_rows(results, ["base", "new"])
     assert first["paired_vs_first"] is None and "paired_skipped" not in first
     pt = second["paired_vs_first"]
@@ -222,22 +252,63 @@ def test_run_folder_keeps_per_item_results_and_eval_against_reads_them(tiny_dir,
     from reasonrl.recipes import get_recipe
     from reasonrl.loop.run import train_run
 
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=1, prompts_per_step=2, eval_every=0,
-                      final_eval_problems=4, final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     summary = train_run(cfg, dataclasses.replace(get_recipe("grpo"), group_size=2))
     items = load_item_results(tmp_path / "run" / "after_items.jsonl")
     assert len(items) == 4 and sum(items.values()) / 4 == summary["after"]["pass@1"]
     runner = CliRunner()
     samples = tmp_path / "s.jsonl"
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "4", "--samples-per-problem", "0", "--samples", str(samples),
-                              "--json", str(tmp_path / "e.json"), "--against", str(tmp_path / "run" / "after_items.jsonl")])
+    res = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(tiny_dir),
+            "--problems",
+            "4",
+            "--samples-per-problem",
+            "0",
+            "--samples",
+            str(samples),
+            "--json",
+            str(tmp_path / "e.json"),
+            "--against",
+            str(tmp_path / "run" / "after_items.jsonl"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     against = json.loads((tmp_path / "e.json").read_text())["against"]
     assert against["n_items"] == 4 and against["acc_y"] == summary["after"]["pass@1"]  # the same 4 problems
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "4", "--samples-per-problem", "0", "--json", str(tmp_path / "f.json"),
-                              "--against", str(samples)])
+    res = runner.invoke(
+        app,
+        [
+            "eval",
+            "--model",
+            str(tiny_dir),
+            "--problems",
+            "4",
+            "--samples-per-problem",
+            "0",
+            "--json",
+            str(tmp_path / "f.json"),
+            "--against",
+            str(samples),
+        ],
+    )
     assert res.exit_code == 0, res.output
     same = json.loads((tmp_path / "f.json").read_text())["against"]  # one model against itself
     assert (same["b"], same["c"], same["mcnemar_p"]) == (0, 0, 1.0)
-    res = runner.invoke(app, ["eval", "--model", str(tiny_dir), "--problems", "3", "--samples-per-problem", "0", "--against", str(samples)])
+    res = runner.invoke(
+        app,
+        ["eval", "--model", str(tiny_dir), "--problems", "3", "--samples-per-problem", "0", "--against", str(samples)],
+    )
     assert res.exit_code != 0 and "1 missing from this evaluation" in str(res.exception)

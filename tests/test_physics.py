@@ -1,5 +1,6 @@
 """Physics-R1's answer reward, its LaTeX conversion, its dense option and the multipart task, by hand
 (spec envs-selfplay-eval section 7(b) and (d))."""
+
 import math
 
 import pytest
@@ -19,6 +20,7 @@ def score(completions, golds, **options):
 
 # ---- extraction -------------------------------------------------------------------------------
 
+
 def test_the_one_boxed_extractor_counts_nested_braces():
     # the regex-free brace count keeps \frac{1}{2}'s inner braces; the LAST box wins
     assert extract_boxed(r"first \boxed{1} then \boxed{\frac{1}{2}} done") == r"\frac{1}{2}"
@@ -34,8 +36,16 @@ def test_the_one_boxed_extractor_counts_nested_braces():
 
 
 def test_mcq_letters():
-    assert [mcq_letter(s) for s in ["(B)", "B", "B.", r"\text{C}", "D) 5 m/s", "b", "F", "Because"]] == \
-        ["B", "B", "B", "C", "D", None, None, None]
+    assert [mcq_letter(s) for s in ["(B)", "B", "B.", r"\text{C}", "D) 5 m/s", "b", "F", "Because"]] == [
+        "B",
+        "B",
+        "B",
+        "C",
+        "D",
+        None,
+        None,
+        None,
+    ]
 
 
 def test_split_parts_on_labels_and_semicolons():
@@ -49,26 +59,30 @@ def test_split_parts_on_labels_and_semicolons():
 
 # ---- LaTeX to text and numbers -------------------------------------------------------------------
 
-@pytest.mark.parametrize("latex, value", [
-    (r"\frac{1}{2}", 0.5),
-    (r"\dfrac{3}{4}", 0.75),
-    (r"\frac{\frac{1}{2}}{4}", 0.125),  # (1/2)/4
-    (r"-\tfrac{3}{4}", -0.75),
-    (r"3.0 \times 10^{8}\,\text{m/s}", 3.0e8),  # unit in \text{} stripped
-    (r"2 \cdot 10^{-3}", 0.002),
-    (r"\left(2\right)^{3}", 8.0),
-    ("1,234 kg", 1234.0),  # thousands separator, plain-text unit
-    ("1,234,567", 1234567.0),
-    ("6.02e23", 6.02e23),
-    ("1.5E-3 J", 0.0015),
-    ("v = 2.5", 2.5),  # a leading 'symbol =' is dropped
-    (r"50\%", 50.0),
-    (r"\pi/2", math.pi / 2),
-    (r"\sqrt{16}", 4.0),
-    (r"$\boxed{7}$", 7.0),
-    ("007", 7.0),  # leading zeros read away, but not the zero after a decimal point
-    ("0.05", 0.05),
-])
+
+@pytest.mark.parametrize(
+    "latex, value",
+    [
+        (r"\frac{1}{2}", 0.5),
+        (r"\dfrac{3}{4}", 0.75),
+        (r"\frac{\frac{1}{2}}{4}", 0.125),  # (1/2)/4
+        (r"-\tfrac{3}{4}", -0.75),
+        (r"3.0 \times 10^{8}\,\text{m/s}", 3.0e8),  # unit in \text{} stripped
+        (r"2 \cdot 10^{-3}", 0.002),
+        (r"\left(2\right)^{3}", 8.0),
+        ("1,234 kg", 1234.0),  # thousands separator, plain-text unit
+        ("1,234,567", 1234567.0),
+        ("6.02e23", 6.02e23),
+        ("1.5E-3 J", 0.0015),
+        ("v = 2.5", 2.5),  # a leading 'symbol =' is dropped
+        (r"50\%", 50.0),
+        (r"\pi/2", math.pi / 2),
+        (r"\sqrt{16}", 4.0),
+        (r"$\boxed{7}$", 7.0),
+        ("007", 7.0),  # leading zeros read away, but not the zero after a decimal point
+        ("0.05", 0.05),
+    ],
+)
 def test_parse_quantity(latex, value):
     assert parse_quantity(latex) == pytest.approx(value, rel=1e-12)
 
@@ -98,6 +112,7 @@ def test_numbers_close_boundaries():
 
 # ---- the reward --------------------------------------------------------------------------------
 
+
 def test_spec_examples():
     # spec 7(d): \boxed{\frac{1}{2}} vs "0.5" -> 1; "(a) 3 (b) 4" vs "(a) 3 (b) 5" -> 0
     assert score([r"so \boxed{\frac{1}{2}}"], ["0.5"]).values == [1.0]
@@ -114,9 +129,14 @@ def test_tolerance_in_the_reward():
 
 def test_multipart_and_in_order():
     golds = ["7; 12"] * 5 + ["(a) 3 (b) 4"]
-    completions = [r"\boxed{7; 12}", r"\boxed{7; 13}", r"\boxed{12; 7}", r"\boxed{7}",
-                   r"(a) \boxed{7} (b) \boxed{12}",  # one box per part: the last 2 boxes are the parts
-                   r"\boxed{a. 3 b. 4}"]  # the labels need not be the gold's style
+    completions = [
+        r"\boxed{7; 12}",
+        r"\boxed{7; 13}",
+        r"\boxed{12; 7}",
+        r"\boxed{7}",
+        r"(a) \boxed{7} (b) \boxed{12}",  # one box per part: the last 2 boxes are the parts
+        r"\boxed{a. 3 b. 4}",
+    ]  # the labels need not be the gold's style
     res = score(completions, golds)
     assert res.values == [1.0, 0.0, 0.0, 0.0, 1.0, 1.0]
     # part_acc: hits per row 2/2, 1/2, 0/2, 1/2, 2/2, 2/2 -> (1 + .5 + 0 + .5 + 1 + 1) / 6 = 4/6
@@ -165,16 +185,19 @@ def test_none_gold_is_not_applicable_and_the_registry_builds_it():
 
 # ---- the dense option -------------------------------------------------------------------------
 
+
 def test_dense_terms_and_clipping():
     golds = ["7; 12"] * 4 + ["3 m/s"] * 3 + ["x^2+1"]
-    completions = [r"\boxed{7; 12}",  # 1 + .1 + 0 (no unit) + .2 = 1.3 -> clipped 1
-                   r"\boxed{7; 13}",  # 0 + .1 + .2 (both numbers) = 0.3
-                   r"\boxed{7}",  # count mismatch: .1 - .25 = -0.15
-                   r"\boxed{3} so \boxed{4; 5}",  # wrong, boxes disagree: .1 + .2 - .25 = 0.05
-                   r"\boxed{2\,\text{m/s}}",  # wrong value, right unit and form: .1 + .15 + .2 = 0.45
-                   r"\boxed{2 kg}",  # wrong unit: .1 + .2 = 0.3
-                   "no box",  # nothing: 0
-                   r"\boxed{2x}"]  # same symbols {x}: .1 + .2 = 0.3
+    completions = [
+        r"\boxed{7; 12}",  # 1 + .1 + 0 (no unit) + .2 = 1.3 -> clipped 1
+        r"\boxed{7; 13}",  # 0 + .1 + .2 (both numbers) = 0.3
+        r"\boxed{7}",  # count mismatch: .1 - .25 = -0.15
+        r"\boxed{3} so \boxed{4; 5}",  # wrong, boxes disagree: .1 + .2 - .25 = 0.05
+        r"\boxed{2\,\text{m/s}}",  # wrong value, right unit and form: .1 + .15 + .2 = 0.45
+        r"\boxed{2 kg}",  # wrong unit: .1 + .2 = 0.3
+        "no box",  # nothing: 0
+        r"\boxed{2x}",
+    ]  # same symbols {x}: .1 + .2 = 0.3
     res = score(completions, golds, dense=True)
     assert res.values == pytest.approx([1.0, 0.3, -0.15, 0.05, 0.45, 0.3, 0.0, 0.3])
     # dim fires on rows 4 only (gold has a unit and the prediction the same one): 1/8
@@ -186,8 +209,12 @@ def test_dense_partial_credit_per_part():
     # dense_answer=fraction: one of two parts right -> r_ans 0.5, + .1 + .2 = 0.8
     assert score([r"\boxed{7; 13}"], ["7; 12"], dense=True, dense_answer="fraction").values == pytest.approx([0.8])
     # the clip: the weights can make it fall below -1
-    assert dense_value({"ans": 0, "fmt": 0, "dim": 0, "sym": 0, "cons": 1},
-                       {"ans": 1, "fmt": 0, "dim": 0, "sym": 0, "cons": -3}) == -1.0
+    assert (
+        dense_value(
+            {"ans": 0, "fmt": 0, "dim": 0, "sym": 0, "cons": 1}, {"ans": 1, "fmt": 0, "dim": 0, "sym": 0, "cons": -3}
+        )
+        == -1.0
+    )
     with pytest.raises(ValueError, match="dense_answer"):
         PhysicsMatch(dense=True, dense_answer="most")
 
@@ -198,6 +225,7 @@ def test_units_and_symbols_helpers():
 
 
 # ---- the multipart task ------------------------------------------------------------------------
+
 
 def test_multipart_task_items_verify_and_split():
     task = get_task("multipart")

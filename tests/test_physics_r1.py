@@ -1,5 +1,6 @@
 """The physics_r1 recipe: its parts composed as the spec says (fast), and 3 training steps end to end on
 the tiny model warmed up on the multipart task (spec envs-selfplay-eval section 7(b))."""
+
 import copy
 import dataclasses
 import json
@@ -47,9 +48,19 @@ def multipart_dir(sharp_tiny, tmp_path_factory):
 
 @pytest.mark.slow
 def test_physics_r1_trains_three_steps_on_the_multipart_task(multipart_dir, tmp_path):
-    cfg = TrainConfig(model=str(multipart_dir), out=str(tmp_path / "run"), recipe="physics_r1", task="multipart",
-                      steps=3, prompts_per_step=2, eval_every=3, eval_problems=4, final_eval_problems=4,
-                      final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(multipart_dir),
+        out=str(tmp_path / "run"),
+        recipe="physics_r1",
+        task="multipart",
+        steps=3,
+        prompts_per_step=2,
+        eval_every=3,
+        eval_problems=4,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     summary = train_run(cfg, dataclasses.replace(get_recipe("physics_r1"), group_size=4))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -72,8 +83,9 @@ def test_physics_r1_trains_three_steps_on_the_multipart_task(multipart_dir, tmp_
 def test_the_dense_reward_is_a_config_option_of_the_recipe():
     from reasonrl.rewards.options import apply_reward_overrides, rewards_dict
 
-    extra = apply_reward_overrides(get_recipe("physics_r1").extra_rewards,
-                                   {"physics_match": {"dense": True, "dense_answer": "fraction"}})
+    extra = apply_reward_overrides(
+        get_recipe("physics_r1").extra_rewards, {"physics_match": {"dense": True, "dense_answer": "fraction"}}
+    )
     (match, _), _ = extra
     # one of two parts right: r_ans 0.5 (fraction) + 0.10 box + 0.20 form = 0.8
     assert match([" "], [r"\boxed{7; 13}"], answer=["7; 12"]) == pytest.approx([0.8])

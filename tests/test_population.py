@@ -1,15 +1,28 @@
 """PopuLoRA's pure pieces (spec envs-selfplay-eval.md 4 (d)): the same-rank LoRA operators against numpy's
 own SVD, the openskill ratings against the TrueSkill formulas worked by hand, PFSP, PBT's replacement plan,
 the teacher reward, and the toy loop where teachers raise difficulty and a single agent does not."""
+
 import math
 import random
 
 import numpy as np
 import pytest
 
-from reasonrl.population import (OPERATORS, RatingModel, conservative, crossover_modulewise, crossover_svd,
-                                 make_offspring, mutate_gaussian, mutate_spectral, offspring_rating, pbt_plan,
-                                 pfsp_pick, pfsp_weights, ranked)
+from reasonrl.population import (
+    OPERATORS,
+    RatingModel,
+    conservative,
+    crossover_modulewise,
+    crossover_svd,
+    make_offspring,
+    mutate_gaussian,
+    mutate_spectral,
+    offspring_rating,
+    pbt_plan,
+    pfsp_pick,
+    pfsp_weights,
+    ranked,
+)
 from reasonrl.rewards.azr import azr_format_shaping
 from reasonrl.rewards.populora import teacher_proposal_reward, teacher_reward
 
@@ -26,6 +39,7 @@ def _rel(x, y):
 
 
 # ------------------------------------------------------------------ the operators
+
 
 def test_svd_crossover_with_a_one_reproduces_the_first_parent():
     f1, f2 = _factors(0), _factors(1)
@@ -76,8 +90,9 @@ def test_spectral_mutation_with_sigma_zero_is_the_identity_and_scales_singular_v
     # by hand: B = [[1], [0]], A = [[2, 0]] -> delta W = [[2, 0], [0, 0]], one singular value 2, scaled by
     # exp(0.5 z) with z the generator's first normal draw
     z = np.random.default_rng(3).standard_normal(1)[0]
-    (a, b), = mutate_spectral({"m": (np.array([[2.0, 0.0]]), np.array([[1.0], [0.0]]))}, 0.5,
-                              np.random.default_rng(3)).values()
+    ((a, b),) = mutate_spectral(
+        {"m": (np.array([[2.0, 0.0]]), np.array([[1.0], [0.0]]))}, 0.5, np.random.default_rng(3)
+    ).values()
     assert np.allclose(b @ a, [[2.0 * math.exp(0.5 * z), 0.0], [0.0, 0.0]], atol=1e-12)
 
 
@@ -85,12 +100,15 @@ def test_gaussian_mutation_scales_noise_by_each_factors_std_and_moves_a_zero_b()
     # A = [[1, 3]]: std 1; B = 0 (a fresh adapter): the absolute sigma 1e-3 stands in for its std 0
     rng = np.random.default_rng(11)
     z_a, z_b = rng.standard_normal((1, 2)), rng.standard_normal((2, 1))  # the draws in the operator's order
-    (a, b), = mutate_gaussian({"m": (np.array([[1.0, 3.0]]), np.zeros((2, 1)))}, 0.5, np.random.default_rng(11)).values()
+    ((a, b),) = mutate_gaussian(
+        {"m": (np.array([[1.0, 3.0]]), np.zeros((2, 1)))}, 0.5, np.random.default_rng(11)
+    ).values()
     assert np.allclose(a, np.array([[1.0, 3.0]]) + 0.5 * 1.0 * z_a)
     assert np.allclose(b, 0.5 * 1e-3 * z_b) and np.abs(b).max() > 0
 
 
 # ------------------------------------------------------------------ ratings and matchmaking
+
 
 def test_a_game_moves_the_winner_up_the_loser_down_and_shrinks_both_sigmas():
     m = RatingModel()
@@ -161,13 +179,17 @@ def test_offspring_keep_shapes_and_inherit_the_rating_with_a_raised_sigma():
 def test_teacher_reward_and_its_zero_sum_flag():
     assert [teacher_reward(s) for s in (0.0, 0.25, 1.0)] == [0.0, 0.75, 0.0]  # AZR's rule: unsolved earns 0
     assert teacher_reward(0.0, zero_when_unsolved=False) == 1.0  # the pure zero-sum reading
-    assert [teacher_proposal_reward(False, False, None), teacher_proposal_reward(True, False, None),
-            teacher_proposal_reward(True, True, 0.5)] == [-1.0, -0.5, 0.5]
+    assert [
+        teacher_proposal_reward(False, False, None),
+        teacher_proposal_reward(True, False, None),
+        teacher_proposal_reward(True, True, 0.5),
+    ] == [-1.0, -0.5, 0.5]
     with pytest.raises(ValueError):
         teacher_reward(1.5)
 
 
 # ------------------------------------------------------------------ the toy loop
+
 
 def _solve_rate(skill, d, eps):
     return float(np.mean(skill + eps > d))  # solve iff s > d plus noise, over n samples
@@ -203,6 +225,7 @@ def _single_agent(rounds, seed=0, n=8):
             rate = _solve_rate(s, x, eps)  # noqa: B023 - both_roles is climbed in this iteration only
             solve = rate * azr_format_shaping(1.0, True) + (1 - rate) * azr_format_shaping(0.0, True)  # 1 / -0.5
             return teacher_reward(rate) + solve  # 0.5 + 0.5 rate while rate > 0: easier pays more
+
         d = _climb(d, both_roles)
         rate = _solve_rate(s, d, eps)
         s += 0.3 * rate * (1 - rate)
@@ -218,13 +241,19 @@ def test_toy_loop_teachers_raise_difficulty_and_a_single_agent_does_not():
 
 # ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
 
+
 def test_check_factors_refuses_each_bad_shape_naming_it():
     from reasonrl.population.operators import check_factors
 
     good = {"q": (np.ones((2, 5)), np.ones((4, 2)))}
-    for bad in ({"q": (np.ones(5), np.ones((4, 2)))}, {"q": (np.ones((2, 5)), np.ones(4))},
-                {"q": (np.ones((3, 5)), np.ones((4, 2)))}):
-        with pytest.raises(ValueError, match=r"module q: A \(.*\) and B \(.*\) are not \(r, k\) and \(d, r\) of one rank"):
+    for bad in (
+        {"q": (np.ones(5), np.ones((4, 2)))},
+        {"q": (np.ones((2, 5)), np.ones(4))},
+        {"q": (np.ones((3, 5)), np.ones((4, 2)))},
+    ):
+        with pytest.raises(
+            ValueError, match=r"module q: A \(.*\) and B \(.*\) are not \(r, k\) and \(d, r\) of one rank"
+        ):
             check_factors(bad)
     with pytest.raises(ValueError, match=r"the parents adapt different modules: \['q', 'v'\]"):
         check_factors(good, {"v": good["q"]})

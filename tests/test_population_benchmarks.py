@@ -1,5 +1,6 @@
 """The issue #30 benchmarks' --smoke modes (fresh tiny models, two steps): their code paths, tables and JSON,
 not their figures."""
+
 import json
 import subprocess
 import sys
@@ -12,8 +13,22 @@ BENCH = Path(__file__).parents[1] / "benchmarks" / "learning"
 
 def _run(script, out, *extra):
     env = {"PYTHONPATH": str(Path(__file__).parents[1] / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, str(BENCH / script), "--smoke", "--json", str(out), "--runs",
-                          str(out.parent / "runs"), *extra], capture_output=True, text=True, timeout=1800, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / script),
+            "--smoke",
+            "--json",
+            str(out),
+            "--runs",
+            str(out.parent / "runs"),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout, json.loads(out.read_text())
 
@@ -59,10 +74,18 @@ def test_prompt_policy_bench_nudge_template_is_the_warm_starts_hint_format():
 def _seed_row(seed, students, agent, wall):
     held = {f"s{i}": {"pass@1": sum(c) / len(c), "correct": c} for i, c in enumerate(students)}
     pop = [h["pass@1"] for h in held.values()]
-    return {"seed": seed, "populora": {"held_out": held}, "azr": {"held_out": {"default": {
-        "pass@1": sum(agent) / len(agent), "correct": agent}}},
-        "summary": {"pop_best": max(pop), "pop_mean": sum(pop) / len(pop), "pop_worst": min(pop),
-                    "azr": sum(agent) / len(agent), "wall_ratio": wall}}
+    return {
+        "seed": seed,
+        "populora": {"held_out": held},
+        "azr": {"held_out": {"default": {"pass@1": sum(agent) / len(agent), "correct": agent}}},
+        "summary": {
+            "pop_best": max(pop),
+            "pop_mean": sum(pop) / len(pop),
+            "pop_worst": min(pop),
+            "azr": sum(agent) / len(agent),
+            "wall_ratio": wall,
+        },
+    }
 
 
 def test_populora_summary_over_seeds_and_merge(tmp_path):
@@ -90,8 +113,9 @@ def test_populora_summary_over_seeds_and_merge(tmp_path):
     args = {"model": "m", "steps": 30, "seeds": "0", "runs": "r", "json": "j"}
     start = {"pass@1": 0.25, "correct": [1, 0, 0, 0]}
     (tmp_path / "a.json").write_text(json.dumps({"args": args, "rows": [r1]}))  # written before --lr and the start
-    (tmp_path / "b.json").write_text(json.dumps({"args": {**args, "runs": "r2", "lr": None}, "start": start,
-                                                 "rows": [r0]}))
+    (tmp_path / "b.json").write_text(
+        json.dumps({"args": {**args, "runs": "r2", "lr": None}, "start": start, "rows": [r0]})
+    )
     merged = bench.merge([tmp_path / "a.json", tmp_path / "b.json"])
     assert [r["seed"] for r in merged["rows"]] == [0, 1] and merged["args"]["seeds"] == "0,1"
     assert merged["start"] == start

@@ -2,6 +2,7 @@
 round by hand on a scripted context (each sample under its member's adapter), per-member advantages, PBT on
 real adapters with a fresh optimiser state, and the recipe end to end with a kill-and-resume that continues
 bit for bit (adapters, optimiser, ratings, buffers, the PBT log)."""
+
 import copy
 import dataclasses
 import math
@@ -38,9 +39,15 @@ def _population(part):
 class Scripted:
     """Proposals by teacher; the matched student's answers: right for a+1 / a+2, half right for a*3."""
 
-    PROPOSALS = {"t0": ["a=int(input())\nprint(a+1)\nIN:4", "junk", "import os\nprint(1)\nIN:1",
-                        "a=int(input())\nprint(a+2)\nIN:1"],
-                 "t1": ["a=int(input())\nprint(a*3)\nIN:2", "x", "x", "x"]}
+    PROPOSALS = {
+        "t0": [
+            "a=int(input())\nprint(a+1)\nIN:4",
+            "junk",
+            "import os\nprint(1)\nIN:1",
+            "a=int(input())\nprint(a+2)\nIN:1",
+        ],
+        "t1": ["a=int(input())\nprint(a*3)\nIN:2", "x", "x", "x"],
+    }
 
     def __init__(self, model):
         self.model, self.calls = model, []
@@ -50,8 +57,11 @@ class Scripted:
         self.calls.append((tag, active, len(items)))
         if tag.startswith("populora-propose"):
             return text_rollouts(prompts, [t for it in items for t in self.PROPOSALS[it.meta["member"]]], 4)
-        texts = [("O:" + it.meta["output"]) if "*3" not in it.meta["program"] or k == 0 else "O:999"
-                 for it in items for k in range(n)]
+        texts = [
+            ("O:" + it.meta["output"]) if "*3" not in it.meta["program"] or k == 0 else "O:999"
+            for it in items
+            for k in range(n)
+        ]
         return text_rollouts(prompts, texts, n)
 
 
@@ -66,25 +76,41 @@ def test_the_teachers_round_by_hand():
     model = _population(part)
     script, state = Scripted(model), {}
     entry = {"program": "a=int(input())\nprint(a)\n", "input": "7", "output": "7", "by": "t0"}
-    item = dataclasses.replace(solve_item("deduction", entry, 3), meta={**solve_item("deduction", entry, 3).meta,
-                                                                       "member": "s0", "opponent": "t0"})
-    ctx = round_context(_first_round([item], [[1, 0, 1, 1]]), task=TASK, sample=script.sample, state=state,
-                        policy=model, group_size=4, position=1)
+    item = dataclasses.replace(
+        solve_item("deduction", entry, 3),
+        meta={**solve_item("deduction", entry, 3).meta, "member": "s0", "opponent": "t0"},
+    )
+    ctx = round_context(
+        _first_round([item], [[1, 0, 1, 1]]),
+        task=TASK,
+        sample=script.sample,
+        state=state,
+        policy=model,
+        group_size=4,
+        position=1,
+    )
     g = part.extend(ctx)
     # t0: a+1 on 4 and a+2 on 1 are valid, both solved by every attempt (s_hat 1 -> 1 - 1 = 0); "junk" has no
     # format (-1); os is banned (-0.5). t1: a*3 on 2 is valid and half solved (s_hat 1/2 -> 0.5); three bad formats
     assert g.rewards.tolist() == [[0.0, -1.0, -0.5, 0.0], [0.5, -1.0, -1.0, -1.0]]
     assert g.ro.adapters == ["t0"] * 4 + ["t1"] * 4
     # each teacher sampled under its own adapter, the estimates under the one student's (s0 = peft's default)
-    assert [(tag.split("-")[1], active) for tag, active, _ in script.calls] == \
-        [("propose", "t0"), ("propose", "t1"), ("estimate", "default")]
+    assert [(tag.split("-")[1], active) for tag, active, _ in script.calls] == [
+        ("propose", "t0"),
+        ("propose", "t1"),
+        ("estimate", "default"),
+    ]
     # games: the first round's 4 attempts at t0's task, then 2 attempts at each of the 3 valid proposals
     assert state["games"] == 4 + 6
     mu = {n: r[0] for n, r in state["ratings"].items()}
     assert mu["s0"] > 25 > mu["t0"]  # s0 won 3 + 4 of its games against t0
     assert [e["output"] for e in state["buffers"]["t0"]["deduction"]] == ["3", "5", "3"]  # the seed, then its two
-    assert state["buffers"]["t1"]["deduction"][-1] == {"program": "a=int(input())\nprint(a*3)\n", "input": "2",
-                                                       "output": "6", "by": "t1"}
+    assert state["buffers"]["t1"]["deduction"][-1] == {
+        "program": "a=int(input())\nprint(a*3)\n",
+        "input": "2",
+        "output": "6",
+        "by": "t1",
+    }
     assert g.metrics["populora/reward_t1"] == pytest.approx((0.5 - 3) / 4)
     # the pure zero-sum reading: an unsolved task earns 1 (here t1's half-solved one is unchanged)
     zs = dataclasses.replace(part, zero_when_unsolved=False)
@@ -101,8 +127,11 @@ class Uneven(Scripted):
             return super().sample(items, prompts, tag, first, n)
         self.calls.append((tag, self.model.active_adapter, len(items)))
         right = {"5": 1, "3": 0, "6": 3}
-        texts = [t for it in items for t in ["O:" + it.meta["output"]] * right[it.meta["output"]]
-                 + ["O:999"] * (n - right[it.meta["output"]])]
+        texts = [
+            t
+            for it in items
+            for t in ["O:" + it.meta["output"]] * right[it.meta["output"]] + ["O:999"] * (n - right[it.meta["output"]])
+        ]
         return text_rollouts(prompts, texts, n)
 
 
@@ -112,10 +141,19 @@ def test_the_teacher_earns_one_minus_the_students_solve_rate_and_zero_when_unsol
     part = PopuLoRA(teachers=2, students=1, estimate_samples=4, types="deduction", pbt_every=0)
     model = _population(part)
     entry = {"program": "a=int(input())\nprint(a)\n", "input": "7", "output": "7", "by": "t0"}
-    item = dataclasses.replace(solve_item("deduction", entry, 3), meta={**solve_item("deduction", entry, 3).meta,
-                                                                       "member": "s0", "opponent": "t0"})
-    ctx = round_context(_first_round([item], [[1, 0, 1, 1]]), task=TASK, sample=Uneven(model).sample, state={},
-                        policy=model, group_size=4, position=1)
+    item = dataclasses.replace(
+        solve_item("deduction", entry, 3),
+        meta={**solve_item("deduction", entry, 3).meta, "member": "s0", "opponent": "t0"},
+    )
+    ctx = round_context(
+        _first_round([item], [[1, 0, 1, 1]]),
+        task=TASK,
+        sample=Uneven(model).sample,
+        state={},
+        policy=model,
+        group_size=4,
+        position=1,
+    )
     g = part.extend(ctx)
     assert g.rewards.tolist() == [[0.75, -1.0, -0.5, 0.0], [0.25, -1.0, -1.0, -1.0]]
     zero_sum = dataclasses.replace(part, zero_when_unsolved=False).extend(dataclasses.replace(ctx, state={}))
@@ -128,8 +166,12 @@ def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
     state = {}
     items = part.draw(round_context(None, task=TASK, state=state, position=0, group_size=2), 4)
     # positions 0..3: students s0 s1 s0 s1, types (p div 2) mod 2: deduction twice, then abduction twice
-    assert [(it.meta["member"], it.meta["type"]) for it in items] == \
-        [("s0", "deduction"), ("s1", "deduction"), ("s0", "abduction"), ("s1", "abduction")]
+    assert [(it.meta["member"], it.meta["type"]) for it in items] == [
+        ("s0", "deduction"),
+        ("s1", "deduction"),
+        ("s0", "abduction"),
+        ("s1", "abduction"),
+    ]
     assert all(it.meta["opponent"] is None for it in items)  # only the seed tasks yet: nobody's, no games
 
     seen = []
@@ -144,8 +186,9 @@ def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
             seen.append((model.active_adapter, list(seeds)))
             return text_rollouts(prompts, [f"{model.active_adapter}@@{p}@@{j}" for p in prompts for j in range(n)], n)
 
-    req = GenRequest(items=items[:3], first=10, engine=Engine(), task=TASK, group_size=2, sampling=SamplingParams(),
-                     seed=0)
+    req = GenRequest(
+        items=items[:3], first=10, engine=Engine(), task=TASK, group_size=2, sampling=SamplingParams(), seed=0
+    )
     ro = part.generate(req)
     seeds = req.seeds()
     assert seen == [("default", [seeds[0], seeds[2]]), ("s1", [seeds[1]])]  # per student, seeds as plain sampling
@@ -155,9 +198,13 @@ def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
 
 
 def test_advantages_are_normalised_per_member_role_and_type():
-    items = [dataclasses.replace(solve_item("deduction", {"program": "p", "input": "1", "output": "1"}, 3),
-                                 meta={"role": role, "type": "deduction", "member": m})
-             for m, role in (("s0", "solve"), ("s1", "solve"), ("t0", "propose"))]
+    items = [
+        dataclasses.replace(
+            solve_item("deduction", {"program": "p", "input": "1", "output": "1"}, 3),
+            meta={"role": role, "type": "deduction", "member": m},
+        )
+        for m, role in (("s0", "solve"), ("s1", "solve"), ("t0", "propose"))
+    ]
     rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.5, -1.0]])
     adv, m = PopuLoRA().shape_advantages(torch.zeros(3, 2), batch_context(rewards=rewards, items=items))
     # s0 [1, 0]: +-0.70711 (mean 0.5, unbiased std 0.70711); s1 constant: 0; t0 [0.5, -1]: +-0.70711
@@ -190,14 +237,18 @@ def test_pbt_overwrites_the_worst_teacher_with_an_offspring_and_resets_its_optim
     assert all(np.array_equal(adapter_factors(model, "t0")[m][0], before["t0"][m][0]) for m in before["t0"])
     assert state["ratings"]["t2"] == [30.0, 25 / 6]  # t0's mu, sigma raised from 1 to 25/6
     fresh = adapter_parameters(model, "t2").values()
-    assert all(p not in opt.state for p in fresh) and all(p in opt.state for p in adapter_parameters(model, "t1").values())
+    assert all(p not in opt.state for p in fresh) and all(
+        p in opt.state for p in adapter_parameters(model, "t1").values()
+    )
 
 
 def _buffers(*teachers):
     """Each teacher's deduction buffer: the seed and one task of its own (output = the teacher's index)."""
     seed = {"program": "a=int(input())\nprint(a)\n", "input": "1", "output": "1"}
-    return {t: {"deduction": [seed, {"program": "p", "input": "0", "output": str(j), "by": t}]}
-            for j, t in enumerate(teachers)}
+    return {
+        t: {"deduction": [seed, {"program": "p", "input": "0", "output": str(j), "by": t}]}
+        for j, t in enumerate(teachers)
+    }
 
 
 def test_a_replaced_teacher_takes_its_parents_buffers_or_fresh_ones():
@@ -205,8 +256,13 @@ def test_a_replaced_teacher_takes_its_parents_buffers_or_fresh_ones():
     model = _population(part)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.1)
     ratings = {"t0": [30.0, 1.0], "t1": [25.0, 1.0], "t2": [20.0, 1.0], "s0": [25.0, 1.0]}
-    ctx = UpdateContext(model=model, optimizer=opt, step=1, seed=0,
-                        state={"ratings": copy.deepcopy(ratings), "buffers": _buffers("t0", "t1", "t2")})
+    ctx = UpdateContext(
+        model=model,
+        optimizer=opt,
+        step=1,
+        seed=0,
+        state={"ratings": copy.deepcopy(ratings), "buffers": _buffers("t0", "t1", "t2")},
+    )
     part.after_step(ctx)
     # t2 (mu - 3 sigma 17, the lowest) is replaced by a mutation of one parent drawn from the top two; the child
     # takes that parent's buffers (spec 4 (b): the offspring inherits its parent's rating; its tasks come with
@@ -239,17 +295,30 @@ def test_options_the_task_and_lora_it_needs():
 
 # ------------------------------------------------------------------ the recipe, killed and resumed
 
+
 def _recipe():
     r = get_recipe("populora")
-    return dataclasses.replace(r, sampling=dataclasses.replace(r.sampling, max_new_tokens=32),
-                               populora=PopuLoRA(teachers=2, students=2, estimate_samples=2, types="deduction,abduction",
-                                                 pbt_every=2, pbt_frac=0.5))
+    return dataclasses.replace(
+        r,
+        sampling=dataclasses.replace(r.sampling, max_new_tokens=32),
+        populora=PopuLoRA(
+            teachers=2, students=2, estimate_samples=2, types="deduction,abduction", pbt_every=2, pbt_frac=0.5
+        ),
+    )
 
 
 @pytest.mark.slow
 def test_populora_trains_three_steps_and_a_killed_run_resumes_bit_for_bit(sharp_tiny, tmp_path):
-    cfg = TrainConfig(recipe="populora", task="azr", steps=3, prompts_per_step=2, eval_every=0, save_every=0,
-                      final_eval_problems=0, lora=Lora(r=4, alpha=8.0))
+    cfg = TrainConfig(
+        recipe="populora",
+        task="azr",
+        steps=3,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        lora=Lora(r=4, alpha=8.0),
+    )
     recipe = _recipe()
 
     def trainer(folder):
@@ -268,8 +337,9 @@ def test_populora_trains_three_steps_and_a_killed_run_resumes_bit_for_bit(sharp_
     assert resumed.resume() == 2
     last = resumed.train_step()
     drop = ("time/", "tokens_per_s")
-    assert {k: v for k, v in last.items() if not k.startswith(drop)} == \
-        {k: v for k, v in rows[2].items() if not k.startswith(drop)}
+    assert {k: v for k, v in last.items() if not k.startswith(drop)} == {
+        k: v for k, v in rows[2].items() if not k.startswith(drop)
+    }
     assert resumed.batches.parts.state("populora") == straight.batches.parts.state("populora")
     for (k, p), (k2, q) in zip(resumed.model.named_parameters(), straight.model.named_parameters()):
         assert k == k2 and torch.equal(p, q), k  # every adapter, bit for bit

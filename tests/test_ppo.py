@@ -1,5 +1,6 @@
 """PPO's critic part (parts/critic.py) in the loop: GAE on the batch's masks, the critic's own optimiser
 group, warm-up, no KL, the value head on the policy's hidden states, and exact resume with the critic."""
+
 import dataclasses
 import signal
 import subprocess
@@ -38,7 +39,7 @@ def test_the_critic_turns_sequence_rewards_into_gae_on_the_trainable_tokens():
     # whitened: the 5 token advantages sum to 1.5, mean 0.3; squared deviations 0.04 + 0.2025 + 0.0025 + 0.64 +
     # 0.04 = 0.925, Bessel variance 0.925 / 4 = 0.23125
     white, _ = Critic().shape_advantages(torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values))
-    want = (torch.tensor([0.5, 0.75, 0.25, -0.5, 0.5]) - 0.3) / 0.23125 ** 0.5
+    want = (torch.tensor([0.5, 0.75, 0.25, -0.5, 0.5]) - 0.3) / 0.23125**0.5
     assert torch.allclose(white[0][torch.tensor([[1, 1, 1], [1, 1, 0]]).bool()], want, atol=1e-5)
 
 
@@ -47,15 +48,21 @@ def test_an_episode_mask_puts_the_reward_on_the_last_policy_token_and_skips_obse
     # A_2 = 1 - V_2 = 1 - 0.75 = 0.25; A_0 = 0.5 * 0.75 - 0.5 + 0.5 * 0.25 = 0 (V_1 = 100 is never read)
     values = torch.tensor([[0.5, 100.0, 0.75], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 0, 1], [1, 1, 0]])
-    adv, _ = Critic(gamma=0.5, whiten=False).shape_advantages(torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, mask))
+    adv, _ = Critic(gamma=0.5, whiten=False).shape_advantages(
+        torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, mask)
+    )
     assert torch.allclose(adv[0, 0], torch.tensor([0.0, 0.0, 0.25]))
 
 
 def test_critic_warmup_zeroes_the_actors_advantages_only_in_its_steps():
     values = torch.zeros(2, 3)
-    warm, m = Critic(warmup_steps=2).shape_advantages(torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, step=1))
+    warm, m = Critic(warmup_steps=2).shape_advantages(
+        torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, step=1)
+    )
     assert bool((warm == 0).all()) and m["critic/warmup"] == 1.0
-    after, m = Critic(warmup_steps=2).shape_advantages(torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, step=2))
+    after, m = Critic(warmup_steps=2).shape_advantages(
+        torch.zeros(1, 2), _ctx(torch.tensor([[1.0, 0.0]]), values, step=2)
+    )
     assert bool((after != 0).any()) and m["critic/warmup"] == 0.0
 
 
@@ -75,7 +82,9 @@ def test_the_hidden_state_before_each_token_is_the_one_its_logits_come_from():
         want = torch.log_softmax(model.lm_head(h), -1).gather(-1, ci[..., None]).squeeze(-1) * cm
         assert torch.allclose(lp, want, atol=1e-5)
         # row 1 (no padding): the state before completion token 0 is the last prompt position (index 3)
-        full = model.model(input_ids=torch.cat([pi, ci], 1)[1:], attention_mask=torch.cat([pm, cm], 1)[1:]).last_hidden_state
+        full = model.model(
+            input_ids=torch.cat([pi, ci], 1)[1:], attention_mask=torch.cat([pm, cm], 1)[1:]
+        ).last_hidden_state
         assert torch.allclose(h[1], full[0, 3:6], atol=1e-5)
         assert torch.allclose(policy_hidden(model, pi, pm, ci, cm), h, atol=1e-5)
 
@@ -83,8 +92,15 @@ def test_the_hidden_state_before_each_token_is_the_one_its_logits_come_from():
 def _trainer(tmp_path, recipe, steps=2, **cfg):
     base = get_recipe(recipe) if isinstance(recipe, str) else recipe
     r = dataclasses.replace(base, group_size=2, sampling=dataclasses.replace(base.sampling, max_new_tokens=6))
-    c = TrainConfig(steps=steps, prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0,
-                    task_options={"max_digits": 1}, **cfg)
+    c = TrainConfig(
+        steps=steps,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        task_options={"max_digits": 1},
+        **cfg,
+    )
     model, tok = build_tiny("tiny", seed=0)
     return Trainer(model, tok, get_task("arithmetic", max_digits=1), r, c, tmp_path)
 
@@ -139,7 +155,10 @@ def test_a_run_with_the_critic_resumes_exactly_in_process(tmp_path):
     assert again.resume() == 1
     resumed = again.train_step()
     assert resumed["critic/value_error"] == straight["critic/value_error"]
-    for a, b in ((tr.model, again.model), (tr.modules["critic"]["value"].module, again.modules["critic"]["value"].module)):
+    for a, b in (
+        (tr.model, again.model),
+        (tr.modules["critic"]["value"].module, again.modules["critic"]["value"].module),
+    ):
         assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
     sa, sb = tr.opt.state_dict()["state"], again.opt.state_dict()["state"]
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k]["exp_avg_sq"], sb[k]["exp_avg_sq"]) for k in sa)
@@ -156,8 +175,13 @@ def test_ppo_killed_inside_a_save_resumes_with_the_critic_exact(point, tiny_dir,
     straight_dir, run = tmp_path / "straight", tmp_path / "run"
     run_ok(cli_cmd(*train_args(tiny_dir, straight_dir, "ppo")))
     straight = {"values": metric_values(straight_dir / "metrics.jsonl"), "items_drawn": 8 * 4}
-    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, point, "6", *train_args(tiny_dir, run, "ppo")],
-                            env=ENV, capture_output=True, text=True, timeout=900)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_IN_SAVE, point, "6", *train_args(tiny_dir, run, "ppo")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     resume_and_check(tiny_dir, run, "ppo", straight)
     assert {"critic/value_error", "critic/explained_var"} <= set(straight["values"][-1])

@@ -1,5 +1,6 @@
 """The issue #32 and #33 benchmarks' --smoke modes (two steps, a few problems): their code paths, tables
 and JSON run end to end, not their figures. The diffusion group needs the shipped masked-diffusion LM."""
+
 import json
 import subprocess
 import sys
@@ -12,8 +13,14 @@ ROOT = Path(__file__).parents[1]
 
 def _run(script, *args):
     env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *map(str, args)],
-                         capture_output=True, text=True, timeout=1800, env=env, cwd=ROOT)
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--smoke", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        env=env,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
 

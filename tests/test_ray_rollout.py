@@ -2,6 +2,7 @@
 weights pushed and versioned, a dead worker reported with a checkpoint left behind, async staleness.
 
 Tests marked slow start Ray actors (one local Ray instance for the module)."""
+
 import dataclasses
 import json
 
@@ -25,8 +26,16 @@ ray = pytest.importorskip("ray")
 
 SP = SamplingParams(temperature=1.0, max_new_tokens=16)
 RUN = dict(steps=3, prompts_per_step=2, eval_every=0, final_eval_problems=0, save_every=0, device="cpu")
-COMPARED = ("reward/mean", "reward/std", "accuracy", "loss/policy", "loss/total", "grad_norm", "length/mean",
-            "entropy/mean")
+COMPARED = (
+    "reward/mean",
+    "reward/std",
+    "accuracy",
+    "loss/policy",
+    "loss/total",
+    "grad_norm",
+    "length/mean",
+    "entropy/mean",
+)
 
 
 @pytest.fixture(scope="module")
@@ -55,11 +64,13 @@ def recipe():
     """grpo whose every update moves the tiny model visibly (so a stale batch shows): an lr of 1e-3
     from the first step, and an entropy bonus, a gradient even when every group's reward is the same."""
     grpo = get_recipe("grpo")
-    return dataclasses.replace(grpo, group_size=4, entropy_coef=0.01,
-                               optim=dataclasses.replace(grpo.optim, lr=1e-3, warmup_steps=0))
+    return dataclasses.replace(
+        grpo, group_size=4, entropy_coef=0.01, optim=dataclasses.replace(grpo.optim, lr=1e-3, warmup_steps=0)
+    )
 
 
 # ------------------------------------------------------------------ no Ray needed
+
 
 def test_shares_are_contiguous_and_even():
     # 10 prompts over 4 workers: 10 = 4 * 2 + 2, so the first two take 3 and the last two 2
@@ -89,6 +100,7 @@ def test_seeds_are_required_to_split_prompts():
 
 
 # ------------------------------------------------------------------ with Ray
+
 
 @pytest.mark.slow
 def test_two_workers_give_the_in_process_rollouts_check_versions_and_name_a_dead_worker(local_ray, tiny_dir):
@@ -150,7 +162,9 @@ def test_a_run_whose_worker_dies_stops_with_a_checkpoint_that_resumes(local_ray,
     trainer = Trainer(model, tok, task, recipe(), cfg, tmp_path / "run")
     trainer.log = lambda m: ray.kill(trainer.engine.actors[1]) if m["step"] == 1 else None
     try:
-        with pytest.raises(WorkerError, match=r"rollout worker 1 of 2 (?s:.*)stopped after step 1; .*saved to .*step-0*1[.]"):
+        with pytest.raises(
+            WorkerError, match=r"rollout worker 1 of 2 (?s:.*)stopped after step 1; .*saved to .*step-0*1[.]"
+        ):
             trainer.train()
     finally:
         trainer.engine.close()
@@ -175,8 +189,11 @@ def metrics(path):
 @pytest.mark.slow
 def test_two_workers_change_no_metric_and_async_logs_its_staleness(local_ray, tiny_dir, tmp_path):
     runs = {}
-    for name, opts in (("inproc", RolloutOpts()), ("workers", RolloutOpts(workers=2)),
-                       ("async", RolloutOpts(workers=2, async_=True))):
+    for name, opts in (
+        ("inproc", RolloutOpts()),
+        ("workers", RolloutOpts(workers=2)),
+        ("async", RolloutOpts(workers=2, async_=True)),
+    ):
         cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / name), rollout=opts, **RUN)
         train_run(cfg, recipe())
         runs[name] = metrics(tmp_path / name)

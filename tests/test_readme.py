@@ -1,5 +1,6 @@
 """The README's Python blocks run as written (issue 46): each ```python block, in order, in one namespace, in a
 fresh folder (their runs write runs/...). Slow tier: three short training runs on the shipped base (1-2 steps)."""
+
 import json
 import re
 from pathlib import Path

@@ -2,6 +2,7 @@
 the converted folder, its chat template and end ids, greedy generation through the engine, and the
 fetch itself (slow tier). Without the fetched folder these tests skip and say so; CI fetches it
 once before the tests (.ci/run)."""
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,9 @@ def test_greedy_answers_stop_at_im_end_and_are_read(smollm2):
     model, tok = smollm2
     task = get_task("word_math")
     items = take_items(task, "test", 2, seed=0)
-    ro = engine_for(model, tok).generate([it.prompt for it in items], 1, SamplingParams(temperature=0, max_new_tokens=160))
+    ro = engine_for(model, tok).generate(
+        [it.prompt for it in items], 1, SamplingParams(temperature=0, max_new_tokens=160)
+    )
     assert ro.finish_reasons == ["eos", "eos"], ro.texts
     assert ro.completion_ids[0, ro.lengths[0] - 1] == 2  # the row's last token is <|im_end|>
     assert all(task.extract_answer(t) is not None for t in ro.texts)
@@ -104,10 +107,29 @@ def test_two_lora_grpo_steps_on_the_real_model_save_a_loadable_model(tmp_path):
     from reasonrl.models import load_model
 
     out = tmp_path / "run"
-    result = CliRunner().invoke(app, [
-        "train", "--model", NAME, "--task", "word_math", "--steps", "2", "--out", str(out), "lora.r=4", "lora.alpha=8",
-        "group_size=2", "prompts_per_step=2", "sampling.max_new_tokens=24", "micro_batch_size=4",
-        "final_eval_problems=0", "eval_every=0", "save_every=0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "--model",
+            NAME,
+            "--task",
+            "word_math",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "lora.r=4",
+            "lora.alpha=8",
+            "group_size=2",
+            "prompts_per_step=2",
+            "sampling.max_new_tokens=24",
+            "micro_batch_size=4",
+            "final_eval_problems=0",
+            "eval_every=0",
+            "save_every=0",
+        ],
+    )
     assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]

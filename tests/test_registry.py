@@ -1,4 +1,5 @@
 """Parts and recipes are found where they stand, and the hook order is the one the parts declare."""
+
 import dataclasses
 import json
 import sys
@@ -17,9 +18,32 @@ from reasonrl.recipes import RECIPES
 # The order the hooks ran in before it was declared: the import order of src/reasonrl/parts/__init__.py at
 # commit 2965079 (steering, beam from generation.py; then episodes, critic, nudge, correction, redirect,
 # selfteach, d2evo, teacher, fest, drafts, vpd, su01, azr, evoenv, populora, prompt_policy, balance, diffusion)
-BEFORE = ("steering", "beam", "episodes", "critic", "hints", "correction", "redirect", "ssopd", "egrsd", "d2evo",
-          "teacher", "tgpo", "rkl_opd", "kdrl", "fest", "drafts", "vpd", "refine_replay", "azr", "evoenv", "populora",
-          "prompt_policy", "balance", "diffusion")
+BEFORE = (
+    "steering",
+    "beam",
+    "episodes",
+    "critic",
+    "hints",
+    "correction",
+    "redirect",
+    "ssopd",
+    "egrsd",
+    "d2evo",
+    "teacher",
+    "tgpo",
+    "rkl_opd",
+    "kdrl",
+    "fest",
+    "drafts",
+    "vpd",
+    "refine_replay",
+    "azr",
+    "evoenv",
+    "populora",
+    "prompt_policy",
+    "balance",
+    "diffusion",
+)
 
 
 def test_the_declared_order_is_the_order_before_it_was_declared():
@@ -44,8 +68,12 @@ def test_phases_then_after_then_found_order():
 
 
 def test_a_cycle_is_an_error_naming_it():
-    types = {"a": _part("A", AFTER=("c",)), "b": _part("B", AFTER=("a",)), "c": _part("C", AFTER=("b",)),
-             "d": _part("D")}
+    types = {
+        "a": _part("A", AFTER=("c",)),
+        "b": _part("B", AFTER=("a",)),
+        "c": _part("C", AFTER=("b",)),
+        "d": _part("D"),
+    }
     with pytest.raises(ValueError, match=r"cycle: a -> c -> b -> a"):
         hook_order(types)
 
@@ -105,7 +133,9 @@ def test_two_recipes_with_one_name_are_an_error(tmp_path):
     path = list(recipes_pkg.__path__)
     recipes_pkg.__path__[:] = path + [str(tmp_path)]
     try:
-        with pytest.raises(ValueError, match=r"two recipes are named 'dapo': in recipes/objectives.py and recipes/clash.py"):
+        with pytest.raises(
+            ValueError, match=r"two recipes are named 'dapo': in recipes/objectives.py and recipes/clash.py"
+        ):
             recipes_pkg.discover()
     finally:
         recipes_pkg.__path__[:] = path

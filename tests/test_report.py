@@ -1,5 +1,6 @@
 """reasonrl report: the pages of a run folder and a compare folder (built by the real writers, see
 report_folders.py), escaping, self-containment, named errors for what is not a folder it knows."""
+
 import json
 import re
 
@@ -30,6 +31,7 @@ def assert_self_contained(page: str) -> None:
 
 # --- pure helpers ---------------------------------------------------------------------------------
 
+
 def test_downsample_keeps_first_and_last_evenly():
     assert downsample(10, 4) == [0, 3, 6, 9]  # round(i * 9 / 3) for i = 0..3
     assert downsample(5, 20) == [0, 1, 2, 3, 4]  # fewer rows than the cap: all
@@ -47,18 +49,43 @@ def test_fmt_and_esc():
     assert fmt(123456.7) == "123457"  # beyond 4 digits: no exponent, whole number
     assert fmt(float("nan")) == "nan"
     assert esc('<a href="x">&') == "&lt;a href=&quot;x&quot;&gt;&amp;"
-    assert table(("k", "v"), [("<b>", 1)]) == ("<table><thead><tr><th class=l>k</th><th>v</th></tr></thead>"
-                                               "<tbody><tr><td class=l>&lt;b&gt;</td><td>1</td></tr></tbody></table>")
+    assert table(("k", "v"), [("<b>", 1)]) == (
+        "<table><thead><tr><th class=l>k</th><th>v</th></tr></thead>"
+        "<tbody><tr><td class=l>&lt;b&gt;</td><td>1</td></tr></tbody></table>"
+    )
 
 
 def test_sample_lines_first_ten_of_each_kind():
-    recs = [{"key": f"k{i}", "mode": "greedy", "prompt": "p", "answer": "a", "completion": "c", "extracted": "a",
-             "score": float(i % 2), "correct": i % 2 == 1, "length": 3, "finish": "eos"} for i in range(30)]
+    recs = [
+        {
+            "key": f"k{i}",
+            "mode": "greedy",
+            "prompt": "p",
+            "answer": "a",
+            "completion": "c",
+            "extracted": "a",
+            "score": float(i % 2),
+            "correct": i % 2 == 1,
+            "length": 3,
+            "finish": "eos",
+        }
+        for i in range(30)
+    ]
     recs.append({**recs[1], "key": "sampled", "mode": "sampled"})  # sampled records are never picked
     rows = [json.loads(line) for line in sample_lines(recs).splitlines()]
     # correct: odd i -> k1, k3, ..., k19 (the first ten); wrong: even i -> k0, k2, ..., k18
     assert [r["key"] for r in rows] == [f"k{i}" for i in range(1, 20, 2)] + [f"k{i}" for i in range(0, 19, 2)]
-    assert set(rows[0]) == {"key", "prompt", "answer", "completion", "extracted", "score", "correct", "length", "finish"}
+    assert set(rows[0]) == {
+        "key",
+        "prompt",
+        "answer",
+        "completion",
+        "extracted",
+        "score",
+        "correct",
+        "length",
+        "finish",
+    }
 
 
 def test_differing_keys_without_per_run_keys():
@@ -70,6 +97,7 @@ def test_differing_keys_without_per_run_keys():
 
 
 # --- a run folder -------------------------------------------------------------------------------
+
 
 def test_run_page_sections_values_and_escaping(tmp_path):
     run = write_run(tmp_path / "run", n_right=6, before_right=5)
@@ -125,6 +153,7 @@ def test_run_page_shows_the_audit(tmp_path):
 
 # --- a compare folder ----------------------------------------------------------------------------
 
+
 @pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy's Welch on dr_grpo's [0.3, 0.3]
 def test_compare_page_table_paired_tests_config_diff(tmp_path, monkeypatch):
     cmp = write_compare(tmp_path / "cmp", monkeypatch)
@@ -140,8 +169,8 @@ def test_compare_page_table_paired_tests_config_diff(tmp_path, monkeypatch):
     # Δ = 6/20 - 13/20 = -0.350; Welch on [0.3, 0.3] vs [0.6, 0.7]: t = -0.35 / sqrt(0.005/2) = -7,
     # df = 1 (Cauchy): p = 1 - 2 atan(7) / pi = 0.0903
     assert cell("dr_grpo", left=True) + cell("0.3 ± 0") in page
-    row = page[page.index(cell("dr_grpo", left=True) + cell("0.3 ± 0")):]
-    row = row[:row.index("</tr>")]
+    row = page[page.index(cell("dr_grpo", left=True) + cell("0.3 ± 0")) :]
+    row = row[: row.index("</tr>")]
     assert cell("0.0903") in row and cell("0.0156 (0/7)") in row and cell("1") in row
     assert "-0.350 [" in row and cell("20 (seeds 0, 1)") in row and cell("2 ok / 0 failed") in row
     # config keys that differ between recipes (config_diff), without out and seed
@@ -166,11 +195,14 @@ def test_compare_page_shows_a_failed_run(tmp_path, monkeypatch):
 
 # --- errors and the command -----------------------------------------------------------------------
 
+
 def test_not_a_known_folder_is_a_named_user_error(tmp_path):
     with pytest.raises(MissingPathError, match="does not exist"):
         build_report(tmp_path / "nowhere")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(MissingPathError, match=r"no compare.json\) nor a run folder \(no config.yaml and no metrics.jsonl"):
+    with pytest.raises(
+        MissingPathError, match=r"no compare.json\) nor a run folder \(no config.yaml and no metrics.jsonl"
+    ):
         build_report(tmp_path / "empty")
     half = tmp_path / "half"
     half.mkdir()
@@ -222,8 +254,17 @@ def test_report_of_a_real_tiny_run(tiny_dir, tmp_path):
     from reasonrl.recipes import get_recipe
     from reasonrl.loop.run import train_run
 
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=4, eval_every=2,
-                      eval_problems=4, final_eval_problems=6, final_eval_k=0, save_every=2)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=4,
+        eval_every=2,
+        eval_problems=4,
+        final_eval_problems=6,
+        final_eval_k=0,
+        save_every=2,
+    )
     train_run(cfg, get_recipe("grpo"))
     run = tmp_path / "run"
     items = [json.loads(line) for line in (run / "after_items.jsonl").read_text().splitlines()]

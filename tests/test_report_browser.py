@@ -2,6 +2,7 @@
 the file, must log no console message (no script error, no blocked resource), renders every
 section, and takes a screenshot that is a real picture. Skipped where Chromium is not installed
 (CI installs it: .ci/run)."""
+
 import shutil
 import subprocess
 
@@ -14,15 +15,24 @@ from reasonrl.report import write_report
 from harness import COMPARE_SECTIONS, RUN_SECTIONS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; "
-                                                          ".ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium; .ci/run installs it)"
+)
 
 
 def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
     """One headless Chromium run with its log on stderr; a fresh profile per call (no lock shared
     with another test or a desktop browser); --no-sandbox since CI runs as root."""
-    cmd = [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}",
-           "--enable-logging=stderr", "--v=0", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--disable-gpu",
+        "--no-sandbox",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
 
 

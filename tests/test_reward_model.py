@@ -1,5 +1,6 @@
 """Reward models: preference pairs (data/preferences.py), the explain task's judge, Bradley-Terry training
 (rm_train.py, `reasonrl rm train`) and a trained directory scoring rollouts as a reward."""
+
 import json
 import random
 
@@ -78,16 +79,34 @@ def test_style_mix_by_hand_and_any_scorer_is_a_reward():
 def test_a_reward_model_saved_by_rm_train_loads_as_a_reward(tmp_path):
     path, pairs = _pairs_file(tmp_path / "p.jsonl")
     out = tmp_path / "rm"
-    result = CliRunner().invoke(app, ["rm", "train", "--pairs", str(path), "--model", "tiny:tiny", "--out", str(out),
-                                      "--steps", "3", "--batch-size", "4", "--eval-frac", "0.3"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "rm",
+            "train",
+            "--pairs",
+            str(path),
+            "--model",
+            "tiny:tiny",
+            "--out",
+            str(out),
+            "--steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--eval-frac",
+            "0.3",
+        ],
+    )
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "rm_metrics.json").read_text())
     # the held-out accuracy re-counted here: the prompts split_pairs holds out (eval_frac 0.3, seed 0), each pair
     # scored on its own through the saved model's score()
     _, held = split_pairs(pairs, 0.3, 0)
     saved = load_reward_model(str(out))
-    right = sum(saved.score([p["prompt"]], [p["chosen"]])[0] > saved.score([p["prompt"]], [p["rejected"]])[0]
-                for p in held)
+    right = sum(
+        saved.score([p["prompt"]], [p["chosen"]])[0] > saved.score([p["prompt"]], [p["rejected"]])[0] for p in held
+    )
     assert metrics["heldout_pairs"] == len(held) > 0 and metrics["heldout_accuracy"] == pytest.approx(right / len(held))
     reward = RMReward(model=str(out))
     assert reward.problems() == []
@@ -100,8 +119,12 @@ def test_a_reward_model_saved_by_rm_train_loads_as_a_reward(tmp_path):
     alone = rm.score(prompts[1:2], completions[1:2])[0]
     assert alone == pytest.approx(res.values[1], abs=1e-5)
     # with GRLO's inferred length control: 40 tokens over a 20-token target -> 1.0 * 20 / 20 = 1 off
-    mixed = score_rewards(RMReward(model=str(out), length_coef=1.0, length_target=20), prompts, completions,
-                          {"completion_lengths": [28, 5, 40]})
+    mixed = score_rewards(
+        RMReward(model=str(out), length_coef=1.0, length_target=20),
+        prompts,
+        completions,
+        {"completion_lengths": [28, 5, 40]},
+    )
     assert mixed.values[2] == pytest.approx(res.values[2] - 1.0, abs=1e-5)
     assert mixed.values[0] == pytest.approx(res.values[0] - 0.4, abs=1e-5)  # 28 tokens: 8 / 20 = 0.4 off
 
@@ -128,8 +151,10 @@ def test_a_run_without_a_reward_model_directory_is_refused_before_loading():
     from reasonrl.config.validate import problems
 
     found = problems(TrainConfig(task="explain"), get_recipe("grlo"))
-    assert found == ["config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
-                     "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)"]
+    assert found == [
+        "config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
+        "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)"
+    ]
     with pytest.raises(UserError, match="is not set"):
         RMReward().score(["p"], ["c"])
 
@@ -144,7 +169,10 @@ def test_bt_training_learns_the_judges_preferences_on_held_out_prompts(tmp_path)
 
     _, pairs = _pairs_file(tmp_path / "p.jsonl", n_prompts=120)
     random.Random(0).shuffle(pairs)
-    res = train_rm([{**p, "margin": 0.0} for p in pairs], RMConfig(model="tiny:tiny", steps=80, batch_size=16, lr=1e-3,
-                                                                  eval_frac=0.2), tmp_path / "rm")
+    res = train_rm(
+        [{**p, "margin": 0.0} for p in pairs],
+        RMConfig(model="tiny:tiny", steps=80, batch_size=16, lr=1e-3, eval_frac=0.2),
+        tmp_path / "rm",
+    )
     assert res["heldout_pairs"] == 66
     assert res["heldout_accuracy"] > 0.6 and res["heldout_accuracy"] - res["heldout_accuracy_before"] > 0.15

@@ -1,4 +1,5 @@
 """Extra rewards as configuration: ``rewards.<name>.<option>=value`` (rewards/options.py)."""
+
 import dataclasses
 
 import pytest
@@ -15,29 +16,37 @@ def _overrides(**pairs):
 
 
 def test_dataclass_reward_option_and_weight_from_dotted_keys():
-    recipe = apply_overrides(get_recipe("codethinker"),
-                             _overrides(**{"rewards.consistency.process": "f1", "rewards.consistency.weight": 2}))
-    (fn, weight), = recipe.extra_rewards
+    recipe = apply_overrides(
+        get_recipe("codethinker"), _overrides(**{"rewards.consistency.process": "f1", "rewards.consistency.weight": 2})
+    )
+    ((fn, weight),) = recipe.extra_rewards
     assert isinstance(fn, ConsistencyReward) and fn.process == "f1" and weight == 2.0
     assert fn.tau == 0.5 and fn.lambda_p == 0.5  # untouched options keep the recipe's values
     assert get_recipe("codethinker").extra_rewards[0][0].process == "precision"  # the registry is not mutated
 
 
 def test_options_method_reward_is_rebuilt_and_validated():
-    recipe = apply_overrides(get_recipe("tempo"), _overrides(**{"rewards.tempo.min_claims": 1,
-                                                                "rewards.tempo.leak_penalty": "count"}))
+    recipe = apply_overrides(
+        get_recipe("tempo"), _overrides(**{"rewards.tempo.min_claims": 1, "rewards.tempo.leak_penalty": "count"})
+    )
     fn = recipe.extra_rewards[0][0]
     assert isinstance(fn, TempoReward) and fn.min_claims == 1 and fn.leak_penalty == "count" and fn.k_cap == 5
     with pytest.raises(ValueError, match="min_claims"):  # the constructor's own check still runs
         apply_overrides(get_recipe("tempo"), _overrides(**{"rewards.tempo.min_claims": -2}))
 
 
-@pytest.mark.parametrize("pairs,needle", [
-    ({"rewards.consistancy.tau": 0.6}, "no extra reward 'consistancy'.*\\['consistency'\\]"),
-    ({"rewards.consistency.taus": 0.6}, "'taus'.*valid: \\['lambda_p', 'mode', 'name', 'process', 'tau', 'trace_key', 'weight'\\]"),
-    ({"rewards.consistency.process": "recall"}, "unknown process 'recall'"),
-    ({"rewards.consistency.tau": "high"}, "rewards.consistency.tau' must be a number"),
-])
+@pytest.mark.parametrize(
+    "pairs,needle",
+    [
+        ({"rewards.consistancy.tau": 0.6}, "no extra reward 'consistancy'.*\\['consistency'\\]"),
+        (
+            {"rewards.consistency.taus": 0.6},
+            "'taus'.*valid: \\['lambda_p', 'mode', 'name', 'process', 'tau', 'trace_key', 'weight'\\]",
+        ),
+        ({"rewards.consistency.process": "recall"}, "unknown process 'recall'"),
+        ({"rewards.consistency.tau": "high"}, "rewards.consistency.tau' must be a number"),
+    ],
+)
 def test_bad_reward_keys_name_the_reward_and_the_valid_options(pairs, needle):
     with pytest.raises(ValueError, match=needle):
         apply_overrides(get_recipe("codethinker"), _overrides(**pairs))
@@ -67,7 +76,9 @@ def test_config_yaml_records_reward_options_and_round_trips(tmp_path):
     recipe = apply_overrides(get_recipe("sspo"), _overrides(**{"rewards.sspo.metric": "f1", "rewards.sspo.w_fmt": 0}))
     saved = yaml.safe_load(yaml.safe_dump(resolved_dict(TrainConfig(), recipe), sort_keys=False))
     assert saved["rewards"]["sspo"]["metric"] == "f1" and saved["rewards"]["sspo"]["w_fmt"] == 0.0
-    assert saved["rewards"]["sspo"]["sections"] == ["R:", "C:", "M:", "I:"] and saved["rewards"]["sspo"]["weight"] == 1.0
+    assert (
+        saved["rewards"]["sspo"]["sections"] == ["R:", "C:", "M:", "I:"] and saved["rewards"]["sspo"]["weight"] == 1.0
+    )
     # resuming re-applies the saved section to the named recipe: same options, tuples stay tuples
     _, over = split_config({"rewards": saved["rewards"]})
     again = apply_overrides(get_recipe("sspo"), over).extra_rewards[0][0]
@@ -89,10 +100,24 @@ def test_train_cli_takes_a_reward_option_records_it_and_resumes_with_it(tiny_dir
     from reasonrl.cli import app
 
     out = tmp_path / "run"
-    common = ["--recipe", "tempo", "--task", "temporal", "--model", str(tiny_dir), "--out", str(out),
-              "prompts_per_step=2", "group_size=2", "eval_every=0", "final_eval_problems=0", "save_every=1"]
-    first = CliRunner().invoke(app, ["train", "--steps", "1", *common, "rewards.tempo.min_claims=1",
-                                     "rewards.tempo.weight=0.5"])
+    common = [
+        "--recipe",
+        "tempo",
+        "--task",
+        "temporal",
+        "--model",
+        str(tiny_dir),
+        "--out",
+        str(out),
+        "prompts_per_step=2",
+        "group_size=2",
+        "eval_every=0",
+        "final_eval_problems=0",
+        "save_every=1",
+    ]
+    first = CliRunner().invoke(
+        app, ["train", "--steps", "1", *common, "rewards.tempo.min_claims=1", "rewards.tempo.weight=0.5"]
+    )
     assert first.exit_code == 0, first.output
     saved = yaml.safe_load((out / "config.yaml").read_text())["rewards"]["tempo"]
     assert saved["min_claims"] == 1 and saved["weight"] == 0.5 and saved["leak_penalty"] == "fraction"

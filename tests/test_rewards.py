@@ -1,4 +1,5 @@
 """Tests for reasonrl.rewards; expected values are worked out by hand in the comments."""
+
 from __future__ import annotations
 
 import math
@@ -435,8 +436,11 @@ def test_builtin_reward_through_score_rewards_gets_summary():
     assert isinstance(res, RewardResult)
     assert res.values == [1.0, 0.0, 1.0, 0.0]
     # std as TRL's rewards/<name>/std (Bessel): values 1,0,1,0 around 0.5, squares 4 x 0.25 = 1, / (4-1): sqrt(1/3)
-    assert res.metrics == {"reward/format/frac_none": 0.0, "reward/format/mean": 0.5,
-                           "reward/format/std": pytest.approx(0.5773502692)}
+    assert res.metrics == {
+        "reward/format/frac_none": 0.0,
+        "reward/format/mean": 0.5,
+        "reward/format/std": pytest.approx(0.5773502692),
+    }
 
 
 # ---------------------------------------------------------------- registry and package
@@ -463,8 +467,22 @@ def test_builtin_reward_through_score_rewards_gets_summary():
 def test_get_reward_builds_each(name, kwargs, cls):
     reward = get_reward(name, **kwargs)
     assert type(reward) is cls and isinstance(reward, Reward)
-    assert set(REWARDS) == {"exact_match", "numeric", "math_verify", "format_regex", "sections", "overlong", "length",
-                            "tempo", "sid_exact", "sid_levels", "sspo", "consistency", "physics_match", "judge"}
+    assert set(REWARDS) == {
+        "exact_match",
+        "numeric",
+        "math_verify",
+        "format_regex",
+        "sections",
+        "overlong",
+        "length",
+        "tempo",
+        "sid_exact",
+        "sid_levels",
+        "sspo",
+        "consistency",
+        "physics_match",
+        "judge",
+    }
 
 
 def test_get_reward_errors():
@@ -506,6 +524,7 @@ def test_import_does_not_load_torch_or_math_verify():
 
 
 # ------------------------------------------------------------------ cases the mutation run found untested (issue 45)
+
 
 def test_numeric_match_tolerance_checks_and_the_unparsed_share_of_one_row():
     from reasonrl.rewards import NumericMatch

@@ -52,7 +52,7 @@ def test_greedy_matches_transformers_generate(sharp_tiny):
     ro = HFEngine(model, tok).generate(PROMPTS, 1, SamplingParams(temperature=0, max_new_tokens=12))
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
     ref = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id)
-    ref = ref[:, enc["input_ids"].shape[1]:]
+    ref = ref[:, enc["input_ids"].shape[1] :]
     for r in range(len(PROMPTS)):
         n = int(ro.lengths[r])
         assert ro.completion_ids[r, :n].tolist() == ref[r, :n].tolist()
@@ -74,8 +74,9 @@ def test_behaviour_logprobs_equal_rescoring_and_padding_is_masked(sharp_tiny):
     ro = HFEngine(model, tok).generate(PROMPTS, 4, SamplingParams(temperature=0.7, max_new_tokens=16, seed=3))
     assert ro.completion_ids.shape[0] == 12 and ro.prompts[4:8] == [PROMPTS[1]] * 4
     with torch.no_grad():
-        lp, ent = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                    temperature=0.7, chunk_rows=5)
+        lp, ent = score_completions(
+            model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, temperature=0.7, chunk_rows=5
+        )
     assert torch.allclose(lp, ro.logprobs, atol=1e-4)
     assert (ent[ro.completion_mask == 0] == 0).all() and (ent[ro.completion_mask == 1] > 0).all()
     assert torch.allclose(ent, ro.entropies, atol=1e-4)  # the rollout's entropies are the scorer's
@@ -97,7 +98,7 @@ def test_finish_reasons_eos_length_and_stop(sharp_tiny):
     stop = first.texts[0][2:4]
     assert len(stop) == 2
     ro = engine.generate(PROMPTS[:1], 1, SamplingParams(temperature=0, max_new_tokens=12, stop=(stop,)))
-    assert ro.finish_reasons == ["stop"] and ro.texts[0] == first.texts[0][:first.texts[0].find(stop)]
+    assert ro.finish_reasons == ["stop"] and ro.texts[0] == first.texts[0][: first.texts[0].find(stop)]
 
 
 def test_seeded_sampling_is_reproducible_and_top_k1_is_greedy(sharp_tiny):

@@ -2,6 +2,7 @@
 the pool. Hostile tests check the HOST afterwards (files, processes, the test process itself), not
 just what the program printed. A test that needs an isolation feature skips, naming the detected
 level and why the stronger ones are unavailable, only when that feature is really not active."""
+
 from __future__ import annotations
 
 import importlib.util, json, os, resource, shutil, signal, site, socket, subprocess, sys  # noqa: E401
@@ -10,8 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from reasonrl.rewards.sandbox import (LEVELS, STATUSES, Limits, Sandbox, SandboxUnavailable, classify, core,
-                                      isolation, make_limits, run_many, run_python)
+from reasonrl.rewards.sandbox import (
+    LEVELS,
+    STATUSES,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+    classify,
+    core,
+    isolation,
+    make_limits,
+    run_many,
+    run_python,
+)
 from reasonrl.rewards.sandbox.levels import PRIVATE_TMP
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +61,8 @@ def attempts(*calls: str) -> str:
     """A program trying each statement in turn, printing ``DONE i`` or ``refused i <reason>``."""
     return "import os, signal, socket\n" + "".join(
         f"try:\n    {c}\n    print('DONE {i}')\nexcept OSError as e:\n    print('refused {i}', e.strerror)\n"
-        for i, c in enumerate(calls))
+        for i, c in enumerate(calls)
+    )
 
 
 @pytest.fixture
@@ -79,11 +92,14 @@ def setuid_id(outside_dir, info):
     shutil.copy(os.path.realpath(source), helper)
     os.chown(helper, 0, 0)
     os.chmod(helper, 0o4755)
-    host = subprocess.run([str(helper), "-u"], user=65534, group=65534, extra_groups=[], capture_output=True,
-                          text=True, timeout=30)
+    host = subprocess.run(
+        [str(helper), "-u"], user=65534, group=65534, extra_groups=[], capture_output=True, text=True, timeout=30
+    )
     if host.stdout.strip() != "0":
-        pytest.skip(f"a setuid-root copy of id run as uid 65534 on the host reports euid {host.stdout.strip()!r} "
-                    f"({host.stderr.strip()!r}): {folder} does not honour setuid, so no sandbox result could differ")
+        pytest.skip(
+            f"a setuid-root copy of id run as uid 65534 on the host reports euid {host.stdout.strip()!r} "
+            f"({host.stderr.strip()!r}): {folder} does not honour setuid, so no sandbox result could differ"
+        )
     return helper
 
 
@@ -118,8 +134,8 @@ def test_classify_by_hand():
 
 
 def test_limits_validation_and_cpu_default():
-    assert Limits(timeout=2.0).cpu_limit == 3      # ceil(2.0 + 1)
-    assert Limits(timeout=0.3).cpu_limit == 2      # ceil(1.3)
+    assert Limits(timeout=2.0).cpu_limit == 3  # ceil(2.0 + 1)
+    assert Limits(timeout=0.3).cpu_limit == 2  # ceil(1.3)
     assert Limits(cpu_seconds=1.5).cpu_limit == 2  # ceil(1.5)
     with pytest.raises(ValueError, match="timeout=0"):
         Limits(timeout=0)
@@ -136,9 +152,14 @@ def test_limits_validation_and_cpu_default():
 def test_isolation_is_the_strongest_the_kernel_allows(info):
     assert info.level in LEVELS and info.features and str(info).startswith("sandbox isolation: ")
     unshare = shutil.which("unshare")
-    works = unshare is not None and subprocess.run(
-        [unshare, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "true"],
-        capture_output=True).returncode == 0
+    works = (
+        unshare is not None
+        and subprocess.run(
+            [unshare, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--mount-proc", "true"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     if ROOT and works:  # checked independently of the library's own probe
         assert info.level == "namespaces", str(info)
     for stronger in LEVELS[: LEVELS.index(info.level)]:  # each one skipped must say why
@@ -156,8 +177,11 @@ def test_require_forced_levels_and_weak_warning(info, monkeypatch):
     if ROOT:
         with pytest.raises(SandboxUnavailable, match="userns.*root"):
             isolation("userns")
-    monkeypatch.setattr(core, "isolation", lambda level="auto": core.Isolation(
-        "rlimits", ("x",), ("no network isolation",), {"namespaces": "test"}))
+    monkeypatch.setattr(
+        core,
+        "isolation",
+        lambda level="auto": core.Isolation("rlimits", ("x",), ("no network isolation",), {"namespaces": "test"}),
+    )
     with pytest.warns(core.SandboxWarning, match="WEAK isolation.*no network isolation"):
         assert core.resolve_level() == "rlimits"
 
@@ -172,7 +196,7 @@ def test_prints_exit_codes_and_tracebacks(info):
     exc = run_python("def f():\n    return 1 / 0\nf()\n")
     assert exc.status == "error" and exc.returncode == 1
     assert exc.stderr.startswith("Traceback (most recent call last):")
-    assert "ZeroDivisionError: division by zero" in exc.stderr and 'line 2, in f' in exc.stderr
+    assert "ZeroDivisionError: division by zero" in exc.stderr and "line 2, in f" in exc.stderr
     assert "runner.py" not in exc.stderr  # the bootstrap's frames are hidden
     syntax = run_python("x = (1,\n")
     assert syntax.status == "error" and "SyntaxError" in syntax.stderr
@@ -185,8 +209,10 @@ def test_prints_exit_codes_and_tracebacks(info):
 
 
 def test_workdir_is_fresh_and_removed():
-    code = ("import os\nprint(os.getcwd())\nprint(os.listdir('.'))\n"
-            "open('made.txt', 'w').write('x')\nprint(sorted(os.environ))")
+    code = (
+        "import os\nprint(os.getcwd())\nprint(os.listdir('.'))\n"
+        "open('made.txt', 'w').write('x')\nprint(sorted(os.environ))"
+    )
     res = run_python(code)
     cwd, listing, env = res.stdout.splitlines()
     assert cwd == res.workdir and listing == "['prog.py']"
@@ -233,9 +259,11 @@ def test_memory_bombs_and_segfault():
     assert (crash.status, crash.returncode, crash.signal) == ("killed", -11, 11)
 
 
-CRASH_IN_A_CHILD = ("import ctypes, os, resource\npid = os.fork()\nif pid == 0:\n    ctypes.string_at(0)\n"
-                    "_, status = os.waitpid(pid, 0)\nprint(os.WTERMSIG(status), os.WCOREDUMP(status), os.listdir('.'), "
-                    "resource.getrlimit(resource.RLIMIT_CORE), flush=True)\nctypes.string_at(0)\n")
+CRASH_IN_A_CHILD = (
+    "import ctypes, os, resource\npid = os.fork()\nif pid == 0:\n    ctypes.string_at(0)\n"
+    "_, status = os.waitpid(pid, 0)\nprint(os.WTERMSIG(status), os.WCOREDUMP(status), os.listdir('.'), "
+    "resource.getrlimit(resource.RLIMIT_CORE), flush=True)\nctypes.string_at(0)\n"
+)
 
 
 @pytest.mark.parametrize("level", ["auto", "rlimits"])
@@ -257,15 +285,19 @@ def test_a_crash_leaves_no_core_file(level, core_limit_raised):
 def test_fork_bomb_is_contained(info):
     if info.level == "rlimits" and ROOT:  # the kernel ignores RLIMIT_NPROC for root
         pytest.skip(f"running as root with rlimits only cannot contain a fork bomb; {info}")
-    res = run_python("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-                     timeout=0.5, max_procs=8)
+    res = run_python(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        timeout=0.5,
+        max_procs=8,
+    )
     assert res.status == "timeout"
     assert procs_matching(uid=res.uid, text=res.workdir) == []  # nothing survived
 
 
 def test_huge_output_is_capped():
-    res = run_python("import sys\nsys.stdout.write('x' * 5_000_000)\nsys.stderr.write('y' * 3_000_000)",
-                     max_output_bytes=1000)
+    res = run_python(
+        "import sys\nsys.stdout.write('x' * 5_000_000)\nsys.stderr.write('y' * 3_000_000)", max_output_bytes=1000
+    )
     assert res.status == "ok" and res.stdout == "x" * 1000 and res.stderr == "y" * 1000
     assert res.stdout_truncated and res.stderr_truncated
     flood = run_python("while True:\n    print('z' * 1000)", timeout=0.5, max_output_bytes=4096)
@@ -288,8 +320,15 @@ def test_writing_outside_changes_nothing_on_the_host(info, outside_dir):
     open_dir.mkdir()
     os.chmod(open_dir, 0o777)  # even a world-writable host dir must stay untouched
     tag = uuid.uuid4().hex
-    targets = [f"/tmp/{tag}", f"/var/tmp/{tag}", f"/dev/shm/{tag}", f"/root/{tag}",
-               str(REPO / tag), str(open_dir / tag), str(SRC / "reasonrl" / tag)]
+    targets = [
+        f"/tmp/{tag}",
+        f"/var/tmp/{tag}",
+        f"/dev/shm/{tag}",
+        f"/root/{tag}",
+        str(REPO / tag),
+        str(open_dir / tag),
+        str(SRC / "reasonrl" / tag),
+    ]
     res = run_python(attempts(*[f"open({p!r}, 'w').write('x')" for p in targets], f"os.mkdir('/tmp/{tag}d')"))
     assert res.status == "ok", res.stderr
     for path in targets + [f"/tmp/{tag}d"]:
@@ -303,8 +342,13 @@ def test_environment_secrets_are_invisible(info, monkeypatch):
     need(info, "uid-drop", "pid-ns")
     monkeypatch.setenv("SECRET_TOKEN", SECRET)
     paths = ["/proc/1/environ", "/proc/self/environ", f"/proc/{os.getpid()}/environ"]
-    res = run_python(attempts("print(dict(os.environ))", "print(open(f'/proc/{os.getppid()}/environ').read())",
-                              *[f"print(open({p!r}).read())" for p in paths]))
+    res = run_python(
+        attempts(
+            "print(dict(os.environ))",
+            "print(open(f'/proc/{os.getppid()}/environ').read())",
+            *[f"print(open({p!r}).read())" for p in paths],
+        )
+    )
     assert res.status == "ok" and "SECRET_TOKEN" not in res.stdout + res.stderr and SECRET not in res.stdout
 
 
@@ -315,8 +359,9 @@ def test_network_is_unreachable(info):
         server.listen()
         server.setblocking(False)
         port = server.getsockname()[1]
-        res = run_python(attempts(*[f"socket.create_connection({a!r}, timeout=1)"
-                                    for a in [("127.0.0.1", port), ("1.1.1.1", 53)]]))
+        res = run_python(
+            attempts(*[f"socket.create_connection({a!r}, timeout=1)" for a in [("127.0.0.1", port), ("1.1.1.1", 53)]])
+        )
         with pytest.raises(BlockingIOError):
             server.accept()  # nobody ever connected to the host's loopback listener
     assert res.status == "ok" and "DONE" not in res.stdout and res.stdout.count("refused") == 2
@@ -360,13 +405,15 @@ def test_abstract_unix_socket_is_unreachable(info):
 def setuid_probe(helper: Path) -> str:
     """Prints the euid the setuid-root ``helper`` runs with, NoNewPrivs, and the visible mounts
     (the helper's included) that would honour a setuid bit."""
-    return ("import os, subprocess\n"
-            f"print(subprocess.run([{str(helper)!r}, '-u'], capture_output=True, text=True).stdout.strip())\n"
-            "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n"
-            "def honours_setuid(mount):\n    try:\n        return not os.statvfs(mount).f_flag & os.ST_NOSUID\n"
-            "    except OSError:\n        return False  # out of the program's reach: nothing there can run\n"
-            "mounts = {line.split()[4] for line in open('/proc/self/mountinfo')}\n"
-            f"print(sorted(filter(honours_setuid, mounts | {{{str(helper.parent)!r}}})))\n")
+    return (
+        "import os, subprocess\n"
+        f"print(subprocess.run([{str(helper)!r}, '-u'], capture_output=True, text=True).stdout.strip())\n"
+        "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n"
+        "def honours_setuid(mount):\n    try:\n        return not os.statvfs(mount).f_flag & os.ST_NOSUID\n"
+        "    except OSError:\n        return False  # out of the program's reach: nothing there can run\n"
+        "mounts = {line.split()[4] for line in open('/proc/self/mountinfo')}\n"
+        f"print(sorted(filter(honours_setuid, mounts | {{{str(helper.parent)!r}}})))\n"
+    )
 
 
 def test_setuid_binary_gives_no_privilege(info, setuid_id):
@@ -421,9 +468,11 @@ def test_ipc_uts_and_pid_namespaces_are_private(info):
         need(info, feature)
     kinds = ["ipc", "uts", "net", "mnt", "pid"]
     hostname = socket.gethostname()
-    res = run_python(f"import os\nprint(*[os.readlink('/proc/self/ns/' + k) for k in {kinds!r}])\n"
-                     "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
-                     + attempts("socket.sethostname('reasonrl-sandbox')"))
+    res = run_python(
+        f"import os\nprint(*[os.readlink('/proc/self/ns/' + k) for k in {kinds!r}])\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        + attempts("socket.sethostname('reasonrl-sandbox')")
+    )
     inside, pids, renamed = res.stdout.splitlines()
     host = [os.readlink(f"/proc/self/ns/{k}") for k in kinds]
     shared = [ns for ns in inside.split() if ns in host]
@@ -433,9 +482,11 @@ def test_ipc_uts_and_pid_namespaces_are_private(info):
 
 
 def _detached_grandchild(marker: Path, sleep: float) -> str:
-    return ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
-            "        os._exit(0)\n    os._exit(0)\nprint('parent done')\n")
+    return (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
+        "        os._exit(0)\n    os._exit(0)\nprint('parent done')\n"
+    )
 
 
 @pytest.mark.parametrize("level", ["auto", "rlimits"])
@@ -461,8 +512,9 @@ def test_detached_grandchild_does_not_outlive_the_call(level, info):
         time.sleep(max(0.0, t0 + sleep + 0.3 - time.monotonic()))  # past the time it would have written
         # on a loaded machine the call itself may outlast the sleep: a marker written inside the call is no escape
         written = float(marker.read_text()) if marker.exists() else None
-        assert written is None or written <= returned, \
+        assert written is None or written <= returned, (
             f"a detached grandchild wrote its marker after the call at level {res.isolation}"
+        )
     finally:
         shutil.rmtree(marker_dir)
 
@@ -471,7 +523,9 @@ SCRIPT_HEAD = """import json, os, sys, warnings
 sys.path.insert(0, {src!r})
 from reasonrl.rewards.sandbox import SandboxUnavailable, isolation, run_python
 """
-NON_ROOT_SCRIPT = SCRIPT_HEAD + """info = isolation()
+NON_ROOT_SCRIPT = (
+    SCRIPT_HEAD
+    + """info = isolation()
 probe = "import os\\nprint(os.getuid(), open('/proc/self/status').read().split('CapEff:')[1].split()[0])\\n"
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -479,7 +533,10 @@ with warnings.catch_warnings(record=True) as caught:
 print(json.dumps(dict(level=info.level, unavailable=info.unavailable, warned=len(caught),
                       auto=[auto.status, auto.isolation, auto.stdout], weak=[weak.status, weak.stdout])))
 """
-UID_LEVEL_SCRIPT = SCRIPT_HEAD + """try:
+)
+UID_LEVEL_SCRIPT = (
+    SCRIPT_HEAD
+    + """try:
     isolation("uid")
 except SandboxUnavailable as exc:
     sys.exit(print(json.dumps(dict(skip=str(exc)))))
@@ -497,13 +554,17 @@ for p in filter(str.isdigit, os.listdir("/proc")):
         pass
 print(json.dumps(dict(bomb=bomb.status, spy=spy.stdout, root=root.stdout, alive=alive, uid=spy.uid)))
 """
-UID_SETUID_SCRIPT = SCRIPT_HEAD + """try:
+)
+UID_SETUID_SCRIPT = (
+    SCRIPT_HEAD
+    + """try:
     isolation("uid")
 except SandboxUnavailable as exc:
     sys.exit(print(json.dumps(dict(skip=str(exc)))))
 res = run_python({code!r}, level="uid")
 print(json.dumps(dict(status=res.status, stdout=res.stdout, stderr=res.stderr, uid=res.uid)))
 """
+)
 
 
 def test_non_root_caller_gets_userns_or_a_reported_fallback(info):
@@ -513,8 +574,10 @@ def test_non_root_caller_gets_userns_or_a_reported_fallback(info):
 
     hidden = [*PRIVATE_TMP, *HIDDEN_DIRS, os.path.expanduser("~")]
     if any(str(SRC.resolve()).startswith(h.rstrip("/") + "/") for h in hidden):  # the inner script imports SRC
-        pytest.skip(f"this checkout ({SRC}) lies under a directory the sandbox hides ({hidden}), so the library "
-                    "cannot be imported from inside it")
+        pytest.skip(
+            f"this checkout ({SRC}) lies under a directory the sandbox hides ({hidden}), so the library "
+            "cannot be imported from inside it"
+        )
     inner = NON_ROOT_SCRIPT.format(src=str(SRC), write=attempts(f"open({str(SRC / 'x')!r}, 'w')"))
     res = run_python(inner, timeout=25, max_procs=64, memory_mb=1024)
     assert res.status == "ok", res.stderr
@@ -537,8 +600,13 @@ def at_uid_level(script: str) -> dict:
     for python in dict.fromkeys([sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"]):
         if not os.path.exists(python):
             continue
-        run = subprocess.run([python, "-I", "-c", script], env={"PATH": "/usr/bin:/bin", "SECRET_TOKEN": SECRET},
-                             capture_output=True, text=True, timeout=60)
+        run = subprocess.run(
+            [python, "-I", "-c", script],
+            env={"PATH": "/usr/bin:/bin", "SECRET_TOKEN": SECRET},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert run.returncode == 0, f"{python}: {run.stderr[-2000:]}"
         out = json.loads(run.stdout.splitlines()[-1])
         if "skip" not in out:
@@ -549,8 +617,13 @@ def at_uid_level(script: str) -> dict:
 
 def test_uid_level_without_namespaces():
     """The fallback for root without namespaces (e.g. a container whose seccomp profile forbids unshare)."""
-    out = at_uid_level(UID_LEVEL_SCRIPT.format(src=str(SRC), root=attempts("open('/root/x', 'w')"),
-                                               spy=attempts("os.kill(os.getppid(), 9)", "os.kill(ME, 9)")))
+    out = at_uid_level(
+        UID_LEVEL_SCRIPT.format(
+            src=str(SRC),
+            root=attempts("open('/root/x', 'w')"),
+            spy=attempts("os.kill(os.getppid(), 9)", "os.kill(ME, 9)"),
+        )
+    )
     assert out["bomb"] == "timeout" and out["alive"] == [] and out["uid"] >= 1_000_000
     assert out["spy"] == "refused 0 Operation not permitted\nrefused 1 Operation not permitted\nFalse False\n"
     assert out["root"] == "refused 0 Permission denied\n"

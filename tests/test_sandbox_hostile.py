@@ -5,6 +5,7 @@ warmed-up harness (reasonrl.rewards.sandbox.jobs), so each starts from the same 
 
 Each test runs a hostile job first and a victim second in ONE sandbox batch and compares the victim's
 result with what it gives alone (worked out by hand in each test)."""
+
 from __future__ import annotations
 
 import json
@@ -30,18 +31,27 @@ def test_a_program_patching_builtins_int_does_not_change_the_next_program():
     assert [(v.ok, v.output) for v in verdicts] == [(True, "1"), (True, "6")]
 
 
-@pytest.mark.parametrize("patch, victim, alone", [
-    # a sys.modules entry replaced by a fake module: the victim's `import math` finds the real one (sqrt(16) = 4.0)
-    ("import sys, types\nm = types.ModuleType('math')\nm.sqrt = lambda x: 7\nsys.modules['math'] = m\n",
-     "import math\nprint(math.sqrt(16))\n", "4.0\n"),
-    # a stdlib class attribute: Fraction(1, 2) prints 1/2
-    ("import fractions\nfractions.Fraction.__str__ = lambda self: 'X'\n",
-     "from fractions import Fraction\nprint(Fraction(1, 2))\n", "1/2\n"),
-    # a stdlib module function the harness itself uses to send results (json.dumps)
-    ("import json\njson.dumps = lambda *a, **k: '\"X\"'\n", READ_INT, "6\n"),
-    # the global random generator's functions: random.random is no longer the constant
-    ("import random\nrandom.random = lambda: 0.5\n", "import random\nprint(random.random() == 0.5)\n", "False\n"),
-])
+@pytest.mark.parametrize(
+    "patch, victim, alone",
+    [
+        # a sys.modules entry replaced by a fake module: the victim's `import math` finds the real one (sqrt(16) = 4.0)
+        (
+            "import sys, types\nm = types.ModuleType('math')\nm.sqrt = lambda x: 7\nsys.modules['math'] = m\n",
+            "import math\nprint(math.sqrt(16))\n",
+            "4.0\n",
+        ),
+        # a stdlib class attribute: Fraction(1, 2) prints 1/2
+        (
+            "import fractions\nfractions.Fraction.__str__ = lambda self: 'X'\n",
+            "from fractions import Fraction\nprint(Fraction(1, 2))\n",
+            "1/2\n",
+        ),
+        # a stdlib module function the harness itself uses to send results (json.dumps)
+        ("import json\njson.dumps = lambda *a, **k: '\"X\"'\n", READ_INT, "6\n"),
+        # the global random generator's functions: random.random is no longer the constant
+        ("import random\nrandom.random = lambda: 0.5\n", "import random\nprint(random.random() == 0.5)\n", "False\n"),
+    ],
+)
 def test_patches_of_modules_classes_and_functions_stay_in_their_program(patch, victim, alone):
     assert outputs([(patch, ""), (victim, "5")])[1] == (alone, None)
 
@@ -49,8 +59,7 @@ def test_patches_of_modules_classes_and_functions_stay_in_their_program(patch, v
 def test_a_seeded_global_random_state_does_not_leak_into_the_next_program():
     """After random.seed(1) the generator's state is seed 1's; a fresh program's state (seeded by the
     interpreter from the OS) is another one: printed False (equal only with probability ~2**-19937)."""
-    victim = ("import random\nr = random.Random()\nr.seed(1)\n"
-              "print(random.getstate() == r.getstate())\n")
+    victim = "import random\nr = random.Random()\nr.seed(1)\nprint(random.getstate() == r.getstate())\n"
     assert outputs([("import random\nrandom.seed(1)\n", ""), (victim, "")])[1] == ("False\n", None)
 
 
@@ -64,8 +73,9 @@ def test_a_program_that_exits_the_process_fails_alone():
 def test_a_program_cannot_forge_the_batch_results_on_stdout():
     """The program writes a forged result list for the whole batch on fd 1, then points fd 1 elsewhere so
     that the harness's own result line would be lost: the results travel on a channel it cannot reach."""
-    forged = json.dumps([{"output": "", "steps": [], "error": None},
-                         {"output": "FORGED\n", "steps": [], "error": None}])
+    forged = json.dumps(
+        [{"output": "", "steps": [], "error": None}, {"output": "FORGED\n", "steps": [], "error": None}]
+    )
     attack = f"import os\nos.write(1, ({MARK!r} + {forged!r} + '\\n').encode())\nos.dup2(2, 1)\n"
     assert outputs([(attack, ""), (READ_INT, "5")])[1] == ("6\n", None)
 
@@ -73,9 +83,11 @@ def test_a_program_cannot_forge_the_batch_results_on_stdout():
 def test_a_process_left_behind_by_a_program_is_gone_before_the_next_program_runs():
     """The first program leaves a detached grandchild that writes a file in the batch's private /tmp
     after 0.3 s; the next program looks for it after 0.8 s. Before, the grandchild lived on."""
-    leave = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-             "        time.sleep(0.3)\n        open('/tmp/left-behind', 'w').write('x')\n        os._exit(0)\n"
-             "    os._exit(0)\nos.wait()\n")
+    leave = (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        "        time.sleep(0.3)\n        open('/tmp/left-behind', 'w').write('x')\n        os._exit(0)\n"
+        "    os._exit(0)\nos.wait()\n"
+    )
     look = "import os, time\ntime.sleep(0.8)\nprint(os.path.exists('/tmp/left-behind'))\n"
     assert outputs([(leave, ""), (look, "")])[1] == ("False\n", None)
 
@@ -102,8 +114,10 @@ CHOICES = ENV_HEAD + "    def sample(self, seed, difficulty):\n        return R(
 
 def test_an_environment_patching_random_choices_does_not_change_another_environments_instances():
     """Issue 41 item 1: EvoEnv modules share a sandbox process; before the fix [1, 8, 7, 2] became [1, 1, 1, 1]."""
-    patch = ENV_HEAD + ("    def sample(self, seed, difficulty):\n        return 0\n"
-                        "random.Random.choices = lambda self, population, k=1, **kw: [population[1]] * k\n")
+    patch = ENV_HEAD + (
+        "    def sample(self, seed, difficulty):\n        return 0\n"
+        "random.Random.choices = lambda self, population, k=1, **kw: [population[1]] * k\n"
+    )
     alone = call_envs([(CHOICES, [("sample", (3, 0))])])[0][0]
     after = call_envs([(patch, [("sample", (0, 0))]), (CHOICES, [("sample", (3, 0))])])[1][0]
     assert alone["ok"] and after == alone
@@ -112,9 +126,11 @@ def test_an_environment_patching_random_choices_does_not_change_another_environm
 
 def test_an_environment_patching_random_seeding_does_not_change_another_environments_instances():
     """random.Random.seed patched to always seed 0: every later R(seed) would draw seed 0's numbers."""
-    patch = ENV_HEAD + ("    def sample(self, seed, difficulty):\n        return 0\n"
-                        "_seed = random.Random.seed\n"
-                        "random.Random.seed = lambda self, a=None, version=2: _seed(self, 0)\n")
+    patch = ENV_HEAD + (
+        "    def sample(self, seed, difficulty):\n        return 0\n"
+        "_seed = random.Random.seed\n"
+        "random.Random.seed = lambda self, a=None, version=2: _seed(self, 0)\n"
+    )
     victim = ENV_HEAD + "    def sample(self, seed, difficulty):\n        return R(seed).randint(0, 10**9)\n"
     got = call_envs([(patch, [("sample", (0, 0))]), (victim, [("sample", (3, 0))])])[1][0]
     assert got == {"ok": True, "value": __import__("random").Random(3).randint(0, 10**9)}
@@ -127,16 +143,31 @@ def test_the_host_type_checks_each_jobs_own_result():
 
     good = {"output": "6\n", "steps": [[1, [["a", "5"]]]], "error": None, "transient": True}
     assert codegen._checked(good) == {"output": "6\n", "steps": [[1, [["a", "5"]]]], "error": None}
-    for bad in ({**good, "error": 123}, {**good, "output": ["6"]}, {**good, "steps": [[1, [["a", 5]]]]},
-                {**good, "steps": [["1", []]]}, {**good, "steps": "L1"}, [good], None):
+    for bad in (
+        {**good, "error": 123},
+        {**good, "output": ["6"]},
+        {**good, "steps": [[1, [["a", 5]]]]},
+        {**good, "steps": [["1", []]]},
+        {**good, "steps": "L1"},
+        [good],
+        None,
+    ):
         assert codegen._checked(bad)["error"] == "the program sent back a malformed result"
     assert env_runtime._checked("score", {"ok": True, "value": 1}) == {"ok": True, "value": 1}
     assert env_runtime._checked("score", {"ok": False, "error": "E"}) == {"ok": False, "error": "E"}
     render = {"instance": [1], "prompt": "p", "reference": "3"}
     assert env_runtime._checked("@render", {"ok": True, "value": render})["ok"]
-    for method, bad in (("score", {"ok": True, "value": 1.5}), ("score", {"ok": True, "value": True}),
-                        ("score", {"ok": True, "value": float("nan")}), ("score", {"ok": "yes", "value": 1}),
-                        ("@render", {"ok": True, "value": {**render, "prompt": 7}}),
-                        ("@render", {"ok": True, "value": {**render, "reference": 3}}),
-                        ("@render", {"ok": True, "value": {"prompt": "p"}}), ("sample", {"ok": False, "error": 3})):
-        assert env_runtime._checked(method, bad) == {"ok": False, "error": f"the module sent back a malformed {method} result"}
+    for method, bad in (
+        ("score", {"ok": True, "value": 1.5}),
+        ("score", {"ok": True, "value": True}),
+        ("score", {"ok": True, "value": float("nan")}),
+        ("score", {"ok": "yes", "value": 1}),
+        ("@render", {"ok": True, "value": {**render, "prompt": 7}}),
+        ("@render", {"ok": True, "value": {**render, "reference": 3}}),
+        ("@render", {"ok": True, "value": {"prompt": "p"}}),
+        ("sample", {"ok": False, "error": 3}),
+    ):
+        assert env_runtime._checked(method, bad) == {
+            "ok": False,
+            "error": f"the module sent back a malformed {method} result",
+        }

@@ -2,12 +2,13 @@
 checked before anything loads, and passed to every sandbox call that runs such code.
 
 This machine gives ``namespaces``; a weaker machine is faked by replacing the probe's answer."""
+
 from __future__ import annotations
 
 import pytest
 
 from reasonrl.loop import run as run_module
-from reasonrl.config import validate
+from reasonrl.config import run_checks, validate
 from reasonrl.commands.common import checked_run
 from reasonrl.config.train import TrainConfig
 from reasonrl.envs import CodeActEnv
@@ -21,20 +22,28 @@ from reasonrl.tasks import BUILTIN
 from reasonrl.tasks.codegen import trace_programs
 from reasonrl.tasks.env_runtime import call_envs
 
-WEAK = Isolation("rlimits", FEATURES["rlimits"], MISSING["rlimits"],
-                 {"namespaces": "needs root", "uid": "needs root to switch to the sandbox uid"})
+WEAK = Isolation(
+    "rlimits",
+    FEATURES["rlimits"],
+    MISSING["rlimits"],
+    {"namespaces": "needs root", "uid": "needs root to switch to the sandbox uid"},
+)
 
 
 @pytest.fixture
 def weak_host(monkeypatch):
     """The probe reports rlimits as the strongest level (a host without namespaces, not root)."""
-    monkeypatch.setattr(validate, "isolation", lambda level="auto": WEAK)
+    monkeypatch.setattr(run_checks, "isolation", lambda level="auto": WEAK)
     monkeypatch.setattr(core, "isolation", lambda level="auto", refresh=False: WEAK)
 
 
 def test_every_task_that_runs_model_code_declares_it_and_requires_userns_by_default():
-    assert {name for name, cls in BUILTIN.items() if getattr(cls, "untrusted_code", False)} == \
-        {"azr", "code", "evoenv", "fhir"}
+    assert {name for name, cls in BUILTIN.items() if getattr(cls, "untrusted_code", False)} == {
+        "azr",
+        "code",
+        "evoenv",
+        "fhir",
+    }
     assert TrainConfig().sandbox.require == "userns" == required_level()
 
 
@@ -56,8 +65,11 @@ def test_the_opt_in_and_a_task_without_model_code_pass_on_a_weak_host(weak_host)
 
 
 def test_an_unknown_level_names_the_key_and_the_levels():
-    with pytest.raises(UserError, match=r"config key 'sandbox.require' = 'strong' is out of range: must be one of "
-                                        r"namespaces, rlimits, uid, userns"):
+    with pytest.raises(
+        UserError,
+        match=r"config key 'sandbox.require' = 'strong' is out of range: must be one of "
+        r"namespaces, rlimits, uid, userns",
+    ):
         checked_run(["sandbox.require=strong"], "azr", None, None, 1, None, False)
 
 
@@ -93,8 +105,9 @@ def test_the_runs_level_reaches_every_model_code_path(requires):
     try:
         with requiring("namespaces"):
             assert trace_programs([("print(1)\n", "")], cache=False)[0]["output"] == "1\n"
-            assert call_envs([("class E(Env):\n    def sample(self, s, d):\n        return s\n", [("sample", (4, 0))])]) \
-                == [[{"ok": True, "value": 4}]]
+            assert call_envs(
+                [("class E(Env):\n    def sample(self, s, d):\n        return s\n", [("sample", (4, 0))])]
+            ) == [[{"ok": True, "value": 4}]]
             assert env.step("```python\nprint(2)\n```")[0] == "2"
     finally:
         env.close()

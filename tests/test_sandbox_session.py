@@ -2,6 +2,7 @@
 protocol line the host cannot decode or whose fields have the wrong types, a detached grandchild at the
 weak levels when the session closes, a sandbox that fails to start, and a uid pool that never frees up.
 None of them may raise out of ``CodeActEnv.step`` or leave a process behind."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,10 @@ from reasonrl.rewards.sandbox.levels import UidSlots
 from reasonrl.rewards.sandbox.session import SandboxSession
 
 # every descriptor of the cell's process gets the line: whichever of them leads to the protocol
-TO_EVERY_FD = ("import os\nfor name in os.listdir('/proc/self/fd'):\n    try:\n"
-               "        os.write(int(name), {line!r})\n    except OSError:\n        pass\n")
+TO_EVERY_FD = (
+    "import os\nfor name in os.listdir('/proc/self/fd'):\n    try:\n"
+    "        os.write(int(name), {line!r})\n    except OSError:\n        pass\n"
+)
 NESTED = b"[" * 50_000 + b"\n"  # under the host's line cap (4 * max_chars + 64 KiB), past json's recursion limit
 
 
@@ -39,12 +42,15 @@ def env():
     e.close()
 
 
-@pytest.mark.parametrize("line", [
-    NESTED,  # RecursionError in the host's json.loads (it caught ValueError only)
-    b'{"op": "result", "error": 123, "stdout": "x"}\n',  # AttributeError in render_cell (error.rstrip)
-    b'{"op": "result", "stdout": ["x"], "final": true, "answer": 7}\n',
-    b'{"op": "tool", "name": "add", "args": {"a": 1}}\n',  # desynchronised the next cell's result
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        NESTED,  # RecursionError in the host's json.loads (it caught ValueError only)
+        b'{"op": "result", "error": 123, "stdout": "x"}\n',  # AttributeError in render_cell (error.rstrip)
+        b'{"op": "result", "stdout": ["x"], "final": true, "answer": 7}\n',
+        b'{"op": "tool", "name": "add", "args": {"a": 1}}\n',  # desynchronised the next cell's result
+    ],
+)
 def test_a_cell_writing_protocol_lines_to_every_descriptor_does_not_crash_the_step(env, line):
     obs, done, answer = env.step(fence(TO_EVERY_FD.format(line=line) + "import time\ntime.sleep(0.2)\nprint('ran')"))
     assert isinstance(obs, str) and not done and answer is None
@@ -53,9 +59,11 @@ def test_a_cell_writing_protocol_lines_to_every_descriptor_does_not_crash_the_st
 
 def test_the_protocol_globals_reached_through_final_answer_crash_nothing(env):
     """Before: final_answer.__globals__ held _OUT and _send, the host's own protocol stream."""
-    cell = ("g = final_answer.__globals__\nfor name in ('_OUT', '_send'):\n    obj = g.get(name)\n"
-            "    if hasattr(obj, 'write'):\n        obj.write('[' * 50000 + '\\n'); obj.flush()\n"
-            "    elif callable(obj):\n        obj({'op': 'result', 'error': 123})\nprint('ran')")
+    cell = (
+        "g = final_answer.__globals__\nfor name in ('_OUT', '_send'):\n    obj = g.get(name)\n"
+        "    if hasattr(obj, 'write'):\n        obj.write('[' * 50000 + '\\n'); obj.flush()\n"
+        "    elif callable(obj):\n        obj({'op': 'result', 'error': 123})\nprint('ran')"
+    )
     obs, done, _ = env.step(fence(cell))
     assert isinstance(obs, str) and not done
     assert env.step(fence("print(add(1, 1))"))[0] == "2"
@@ -67,8 +75,10 @@ def test_the_hosts_protocol_pipes_are_not_in_the_cells_process(env):
     env.step(fence("1"))
     proc = env._session._proc
     host = {f"pipe:[{os.fstat(f.fileno()).st_ino}]" for f in (proc.stdin, proc.stdout)}
-    cell = ("import os\nout = []\nfor n in os.listdir('/proc/self/fd'):\n    try:\n"
-            "        out.append(os.readlink('/proc/self/fd/' + n))\n    except OSError:\n        pass\nprint(out)")
+    cell = (
+        "import os\nout = []\nfor n in os.listdir('/proc/self/fd'):\n    try:\n"
+        "        out.append(os.readlink('/proc/self/fd/' + n))\n    except OSError:\n        pass\nprint(out)"
+    )
     obs, _, _ = env.step(fence(cell))
     seen = set(eval(obs))  # noqa: S307 - the cell printed a list of strings
     assert any(s.startswith("pipe:[") for s in seen)  # it does hold a pipe: the one to its supervisor
@@ -85,13 +95,16 @@ time.sleep(30)
 """
 
 
-@pytest.mark.parametrize("line", [
-    NESTED,
-    b'{"op": "result", "error": 123}\n',
-    b'{"op": "result", "stdout": "x", "value": ["not", "a", "string"]}\n',
-    b'{"op": "result", "final": "yes", "answer": "4"}\n',
-    b'{"op": "result", "answer": {"a": 1}, "final": true}\n',
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        NESTED,
+        b'{"op": "result", "error": 123}\n',
+        b'{"op": "result", "stdout": "x", "value": ["not", "a", "string"]}\n',
+        b'{"op": "result", "final": "yes", "answer": "4"}\n',
+        b'{"op": "result", "answer": {"a": 1}, "final": true}\n',
+    ],
+)
 def test_the_host_takes_any_undecodable_or_mistyped_line_as_a_lost_session(monkeypatch, line):
     """The in-sandbox side replaced by a program that answers a cell with ``line``: the host's own checks."""
     monkeypatch.setattr(session_module, "REPL", FAKE_REPL % line)
@@ -101,9 +114,11 @@ def test_the_host_takes_any_undecodable_or_mistyped_line_as_a_lost_session(monke
 
 
 def _detached_grandchild(marker: Path, sleep: float) -> str:
-    return ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
-            "        os._exit(0)\n    os._exit(0)\nos.wait()\nprint('parent done')\n")
+    return (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
+        "        os._exit(0)\n    os._exit(0)\nos.wait()\nprint('parent done')\n"
+    )
 
 
 def _alive_with(text: str) -> list[int]:
@@ -181,10 +196,29 @@ def test_the_supervisor_forwards_only_the_protocols_typed_fields():
     from reasonrl.rewards.sandbox.repl import checked
 
     assert checked({"op": "result", "stdout": "x", "final": True, "answer": "4", "extra": 1}) == {
-        "op": "result", "stdout": "x", "value": None, "error": None, "answer": "4", "final": True, "truncated": False}
+        "op": "result",
+        "stdout": "x",
+        "value": None,
+        "error": None,
+        "answer": "4",
+        "final": True,
+        "truncated": False,
+    }
     assert checked({"op": "tool", "name": "add", "args": [1, 2], "secret": 1}) == {
-        "op": "tool", "name": "add", "args": [1, 2], "kwargs": {}}
-    for bad in ({"op": "result", "error": 123}, {"op": "result", "final": "yes"}, {"op": "result", "value": [1]},
-                {"op": "tool", "name": 5}, {"op": "tool", "name": "add", "args": {"a": 1}},
-                {"op": "tool", "name": "add", "kwargs": [1]}, {"op": "exec", "code": "1"}, {"op": 1}, [1]):
+        "op": "tool",
+        "name": "add",
+        "args": [1, 2],
+        "kwargs": {},
+    }
+    for bad in (
+        {"op": "result", "error": 123},
+        {"op": "result", "final": "yes"},
+        {"op": "result", "value": [1]},
+        {"op": "tool", "name": 5},
+        {"op": "tool", "name": "add", "args": {"a": 1}},
+        {"op": "tool", "name": "add", "kwargs": [1]},
+        {"op": "exec", "code": "1"},
+        {"op": 1},
+        [1],
+    ):
         assert checked(bad) is None, bad

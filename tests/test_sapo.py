@@ -1,4 +1,5 @@
 """SAPO (arXiv 2605.17648): the SID recommendation task, step parsing/rewards and step advantages."""
+
 import json
 import math
 
@@ -18,8 +19,12 @@ def completion(a: str, b: str, c: str) -> str:
 
 
 # the spec's rollouts (5,9,2), (5,9,7), (5,1,2), (3,9,2) against the target (5,9,2)
-SPEC_ROLLOUTS = [completion("a5", "b9", "c2"), completion("a5", "b9", "c7"),
-                 completion("a5", "b1", "c2"), completion("a3", "b9", "c2")]
+SPEC_ROLLOUTS = [
+    completion("a5", "b9", "c2"),
+    completion("a5", "b9", "c7"),
+    completion("a5", "b1", "c2"),
+    completion("a3", "b9", "c2"),
+]
 
 
 def char_offsets(text: str) -> list[tuple[int, int]]:
@@ -28,11 +33,13 @@ def char_offsets(text: str) -> list[tuple[int, int]]:
 
 
 def rewards_of(completions, target, mode):
-    return torch.tensor([[step_rewards([s.sid for s in parse_steps(c, len(target))], target, mode)
-                          for c in completions]])  # (1, G, K)
+    return torch.tensor(
+        [[step_rewards([s.sid for s in parse_steps(c, len(target))], target, mode) for c in completions]]
+    )  # (1, G, K)
 
 
 # ---- step parsing ------------------------------------------------------------------------------
+
 
 def test_parse_steps_spans_and_tokens():
     text = "a:55>a5\nb:b8>b9\n  c:a5c1>c2 \nextra>a1"
@@ -64,6 +71,7 @@ def test_split_sid_rejects_malformed():
 
 
 # ---- step rewards ------------------------------------------------------------------------------
+
 
 def test_spec_position_match_rewards():
     r = rewards_of(SPEC_ROLLOUTS, TARGET, "position_match")[0]  # (G, K)
@@ -99,6 +107,7 @@ def test_sid_rewards_and_level_metrics():
 
 
 # ---- step advantages ---------------------------------------------------------------------------
+
 
 def test_spec_step_advantages():
     adv = step_advantages(rewards_of(SPEC_ROLLOUTS, TARGET, "position_match"))[0]  # (G, K)
@@ -148,10 +157,10 @@ def test_spec_rollout_2_token_advantages_and_blocks_share_the_step_value():
     steps, token_step, adv = spec_token_advantages()
     text, row = SPEC_ROLLOUTS[1], adv[1]  # rollout 2: (5, 9, 7)
     for s, want in zip(steps[1], [0.5, 0.5, -1.5]):
-        block = row[s.start:s.end]
+        block = row[s.start : s.end]
         # every thinking-block character and the SID token's characters carry the step's value
         assert block.tolist() == pytest.approx([want] * (s.end - s.start), abs=1e-5)
-        assert row[s.end - 2:s.end].tolist() == pytest.approx([want, want], abs=1e-5)  # "b9" etc.
+        assert row[s.end - 2 : s.end].tolist() == pytest.approx([want, want], abs=1e-5)  # "b9" etc.
     newlines = [i for i, ch in enumerate(text) if ch == "\n"]
     assert row[newlines].tolist() == [0.0, 0.0]  # outside every span
     assert row[len(text)].item() == 0.0  # the EOS slot (zero-width offsets)
@@ -190,8 +199,14 @@ def test_multi_char_tokens_straddling_spans():
     spans = [[(0, 5), (6, 10)]]
     # (0,3) in step 0; (3,7) straddles step 0, the newline and step 1 -> earliest overlapped = 0;
     # (7,10) step 1; (10,11) after every span; (0,0) zero-width special token
-    assert char_spans_to_token_steps(spans, [[(0, 3), (3, 7), (7, 10), (10, 11), (0, 0)]], 6)[0].tolist() \
-        == [0, 0, 1, -1, -1, -1]
+    assert char_spans_to_token_steps(spans, [[(0, 3), (3, 7), (7, 10), (10, 11), (0, 0)]], 6)[0].tolist() == [
+        0,
+        0,
+        1,
+        -1,
+        -1,
+        -1,
+    ]
     # a token that starts on the newline and reaches into step 1 belongs to step 1
     assert char_spans_to_token_steps(spans, [[(0, 5), (5, 8)]], 2)[0].tolist() == [0, 1]
     with pytest.raises(ValueError, match="ordered and disjoint"):
@@ -203,6 +218,7 @@ def test_multi_char_tokens_straddling_spans():
 
 
 # ---- the task ----------------------------------------------------------------------------------
+
 
 def test_rules_by_hand():
     task = RecommendTask()
@@ -219,7 +235,8 @@ def test_rules_by_hand():
     # level accuracies over [demo, wrong fine code, two lines only]: 3/3, 3/3, 1/3 (only the demo has c4)
     outs = [item.demo, "a:353163>a3\nb:a3b5>b5\nc:a3c4>c3", "a:353163>a3\nb:a3b5>b5"]
     assert task.diagnostics(outs, [item.meta] * 3, [1.0, 0.0, 0.0]) == pytest.approx(
-        {"level_1_acc": 1.0, "level_2_acc": 1.0, "level_3_acc": 1 / 3})
+        {"level_1_acc": 1.0, "level_2_acc": 1.0, "level_3_acc": 1 / 3}
+    )
     # K=4, shift 3 over 8 codes: level 4 reads the group's last item again (d-code), each +3 mod 8
     # history a2b7c1d6, a0b0c0d0, a2b4c5d7: group a2 = items 1 and 3
     # b: last b4 -> 7; c: first c1 -> 4; d: last d7 -> 10 mod 8 = 2
@@ -229,8 +246,9 @@ def test_rules_by_hand():
         rule_step([[1, 0], [2, 0]], 0, 8)
 
 
-@pytest.mark.parametrize("options", [{}, {"levels": 4, "codes": 5, "history": 5, "max_mode": None, "shift": 1},
-                                     {"rule_noise": 0.5}])
+@pytest.mark.parametrize(
+    "options", [{}, {"levels": 4, "codes": 5, "history": 5, "max_mode": None, "shift": 1}, {"rule_noise": 0.5}]
+)
 def test_every_demo_verifies_and_fits(options):
     task = RecommendTask(**options)
     for item in take_items(task, "train", 200, seed=1):
@@ -271,11 +289,13 @@ def write_rows(path, rows):
 
 
 def test_user_data_rows(tmp_path):
-    rows = [{"history": ["a3b1c4", "a3b6c0", "a5b2c7"], "target": "a3b6c4",
-             "demo": "a:335>a3\nb:a3b6>b6\nc:a3c4>c4"},
-            {"history": ["a12b0c1"], "target": "a12b1c1"}]
-    task = RecommendTask(data=write_rows(tmp_path / "u.jsonl", rows),
-                         test_data=write_rows(tmp_path / "t.jsonl", rows[1:]))
+    rows = [
+        {"history": ["a3b1c4", "a3b6c0", "a5b2c7"], "target": "a3b6c4", "demo": "a:335>a3\nb:a3b6>b6\nc:a3c4>c4"},
+        {"history": ["a12b0c1"], "target": "a12b1c1"},
+    ]
+    task = RecommendTask(
+        data=write_rows(tmp_path / "u.jsonl", rows), test_data=write_rows(tmp_path / "t.jsonl", rows[1:])
+    )
     stream = task.iter_items("train", 0)
     assert sorted(next(stream).answer for _ in range(2)) == ["a12b1c1", "a3b6c4"]  # one epoch, each row once
     first = next(it for it in take_items(task, "train", 2) if it.answer == "a3b6c4")
@@ -285,13 +305,16 @@ def test_user_data_rows(tmp_path):
     assert task.max_new_tokens >= len(rows[0]["demo"]) + 1
 
 
-@pytest.mark.parametrize("row,match", [
-    ({"history": ["a3b1"], "target": "a3b3c1"}, r"history\[0\].*3 levels"),
-    ({"history": ["a3b1c4"], "target": "b3a3c1"}, "field 'target'.*letters"),
-    ({"history": [], "target": "a3b3c1"}, "non-empty list"),
-    ({"history": ["a3b1c4"], "target": "a3b3c1", "demo": "a:3>a3\nb:b1>b2\nc:a3c4>c5"}, "field 'demo'"),
-    ({"history": ["a3b1c4"], "answer": "a3b3c1"}, "needs fields"),
-])
+@pytest.mark.parametrize(
+    "row,match",
+    [
+        ({"history": ["a3b1"], "target": "a3b3c1"}, r"history\[0\].*3 levels"),
+        ({"history": ["a3b1c4"], "target": "b3a3c1"}, "field 'target'.*letters"),
+        ({"history": [], "target": "a3b3c1"}, "non-empty list"),
+        ({"history": ["a3b1c4"], "target": "a3b3c1", "demo": "a:3>a3\nb:b1>b2\nc:a3c4>c5"}, "field 'demo'"),
+        ({"history": ["a3b1c4"], "answer": "a3b3c1"}, "needs fields"),
+    ],
+)
 def test_user_data_validation(tmp_path, row, match):
     path = write_rows(tmp_path / "bad.jsonl", [{"history": ["a1b1c1"], "target": "a1b2c2"}, row])
     with pytest.raises(ValueError, match=f"row 1: .*{match}"):

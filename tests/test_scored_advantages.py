@@ -1,5 +1,6 @@
 """Advantages with unscored rows (a failed judge, issue 41): each group's advantages from its scored rows
 alone, 0 for the unscored ones, and the neutral value an unscored row shows in the reward tensor."""
+
 import math
 
 import pytest

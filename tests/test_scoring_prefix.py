@@ -2,6 +2,7 @@
 its KV cache indexed out to its rows, the completions run on top. Log-probs, entropies and every
 gradient must equal the per-row forward's (float rounding apart), with left-padded prompts of
 different lengths, right-padded completions, LoRA adapters and a full model."""
+
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ def batch(vocab, pad):
     ids = torch.full((6, 5), pad)
     mask = torch.zeros(6, 5, dtype=torch.long)
     for r, p in enumerate(prompts):
-        ids[r, 5 - len(p):], mask[r, 5 - len(p):] = p, 1
+        ids[r, 5 - len(p) :], mask[r, 5 - len(p) :] = p, 1
     lengths = torch.tensor([4, 2, 1, 4, 3, 2])
     cmask = (torch.arange(4)[None] < lengths[:, None]).long()
     cids = torch.randint(3, vocab, (6, 4), generator=g).masked_fill(cmask == 0, pad)

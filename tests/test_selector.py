@@ -1,5 +1,6 @@
 """The Selector stage in the loop: the lze recipe end to end (its own metrics), the finite pool,
 stages and dynamic sampling with a selector, checkpoint state and the bad inputs of issue #14."""
+
 import dataclasses
 import json
 
@@ -38,8 +39,9 @@ def test_lze_is_a_listed_recipe_with_the_scripts_settings():
 @pytest.mark.slow
 def test_lze_three_steps_end_to_end_logs_its_selection(tiny_dir, tmp_path):
     # pool 4 = prompts_per_step: every step is one epoch (0, 1, 2) over the same 4 prompts
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="lze", steps=3, data=DataOpts(pool=4),
-                      **SMALL)
+    cfg = TrainConfig(
+        model=str(tiny_dir), out=str(tmp_path / "run"), recipe="lze", steps=3, data=DataOpts(pool=4), **SMALL
+    )
     train_run(cfg, _recipe())
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["select/epoch"] for r in rows] == [0.0, 1.0, 2.0]
@@ -48,7 +50,9 @@ def test_lze_three_steps_end_to_end_logs_its_selection(tiny_dir, tmp_path):
     assert first["select/kept"] == first["select/groups"] - first["select/dropped_zero_adv"]
     for r in rows[1:]:  # k = max(floor(0.4 n), floor(0.3 n), 1) of the active groups, fewer if zero-advantage
         n = r["select/groups"]
-        assert r["select/k"] == max(int(0.4 * n), int(0.3 * n), 1) and r["select/kept"] <= min(r["select/k"], r["select/active"])
+        assert r["select/k"] == max(int(0.4 * n), int(0.3 * n), 1) and r["select/kept"] <= min(
+            r["select/k"], r["select/active"]
+        )
     n_params = sum(p.numel() for p in load_model(tiny_dir)[0].parameters())
     for r in rows:  # the FLOPs estimate: 6 x params x the dropped groups' prompt + completion tokens
         assert r["select/kept_frac"] == pytest.approx(r["select/kept"] / r["select/groups"])
@@ -119,5 +123,7 @@ def test_a_selector_state_from_another_dataset_is_refused(tiny_dir, tmp_path):
     with pytest.raises(UserError, match=r"selector state holds \d+ prompt key\(s\) this run's pool does not"):
         other.resume()
     grpo = _trainer(tiny_dir, tmp_path, recipe=_recipe("grpo"), steps=2)
-    with pytest.raises(UserError, match=r"holds the state of part\(s\) \['selector'\] that recipe 'grpo' does not have"):
+    with pytest.raises(
+        UserError, match=r"holds the state of part\(s\) \['selector'\] that recipe 'grpo' does not have"
+    ):
         grpo.resume()

@@ -2,6 +2,7 @@
 itself inside its step-6 save, a second process resumes from step 3) on the lze recipe. The resumed
 process must report the checkpoint and the selector state it loaded (``events.jsonl``), train only
 steps 4-8, and end with the uninterrupted run's ``metrics.jsonl`` values, selector metrics included."""
+
 import signal
 import subprocess
 import sys
@@ -13,13 +14,31 @@ from harness import ENV, KILL_IN_SAVE, cli_cmd, metric_values, read_events, run_
 RESUME_STEPS = 8
 # pool 8, 4 prompts a step: an epoch every 2 steps, so the checkpoint at step 3 is mid-epoch 1 and
 # holds the anchors of all 8 prompts; one-digit problems so that some are solved and pruned
-LZE_ARGS = ["prompts_per_step=4", "group_size=4", "eval_every=0", "final_eval_problems=0", "save_every=3",
-            "data.pool=8", "task_options.max_digits=1"]
+LZE_ARGS = [
+    "prompts_per_step=4",
+    "group_size=4",
+    "eval_every=0",
+    "final_eval_problems=0",
+    "save_every=3",
+    "data.pool=8",
+    "task_options.max_digits=1",
+]
 
 
 def _args(model, out, *extra):
-    return ["train", "--recipe", "lze", "--model", str(model), "--out", str(out), "--steps", str(RESUME_STEPS), *LZE_ARGS,
-            *extra]
+    return [
+        "train",
+        "--recipe",
+        "lze",
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--steps",
+        str(RESUME_STEPS),
+        *LZE_ARGS,
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -27,8 +46,13 @@ def test_an_lze_run_killed_inside_a_save_resumes_bit_exactly(tiny_dir, tmp_path)
     straight_dir, run = tmp_path / "straight", tmp_path / "run"
     run_ok(cli_cmd(*_args(tiny_dir, straight_dir)))
     straight = metric_values(straight_dir / "metrics.jsonl")
-    killed = subprocess.run([sys.executable, "-c", KILL_IN_SAVE, "rename", "6", *_args(tiny_dir, run)],
-                            env=ENV, capture_output=True, text=True, timeout=600)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_IN_SAVE, "rename", "6", *_args(tiny_dir, run)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     stdout = run_ok(cli_cmd(*_args(tiny_dir, run, "--resume")))
     assert "resumed from checkpoints/step-000003 (step 3): continuing at step 4" in stdout

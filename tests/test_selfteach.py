@@ -1,5 +1,6 @@
 """SSOPD and EGRSD / CL-EGRSD parts (parts/selfteach.py): their glue on hand-made batches with the
 values worked out independently, and each recipe end to end on the tiny model."""
+
 import dataclasses
 import json
 import math
@@ -40,10 +41,22 @@ def test_ssopd_pairs_pick_first_round_mixed_groups(tiny):
 def test_ssopd_term_matches_the_hand_formula(tiny):
     model, tok = tiny
     b, part, temp = selfteach_batch(tok), SSOPD(coef=0.5), 0.8
-    loss, m = part.loss_term(loss_context(logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                             temperature=temp, n_seqs=12))
-    kls = [expected_pair_kl(model, tok, part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
-                            SELFTEACH_PROMPTS[w], SELFTEACH_COMPLETIONS[w], temp) for c, w in ((0, 2), (4, 5))]
+    loss, m = part.loss_term(
+        loss_context(
+            logp=torch.zeros(12, 1), batch=b, rows=torch.arange(12), model=model, tok=tok, temperature=temp, n_seqs=12
+        )
+    )
+    kls = [
+        expected_pair_kl(
+            model,
+            tok,
+            part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
+            SELFTEACH_PROMPTS[w],
+            SELFTEACH_COMPLETIONS[w],
+            temp,
+        )
+        for c, w in ((0, 2), (4, 5))
+    ]
     # lambda (1/N_x) sum_x w(x) D(x) = 0.5 * (1/3) * (8/9) * (D_0 + D_1)
     assert float(loss.detach()) == pytest.approx(0.5 / 3 * 8 / 9 * sum(kls), rel=1e-4)
     assert all(k > 1e-4 for k in kls)  # the two contexts differ, so the term is not trivially 0
@@ -80,13 +93,17 @@ def test_ssopd_micro_batches_add_up_to_the_whole_batch(tiny):
 def test_ssopd_teacher_carries_no_gradient_and_the_prefix_cap(tiny):
     model, tok = tiny
     b = selfteach_batch(tok)
-    teacher, student, mask = SSOPD(max_prefix_tokens=3).teacher_student(b, torch.tensor([0]), torch.tensor([2]),
-                                                                        model, tok, 1.0)
+    teacher, student, mask = SSOPD(max_prefix_tokens=3).teacher_student(
+        b, torch.tensor([0]), torch.tensor([2]), model, tok, 1.0
+    )
     assert not teacher.requires_grad and teacher.grad_fn is None and student.requires_grad
     assert teacher.shape == student.shape == (1, 3, student.shape[-1]) and mask.tolist() == [[1.0, 1.0, 1.0]]
     # the capped term is the hand formula on w*'s first 3 tokens ("2+3")
-    loss, _ = SSOPD(max_prefix_tokens=3).loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]),
-                                                   model=model, tok=tok, temperature=1.0, n_seqs=12))
+    loss, _ = SSOPD(max_prefix_tokens=3).loss_term(
+        loss_context(
+            logp=torch.zeros(1, 1), batch=b, rows=torch.tensor([2]), model=model, tok=tok, temperature=1.0, n_seqs=12
+        )
+    )
     ctx = SSOPD().template.format(prompt=SELFTEACH_PROMPTS[2], solution=SELFTEACH_COMPLETIONS[0])
     kl = expected_pair_kl(model, tok, ctx, SELFTEACH_PROMPTS[2], "2+3", 1.0)
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)
@@ -96,8 +113,9 @@ def test_ssopd_no_mixed_group_gives_zero_and_counts_none(tiny):
     model, tok = tiny
     b = selfteach_batch(tok)
     b.correct = torch.ones(4, 3)
-    loss, m = SSOPD().loss_term(loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.arange(12), model=model, tok=tok,
-                                temperature=1.0))
+    loss, m = SSOPD().loss_term(
+        loss_context(logp=torch.zeros(1, 1), batch=b, rows=torch.arange(12), model=model, tok=tok, temperature=1.0)
+    )
     assert float(loss) == 0.0 and m["distill/pairs"] == 0.0 and m["distill/frontier_weight"] == 0.0
 
 
@@ -122,6 +140,7 @@ def _egrsd_case(part, H, q):
     def score_under(contexts, ro_, rows, **reduce):
         asked.update(contexts=contexts, rows=rows.tolist(), reduce=reduce)
         return ContextScores(logprobs=torch.tensor(q), entropy=torch.tensor(H))
+
     ctx = batch_context(rollouts=ro, items=[item], task=task, score_under=score_under)
     out, m = part.shape_advantages(torch.tensor([[1.0, 0.0, -1.0]]), ctx)
     return out, m, asked, item
@@ -152,7 +171,9 @@ def test_egrsd_default_ratio_magnitude_by_hand():
 
 def test_egrsd_alpha_and_the_lookahead():
     # alpha 0.5 adds 0.5 A on every real token: row 0 +0.5, row 2 -0.5 on its one token
-    out, _, _, _ = _egrsd_case(EGRSD(alpha=0.5, magnitude="abs"), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]])
+    out, _, _, _ = _egrsd_case(
+        EGRSD(alpha=0.5, magnitude="abs"), H=[[0.5, 0.0], [2.0, 0.0]], q=[[-0.5, -1.0], [-2.0, 0.0]]
+    )
     torch.testing.assert_close(out[0], torch.tensor([[1.145878, 0.5], [0.0, 0.0], [-0.832703, 0.0]]), atol=1e-6, rtol=0)
     # CL, K=1: row 0's H = [3, 0.1] -> H_hat_1 = min(3, 0.1) = 0.1 -> g = 0.1 + 0.9 e^-0.1 = 0.914353 (plain: 0.144808)
     q = [[-0.5, -1.0], [-2.0, 0.0]]
@@ -170,10 +191,21 @@ def test_egrsd_refuses_token_level_input():
 
 # ------------------------------------------------------------------ end to end
 
+
 def _run(name, tiny_dir, tmp_path, **over):
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, task="arithmetic", steps=3,
-                      task_options={"max_digits": 1},  # one-digit sums: the tiny model mixes right and wrong
-                      prompts_per_step=4, eval_every=0, final_eval_problems=0, save_every=0, micro_batch_size=3)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe=name,
+        task="arithmetic",
+        steps=3,
+        task_options={"max_digits": 1},  # one-digit sums: the tiny model mixes right and wrong
+        prompts_per_step=4,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+        micro_batch_size=3,
+    )
     train_run(cfg, dataclasses.replace(get_recipe(name), group_size=4, **over))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]

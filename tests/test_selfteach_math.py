@@ -1,6 +1,7 @@
 """Self-teacher maths (SSOPD, EGRSD / CL-EGRSD, CIPO, STRIDE, NudgeRL): the spec's (d) examples of
 /work/shared/specs/distill-and-data.md sections 1, 2, 6, 7, 8, plus our own, each worked by hand in
 the comment next to it."""
+
 import math
 
 import pytest
@@ -39,6 +40,7 @@ def t(rows):
 
 
 # ---------------------------------------------------------------- SSOPD (arXiv 2605.17497)
+
 
 def test_ssopd_spec_pair_and_weights():
     # spec: lengths [120, 80, 200, 150], rewards [1, 1, 0, 0]: correct {0: 120, 1: 80} -> c* = 1;
@@ -93,6 +95,7 @@ def test_ssopd_spec_kl_values_gradient_and_teacher_without_grad():
 
 # ---------------------------------------------------------------- EGRSD (arXiv 2605.13255)
 
+
 def test_egrsd_gate_spec_values_and_floor():
     # g = 0.1 + 0.9 exp(-H): H=0 -> 1; H=.5 -> 0.1 + 0.9 * 0.606531 = 0.645878; H=2 -> 0.1 + 0.9 * 0.135335 = 0.221802
     g = egrsd_gate(t([[0.0, 0.5, 2.0]]))
@@ -100,7 +103,10 @@ def test_egrsd_gate_spec_values_and_floor():
     # H -> inf gives exactly g_min, never 0
     inf = egrsd_gate(t([[math.inf, 1e6]]))
     assert torch.equal(inf, t([[0.1, 0.1]]))
-    assert egrsd_gate(torch.tensor([[math.inf]])).item() == pytest.approx(0.1) and egrsd_gate(torch.tensor([[1e9]])).item() > 0
+    assert (
+        egrsd_gate(torch.tensor([[math.inf]])).item() == pytest.approx(0.1)
+        and egrsd_gate(torch.tensor([[1e9]])).item() > 0
+    )
 
 
 def test_egrsd_gate_own_parameters_and_errors():
@@ -135,7 +141,9 @@ def test_egrsd_magnitude_forms_cap_and_detach():
     mask = torch.ones(1, 2)
     mag = egrsd_magnitude(q, s, mask)
     assert torch.allclose(mag, t([[5.0, 0.5]])) and not mag.requires_grad
-    r = egrsd_magnitude(t([[0.0, -9.0, math.log(2.0), -1.0]]), t([[-9.0, 0.0, 0.0, -1.5]]), torch.ones(1, 4), form="ratio")
+    r = egrsd_magnitude(
+        t([[0.0, -9.0, math.log(2.0), -1.0]]), t([[-9.0, 0.0, 0.0, -1.5]]), torch.ones(1, 4), form="ratio"
+    )
     assert torch.allclose(r, t([[5.0, 0.2, 2.0, 1.6487213]]), atol=1e-6)
     with pytest.raises(ValueError, match="cap"):
         egrsd_magnitude(q, s, mask, form="ratio", cap=0.5)
@@ -162,8 +170,9 @@ def test_lookahead_respects_right_padding_holes_and_inf():
     h = t([[2.0, 1.0, 4.0, 0.5, 9.0, 9.0], [1.0, 3.0, 1.0, 7.0, 5.0, 0.0], [5.0, 100.0, 1.0, 2.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 0, 0, 0, 0], [1, 0, 1, 1, 0, 0]])
     out = lookahead_entropy(h, mask, window=2)
-    assert torch.equal(out, t([[2.0, 1.0, 0.5, 0.5, 9.0, 9.0], [1.0, 3.0, 1.0, 7.0, 5.0, 0.0],
-                               [1.5, 100.0, 1.0, 2.0, 0.0, 0.0]]))
+    assert torch.equal(
+        out, t([[2.0, 1.0, 0.5, 0.5, 9.0, 9.0], [1.0, 3.0, 1.0, 7.0, 5.0, 0.0], [1.5, 100.0, 1.0, 2.0, 0.0, 0.0]])
+    )
     # inf, K = 1: t1 min(inf, .2) = .2; t2 min(.2, inf) = .2; t3 last -> inf (gate exactly the floor, no NaN)
     out = lookahead_entropy(t([[math.inf, 0.2, math.inf]]), torch.ones(1, 3), window=1)
     assert torch.equal(out, t([[0.2, 0.2, math.inf]]))
@@ -209,6 +218,7 @@ def test_egrsd_token_weights_padding_metrics_and_detach():
 
 # ---------------------------------------------------------------- NudgeRL (arXiv 2605.15726)
 
+
 def test_nudge_spec_example():
     # contexts: dropout [1, 0], hint1 [1, 1, 0], hint2 [0, 0, 0], lam = 1.1: mu = 3/8 = .375, mu1 = 2/3, mu2 = 0
     # raw a: dropout r - .375 = [.625, -.375]; hint1 (r - 2/3) + 1.1 (2/3 - .375) = [.654167, .654167, -.345833];
@@ -230,9 +240,13 @@ def test_nudge_own_example_and_absent_hint():
     assert torch.allclose(got, t([[0.548821, 0.109764, -1.646464, 0.987878]]), atol=1e-6)
     # hint 1 got no rollouts: contexts [0, 0, 2, 2] must equal the same layout labelled [0, 0, 1, 1]
     r = t([[1, 0, 1, 1]])
-    assert torch.allclose(nudge_advantages(r, torch.tensor([[0, 0, 2, 2]])), nudge_advantages(r, torch.tensor([[0, 0, 1, 1]])))
+    assert torch.allclose(
+        nudge_advantages(r, torch.tensor([[0, 0, 2, 2]])), nudge_advantages(r, torch.tensor([[0, 0, 1, 1]]))
+    )
     # a constant prompt carries no signal: a = 0 everywhere -> exactly 0
-    assert torch.equal(nudge_advantages(t([[1, 1, 1, 1]]), torch.tensor([[0, 1, 1, 2]])), torch.zeros(1, 4, dtype=torch.float64))
+    assert torch.equal(
+        nudge_advantages(t([[1, 1, 1, 1]]), torch.tensor([[0, 1, 1, 2]])), torch.zeros(1, 4, dtype=torch.float64)
+    )
     with pytest.raises(ValueError, match="integer ids"):
         nudge_advantages(r, torch.tensor([[0.0, 1.0, 1.0, 2.0]]))
 
@@ -251,6 +265,7 @@ def test_nudge_dropout_counts_and_layout():
 
 
 # ---------------------------------------------------------------- CIPO (arXiv 2605.14539)
+
 
 def test_cipo_spec_selection():
     # accuracies [0, .25, .5, 1], p_max = .75, q0 = 0 -> prompts 2 and 3 (1-based) only; q0 = 1 adds the p = 0 one
@@ -300,6 +315,7 @@ def test_cipo_pick_failure():
 
 # ---------------------------------------------------------------- STRIDE (arXiv 2605.18851)
 
+
 def test_stride_spec_prefix_and_suffix_mask():
     # "A\n\nB\n\nC", k = 2: keep "A"; the suffix starts after "A\n\n", i.e. at character 3. A task
     # without its own step rule (object()) gets STRIDE's generic blank-line one.
@@ -325,8 +341,14 @@ def test_parse_first_error_and_verdict():
     assert parse_first_error("step 2 is wrong <first_error>3</first_error>") == 3
     assert parse_first_error("<first_error> 2 \n</first_error>") == 2
     assert parse_first_error("<first_error>2</first_error> or <first_error>5</first_error>") == 2
-    for bad in ("no tag", "<first_error>0</first_error>", "<first_error>-1</first_error>",
-                "<first_error>two</first_error>", "<first_error>2.5</first_error>", "<first_error>3"):
+    for bad in (
+        "no tag",
+        "<first_error>0</first_error>",
+        "<first_error>-1</first_error>",
+        "<first_error>two</first_error>",
+        "<first_error>2.5</first_error>",
+        "<first_error>3",
+    ):
         assert parse_first_error(bad) is None, bad
     assert parse_verdict("...<verdict> Incorrect </verdict>") == "incorrect"
     assert parse_verdict("<verdict>correct</verdict>") == "correct"
@@ -336,7 +358,9 @@ def test_parse_first_error_and_verdict():
 def test_stride_spec_harmless_advantage_and_verifier_reward():
     # b = .25, redirected rewards [1, 0] -> [.75, -.25] -> harmless clips -> [.75, 0]
     assert torch.allclose(harmless_advantage(torch.tensor([1.0, 0.0]), 0.25), torch.tensor([0.75, 0.0]))
-    assert torch.allclose(harmless_advantage(torch.tensor([1.0, 0.0]), 0.25, harmless=False), torch.tensor([0.75, -0.25]))
+    assert torch.allclose(
+        harmless_advantage(torch.tensor([1.0, 0.0]), 0.25, harmless=False), torch.tensor([0.75, -0.25])
+    )
     # own: b = .5, [1, 1, 0] -> [.5, .5, 0]
     assert torch.allclose(harmless_advantage(torch.tensor([1, 1, 0]), 0.5), torch.tensor([0.5, 0.5, 0.0]))
     # spec: "incorrect" on a wrong answer + successful redirect -> 1 + .5 = 1.5

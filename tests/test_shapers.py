@@ -1,4 +1,5 @@
 """Advantage shapers (EDAS, negative-advantage veto); every expectation worked by hand in a comment."""
+
 import math
 
 import pytest
@@ -19,6 +20,7 @@ SPEC_CORRECT = torch.tensor([[1, 0, 0, 0, 0]])
 
 
 # --- EDAS (spec section 3) ---------------------------------------------------------------------
+
 
 def test_edas_spec_vector_dr_grpo_base_keeps_negative_mass():
     # r = [1,0,0,0,0] -> Dr. GRPO A = [0.8, -0.2 x4]; wrong clusters: '7' x3, '9' x1
@@ -226,8 +228,7 @@ def test_veto_as_policy_token_mask_drops_suffix_gradient_but_keeps_normaliser():
     mask = torch.ones(1, 3, dtype=D)
     veto, _ = negative_veto_mask(logp.detach().exp(), t([-1.0]), mask)
     assert torch.equal(veto, t([[1, 0, 0]]))
-    loss, _ = policy_loss(logp, torch.zeros_like(logp), t([-1.0]), mask, clip_low=0.5, clip_high=1.0,
-                          token_mask=veto)
+    loss, _ = policy_loss(logp, torch.zeros_like(logp), t([-1.0]), mask, clip_low=0.5, clip_high=1.0, token_mask=veto)
     loss.backward()
     assert loss.item() == pytest.approx(1.1 / 3)
     assert torch.allclose(logp.grad, t([[1.1 / 3, 0.0, 0.0]]), atol=1e-12)

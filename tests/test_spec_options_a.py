@@ -1,5 +1,6 @@
 """Spec options made reachable: SAGE's token/random guides in the trainer, CorR-PO's ``hidden`` norm
 and ``correct_only``, and min-p sampling. Every expected number is worked out in a comment."""
+
 import dataclasses
 import math
 
@@ -27,6 +28,7 @@ def t(x):
 
 # --- SAGE: the schedule ---------------------------------------------------------------------------
 
+
 def test_guide_schedule_values_by_hand():
     # max_steps=16, n_cycles=8 -> cycles of 2 steps; anneal = (1 + cos(pi * (step % 2) / 2)) / 2 = 1, 0.5
     # token guide, upper (0.3, 0.25), lower (0.1, 0.1), start of cycle c = upper * 0.9^c:
@@ -36,8 +38,14 @@ def test_guide_schedule_values_by_hand():
     #   step 5: cycle 2, anneal 0.5 -> (0.1 + (0.243 - 0.1) / 2, 0.1 + (0.2025 - 0.1) / 2) = (0.1715, 0.15125)
     #   step 15: cycle 7, anneal 0.5 -> 0.3 * 0.9^7 = 0.14348907: (0.1217445350, 0.1097871125)
     #   step 20: past the run, the cycle stays 7 (no more decay), anneal 1 -> (0.14348907, 0.119574225)
-    expected = {0: (0.3, 0.25), 1: (0.2, 0.175), 2: (0.27, 0.225), 5: (0.1715, 0.15125),
-                15: (0.121744535, 0.1097871125), 20: (0.14348907, 0.119574225)}
+    expected = {
+        0: (0.3, 0.25),
+        1: (0.2, 0.175),
+        2: (0.27, 0.225),
+        5: (0.1715, 0.15125),
+        15: (0.121744535, 0.1097871125),
+        20: (0.14348907, 0.119574225),
+    }
     for step, values in expected.items():
         assert guide_schedule("token", step, 16) == pytest.approx(values, abs=1e-9), step
     # random guide, upper (0.1, 0.15), lower (0, 0.05); step 3: cycle 1, anneal 0.5:
@@ -45,8 +53,9 @@ def test_guide_schedule_values_by_hand():
     assert guide_schedule("random", 3, 16) == pytest.approx((0.045, 0.0925), abs=1e-9)
     # own bounds, 2 cycles of 4 steps: step 6 -> cycle 1, anneal (1 + cos(pi/2)) / 2 = 0.5, start 0.5 * (1, 0.8)
     # -> (0 + 0.5 * 0.5, 0.2 + (0.4 - 0.2) * 0.5) = (0.25, 0.3)
-    assert guide_schedule("token", 6, 8, n_cycles=2, decay=0.5, upper=(1.0, 0.8), lower=(0.0, 0.2)) == \
-        pytest.approx((0.25, 0.3), abs=1e-9)
+    assert guide_schedule("token", 6, 8, n_cycles=2, decay=0.5, upper=(1.0, 0.8), lower=(0.0, 0.2)) == pytest.approx(
+        (0.25, 0.3), abs=1e-9
+    )
     with pytest.raises(ValueError, match="max_steps"):
         guide_schedule("token", 0, None)
     with pytest.raises(ValueError, match="token and random"):
@@ -91,14 +100,34 @@ def test_kl_term_with_the_token_guide_by_hand():
     #   q 0.937037 -> 0.0020695;  q 1.291204 -> 0.0356288;  q 1.4 -> 0.0635278;  q 1 -> 0
     # seq-mean-token-mean over the 4 tokens: (0 + 0.0020695 + 0.0356288 + 0.0635278) / 4 = 0.0253065; x coef 2
     kl = KL(coef=2.0, guide="token")
-    loss, m = kl_term(LOGP, LOGP, MASK, kl, step=0, max_steps=16, draws={"normal": NORMAL},
-                      agg="seq-mean-token-mean", n_tokens=4.0, n_seqs=1)
+    loss, m = kl_term(
+        LOGP,
+        LOGP,
+        MASK,
+        kl,
+        step=0,
+        max_steps=16,
+        draws={"normal": NORMAL},
+        agg="seq-mean-token-mean",
+        n_tokens=4.0,
+        n_seqs=1,
+    )
     assert float(loss) == pytest.approx(2 * 0.0253065, abs=1e-6)
     assert m["sage/alpha"] == pytest.approx(0.3) and m["sage/sigma"] == pytest.approx(0.25)
     assert m["sage/frac_shaped"] == pytest.approx(3 / 4)  # t1, t2, t3 have q != 1
     # kl.source=ref takes the surprisal from the reference: a flat reference gives w = 0, so q = 1 and KL = 0
-    loss, m = kl_term(LOGP, torch.full_like(LOGP, -1.0), MASK, dataclasses.replace(kl, source="ref"), step=0,
-                      max_steps=16, draws={"normal": NORMAL}, agg="seq-mean-token-mean", n_tokens=4.0, n_seqs=1)
+    loss, m = kl_term(
+        LOGP,
+        torch.full_like(LOGP, -1.0),
+        MASK,
+        dataclasses.replace(kl, source="ref"),
+        step=0,
+        max_steps=16,
+        draws={"normal": NORMAL},
+        agg="seq-mean-token-mean",
+        n_tokens=4.0,
+        n_seqs=1,
+    )
     assert m["sage/q_mean"] == 1.0 and m["sage/frac_shaped"] == 0.0
 
 
@@ -114,9 +143,16 @@ def test_kl_part_options_validate_and_come_from_config():
     gen = torch.Generator().manual_seed(0)
     assert KL(coef=0.05, guide="branch").draws((2, 3), gen) == {} and KL(guide="token").draws((2, 3), gen) == {}
     assert set(KL(coef=0.05, guide="random").draws((2, 3), gen)) == {"uniform", "normal"}
-    raw = dotted_to_nested({"kl.guide": "token", "kl.schedule_upper": [0.2, 0.1], "kl.source": "ref",
-                            "sampling.min_p": 0.05, "rewards.corr_po.grad_norm": "hidden",
-                            "rewards.corr_po.correct_only": True})
+    raw = dotted_to_nested(
+        {
+            "kl.guide": "token",
+            "kl.schedule_upper": [0.2, 0.1],
+            "kl.source": "ref",
+            "sampling.min_p": 0.05,
+            "rewards.corr_po.grad_norm": "hidden",
+            "rewards.corr_po.correct_only": True,
+        }
+    )
     _, overrides = split_config(raw)
     sage = apply_overrides(get_recipe("sage"), {k: v for k, v in overrides.items() if k != "rewards"})
     assert sage.kl.guide == "token" and sage.kl.schedule_upper == (0.2, 0.1) and sage.kl.source == "ref"
@@ -127,6 +163,7 @@ def test_kl_part_options_validate_and_come_from_config():
 
 # --- SAGE in the trainer --------------------------------------------------------------------------
 
+
 class _Killed(Exception):
     pass
 
@@ -135,10 +172,16 @@ def _sage_trainer(tiny_dir, run_dir, guide, log, micro=3, coef=0.05, lr=None):
     model, tok = load_model(tiny_dir)
     base = get_recipe("sage")
     optim = base.optim if lr is None else dataclasses.replace(base.optim, lr=lr)
-    recipe = dataclasses.replace(base, group_size=4, kl=KL(coef=coef, guide=guide, n_cycles=2), optim=optim,
-                                 sampling=dataclasses.replace(base.sampling, max_new_tokens=16))
-    cfg = TrainConfig(model=str(tiny_dir), steps=4, prompts_per_step=2, micro_batch_size=micro, eval_every=0,
-                      save_every=2, seed=3)
+    recipe = dataclasses.replace(
+        base,
+        group_size=4,
+        kl=KL(coef=coef, guide=guide, n_cycles=2),
+        optim=optim,
+        sampling=dataclasses.replace(base.sampling, max_new_tokens=16),
+    )
+    cfg = TrainConfig(
+        model=str(tiny_dir), steps=4, prompts_per_step=2, micro_batch_size=micro, eval_every=0, save_every=2, seed=3
+    )
     return Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir, log=log)
 
 
@@ -203,8 +246,9 @@ def test_hidden_grad_norm_by_hand_on_a_three_token_vocabulary():
     tokens = torch.tensor([0, 1])
     expected = [0.5590170, 0.9013878]
     assert hidden_grad_norm(LOGITS[None], tokens[None], W_U)[0].tolist() == pytest.approx(expected, abs=1e-6)
-    assert hidden_grad_norm_from_probs(t([[0.5, 0.25, 0.25]] * 2), tokens, W_U).tolist() == \
-        pytest.approx(expected, abs=1e-6)
+    assert hidden_grad_norm_from_probs(t([[0.5, 0.25, 0.25]] * 2), tokens, W_U).tolist() == pytest.approx(
+        expected, abs=1e-6
+    )
     # the sampler's version: the tempered distribution, temperature 1 when greedy
     assert next_hidden_grad_norm(LOGITS, tokens, 1.0, W_U).tolist() == pytest.approx(expected, abs=1e-6)
     assert next_hidden_grad_norm(LOGITS, tokens, 0.0, W_U).tolist() == pytest.approx(expected, abs=1e-6)
@@ -224,7 +268,7 @@ def _prompt_and_completion_logits(model, ro, r):
     ids = torch.cat([prompt, ro.completion_ids[r, :L]])[None]
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0]
-    return logits[len(prompt) - 1:len(prompt) - 1 + L]
+    return logits[len(prompt) - 1 : len(prompt) - 1 + L]
 
 
 def test_the_engine_records_the_hidden_norm_of_its_sampling_distribution(sharp_tiny):
@@ -238,23 +282,33 @@ def test_the_engine_records_the_hidden_norm_of_its_sampling_distribution(sharp_t
     for r in range(len(ro.texts)):
         L = int(ro.lengths[r])
         logits = _prompt_and_completion_logits(model, ro, r)
-        want = hidden_grad_norm(logits[None], ro.completion_ids[r:r + 1, :L], W, temperature=0.8)[0]
+        want = hidden_grad_norm(logits[None], ro.completion_ids[r : r + 1, :L], W, temperature=0.8)[0]
         assert torch.allclose(ro.hidden_grad_norm[r, :L], want, atol=1e-4)
     assert eng.generate(["3+4="], 2, dataclasses.replace(sp, hidden_grad_norm=False)).hidden_grad_norm is None
 
 
 # --- CorR-PO: correct_only and the hidden variant as a reward ---------------------------------------
 
+
 def _spec_rollouts(n_rows=2, hidden=None):
     # the spec's three tokens (section 5 d): p = [.5,.5] y=0, [.9,.1] y=0, [.99,.01] y=1
     # H = 0.693147, 0.325083, 0.056002; g = 0.707107, 0.141421, 1.400071; Pearson c = -0.472797
     R = n_rows
     ones = torch.ones(R, 3, dtype=torch.long)
-    return Rollouts(prompts=["p"] * R, texts=["t"] * R, prompt_ids=torch.ones(R, 1, dtype=torch.long),
-                    prompt_mask=torch.ones(R, 1, dtype=torch.long), completion_ids=ones, completion_mask=ones,
-                    logprobs=t([[math.log(0.5), math.log(0.9), math.log(0.01)]] * R), finish_reasons=["eos"] * R,
-                    n=R, entropies=t([[0.6931472, 0.3250830, 0.0560015]] * R), sum_p2=t([[0.5, 0.82, 0.9802]] * R),
-                    hidden_grad_norm=None if hidden is None else t([hidden] * R))
+    return Rollouts(
+        prompts=["p"] * R,
+        texts=["t"] * R,
+        prompt_ids=torch.ones(R, 1, dtype=torch.long),
+        prompt_mask=torch.ones(R, 1, dtype=torch.long),
+        completion_ids=ones,
+        completion_mask=ones,
+        logprobs=t([[math.log(0.5), math.log(0.9), math.log(0.01)]] * R),
+        finish_reasons=["eos"] * R,
+        n=R,
+        entropies=t([[0.6931472, 0.3250830, 0.0560015]] * R),
+        sum_p2=t([[0.5, 0.82, 0.9802]] * R),
+        hidden_grad_norm=None if hidden is None else t([hidden] * R),
+    )
 
 
 def test_correct_only_pays_the_bonus_to_correct_rollouts_only():
@@ -332,7 +386,12 @@ def test_min_p_keeps_tokens_within_the_ratio_of_the_top_probability():
     assert torch.equal(filter_top_k_top_p(MINP_LOGITS, min_p=0.0), MINP_LOGITS)  # off
     # min_p = 1 keeps only the top token; with top_k = 1 as well nothing else changes
     assert torch.isfinite(filter_top_k_top_p(MINP_LOGITS, min_p=1.0))[0].tolist() == [True, False, False, False]
-    assert torch.isfinite(filter_top_k_top_p(MINP_LOGITS, top_k=1, min_p=0.2))[0].tolist() == [True, False, False, False]
+    assert torch.isfinite(filter_top_k_top_p(MINP_LOGITS, top_k=1, min_p=0.2))[0].tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]
     for bad in (-0.1, 1.5):
         with pytest.raises(ValueError, match="invalid sampling"):
             SamplingParams(min_p=bad)
@@ -353,6 +412,7 @@ def test_seeded_min_p_sampling_never_draws_a_dropped_token():
 def test_engine_batch_maker_and_eval_pass_min_p_through(sharp_tiny, tiny_dir, tmp_path):
     model, tok = sharp_tiny
     eng = HFEngine(model, tok)
+
     # T = 1.5 flattens the tiny model's distribution so the cut bites: every drawn token must have
     # log p >= log p_max + ln 0.3 under the tempered distribution; without min_p some token falls below
     def lowest_margin(min_p):
@@ -369,13 +429,26 @@ def test_engine_batch_maker_and_eval_pass_min_p_through(sharp_tiny, tiny_dir, tm
     assert lowest_margin(0.0) < math.log(0.3)
 
     seen = []
-    recipe = dataclasses.replace(get_recipe("corr_po"), group_size=2, sampling=Sampling(temperature=1.0, min_p=0.2),
-                                 extra_rewards=((CorrBonus(grad_norm="hidden"), 1.0),))
+    recipe = dataclasses.replace(
+        get_recipe("corr_po"),
+        group_size=2,
+        sampling=Sampling(temperature=1.0, min_p=0.2),
+        extra_rewards=((CorrBonus(grad_norm="hidden"), 1.0),),
+    )
     m, t_ = load_model(tiny_dir)
-    tr = Trainer(m, t_, get_task("arithmetic"), recipe, TrainConfig(model=str(tiny_dir), prompts_per_step=1,
-                                                                     eval_every=0, save_every=0), tmp_path)
+    tr = Trainer(
+        m,
+        t_,
+        get_task("arithmetic"),
+        recipe,
+        TrainConfig(model=str(tiny_dir), prompts_per_step=1, eval_every=0, save_every=0),
+        tmp_path,
+    )
     real = tr.engine.generate
-    tr.engine.generate = lambda prompts, n, sp, generator=None, seeds=None: (seen.append(sp), real(prompts, n, sp, generator, seeds))[1]
+    tr.engine.generate = lambda prompts, n, sp, generator=None, seeds=None: (
+        seen.append(sp),
+        real(prompts, n, sp, generator, seeds),
+    )[1]
     tr.batches.make(1)
     assert seen[0].min_p == 0.2 and seen[0].hidden_grad_norm is True
 

@@ -1,6 +1,7 @@
 """Spec options made reachable: Mu-GRPO's mu epochs per stage and the veto band tied to the loss
 clip (spec section 2), DAPO's refill-until-full (1.3), VSPO's uniform / annealed intensities and
 prompt steering (11). Every expected number is worked out by hand in the comments."""
+
 import dataclasses
 import math
 
@@ -78,8 +79,9 @@ def test_stage_minibatches_run_mu_epochs_over_the_buffer(tmp_path):
     #   step 1: e0 mb0, e0 mb1   step 2: e0 mb2, e1 mb0 (crosses the epoch)   step 3: e1 mb1, e1 mb2
     # staleness of minibatch j is j: step means (0+1)/2, (2+3)/2, (4+5)/2 = 0.5, 2.5, 4.5; max 1, 3, 5
     model, tok = build_tiny("tiny", seed=0)
-    recipe = dataclasses.replace(get_recipe("mu_grpo"), group_size=2, stages=Stages(count=1),
-                                 optim=Optim(mu=2, minibatches=1))
+    recipe = dataclasses.replace(
+        get_recipe("mu_grpo"), group_size=2, stages=Stages(count=1), optim=Optim(mu=2, minibatches=1)
+    )
     from reasonrl.config.train import TrainConfig
 
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, TrainConfig(steps=3, prompts_per_step=1), tmp_path)
@@ -121,8 +123,13 @@ def _mu2(tiny_dir, run_dir, steps, count, lr_log=None, log=None):
         return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv), {}  # a hook returns (value, metrics)
 
     model, tok = load_model(tiny_dir)
-    recipe = dataclasses.replace(get_recipe("mu_grpo"), group_size=4, stages=Stages(count=count), shapers=(spread,),
-                                 optim=Optim(lr=1e-4, warmup_steps=0, min_lr_ratio=0.1, mu=2))
+    recipe = dataclasses.replace(
+        get_recipe("mu_grpo"),
+        group_size=4,
+        stages=Stages(count=count),
+        shapers=(spread,),
+        optim=Optim(lr=1e-4, warmup_steps=0, min_lr_ratio=0.1, mu=2),
+    )
     cfg = TrainConfig(model=str(tiny_dir), steps=steps, prompts_per_step=2, eval_every=0, save_every=0)
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir, log=log or (lambda m: None))
     calls = []
@@ -195,8 +202,7 @@ class ScriptedEngine:
 
 
 def _refill_maker(script, **filt):
-    recipe = dataclasses.replace(get_recipe("dapo"), group_size=4, extra_rewards=(),
-                                 group_filter=GroupFilter(**filt))
+    recipe = dataclasses.replace(get_recipe("dapo"), group_size=4, extra_rewards=(), group_filter=GroupFilter(**filt))
     task = get_task("arithmetic")
     return BatchMaker(task, recipe, ScriptedEngine(script), budget=20, seed=0), task
 
@@ -210,8 +216,14 @@ def test_refill_until_full_keeps_drawing_rounds():
     drawn = [next(stream) for _ in range(6)]
     assert bm.engine.calls == 3 and [it.prompt for it in batch.items] == [drawn[2].prompt, drawn[5].prompt]
     m = batch.metrics
-    assert (m["dynamic/rounds"], m["dynamic/prompts_generated"], m["dynamic/groups_kept"],
-            m["dynamic/groups_dropped"], m["dynamic/batch_short"], m["dynamic/short_batches_total"]) == (3, 6, 2, 4, 0.0, 0.0)
+    assert (
+        m["dynamic/rounds"],
+        m["dynamic/prompts_generated"],
+        m["dynamic/groups_kept"],
+        m["dynamic/groups_dropped"],
+        m["dynamic/batch_short"],
+        m["dynamic/short_batches_total"],
+    ) == (3, 6, 2, 4, 0.0, 0.0)
     # the same script with the default 3-round bound is also full; with 2 rounds it comes out short
     bm, _ = _refill_maker([[False, False], [True, False], [False, True]], max_rounds=2)
     assert len(bm.make(2).items) == 1 and bm.short_batches == 1
@@ -221,8 +233,11 @@ def test_refill_until_full_stops_at_the_cap_with_an_error_naming_the_counts():
     # nothing is ever kept: after max_rounds_cap = 5 rounds of 2 prompts (10 generated) the maker
     # raises instead of returning an empty batch
     bm, _ = _refill_maker([[False, False]], max_rounds=None, max_rounds_cap=5)
-    with pytest.raises(RuntimeError, match=r"kept 0 of 2 groups after 5 rounds.*max_rounds_cap=5 \(10 prompts "
-                                           r"generated.*Raise group_filter.max_rounds_cap"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"kept 0 of 2 groups after 5 rounds.*max_rounds_cap=5 \(10 prompts "
+        r"generated.*Raise group_filter.max_rounds_cap",
+    ):
         bm.make(2)
     assert bm.engine.calls == 5
 
@@ -265,7 +280,8 @@ def test_annealed_alpha_max_by_hand():
     assert [annealed_alpha_max(4.0, "none", s, 5) for s in range(5)] == [4.0] * 5
     assert [annealed_alpha_max(4.0, "linear", s, 5) for s in range(5)] == [4.0, 3.0, 2.0, 1.0, 0.0]
     assert [annealed_alpha_max(4.0, "cosine", s, 5) for s in range(5)] == pytest.approx(
-        [4.0, 3.4142136, 2.0, 0.5857864, 0.0], abs=1e-6)
+        [4.0, 3.4142136, 2.0, 0.5857864, 0.0], abs=1e-6
+    )
     with pytest.raises(UserError, match="'steering.anneal' = 'exp'"):
         check_part(Steering(positive=("a",), negative=("b",), anneal="exp"))
 
@@ -280,9 +296,12 @@ def test_uniform_intensities_are_a_seeded_draw_with_sample_zero_unsteered():
 
 
 def _steer_maker(model, tok, **steering):
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4, sampling=dataclasses.replace(
-        get_recipe("grpo").sampling, max_new_tokens=6), steering=Steering(
-        layer=0, positive=("1+1=?\n",), negative=("999+999=?\n",), **steering))
+    recipe = dataclasses.replace(
+        get_recipe("grpo"),
+        group_size=4,
+        sampling=dataclasses.replace(get_recipe("grpo").sampling, max_new_tokens=6),
+        steering=Steering(layer=0, positive=("1+1=?\n",), negative=("999+999=?\n",), **steering),
+    )
     engine = HFEngine(model, tok)
     return BatchMaker(get_task("arithmetic"), recipe, engine, budget=6, seed=3)
 
@@ -318,9 +337,12 @@ def test_trainer_passes_its_progress_to_the_anneal(tiny_dir, tmp_path):
 
     model, tok = load_model(tiny_dir)
     grpo = get_recipe("grpo")
-    recipe = dataclasses.replace(grpo, group_size=4, sampling=dataclasses.replace(grpo.sampling, max_new_tokens=8),
-                                 steering=Steering(layer=0, alpha_max=2.0, anneal="linear", positive=("1+1=?\n",),
-                                                   negative=("999+999=?\n",)))
+    recipe = dataclasses.replace(
+        grpo,
+        group_size=4,
+        sampling=dataclasses.replace(grpo.sampling, max_new_tokens=8),
+        steering=Steering(layer=0, alpha_max=2.0, anneal="linear", positive=("1+1=?\n",), negative=("999+999=?\n",)),
+    )
     logged = []
     cfg = TrainConfig(model=str(tiny_dir), steps=3, prompts_per_step=2, eval_every=0, save_every=0)
     Trainer(model, tok, get_task("arithmetic"), recipe, cfg, tmp_path, log=logged.append).train()
@@ -331,7 +353,8 @@ def _layer1_input(model, ids, **steering):
     """The hidden state entering decoder layer 1 (the output of layer 0, hook included): (b, S, H)."""
     seen = []
     pre = model.model.layers[1].register_forward_pre_hook(
-        lambda mod, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).clone()), with_kwargs=True)
+        lambda mod, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).clone()), with_kwargs=True
+    )
     try:
         with torch.no_grad():
             if steering:

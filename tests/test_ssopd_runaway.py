@@ -10,6 +10,7 @@ How each guard was checked to fail (the cause reintroduced, the test run, then r
   ``after_step`` returning before the update;
 - the initial-teacher test fails when ``teacher_model`` yields ``ctx.model`` for ``initial``.
 """
+
 import copy
 import dataclasses
 import math
@@ -45,7 +46,10 @@ def test_w_star_among_rows_that_ended_by_eos_by_hand():
     assert [t.tolist() for t in ssopd_pairs(correct, lengths)] == [[1], [2]]
     ended = torch.tensor([[True, True, False, True]])
     assert [t.tolist() for t in ssopd_pairs(correct, lengths, ended)] == [[1], [3]]
-    assert [t.tolist() for t in ssopd_pairs(correct, lengths, torch.tensor([[True, True, False, False]]))] == [[-1], [-1]]
+    assert [t.tolist() for t in ssopd_pairs(correct, lengths, torch.tensor([[True, True, False, False]]))] == [
+        [-1],
+        [-1],
+    ]
 
 
 def test_a_truncated_w_star_is_never_selected_by_default():
@@ -66,12 +70,23 @@ def test_one_ssopd_step_lowers_the_divergence_on_w_stars_tokens(fresh):
     model = copy.deepcopy(fresh[0]).train()
     tok = fresh[1]
     b, part = selfteach_batch(tok), SSOPD()
-    ctx = loss_context(logp=torch.zeros(1), batch=b, rows=torch.arange(12), model=model, tok=tok, temperature=1.0,
-                       n_seqs=12)
+    ctx = loss_context(
+        logp=torch.zeros(1), batch=b, rows=torch.arange(12), model=model, tok=tok, temperature=1.0, n_seqs=12
+    )
 
     def divergences():  # each pair's token-mean forward KL, written out independently of the part
-        return [expected_pair_kl(model, tok, part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
-                                 SELFTEACH_PROMPTS[w], SELFTEACH_COMPLETIONS[w], 1.0) for c, w in ((0, 2), (4, 5))]
+        return [
+            expected_pair_kl(
+                model,
+                tok,
+                part.template.format(prompt=SELFTEACH_PROMPTS[w], solution=SELFTEACH_COMPLETIONS[c]),
+                SELFTEACH_PROMPTS[w],
+                SELFTEACH_COMPLETIONS[w],
+                1.0,
+            )
+            for c, w in ((0, 2), (4, 5))
+        ]
+
     before = divergences()
     loss, _ = part.loss_term(ctx)
     loss.backward()
@@ -125,36 +140,63 @@ def test_initial_teacher_scores_under_the_reference(fresh):
 
         def __exit__(self, *exc):
             return False
+
     b, part = selfteach_batch(tok), SSOPD(teacher="initial", clip=None)  # unclipped: the hand KL below is D itself
     assert part.needs == {"reference", "policy_in_loss"} and SSOPD().needs == {"policy_in_loss"}
-    loss, _ = part.loss_term(loss_context(logp=torch.zeros(1), batch=b, rows=torch.tensor([2]), model=moved, tok=tok,
-                                          temperature=1.0, n_seqs=12, reference=Scope))
+    loss, _ = part.loss_term(
+        loss_context(
+            logp=torch.zeros(1),
+            batch=b,
+            rows=torch.tensor([2]),
+            model=moved,
+            tok=tok,
+            temperature=1.0,
+            n_seqs=12,
+            reference=Scope,
+        )
+    )
     # teacher = the initial model under the template, student = the moved policy on the plain prompt
     comp = tok(SELFTEACH_COMPLETIONS[2], add_special_tokens=False)["input_ids"]
 
     def logprobs(m, text):
         ids = tok(text, add_special_tokens=False)["input_ids"] + comp
         with torch.no_grad():
-            return m(input_ids=torch.tensor([ids])).logits[0, len(ids) - len(comp) - 1:-1].log_softmax(-1)
+            return m(input_ids=torch.tensor([ids])).logits[0, len(ids) - len(comp) - 1 : -1].log_softmax(-1)
+
     lt = logprobs(model, part.template.format(prompt=SELFTEACH_PROMPTS[2], solution=SELFTEACH_COMPLETIONS[0]))
     ls = logprobs(moved, SELFTEACH_PROMPTS[2])
     kl = float((lt.exp() * (lt - ls)).sum(-1).mean())
     assert float(loss.detach()) == pytest.approx(1 / 3 * 8 / 9 * kl, rel=1e-4)  # lambda w / N_x D, N_x = 3
     with pytest.raises(RuntimeError, match="reference"):
-        part.loss_term(loss_context(logp=torch.zeros(1), batch=b, rows=torch.tensor([2]), model=moved, tok=tok,
-                                    n_seqs=12))
+        part.loss_term(
+            loss_context(logp=torch.zeros(1), batch=b, rows=torch.tensor([2]), model=moved, tok=tok, n_seqs=12)
+        )
 
 
 def _trainer(tiny, tmp_path, recipe):
-    cfg = TrainConfig(recipe="ssopd", task="arithmetic", task_options={"max_digits": 1}, steps=2, prompts_per_step=4,
-                      eval_every=0, save_every=0, final_eval_problems=0, micro_batch_size=8, max_rows=64)
+    cfg = TrainConfig(
+        recipe="ssopd",
+        task="arithmetic",
+        task_options={"max_digits": 1},
+        steps=2,
+        prompts_per_step=4,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        micro_batch_size=8,
+        max_rows=64,
+    )
     return Trainer(copy.deepcopy(tiny[0]).train(), tiny[1], get_task("arithmetic", max_digits=1), recipe, cfg, tmp_path)
 
 
 @pytest.mark.slow
 def test_ema_teacher_is_checkpointed_and_resumes_exactly(sharp_tiny, tmp_path):
-    recipe = dataclasses.replace(get_recipe("ssopd"), group_size=4, ssopd=SSOPD(teacher="ema", ema_decay=0.5),
-                                 sampling=dataclasses.replace(get_recipe("ssopd").sampling, max_new_tokens=16))
+    recipe = dataclasses.replace(
+        get_recipe("ssopd"),
+        group_size=4,
+        ssopd=SSOPD(teacher="ema", ema_decay=0.5),
+        sampling=dataclasses.replace(get_recipe("ssopd").sampling, max_new_tokens=16),
+    )
     straight = _trainer(sharp_tiny, tmp_path / "a", recipe)
     initial = trainable_snapshot(straight.model)
     m1 = straight.train_step()

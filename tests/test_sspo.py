@@ -1,11 +1,11 @@
 """SSPO (CardioThink, arXiv 2605.17308): the set reward, its parsers, and the ``diagnosis`` task."""
+
 import json
 
 import pytest
 
 from reasonrl.rewards.base import score_rewards
-from reasonrl.rewards.sets import (SetReward, answer_block, canonical_set, parse_label_set, set_score,
-                                   structure_ok)
+from reasonrl.rewards.sets import SetReward, answer_block, canonical_set, parse_label_set, set_score, structure_ok
 from reasonrl.tasks.base import take_items
 from reasonrl.tasks.diagnosis import DiagnosisTask, stage_sizes
 
@@ -16,6 +16,7 @@ def completion(answer, order=("R:", "C:", "M:", "I:")):
 
 
 # ----- pure functions ------------------------------------------------------------------------
+
 
 def test_spec_example_set_scores():
     # spec 10(d): Gt={AF,LBBB}, P={AF,RBBB,LVH}: |P n G| = 1, |P u G| = 4 -> Jaccard 1/4;
@@ -67,11 +68,13 @@ def test_structure_ok():
     assert not structure_ok("R:a\nC:b\nM:c\nI:d\nD:AF,,X")  # answer does not parse
     assert not structure_ok(completion("RBBB"), vocab=["AF", "LBBB"])
     tags = ("<rhythm>", "<conduction>", "<morphology>", "<impression>")
-    assert structure_ok("<rhythm>sr<conduction>ok<morphology>lvh<impression>LVH\n<answer>LVH",
-                        sections=tags, answer_tag="<answer>")
+    assert structure_ok(
+        "<rhythm>sr<conduction>ok<morphology>lvh<impression>LVH\n<answer>LVH", sections=tags, answer_tag="<answer>"
+    )
 
 
 # ----- the SSPO reward -----------------------------------------------------------------------
+
 
 def test_sspo_spec_example():
     r = SetReward()
@@ -106,8 +109,9 @@ def test_sspo_label_space_from_meta_and_bad_gold():
     space = {"vocab": ["AH", "CL"], "synonyms": {"A+": "AH"}}
     r = SetReward()
     # "a+" -> AH via the row's synonyms: exact -> 1 + 1 = 2; "XX" is out of vocabulary -> unparsable -> 0
-    assert r(["", ""], [completion("a+"), completion("AH,XX")], answer=["AH"] * 2,
-             meta=[{"label_space": space}] * 2) == [2.0, 0.0]
+    assert r(
+        ["", ""], [completion("a+"), completion("AH,XX")], answer=["AH"] * 2, meta=[{"label_space": space}] * 2
+    ) == [2.0, 0.0]
     with pytest.raises(ValueError, match="row 1: gold answer 'QQ'"):
         r(["", ""], [completion("AH")] * 2, answer=["AH", "QQ"], meta=[{"label_space": space}] * 2)
     with pytest.raises(ValueError, match="unknown metric 'dice'"):
@@ -118,6 +122,7 @@ def test_sspo_label_space_from_meta_and_bad_gold():
 
 # ----- the diagnosis task --------------------------------------------------------------------
 
+
 def test_demo_by_hand_with_combos():
     task = DiagnosisTask(aspects=6, combos=2)
     task.rules = [(30, 60)] * 6  # every reading: < 30 low, >= 60 high
@@ -126,8 +131,10 @@ def test_demo_by_hand_with_combos():
     demo, labels = task.solve([72, 40, 15, 88, 33, 50])
     assert demo == "R:a72=AH b40=ok\nC:c15=CL d88=DH\nM:e33=ok f50=ok\nI:AH,CL,DH,Z1\nD:AH,CL,DH,Z1"
     assert labels == ["AH", "CL", "DH", "Z1"]
-    assert task.solve([30, 59, 45, 50, 33, 50]) == ("R:a30=ok b59=ok\nC:c45=ok d50=ok\nM:e33=ok f50=ok\n"
-                                                    "I:none\nD:none", [])
+    assert task.solve([30, 59, 45, 50, 33, 50]) == (
+        "R:a30=ok b59=ok\nC:c45=ok d50=ok\nM:e33=ok f50=ok\nI:none\nD:none",
+        [],
+    )
     assert [task.finding(0, v) for v in (29, 30, 59, 60)] == ["AL", None, None, "AH"]
     assert DiagnosisTask(labels_per_aspect=1).finding(0, 10) is None
     assert DiagnosisTask().vocab[:3] == ("AH", "AL", "BH") and len(DiagnosisTask().vocab) == 9 * 2
@@ -173,9 +180,11 @@ def test_extract_answer_and_verify():
 def test_diagnostics_format_rate_and_jaccard():
     task = DiagnosisTask()
     metas = [{"labels": ["AH", "CL"]}, {"labels": []}, {"labels": ["BH"]}]
-    texts = ["R:a\nC:b\nM:c\nI:d\nD:AH,DL",  # well formed; Jaccard |{AH}| / |{AH,CL,DL}| = 1/3
-             "R:a\nC:b\nM:c\nI:none\nD:none",  # well formed; both empty -> 1
-             "D:BH"]  # no sections (format 0), but the set is right -> 1
+    texts = [
+        "R:a\nC:b\nM:c\nI:d\nD:AH,DL",  # well formed; Jaccard |{AH}| / |{AH,CL,DL}| = 1/3
+        "R:a\nC:b\nM:c\nI:none\nD:none",  # well formed; both empty -> 1
+        "D:BH",
+    ]  # no sections (format 0), but the set is right -> 1
     out = task.diagnostics(texts, metas, [0.0, 1.0, 1.0])
     assert out["format_rate"] == pytest.approx(2 / 3)
     assert out["set_jaccard"] == pytest.approx((1 / 3 + 1 + 1) / 3)
@@ -195,8 +204,15 @@ def test_splits_disjoint_and_deterministic():
 def test_options_are_validated():
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['labels'\].*valid: \[.*'aspects'"):
         DiagnosisTask(labels=3)
-    for bad in ({"aspects": 2}, {"labels_per_aspect": 3}, {"combos": 4}, {"max_labels": 10}, {"near": 1.5},
-                {"test_data": "x.jsonl"}, {"test_fraction": 0.0}):
+    for bad in (
+        {"aspects": 2},
+        {"labels_per_aspect": 3},
+        {"combos": 4},
+        {"max_labels": 10},
+        {"near": 1.5},
+        {"test_data": "x.jsonl"},
+        {"test_fraction": 0.0},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             DiagnosisTask(**bad)
     with pytest.raises(ValueError, match="split"):
@@ -210,11 +226,14 @@ def write(path, rows):
 
 def test_user_data_rows(tmp_path):
     demo = "R:hr 150 fast=AF\nC:qrs wide=LBBB\nM:ok\nI:AF,LBBB\nD:lbbb, af"
-    train = write(tmp_path / "train.jsonl", [
-        {"case": "hr150 qrs130", "labels": ["AF", "lbbb"], "demo": demo},
-        {"case": "hr70 qrs90", "labels": []},
-        {"case": "hr80 qrs140", "labels": ["RBBB"]},
-    ])
+    train = write(
+        tmp_path / "train.jsonl",
+        [
+            {"case": "hr150 qrs130", "labels": ["AF", "lbbb"], "demo": demo},
+            {"case": "hr70 qrs90", "labels": []},
+            {"case": "hr80 qrs140", "labels": ["RBBB"]},
+        ],
+    )
     test = write(tmp_path / "test.jsonl", [{"case": "hr40 qrs90", "labels": ["brady"]}])
     task = DiagnosisTask(data=train, test_data=test, synonyms={"afib": "AF"})
     assert task.vocab == ("AF", "BRADY", "LBBB", "RBBB")  # union of train and test labels
@@ -225,21 +244,31 @@ def test_user_data_rows(tmp_path):
     assert task.extract_answer("D:afib,rbbb") == "AF,RBBB" and task.extract_answer("D:LVH") is None
     assert task.max_new_tokens == int(1.5 * len(demo)) + 8
     # no demos: longest of prompt + 2 * answer + 16 = "hr150 qrs130\n" (13) + 2 * "AF,LBBB" (7) + 16 = 43
-    assert DiagnosisTask(data=write(tmp_path / "nodemo.jsonl", [{"case": "hr150 qrs130", "labels": ["AF", "LBBB"]},
-                                                                {"case": "x", "labels": []}])).max_new_tokens == 72
+    assert (
+        DiagnosisTask(
+            data=write(
+                tmp_path / "nodemo.jsonl",
+                [{"case": "hr150 qrs130", "labels": ["AF", "LBBB"]}, {"case": "x", "labels": []}],
+            )
+        ).max_new_tokens
+        == 72
+    )
     epoch = [it.key for it in take_items(task, "train", 6, seed=2, unique=False)]
     assert sorted(epoch[:3]) == sorted(epoch[3:])  # each epoch visits every row once
 
 
-@pytest.mark.parametrize("row,message", [
-    ({"case": "x", "labels": "AF"}, "row 1: field 'labels' must be a list"),
-    ({"case": "", "labels": []}, "row 1: field 'case' must be a non-empty string"),
-    ({"case": "x", "labels": ["AF", "none"]}, "row 1: field 'labels' has an empty or 'none' label"),
-    ({"case": "x", "labels": [], "extra": 1}, r"row 1: unknown field\(s\) \['extra'\]"),
-    ({"case": "x", "labels": ["A,F"]}, "row 1: field 'labels' must be a list of strings without commas"),
-    ({"case": "x", "labels": ["AF"], "demo": "R:a\nD:LBBB"}, "row 1: field 'demo' is not sections R: C: M: I:"),
-    ({"case": "x", "labels": ["AF"], "demo": "R:a\nC:b\nM:c\nI:d\nD:LBBB"}, "row 1: field 'demo' answers 'LBBB'"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"case": "x", "labels": "AF"}, "row 1: field 'labels' must be a list"),
+        ({"case": "", "labels": []}, "row 1: field 'case' must be a non-empty string"),
+        ({"case": "x", "labels": ["AF", "none"]}, "row 1: field 'labels' has an empty or 'none' label"),
+        ({"case": "x", "labels": [], "extra": 1}, r"row 1: unknown field\(s\) \['extra'\]"),
+        ({"case": "x", "labels": ["A,F"]}, "row 1: field 'labels' must be a list of strings without commas"),
+        ({"case": "x", "labels": ["AF"], "demo": "R:a\nD:LBBB"}, "row 1: field 'demo' is not sections R: C: M: I:"),
+        ({"case": "x", "labels": ["AF"], "demo": "R:a\nC:b\nM:c\nI:d\nD:LBBB"}, "row 1: field 'demo' answers 'LBBB'"),
+    ],
+)
 def test_user_data_malformed_row_names_file_and_row(tmp_path, row, message):
     path = write(tmp_path / "bad.jsonl", [{"case": "ok", "labels": ["LBBB"]}, row])
     with pytest.raises(ValueError, match=message) as err:

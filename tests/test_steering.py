@@ -25,9 +25,11 @@ def test_steering_vector_is_the_unit_mean_activation_difference(sharp_tiny):
     model, tok = sharp_tiny
     unit, scale = steering_vector(model, tok, ["1+1=?\n"], ["999+999=?\n"], layer=0)
     with torch.no_grad():
+
         def mean_h(text):
             out = model(**tok([text], return_tensors="pt"), output_hidden_states=True)
             return out.hidden_states[1][0].mean(0)
+
         diff = mean_h("1+1=?\n") - mean_h("999+999=?\n")
     assert torch.allclose(unit, diff / diff.norm(), atol=1e-5) and scale > 0
     with pytest.raises(ValueError, match="identical"):
@@ -40,8 +42,17 @@ def test_zero_intensities_reproduce_plain_generation(sharp_tiny):
     engine, sp = HFEngine(model, tok, compact_below=0.0), SamplingParams(temperature=1.0, max_new_tokens=10)
     unit, scale = steering_vector(model, tok, ["1+1=?\n"], ["999+999=?\n"], layer=1)
     plain = engine.generate(PROMPTS, 2, sp, generator=torch.Generator().manual_seed(3))
-    steered = generate_steered(engine, PROMPTS, sp, unit=unit, scale=scale, layer=1, alphas=[0.0, 0.0],
-                               generator=torch.Generator().manual_seed(3), is_correction=True)
+    steered = generate_steered(
+        engine,
+        PROMPTS,
+        sp,
+        unit=unit,
+        scale=scale,
+        layer=1,
+        alphas=[0.0, 0.0],
+        generator=torch.Generator().manual_seed(3),
+        is_correction=True,
+    )
     assert steered.texts == plain.texts and torch.equal(steered.logprobs, plain.logprobs)
 
 
@@ -74,10 +85,20 @@ def test_a_steered_recipe_trains_and_logs_from_its_saved_config(tiny_dir, tmp_pa
     from reasonrl.recipes import get_recipe
     from reasonrl.loop.run import train_run
 
-    recipe = dataclasses.replace(get_recipe("grpo"), group_size=4,
-                                 steering=Steering(layer=1, alpha_max=2.0, positive=("1+1=?\n",), negative=("9+9=?\n",)))
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), steps=2, prompts_per_step=2, eval_every=0,
-                      final_eval_problems=0, save_every=0)
+    recipe = dataclasses.replace(
+        get_recipe("grpo"),
+        group_size=4,
+        steering=Steering(layer=1, alpha_max=2.0, positive=("1+1=?\n",), negative=("9+9=?\n",)),
+    )
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        steps=2,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+    )
     train_run(cfg, recipe)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2] and all("reward/mean" in r for r in rows)

@@ -1,5 +1,6 @@
 """The rollout-strategy and second-round seams (parts/strategy.py): the batch maker calls the
 recipe's one strategy and its rounds, and never asks which method they belong to."""
+
 import dataclasses
 
 import pytest
@@ -31,6 +32,7 @@ class Tagged:
 @dataclasses.dataclass(frozen=True)
 class Spy:
     """A shaper part that records the contexts and kinds it is shown and leaves the advantages alone."""
+
     seen: list = dataclasses.field(default_factory=list)
 
     def shape_advantages(self, adv, ctx):
@@ -55,7 +57,9 @@ def test_the_batch_maker_calls_the_strategy_and_shapers_see_its_contexts():
     req = strategy.requests[0]
     assert (req.first, req.group_size, len(req.items)) == (0, 4, 3)
     # one seed per item, keyed by its task position: item 1 alone (first=1) gets item 1's seed
-    alone = GenRequest(items=req.items[1:2], first=1, engine=None, task=task, group_size=4, sampling=req.sampling, seed=0)
+    alone = GenRequest(
+        items=req.items[1:2], first=1, engine=None, task=task, group_size=4, sampling=req.sampling, seed=0
+    )
     assert alone.seeds() == req.seeds()[1:2] and req.seeds("x") != req.seeds()
     contexts, kinds = spy.seen[0]
     assert contexts.tolist() == [[1, 1, 0, 0]] * 3 and kinds.tolist() == [0, 0, 0]
@@ -81,8 +85,15 @@ class Corrections:
         rewards, correct, _ = ctx.reward(items, ro)
         preset = torch.full((len(items), G), float("nan"))
         preset[:, 0] = 5.0
-        return Groups(items, ro, rewards, correct, preset=preset, weight=torch.full((len(items) * G,), 2.0),
-                      metrics={"fix/groups": float(len(items))})
+        return Groups(
+            items,
+            ro,
+            rewards,
+            correct,
+            preset=preset,
+            weight=torch.full((len(items) * G,), 2.0),
+            metrics={"fix/groups": float(len(items))},
+        )
 
 
 def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():
@@ -100,7 +111,10 @@ def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():
         # row 0: the preset 5 x weight 2 = 10; rows 1..3: (r - mean r) x 2 (Dr. GRPO's estimator, weighted)
         expected = torch.cat([torch.tensor([10.0]), 2 * (r - r.mean())[1:]])
         assert torch.allclose(b.advantages[rows], expected)
-        assert b.loss_mask[rows][:, 0].eq(0).all() and b.loss_mask[rows][:, 1:].sum() == b.ro.completion_mask[rows][:, 1:].sum()
+        assert (
+            b.loss_mask[rows][:, 0].eq(0).all()
+            and b.loss_mask[rows][:, 1:].sum() == b.ro.completion_mask[rows][:, 1:].sum()
+        )
     # first-round groups keep the estimator's advantages and their whole completions
     r0 = b.rewards[0]
     assert torch.allclose(b.advantages[:G], r0 - r0.mean()) and torch.equal(b.loss_mask[:G], b.ro.completion_mask[:G])
@@ -108,10 +122,12 @@ def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():
 
 def _with_rounds(recipe, rounds):
     """A recipe whose ``rounds`` are the given objects, keyed fix0, fix1, ... (a subclass adds the property)."""
+
     class WithRounds(type(recipe)):
         @property
         def rounds(self):
             return [(f"fix{i}", r) for i, r in enumerate(rounds)]
+
     fields = {f.name: getattr(recipe, f.name) for f in dataclasses.fields(recipe)}
     return WithRounds(**fields)
 

@@ -1,5 +1,6 @@
 """STRIDE (arXiv 2605.18851, spec section 7): the branch with a critique context, the Redirect round's
 glue (packing, harmless advantages, importance weights) and the recipe end to end."""
+
 import dataclasses
 import json
 import math
@@ -29,6 +30,7 @@ WRONG1 = "5+7+0=13,5+8+1=14,0+1+1=2\nA:242"  # step 1 is wrong (the answer happe
 
 # ------------------------------------------------------------------ spec (d)
 
+
 def test_spec_kept_prefix_and_suffix_mask(sharp_tiny):
     _, tok = sharp_tiny
     text = "A\n\nB\n\nC"
@@ -51,6 +53,7 @@ def test_spec_harmless_advantage_and_verifier_reward():
 
 
 # ------------------------------------------------------------------ pure glue
+
 
 def test_pack_round_robin_by_hand():
     # counts [5, 2, 0, 3], chunks of 2: whole chunks available [4, 2, 0, 2], leftovers 1 + 0 + 0 + 1 = 2.
@@ -82,6 +85,7 @@ def test_redirect_checks_its_knobs():
 
 # ------------------------------------------------------------------ branch with a critique context
 
+
 def test_branch_with_contexts_trains_the_suffix_under_the_plain_prompt(sharp_tiny):
     model, tok = sharp_tiny
     engine, sp = HFEngine(model, tok), SamplingParams(temperature=1.0, max_new_tokens=30)
@@ -99,10 +103,20 @@ def test_branch_with_contexts_trains_the_suffix_under_the_plain_prompt(sharp_tin
         assert out.logprobs[i, :c].tolist() == ro.logprobs[r, :c].tolist()  # the source's behaviour log-probs
         assert out.train_mask[i].tolist() == [0] * c + [1] * (n - c) + [0] * (out.train_mask.shape[1] - n)
         # new tokens' behaviour log-probs = a re-score under prompt + critique + prefix
-        ctx = torch.cat([ro.prompt_ids[r][ro.prompt_mask[r].bool()],
-                         torch.tensor(tok(crit[i], add_special_tokens=False)["input_ids"]), ro.completion_ids[r, :c]])
-        sc = score_under_context(model, ctx[None], torch.ones(1, len(ctx), dtype=torch.long),
-                                 out.completion_ids[i:i + 1, c:n], torch.ones(1, n - c, dtype=torch.long))
+        ctx = torch.cat(
+            [
+                ro.prompt_ids[r][ro.prompt_mask[r].bool()],
+                torch.tensor(tok(crit[i], add_special_tokens=False)["input_ids"]),
+                ro.completion_ids[r, :c],
+            ]
+        )
+        sc = score_under_context(
+            model,
+            ctx[None],
+            torch.ones(1, len(ctx), dtype=torch.long),
+            out.completion_ids[i : i + 1, c:n],
+            torch.ones(1, n - c, dtype=torch.long),
+        )
         torch.testing.assert_close(out.logprobs[i, c:n], sc.logprobs[0], atol=1e-5, rtol=0)
     plain = branch(engine, ro, rows, cuts, sp, torch.Generator().manual_seed(2))
     assert plain.train_mask is None  # beam's whole-sample branches are unchanged
@@ -135,11 +149,13 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     suffix = g.ro.train_mask.bool()
     with torch.no_grad():
         ctx = torch.tensor([tok(PROMPT + crit, add_special_tokens=False)["input_ids"]] * 4)
-        under_crit = score_under_context(model, ctx, torch.ones_like(ctx), g.ro.completion_ids,
-                                         g.ro.completion_mask, temperature=0.8).logprobs
+        under_crit = score_under_context(
+            model, ctx, torch.ones_like(ctx), g.ro.completion_ids, g.ro.completion_mask, temperature=0.8
+        ).logprobs
         pctx = torch.tensor([tok(PROMPT, add_special_tokens=False)["input_ids"]] * 4)
-        plain = score_under_context(model, pctx, torch.ones_like(pctx), g.ro.completion_ids,
-                                    g.ro.completion_mask, temperature=0.8).logprobs
+        plain = score_under_context(
+            model, pctx, torch.ones_like(pctx), g.ro.completion_ids, g.ro.completion_mask, temperature=0.8
+        ).logprobs
     want = ((plain - under_crit) * suffix).sum(-1).exp().clamp(0, 5)
     torch.testing.assert_close(g.weight, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(g.ro.logprobs[suffix], plain[suffix], atol=1e-5, rtol=0)  # ratio 1 at the first pass
@@ -152,9 +168,20 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
 
 # ------------------------------------------------------------------ end to end
 
+
 def _run(tiny_dir, tmp_path, redirect):
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="stride", task="arithmetic", steps=3,
-                      prompts_per_step=2, eval_every=0, final_eval_problems=4, final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="stride",
+        task="arithmetic",
+        steps=3,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     train_run(cfg, dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect))
     return [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
 

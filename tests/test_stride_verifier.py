@@ -8,6 +8,7 @@ the tiny model. Checked to fail: with ``parse_first_error`` returning None the u
 wrong; with the verifier reward's success term taken from another unit (``success.get(k + 1)``)
 the reward assertion fails (the redirections' outcomes are scripted: unit 0 succeeds, unit 1 not).
 """
+
 import dataclasses
 
 import pytest
@@ -34,9 +35,18 @@ def _scripted(tok, texts):
         ids = torch.tensor([c + [tok.pad_token_id] * (T - len(c)) for c in comp])
         mask = torch.tensor([[1] * len(c) + [0] * (T - len(c)) for c in comp])
         enc = tok([p for p in prompts for _ in range(n)], return_tensors="pt", padding=True)
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=list(texts), prompt_ids=enc["input_ids"],
-                        prompt_mask=enc["attention_mask"], completion_ids=ids, completion_mask=mask,
-                        logprobs=torch.zeros(ids.shape), finish_reasons=["eos"] * len(texts), n=n)
+        return Rollouts(
+            prompts=[p for p in prompts for _ in range(n)],
+            texts=list(texts),
+            prompt_ids=enc["input_ids"],
+            prompt_mask=enc["attention_mask"],
+            completion_ids=ids,
+            completion_mask=mask,
+            logprobs=torch.zeros(ids.shape),
+            finish_reasons=["eos"] * len(texts),
+            n=n,
+        )
+
     return sample
 
 
@@ -50,9 +60,11 @@ def test_model_critic_with_parseable_critiques_redirects_and_rewards_the_verifie
     batch = stride_batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2], [1, 0, 1, 0], 4)
     # rows 1 and 3 failed; each gets n_v = 2 critiques: (GOOD, BAD) for row 1, (GOOD, GOOD) for row 3
     critiques = [GOOD, BAD, GOOD, GOOD]
+
     def reward(items, ro):  # the verifier's verdict on the redirections: unit 0's first continuation is right
         correct = torch.tensor([[1.0, 0.0, 0.0, 0.0]])
         return correct.clone(), correct, {}
+
     ctx = dataclasses.replace(maker.round_context("redirect", batch), sample=_scripted(tok, critiques), reward=reward)
     g = redirect.extend(ctx)
     m = g.metrics

@@ -1,5 +1,6 @@
 """SU-01's refined RL (spec distill-and-data section 13): the buffers' bookkeeping by hand, the round
 on hand-made batches with a scripted maker (no model), then 3 steps of the recipe on the shipped base."""
+
 import dataclasses
 import json
 import math
@@ -11,8 +12,7 @@ import torch
 from helpers import round_context, text_rollouts
 from reasonrl.loop.batch import Batch
 from reasonrl.errors import UserError
-from reasonrl.data.refine_replay import (extra_group_counts, pick_replay_row, pop_refine, push_refine,
-                                         refine_candidates)
+from reasonrl.data.refine_replay import extra_group_counts, pick_replay_row, pop_refine, push_refine, refine_candidates
 from reasonrl.parts import RefineReplay
 from reasonrl.parts.correction import correction_prompt
 from reasonrl.parts.su01 import DEFAULT_TEMPLATE
@@ -28,6 +28,7 @@ def item(a, b):
 
 
 # ------------------------------------------------------------------ the spec's examples (section 13 (d))
+
 
 def test_spec_refine_collection_examples():
     # [1, 0, 0, 0]: mean 0.25 < 0.5, the three rewards 0 < 0.9 -> rows 1, 2, 3
@@ -99,14 +100,28 @@ class FakeMaker:
         return text_rollouts(prompts, [t for it in items for t in script[it.key]], n or G)
 
     def reward(self, items, ro):
-        ok = torch.tensor([float(TASK.extract_answer(t) == it.answer)
-                           for i, it in enumerate(items) for t in ro.texts[i * G:(i + 1) * G]])
+        ok = torch.tensor(
+            [
+                float(TASK.extract_answer(t) == it.answer)
+                for i, it in enumerate(items)
+                for t in ro.texts[i * G : (i + 1) * G]
+            ]
+        )
         return ok.view(-1, G).clone(), ok.view(-1, G), {}
 
     def ctx(self, batch):
         """The round's context: scripted sampling and reward, the part's state, the task position."""
-        return round_context(batch, task=TASK, sample=self.generate, reward=self.reward, state=self.state,
-                             seed=self.seed, position=self.items_drawn, tok=self.engine.tok, group_size=G)
+        return round_context(
+            batch,
+            task=TASK,
+            sample=self.generate,
+            reward=self.reward,
+            state=self.state,
+            seed=self.seed,
+            position=self.items_drawn,
+            tok=self.engine.tok,
+            group_size=G,
+        )
 
 
 def _batch(items, texts, logp=0.0):
@@ -117,13 +132,21 @@ def _batch(items, texts, logp=0.0):
 
 
 # batch 1: accuracies [1,0,0,0] (refine 3, replay row 0), [1,1,0,1] (replay row 0), all right, all wrong (refine 4)
-B1 = _batch([item(1, 1), item(2, 3), item(4, 5), item(3, 3)],
-            [["A:2", "A:3", "A:3", "A:3"], ["A:5", "A:5", "A:7", "A:5"], ["A:9"] * 4, ["A:1", "A:2", "A:3", "A:4"]],
-            logp=-0.7)
+B1 = _batch(
+    [item(1, 1), item(2, 3), item(4, 5), item(3, 3)],
+    [["A:2", "A:3", "A:3", "A:3"], ["A:5", "A:5", "A:7", "A:5"], ["A:9"] * 4, ["A:1", "A:2", "A:3", "A:4"]],
+    logp=-0.7,
+)
 # batch 2: four new questions, each [1, 1, 0, 1]: nothing to refine, four new replay entries
-B2 = _batch([item(5, 5), item(1, 2), item(2, 2), item(4, 4)],
-            [["A:10", "A:10", "A:1", "A:10"], ["A:3", "A:3", "A:1", "A:3"], ["A:4", "A:4", "A:1", "A:4"],
-             ["A:8", "A:8", "A:1", "A:8"]])
+B2 = _batch(
+    [item(5, 5), item(1, 2), item(2, 2), item(4, 4)],
+    [
+        ["A:10", "A:10", "A:1", "A:10"],
+        ["A:3", "A:3", "A:1", "A:3"],
+        ["A:4", "A:4", "A:1", "A:4"],
+        ["A:8", "A:8", "A:1", "A:8"],
+    ],
+)
 
 
 def test_first_batch_fills_the_buffers_and_adds_nothing():
@@ -132,7 +155,9 @@ def test_first_batch_fills_the_buffers_and_adds_nothing():
     assert g.items == [] and maker.calls == []
     st = maker.state
     # 3 wrong samples of 1+1 and 4 of 3+3; successes of 1+1 and 2+3 (4+5 solved by all, 3+3 by none)
-    assert [(e["key"], e["attempt"]) for e in st["refine"]] == [("1+1", "A:3")] * 3 + [("3+3", f"A:{i}") for i in range(1, 5)]
+    assert [(e["key"], e["attempt"]) for e in st["refine"]] == [("1+1", "A:3")] * 3 + [
+        ("3+3", f"A:{i}") for i in range(1, 5)
+    ]
     assert list(st["replay"]) == ["1+1", "2+3"] and st["replay"]["1+1"]["row"].texts == ["A:2"]
     assert g.metrics["su01/refine_collected"] == 7 and g.metrics["su01/refine_buffer"] == 7
     assert g.metrics["su01/replay_buffer"] == 2 and g.metrics["su01/refine_frac"] == 0.0
@@ -183,6 +208,7 @@ def test_bad_settings_are_refused():
 
 # ------------------------------------------------------------------ the recipe, 3 steps on the shipped base
 
+
 def _rows(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -204,8 +230,16 @@ def test_su01_trains_three_steps_and_checkpoints_its_buffers(tmp_path, monkeypat
         return real_update(self, b, minibatches)
 
     monkeypatch.setattr(Trainer, "update", spy)
-    cfg = TrainConfig(out=str(tmp_path / "a"), recipe="su01", steps=3, prompts_per_step=4,
-                      eval_every=0, final_eval_problems=0, save_every=1, keep_last=0)
+    cfg = TrainConfig(
+        out=str(tmp_path / "a"),
+        recipe="su01",
+        steps=3,
+        prompts_per_step=4,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=1,
+        keep_last=0,
+    )
     train_run(cfg, recipe)
     rows = _rows(tmp_path / "a")
     assert [r["step"] for r in rows] == [1, 2, 3] and len(seen) == 3
@@ -217,7 +251,8 @@ def test_su01_trains_three_steps_and_checkpoints_its_buffers(tmp_path, monkeypat
         assert r["su01/refine_frac"] == pytest.approx(n_ref / (n_main + n_ref + n_rep))
         assert r["su01/replay_frac"] == pytest.approx(n_rep / (n_main + n_ref + n_rep))
         assert n_ref <= extra_group_counts(n_main, 0.2, 0.25)[0] and all(
-            math.isfinite(v) for v in r.values() if isinstance(v, float))
+            math.isfinite(v) for v in r.values() if isinstance(v, float)
+        )
     # the buffers grow from the ordinary groups: at least one wrong sample or success was kept
     assert rows[0]["su01/refine_buffer"] + rows[0]["su01/replay_buffer"] > 0
     assert any(r["su01/refine_groups"] + r["su01/replay_groups"] > 0 for r in rows[1:])
@@ -254,4 +289,7 @@ def test_dotted_keys_change_and_turn_off_the_round():
     _, off = split_config({"refine_replay": None})
     assert apply_overrides(get_recipe("su01"), off).refine_replay is None
     with pytest.raises(UserError, match=r"'refine_replay.replay_share' = 0.25 .* 1 - refine_replay.refine_share"):
-        check_run(TrainConfig(), apply_overrides(get_recipe("su01"), split_config({"refine_replay": {"refine_share": 0.9}})[1]))
+        check_run(
+            TrainConfig(),
+            apply_overrides(get_recipe("su01"), split_config({"refine_replay": {"refine_share": 0.9}})[1]),
+        )

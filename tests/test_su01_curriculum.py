@@ -1,5 +1,6 @@
 """SU-01's reverse-perplexity SFT curriculum (spec distill-and-data section 13): the pure ordering,
 the per-example NLL forward and the pretrain plumbing."""
+
 import math
 
 import pytest
@@ -57,8 +58,13 @@ def test_reverse_ppl_stream_is_the_same_pool_sorted_and_none_keeps_the_task_orde
 def test_sft_with_the_curriculum_logs_descending_batch_perplexity():
     model, tok = build_tiny("tiny", seed=0)
     logs = []
-    sft(model, tok, get_task("arithmetic"), SFTConfig(steps=3, batch_size=4, eval_every=0, curriculum="reverse_ppl"),
-        log=logs.append)
+    sft(
+        model,
+        tok,
+        get_task("arithmetic"),
+        SFTConfig(steps=3, batch_size=4, eval_every=0, curriculum="reverse_ppl"),
+        log=logs.append,
+    )
     seen = [m["curriculum/ppl"] for m in logs]
     assert len(seen) == 3 and seen[0] >= seen[1] >= seen[2]
 

@@ -1,10 +1,19 @@
 """``reasonrl eval --refine N``: the generate -> verify -> refine loop with a scripted engine (no model),
 its verifiers (self, format, and the gold oracle kept apart as an upper bound) and the command's options."""
+
 import pytest
 
 from helpers import text_rollouts
-from reasonrl.eval.refine import (REFINE_TEMPLATE, VERIFY_TEMPLATE, FormatVerifier, OracleVerifier, SelfVerifier,
-                                  accepts, refine_loop, refine_summary)
+from reasonrl.eval.refine import (
+    REFINE_TEMPLATE,
+    VERIFY_TEMPLATE,
+    FormatVerifier,
+    OracleVerifier,
+    SelfVerifier,
+    accepts,
+    refine_loop,
+    refine_summary,
+)
 from reasonrl.tasks import ArithmeticTask
 from reasonrl.text import fill_slots
 
@@ -51,12 +60,16 @@ def test_oracle_loop_refines_until_right_or_out_of_rounds():
     assert [r["refines"] for r in rows] == [1, 0, 2] and [r["accepted"] for r in rows] == [True, True, False]
     s = refine_summary(TASK, ITEMS, rows, OracleVerifier())
     # gold pass@1: round 0 1/3, round 1 2/3, round 2 2/3; accepted 2/3; refines (1 + 0 + 2) / 3 = 1
-    assert s == pytest.approx({"refine_oracle_upper_bound/pass@1_round0": 1 / 3,
-                               "refine_oracle_upper_bound/pass@1_round1": 2 / 3,
-                               "refine_oracle_upper_bound/pass@1_round2": 2 / 3,
-                               "refine_oracle_upper_bound/pass@1": 2 / 3,
-                               "refine_oracle_upper_bound/accept_rate": 2 / 3,
-                               "refine_oracle_upper_bound/mean_refines": 1.0})
+    assert s == pytest.approx(
+        {
+            "refine_oracle_upper_bound/pass@1_round0": 1 / 3,
+            "refine_oracle_upper_bound/pass@1_round1": 2 / 3,
+            "refine_oracle_upper_bound/pass@1_round2": 2 / 3,
+            "refine_oracle_upper_bound/pass@1": 2 / 3,
+            "refine_oracle_upper_bound/accept_rate": 2 / 3,
+            "refine_oracle_upper_bound/mean_refines": 1.0,
+        }
+    )
     assert not any(k.startswith("refine/") for k in s)  # the oracle never writes the headline keys
 
 

@@ -1,4 +1,5 @@
 """Parts for task-bound methods: SAPO's step credit, CodeThinker's beam sampler, the task-reward weight."""
+
 import dataclasses
 import random
 
@@ -49,7 +50,9 @@ def test_step_credit_gives_each_step_its_own_group_advantage():
     # rollout 2: +.5 on steps 1-2, -1.5 on step 3; the newlines belong to no step -> 0
     assert adv[0, 1].tolist() == pytest.approx([0.5, 0.0, 0.5, 0.0, -1.5], abs=1e-5)
     assert adv[0, 3].tolist() == pytest.approx([-1.5, 0.0, 0.5, 0.0, 0.5], abs=1e-5)
-    assert metrics["steps/reward_level0"] == pytest.approx(0.75) and metrics["steps/token_coverage"] == pytest.approx(0.6)
+    assert metrics["steps/reward_level0"] == pytest.approx(0.75) and metrics["steps/token_coverage"] == pytest.approx(
+        0.6
+    )
 
 
 def test_step_credit_outcome_option_and_a_missing_step():

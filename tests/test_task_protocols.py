@@ -3,6 +3,7 @@ has it and refused on one without, the one-line error a part's missing ability g
 loads, and the number of getattr/hasattr probes on tasks left in src (at most 20; before: 21 calls on
 19 attributes, name included; after: 1, the sandbox check's untrusted_code flag).
 ``python tests/test_task_protocols.py [SRC]`` prints the counts."""
+
 import ast
 import json
 import sys
@@ -20,16 +21,36 @@ from reasonrl.recipes import get_recipe
 from reasonrl.rollout.agent import EpisodeOptions
 from reasonrl.tasks import FileTask, GuidedTask, get_task
 from reasonrl.tasks.limits import LimitedTask
-from reasonrl.tasks.protocols import (ABILITIES, DEFAULT_BUDGET, Branching, Episodic, Fitting, Judged, PreparesBatches,
-                                      ReadsGenerated, WithBudget, WithCritiquePrompt, WithCritiques, WithDiagnostics,
-                                      WithEnvironments, WithHints, WithSolutions, WithStepRewards, WithSteps, budget,
-                                      members, provides, require)
+from reasonrl.tasks.protocols import (
+    ABILITIES,
+    DEFAULT_BUDGET,
+    Branching,
+    Episodic,
+    Fitting,
+    Judged,
+    PreparesBatches,
+    ReadsGenerated,
+    WithBudget,
+    WithCritiquePrompt,
+    WithCritiques,
+    WithDiagnostics,
+    WithEnvironments,
+    WithHints,
+    WithSolutions,
+    WithStepRewards,
+    WithSteps,
+    budget,
+    members,
+    provides,
+    require,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "reasonrl"
 MAX_PROBES = 20  # the issue's bound on getattr/hasattr calls on a task left in src
 
 
 # ------------------------------------------------------------------ the probe counter (also a script)
+
 
 def is_task_expr(node: ast.AST) -> bool:
     """A task object by its name: ``task``, ``ctx.task``, ``self.task``, ``task_cls``, ``inner_task`` ..."""
@@ -43,8 +64,12 @@ def probes(root: Path) -> dict[str, list[tuple[str, int, str]]]:
     out: dict[str, list[tuple[str, int, str]]] = {"all": [], "task": []}
     for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2
+            ):
                 continue
             attr = node.args[1].value if isinstance(node.args[1], ast.Constant) else "?"
             row = (str(path.relative_to(root)), node.lineno, attr)
@@ -56,8 +81,10 @@ def probes(root: Path) -> dict[str, list[tuple[str, int, str]]]:
 
 def test_the_counter_finds_task_probes_and_nothing_else(tmp_path):
     # 2 of the 4 calls take a task (a name ending in task); getattr(self, ...) and hasattr(model, ...) do not
-    (tmp_path / "m.py").write_text("getattr(ctx.task, 'fit', None)\nhasattr(task, 'judge')\n"
-                                   "getattr(self, 'x')\nhasattr(model, 'config')\nx.getattr(task, 'y')\n")
+    (tmp_path / "m.py").write_text(
+        "getattr(ctx.task, 'fit', None)\nhasattr(task, 'judge')\n"
+        "getattr(self, 'x')\nhasattr(model, 'config')\nx.getattr(task, 'y')\n"
+    )
     found = probes(tmp_path)
     assert len(found["all"]) == 4
     assert found["task"] == [("m.py", 1, "fit"), ("m.py", 2, "judge")]
@@ -65,11 +92,13 @@ def test_the_counter_finds_task_probes_and_nothing_else(tmp_path):
 
 def test_at_most_twenty_probes_on_tasks_are_left():
     left = probes(SRC)["task"]
-    assert len(left) <= MAX_PROBES, "getattr/hasattr on a task crept back (declare a protocol in " \
-        f"tasks/protocols.py instead): {left}"
+    assert len(left) <= MAX_PROBES, (
+        f"getattr/hasattr on a task crept back (declare a protocol in tasks/protocols.py instead): {left}"
+    )
 
 
 # ------------------------------------------------------------------ each ability on real tasks
+
 
 def _file_task(tmp_path):
     path = tmp_path / "rows.jsonl"
@@ -105,8 +134,11 @@ def test_ability_recognised_and_refused(ability, has, lacks, tmp_path):
     assert provides(has(tmp_path), ability)
     without = lacks(tmp_path)
     assert not provides(without, ability)
-    with pytest.raises(UserError, match=rf"^the part needs a task with {ability.__name__}: task '{without.name}' "
-                                        rf"has no {members(ability)[0]}"):
+    with pytest.raises(
+        UserError,
+        match=rf"^the part needs a task with {ability.__name__}: task '{without.name}' "
+        rf"has no {members(ability)[0]}",
+    ):
         require(without, ability, "the part")
 
 
@@ -134,22 +166,29 @@ def test_the_default_budget():
 
 # ------------------------------------------------------------------ checked once, before anything loads
 
+
 def test_a_part_s_missing_ability_is_one_line_naming_task_part_and_method():
     (line,) = task_problems(get_task("code"), get_recipe("nudgerl"))
-    assert line.startswith("recipe 'nudgerl': its part 'hints' needs a task with WithHints, but task 'code' has "
-                           "no hints() (")
+    assert line.startswith(
+        "recipe 'nudgerl': its part 'hints' needs a task with WithHints, but task 'code' has no hints() ("
+    )
     assert task_problems(get_task("arithmetic"), get_recipe("nudgerl")) == []
     # the same part, conditional on its options: stride's critic=task needs critiques, critic=model does not
     (line,) = task_problems(get_task("code"), get_recipe("stride"))
-    assert line.startswith("recipe 'stride': its part 'redirect' needs a task with WithCritiques, but task 'code' "
-                           "has no critique() (Its own stepwise critique")
+    assert line.startswith(
+        "recipe 'stride': its part 'redirect' needs a task with WithCritiques, but task 'code' "
+        "has no critique() (Its own stepwise critique"
+    )
     assert Redirect(critic="model").task_needs == () and Redirect().task_needs == (WithCritiques,)
 
 
 def test_check_inputs_refuses_before_the_model_is_looked_at():
     cfg, _ = split_config({"task": "recommend", "model": "/no/such/model"})
-    with pytest.raises(UserError, match=r"^recipe 'codethinker': its part 'beam' needs a task with Branching, but "
-                                        r"task 'recommend' has no branch_point\(\)"):
+    with pytest.raises(
+        UserError,
+        match=r"^recipe 'codethinker': its part 'beam' needs a task with Branching, but "
+        r"task 'recommend' has no branch_point\(\)",
+    ):
         check_inputs(cfg, get_recipe("codethinker"))
 
 
@@ -165,7 +204,9 @@ def test_guidance_files_count_for_the_check(tmp_path):
 
 if __name__ == "__main__":
     found = probes(Path(sys.argv[1]) if len(sys.argv) > 1 else SRC)
-    print(f"getattr/hasattr calls: {len(found['all'])}; on a task: {len(found['task'])} "
-          f"({len({a for _, _, a in found['task']})} attributes)")
+    print(
+        f"getattr/hasattr calls: {len(found['all'])}; on a task: {len(found['task'])} "
+        f"({len({a for _, _, a in found['task']})} attributes)"
+    )
     for row in found["task"]:
         print("  %s:%d %s" % row)

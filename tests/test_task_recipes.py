@@ -1,5 +1,6 @@
 """Every task-bound recipe trains end to end on its task with the tiny model: a few steps, finite
 metrics, and the method's own metrics logged."""
+
 import dataclasses
 import json
 import math
@@ -12,16 +13,49 @@ from reasonrl.loop.run import train_run
 
 # recipe -> (task, task options, metric keys the method must log at every step)
 CASES = {
-    "tempo": ("temporal", {}, ["reward/tempo/leak_rate", "reward/tempo/task_score",
-                               "reward/tempo/performance_mode_frac", "reward/tempo/leak_frac_mean", "reward/tempo/claims_mean", "reward/tempo/mean"]),
-    "sspo": ("diagnosis", {}, ["reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/exact_rate",
-                               "reward/sspo/unparsed_frac", "reward/sspo/mean"]),
+    "tempo": (
+        "temporal",
+        {},
+        [
+            "reward/tempo/leak_rate",
+            "reward/tempo/task_score",
+            "reward/tempo/performance_mode_frac",
+            "reward/tempo/leak_frac_mean",
+            "reward/tempo/claims_mean",
+            "reward/tempo/mean",
+        ],
+    ),
+    "sspo": (
+        "diagnosis",
+        {},
+        [
+            "reward/sspo/format_rate",
+            "reward/sspo/set_score",
+            "reward/sspo/exact_rate",
+            "reward/sspo/unparsed_frac",
+            "reward/sspo/mean",
+        ],
+    ),
     "vspo": ("arithmetic", {"spaced_rate": 0.05}, ["reward/spaced/mean", "reward/correct/mean"]),
-    "codethinker": ("code", {}, ["reward/consistency/c_mean", "beam/branches", "beam/prefix_tokens_mean",
-                                 "beam/budget", "beam/completions_per_prompt", "beam/prefix_frac_mean",
-                                 "reward/consistency/mean", "reward/consistency/recall_mean"]),
-    "sapo": ("recommend", {}, ["steps/reward_level0", "steps/reward_level1", "steps/reward_level2",
-                               "steps/token_coverage"]),
+    "codethinker": (
+        "code",
+        {},
+        [
+            "reward/consistency/c_mean",
+            "beam/branches",
+            "beam/prefix_tokens_mean",
+            "beam/budget",
+            "beam/completions_per_prompt",
+            "beam/prefix_frac_mean",
+            "reward/consistency/mean",
+            "reward/consistency/recall_mean",
+        ],
+    ),
+    "sapo": (
+        "recommend",
+        {},
+        ["steps/reward_level0", "steps/reward_level1", "steps/reward_level2", "steps/token_coverage"],
+    ),
 }
 # metric families of the optional parts: a recipe logs exactly those of its own parts
 FAMILIES = ("dynamic/", "edas/", "veto/", "stage/", "sage/", "corr/", "loss/kl", "steps/", "beam/")
@@ -69,17 +103,33 @@ def _sapo_acted(r):
     assert 0.0 < r["steps/token_coverage"] <= 1.0
 
 
-ACTED = {"tempo": _tempo_acted, "sspo": _sspo_acted, "vspo": _vspo_acted, "codethinker": _codethinker_acted,
-         "sapo": _sapo_acted}
+ACTED = {
+    "tempo": _tempo_acted,
+    "sspo": _sspo_acted,
+    "vspo": _vspo_acted,
+    "codethinker": _codethinker_acted,
+    "sapo": _sapo_acted,
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
     task, options, keys = CASES[name]
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, task=task, task_options=options,
-                      steps=2, prompts_per_step=2, eval_every=2, eval_problems=4, final_eval_problems=4,
-                      final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe=name,
+        task=task,
+        task_options=options,
+        steps=2,
+        prompts_per_step=2,
+        eval_every=2,
+        eval_problems=4,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     recipe = dataclasses.replace(get_recipe(name), group_size=4)
     if recipe.steering is not None:  # the test model is the 2-layer tiny size; vspo steers layer 2 of the small one
         recipe = dataclasses.replace(recipe, steering=dataclasses.replace(recipe.steering, layer=1))
@@ -97,8 +147,17 @@ def test_task_recipe_trains_end_to_end(name, tiny_dir, tmp_path):
 @pytest.mark.slow
 def test_a_task_diagnostic_reaches_the_evaluation_summary(tiny_dir, tmp_path):
     # the temporal task reports the leak rate of greedy held-out outputs beside pass@1, for any recipe
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), task="temporal", steps=1, prompts_per_step=2,
-                      eval_every=0, final_eval_problems=4, final_eval_k=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        task="temporal",
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=4,
+        final_eval_k=0,
+        save_every=0,
+    )
     summary = train_run(cfg, dataclasses.replace(get_recipe("grpo"), group_size=2))
     assert 0.0 <= summary["before"]["leak_rate"] <= 1.0 and "leak_frac" in summary["after"]
 
@@ -106,8 +165,17 @@ def test_a_task_diagnostic_reaches_the_evaluation_summary(tiny_dir, tmp_path):
 @pytest.mark.slow
 def test_a_zero_task_weight_leaves_only_the_method_reward(tiny_dir, tmp_path):
     # tempo's reward replaces the verifier's: reward/mean must equal the TEMPO reward's own mean
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe="tempo", task="temporal", steps=1,
-                      prompts_per_step=2, eval_every=0, final_eval_problems=0, save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe="tempo",
+        task="temporal",
+        steps=1,
+        prompts_per_step=2,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+    )
     train_run(cfg, dataclasses.replace(get_recipe("tempo"), group_size=2))
     row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     assert row["reward/mean"] == pytest.approx(row["reward/tempo/mean"], abs=1e-6)

@@ -1,4 +1,5 @@
 """TaskWrapper: the one base of the task wrappers (prompt limit, guidance, drafts, context mix, episodes)."""
+
 import copy
 import pickle
 
@@ -31,8 +32,12 @@ def test_wrappers_copy_and_pickle_without_recursing():
     # the old EpisodicTask forwarded every missing name, `task` included: deepcopy asked a bare
     # instance for __setstate__ and recursed until RecursionError
     task = get_task("arithmetic")
-    for w in (EpisodicTask(task, EpisodeOptions()), ContextMix(task, rate=0.5), Doubled(Doubled(task)),
-              PlainShare(DraftTask(task, None, "no_draft"), 0.5)):
+    for w in (
+        EpisodicTask(task, EpisodeOptions()),
+        ContextMix(task, rate=0.5),
+        Doubled(Doubled(task)),
+        PlainShare(DraftTask(task, None, "no_draft"), 0.5),
+    ):
         for twin in (copy.deepcopy(w), pickle.loads(pickle.dumps(w))):
             assert type(twin) is type(w) and twin.name == "arithmetic"
             assert next(twin.iter_items("test", 3)).key == next(w.iter_items("test", 3)).key

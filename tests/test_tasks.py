@@ -34,11 +34,19 @@ def test_every_demonstration_verifies_and_matches_python(options):
         assert len(item.demo) + 1 <= task.max_new_tokens  # +1 for EOS
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("A:432", "432"), ("A: 007", "7"), ("A:-0", "0"), ("A:-12", "-12"),
-    ("A:1\nA:2", "2"),  # the last answer line wins
-    ("7+5=12", None), ("A:", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("A:432", "432"),
+        ("A: 007", "7"),
+        ("A:-0", "0"),
+        ("A:-12", "-12"),
+        ("A:1\nA:2", "2"),  # the last answer line wins
+        ("7+5=12", None),
+        ("A:", None),
+        ("", None),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
@@ -96,7 +104,9 @@ def test_jsonl_task_with_column_mapping_and_reward_by_name(tmp_path):
     path = _write_jsonl(tmp_path / "d.jsonl", rows)
     task = get_task(str(path), prompt_column="q", answer_column="a", reward="numeric", extract="boxed")
     items = task.split_items("train") + task.split_items("test")
-    assert len(items) == 40 and {it.key for it in task.split_items("test")}.isdisjoint(it.key for it in task.split_items("train"))
+    assert len(items) == 40 and {it.key for it in task.split_items("test")}.isdisjoint(
+        it.key for it in task.split_items("train")
+    )
     item = items[0]
     assert item.meta == {"level": int(item.answer) // 2 % 3}
     assert task.verify(f"so \\boxed{{{item.answer}}}", item.answer, item.meta) == 1.0
@@ -104,7 +114,9 @@ def test_jsonl_task_with_column_mapping_and_reward_by_name(tmp_path):
 
 
 def test_malformed_jsonl_row_names_file_and_line(tmp_path):
-    path = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, "{not json", {"prompt": "b", "answer": "2"}])
+    path = _write_jsonl(
+        tmp_path / "bad.jsonl", [{"prompt": "a", "answer": "1"}, "{not json", {"prompt": "b", "answer": "2"}]
+    )
     with pytest.raises(ValueError, match=r"bad.jsonl:2: not valid JSON"):
         get_task(str(path))
     path = _write_jsonl(tmp_path / "miss.jsonl", [{"prompt": "a", "answer": "1"}, {"prompt": "b"}])
@@ -140,6 +152,7 @@ def test_spaced_style_of_a_demonstration_by_hand():
     # the negative marker and an intermediate result keep their form; the answer line is untouched
     assert spaced("~7-5-0=2>-132\nA:-139") == "~7 - 5 - 0 = 2>-132\nA:-139"
     import re
+
     assert re.search(SPACED_RE, "1 + 2") and not re.search(SPACED_RE, "1+2 =3")
 
 

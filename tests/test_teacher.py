@@ -1,5 +1,6 @@
 """The external teacher: handle (distill/teacher.py), two label sets from one forward (models/scoring.py),
 the parts (parts/teacher.py) on hand-made batches, and each recipe end to end on the tiny model."""
+
 import dataclasses
 import json
 import math
@@ -10,8 +11,14 @@ import torch
 from helpers import batch_context, loss_context
 from reasonrl.config.train import TrainConfig, apply_overrides, split_config
 from reasonrl.distill import score_under_context
-from reasonrl.distill.teacher import (BUILTIN, check_vocab, clear_teachers, get_teacher, resolve_teacher_path,
-                                      teacher_problem)
+from reasonrl.distill.teacher import (
+    BUILTIN,
+    check_vocab,
+    clear_teachers,
+    get_teacher,
+    resolve_teacher_path,
+    teacher_problem,
+)
 from reasonrl.errors import UserError
 from reasonrl.models import build_tiny
 from reasonrl.models.scoring import score_completions
@@ -44,24 +51,36 @@ def _ro(tok):
 
 # ------------------------------------------------------------------ two label sets, one forward
 
+
 def test_extra_labels_match_a_plain_gather_and_the_default_path(tiny):
     model, tok = tiny
     ro = _ro(tok)
     extra = torch.randint(0, len(tok), ro.completion_ids.shape, generator=torch.Generator().manual_seed(1))
-    lp0, ent0 = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                  temperature=0.8)
-    lp, ent, xlp = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                     temperature=0.8, extra_labels=extra, chunk_rows=2)
+    lp0, ent0 = score_completions(
+        model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, temperature=0.8
+    )
+    lp, ent, xlp = score_completions(
+        model,
+        ro.prompt_ids,
+        ro.prompt_mask,
+        ro.completion_ids,
+        ro.completion_mask,
+        temperature=0.8,
+        extra_labels=extra,
+        chunk_rows=2,
+    )
     torch.testing.assert_close(lp, lp0)
     torch.testing.assert_close(ent, ent0)
     # independent: the full tempered distributions under the same context, gathered at the extra ids
-    full = score_under_context(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                               temperature=0.8, full=True).logits  # (R, T, V), 0 on padding
+    full = score_under_context(
+        model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, temperature=0.8, full=True
+    ).logits  # (R, T, V), 0 on padding
     want = (full / 0.8).log_softmax(-1).gather(-1, extra[..., None]).squeeze(-1) * ro.completion_mask
     torch.testing.assert_close(xlp, want, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="extra_labels"):
-        score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                          extra_labels=extra[:, :1])
+        score_completions(
+            model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, extra_labels=extra[:, :1]
+        )
 
 
 def test_extra_labels_sliced_with_gradients_equal_unsliced(tiny, monkeypatch):
@@ -74,10 +93,12 @@ def test_extra_labels_sliced_with_gradients_equal_unsliced(tiny, monkeypatch):
     def grads(max_el):
         monkeypatch.setattr(scoring, "LOGIT_CHUNK_ELEMENTS", max_el)
         model.zero_grad()
-        _, _, xlp = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                      extra_labels=extra)
+        _, _, xlp = score_completions(
+            model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, extra_labels=extra
+        )
         xlp.sum().backward()
         return xlp.detach(), [p.grad.clone() for p in model.parameters()]
+
     a, ga = grads(2**26)
     b, gb = grads(3 * len(tok))  # one time step per checkpointed slice
     torch.testing.assert_close(a, b)
@@ -87,6 +108,7 @@ def test_extra_labels_sliced_with_gradients_equal_unsliced(tiny, monkeypatch):
 
 
 # ------------------------------------------------------------------ the handle
+
 
 class FakeTok:
     def __init__(self, vocab, name=""):
@@ -98,8 +120,11 @@ class FakeTok:
 
 def test_check_vocab_names_both_and_the_first_differing_token():
     check_vocab(FakeTok({"a": 0, "b": 1}), FakeTok({"b": 1, "a": 0}), "T", "S")  # same map, any order
-    with pytest.raises(UserError, match=r"teacher tokenizer \(/t\) and student tokenizer \(/s\).* id is 1: "
-                                        r"teacher 'b', student 'x'"):
+    with pytest.raises(
+        UserError,
+        match=r"teacher tokenizer \(/t\) and student tokenizer \(/s\).* id is 1: "
+        r"teacher 'b', student 'x'",
+    ):
         check_vocab(FakeTok({"a": 0, "b": 1, "c": 2}), FakeTok({"a": 0, "x": 1, "c": 2}), "/t", "/s")
     with pytest.raises(UserError, match="id is 2: teacher 'c', student None"):
         check_vocab(FakeTok({"a": 0, "b": 1, "c": 2}), FakeTok({"a": 0, "b": 1}), "/t", "/s")
@@ -155,12 +180,18 @@ def test_builtin_teacher_is_shipped_and_stronger_than_the_base():
 
 # ------------------------------------------------------------------ the parts on a hand-made batch
 
+
 def _batch(tok, teacher_logp, argmax, behaviour):
     from reasonrl.loop.batch import Batch
 
     ro = make_rollouts(tok, ["1+1=?\n"] * 2, ["A:2", "A:"], logprobs=behaviour)
-    b = Batch(items=[None], ro=ro, rewards=torch.tensor([[1.0, 0.0]]), correct=torch.tensor([[1.0, 0.0]]),
-              loss_mask=ro.completion_mask.clone())
+    b = Batch(
+        items=[None],
+        ro=ro,
+        rewards=torch.tensor([[1.0, 0.0]]),
+        correct=torch.tensor([[1.0, 0.0]]),
+        loss_mask=ro.completion_mask.clone(),
+    )
     b.channel("teacher").rows.update(logprobs=teacher_logp, argmax=argmax)  # what the teacher part's score_batch fills
     return b
 
@@ -188,14 +219,26 @@ def test_tgpo_adv_shaper_and_reg_term_by_hand():
     b = _batch(tok, torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3))
     own = Channel(rows={"old_logp_at_argmax": torch.log(torch.tensor([[0.5, 1.0, 0.25], [0.5, 0.5, 0.9]]))})
     # step 51 (ctx step 50, 0-based): lambda = 0.02 - 50e-4 = 0.015; bonus 0.015 p
-    out, m = TGPO(variant="adv").shape_advantages(torch.tensor([[1.0, -1.0]]),
-                                                  batch_context(channels=b.parts, data=own, rollouts=b.ro, step=50))
+    out, m = TGPO(variant="adv").shape_advantages(
+        torch.tensor([[1.0, -1.0]]), batch_context(channels=b.parts, data=own, rollouts=b.ro, step=50)
+    )
     torch.testing.assert_close(out[0], torch.tensor([[1.0075, 1.015, 1.00375], [-0.9925, -0.9925, 0.0]]))
     assert m["teacher/tgpo_coef"] == pytest.approx(0.015)
     # reg at training step 101: lambda 0.001; -l^T = log 2 on 4 tokens over n_tokens 4 -> 0.001 log 2
-    loss, m = TGPO().loss_term(loss_context(extra_logp=torch.full((2, 2), math.log(0.5)), mask=torch.ones(2, 2),
-                                            train_step=101, logp=torch.zeros(2, 2), batch=b, rows=torch.arange(2),
-                                            agg="token-mean", norm_len=10, n_tokens=4, n_seqs=2))
+    loss, m = TGPO().loss_term(
+        loss_context(
+            extra_logp=torch.full((2, 2), math.log(0.5)),
+            mask=torch.ones(2, 2),
+            train_step=101,
+            logp=torch.zeros(2, 2),
+            batch=b,
+            rows=torch.arange(2),
+            agg="token-mean",
+            norm_len=10,
+            n_tokens=4,
+            n_seqs=2,
+        )
+    )
     assert float(loss) == pytest.approx(0.001 * math.log(2)) and m["teacher/tgpo_coef"] == pytest.approx(0.001)
     assert TGPO(variant="adv").loss_term(loss_context(logp=torch.zeros(1), batch=b, rows=torch.arange(1)))[1] == {}
     assert TGPO(variant="adv").coef_at(1) == 0.02 and TGPO(coef=0.1).coef_at(1) == 0.1
@@ -207,22 +250,40 @@ def test_kdrl_term_reads_the_teachers_rows_through_its_own_channel():
     from reasonrl.models.tokenizer import build_char_tokenizer
 
     tok = build_char_tokenizer()
-    b = _batch(tok, torch.tensor([[-2.0, -1.0, 0.0], [-1.0, -3.0, 0.0]]), torch.zeros(2, 3, dtype=torch.long),
-               torch.zeros(2, 3))
+    b = _batch(
+        tok,
+        torch.tensor([[-2.0, -1.0, 0.0], [-1.0, -3.0, 0.0]]),
+        torch.zeros(2, 3, dtype=torch.long),
+        torch.zeros(2, 3),
+    )
     part = KDRL(coef=0.5)
     assert part.score_batch(batch_context(channels=b.parts, data=b.channel("kdrl"))) == (None, {})
     # row 1 only, its 2 tokens: student -1, -1 vs teacher -1, -3 -> k2 = 0, 2; token-mean over 2 -> 1; beta 0.5
-    loss, m = part.loss_term(loss_context(logp=torch.tensor([[-1.0, -1.0]]), mask=torch.ones(1, 2), batch=b,
-                                          rows=torch.tensor([1]), agg="token-mean", norm_len=1, n_tokens=2, n_seqs=1,
-                                          data=b.channel("kdrl")))
+    loss, m = part.loss_term(
+        loss_context(
+            logp=torch.tensor([[-1.0, -1.0]]),
+            mask=torch.ones(1, 2),
+            batch=b,
+            rows=torch.tensor([1]),
+            agg="token-mean",
+            norm_len=1,
+            n_tokens=2,
+            n_seqs=1,
+            data=b.channel("kdrl"),
+        )
+    )
     assert float(loss) == pytest.approx(0.5) and m["teacher/kdrl_kl"] == pytest.approx(1.0)
     with pytest.raises(UserError, match="teacher.model"):  # no teacher part on the batch: named when it is scored
         part.score_batch(batch_context(channels={}, data=b.channel("kdrl")))
 
 
 def test_config_keys_and_validation(fresh_dir):
-    r = apply_overrides(get_recipe("tgpo"), split_config({"teacher": {"model": str(fresh_dir), "offload": True},
-                                                          "tgpo": {"coef": "1e-2", "variant": "adv"}})[1])
+    r = apply_overrides(
+        get_recipe("tgpo"),
+        split_config(
+            {"teacher": {"model": str(fresh_dir), "offload": True}, "tgpo": {"coef": "1e-2", "variant": "adv"}}
+        )[1],
+    )
     assert r.teacher == Teacher(model=str(fresh_dir), offload=True) and r.tgpo == TGPO(variant="adv", coef=0.01)
     check_run(TrainConfig(), r)
     with pytest.raises(UserError, match="teacher.model"):  # a method part without the teacher part
@@ -235,11 +296,22 @@ def test_config_keys_and_validation(fresh_dir):
 
 # ------------------------------------------------------------------ end to end
 
+
 def _run(name, student_dir, tmp_path, **over):
     clear_teachers()
-    cfg = TrainConfig(model=str(student_dir), out=str(tmp_path / "run"), recipe=name, task="arithmetic", steps=3,
-                      task_options={"max_digits": 1}, prompts_per_step=3, eval_every=0, final_eval_problems=0,
-                      save_every=0, micro_batch_size=4)
+    cfg = TrainConfig(
+        model=str(student_dir),
+        out=str(tmp_path / "run"),
+        recipe=name,
+        task="arithmetic",
+        steps=3,
+        task_options={"max_digits": 1},
+        prompts_per_step=3,
+        eval_every=0,
+        final_eval_problems=0,
+        save_every=0,
+        micro_batch_size=4,
+    )
     # teacher: the student's own starting weights in a separate frozen copy (the same vocabulary)
     recipe = dataclasses.replace(get_recipe(name), group_size=4, teacher=Teacher(model=str(student_dir)), **over)
     train_run(cfg, recipe)

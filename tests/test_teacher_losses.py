@@ -1,13 +1,20 @@
 """TGPO / RKL-OPD / KDRL maths (losses/teacher.py): the spec's section 3 (d) values by hand, and
 the sign conventions of the module docstring."""
+
 import math
 
 import pytest
 import torch
 
 from reasonrl.advantages import grpo
-from reasonrl.losses.teacher import (kdrl_loss, rkl_opd_advantages, teacher_agreement, teacher_coef,
-                                     tgpo_adv_advantages, tgpo_reg_loss)
+from reasonrl.losses.teacher import (
+    kdrl_loss,
+    rkl_opd_advantages,
+    teacher_agreement,
+    teacher_coef,
+    tgpo_adv_advantages,
+    tgpo_reg_loss,
+)
 
 # log-softmax([1, 0, 2]): logsumexp = log(e + 1 + e^2) = log(11.107338) = 2.407606,
 # so [1 - 2.407606, 0 - 2.407606, 2 - 2.407606] = [-1.407606, -2.407606, -0.407606]

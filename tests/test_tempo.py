@@ -1,4 +1,5 @@
 """TEMPO (arXiv 2605.18843): the leakage checker, the two-mode reward and the ``temporal`` task."""
+
 import json
 import re
 import statistics
@@ -6,32 +7,52 @@ import statistics
 import pytest
 
 from reasonrl.rewards.base import RewardError, score_rewards
-from reasonrl.rewards.temporal import (CachedChecker, TempoReward, count_claims, extract_claims,
-                                       extract_final_answer, normalize_statement, tempo_rewards)
+from reasonrl.rewards.temporal import (
+    CachedChecker,
+    TempoReward,
+    count_claims,
+    extract_claims,
+    extract_final_answer,
+    normalize_statement,
+    tempo_rewards,
+)
 from reasonrl.tasks import take_items
 from reasonrl.tasks.temporal import TemporalTask
 
 # cutoff day 10; x=4 is restated after the cutoff (d20), the coincidence case
-META = {"cutoff": 10, "facts": [{"date": 3, "stmt": "x=7"}, {"date": 8, "stmt": "x=4"}, {"date": 14, "stmt": "x=9"},
-                                {"date": 16, "stmt": "y=2"}, {"date": 20, "stmt": "x=4"}, {"date": 10, "stmt": "y=5"}]}
+META = {
+    "cutoff": 10,
+    "facts": [
+        {"date": 3, "stmt": "x=7"},
+        {"date": 8, "stmt": "x=4"},
+        {"date": 14, "stmt": "x=9"},
+        {"date": 16, "stmt": "y=2"},
+        {"date": 20, "stmt": "x=4"},
+        {"date": 10, "stmt": "y=5"},
+    ],
+}
 
 
 # ---------------------------------------------------------------- leakage checker
 
-@pytest.mark.parametrize("claim,leaks", [
-    ("use d3 x=7", False),
-    ("use d10 y=5", False),      # dated on the cutoff day: known
-    ("use d14 x=9", True),       # stated date after the cutoff
-    ("use x=9", True),           # date omitted, but x=9 exists only after the cutoff
-    ("use d5 x=9", True),        # misstated date: the fact is still post-cutoff
-    ("use x = 09", True),        # same statement after normalisation
-    ("use d20 x=4", True),       # stated date after the cutoff, even though x=4 is also known on d8
-    ("use x=4", False),          # supported by the d8 fact
-    ("use d9 x=4", False),       # misdated but supported before the cutoff
-    ("use d12 z=1", True),       # hallucinated fact with a post-cutoff date
-    ("use d9 z=1", False),       # hallucinated, pre-cutoff date: not a leak
-    ("use 2020-01-01 x=9", True),  # a date of the other kind counts as omitted; x=9 is post-cutoff only
-])
+
+@pytest.mark.parametrize(
+    "claim,leaks",
+    [
+        ("use d3 x=7", False),
+        ("use d10 y=5", False),  # dated on the cutoff day: known
+        ("use d14 x=9", True),  # stated date after the cutoff
+        ("use x=9", True),  # date omitted, but x=9 exists only after the cutoff
+        ("use d5 x=9", True),  # misstated date: the fact is still post-cutoff
+        ("use x = 09", True),  # same statement after normalisation
+        ("use d20 x=4", True),  # stated date after the cutoff, even though x=4 is also known on d8
+        ("use x=4", False),  # supported by the d8 fact
+        ("use d9 x=4", False),  # misdated but supported before the cutoff
+        ("use d12 z=1", True),  # hallucinated fact with a post-cutoff date
+        ("use d9 z=1", False),  # hallucinated, pre-cutoff date: not a leak
+        ("use 2020-01-01 x=9", True),  # a date of the other kind counts as omitted; x=9 is post-cutoff only
+    ],
+)
 def test_single_claim_leak_rules(claim, leaks):
     assert count_claims(claim + "\nA:4", META) == (int(leaks), 1)
 
@@ -50,12 +71,20 @@ def test_statement_normalisation():
 
 
 def test_iso_dates_compare_as_dates():
-    meta = {"cutoff": "2020-03-01", "facts": [{"date": "2020-02-15", "stmt": "price=10"},
-                                              {"date": "2020-03-05", "stmt": "price=12"}]}
-    text = "\n".join(["use 2020-02-15 price=10", "use 2020-02-29 price=10",  # leap day, before the cutoff
-                      "use 2020-03-05 price=12", "use price=12",            # two leaks
-                      "use 2020-02-30 price=10",                            # invalid date -> omitted, fact is pre
-                      "use 2020-12-01 Price = 10"])                         # stated after the cutoff: leak
+    meta = {
+        "cutoff": "2020-03-01",
+        "facts": [{"date": "2020-02-15", "stmt": "price=10"}, {"date": "2020-03-05", "stmt": "price=12"}],
+    }
+    text = "\n".join(
+        [
+            "use 2020-02-15 price=10",
+            "use 2020-02-29 price=10",  # leap day, before the cutoff
+            "use 2020-03-05 price=12",
+            "use price=12",  # two leaks
+            "use 2020-02-30 price=10",  # invalid date -> omitted, fact is pre
+            "use 2020-12-01 Price = 10",
+        ]
+    )  # stated after the cutoff: leak
     assert count_claims(text, meta) == (3, 6)
 
 
@@ -82,6 +111,7 @@ def test_cached_checker_calls_the_judge_once_per_input():
 
 
 # ---------------------------------------------------------------- TEMPO reward
+
 
 def _claims(pre: int, post: int) -> str:
     return "\n".join(["use d3 x=7"] * pre + ["use d14 x=9"] * post)
@@ -160,7 +190,9 @@ def test_global_schedule_switches_on_batch_leak_rate():
     # no leaks (rate 0 <= tau): per-response rule, i.e. the task scores [1, 0]
     assert _score(reward, SPEC_ROLLOUTS[1:3]).values == [1.0, 0.0]
     # tau = 0.5: a rate of exactly 0.5 already switches to per-response (spec example values)
-    assert _score(TempoReward(mode_schedule="global", tau=0.5), SPEC_ROLLOUTS).values == pytest.approx([-0.2, 1, 0, -0.2])
+    assert _score(TempoReward(mode_schedule="global", tau=0.5), SPEC_ROLLOUTS).values == pytest.approx(
+        [-0.2, 1, 0, -0.2]
+    )
     # per batch (latch=False): leakage-only again once the leak rate rises
     assert _score(reward, SPEC_ROLLOUTS).values == pytest.approx([-0.2, 0.0, 0.0, -0.2])
 
@@ -188,10 +220,18 @@ def test_bad_checker_or_task_score_output_fails_loudly():
         score_rewards(TempoReward(), ["", ""], ["A:4", "A:4"], {"answer": ["4", "4"], "meta": [META, {"facts": []}]})
 
 
-@pytest.mark.parametrize("options,needle", [({"leak_penalty": "abs"}, "fraction"), ({"mode_schedule": "x"}, "global"),
-                                            ({"k_cap": 0}, "k_cap"), ({"tau": 2.0}, "tau"),
-                                            ({"checker": "llm"}, "valid: \\['claims'\\]"),
-                                            ({"min_claims": -1}, "min_claims"), ({"min_claims": True}, "min_claims")])
+@pytest.mark.parametrize(
+    "options,needle",
+    [
+        ({"leak_penalty": "abs"}, "fraction"),
+        ({"mode_schedule": "x"}, "global"),
+        ({"k_cap": 0}, "k_cap"),
+        ({"tau": 2.0}, "tau"),
+        ({"checker": "llm"}, "valid: \\['claims'\\]"),
+        ({"min_claims": -1}, "min_claims"),
+        ({"min_claims": True}, "min_claims"),
+    ],
+)
 def test_reward_option_validation(options, needle):
     with pytest.raises(ValueError, match=needle):
         TempoReward(**options)
@@ -216,8 +256,10 @@ def _parse_prompt(prompt):
     return target, int(cutoff), [(int(d), e, int(v)) for d, e, v in (LINE.fullmatch(f).groups() for f in facts)]
 
 
-@pytest.mark.parametrize("options", [{}, {"n_facts": 9, "n_entities": 3, "shuffle_facts": True, "max_day": 60},
-                                     {"n_entities": 1, "tempt_prob": 1.0}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"n_facts": 9, "n_entities": 3, "shuffle_facts": True, "max_day": 60}, {"n_entities": 1, "tempt_prob": 1.0}],
+)
 def test_demos_verify_answers_rederived_and_only_leaky_demos_leak(options):
     task = TemporalTask(**options)
     for it in take_items(task, "train", 300, seed=1):
@@ -275,11 +317,19 @@ def test_verify_checks_the_answer_only():
     assert task.extract_answer("use d8 x=4\nA:04") == "4"
 
 
-@pytest.mark.parametrize("options,needle", [
-    ({"colour": 1}, "unknown option"), ({"post_frac": 1.0}, "all 6 facts"), ({"post_frac": 0.0}, "tempt_prob"),
-    ({"n_entities": 1}, "n_entities=1"), ({"n_entities": 9}, "n_entities"), ({"max_day": 3}, "max_day"),
-    ({"coincide_prob": 1.5}, "coincide_prob"), ({"test_data": "x.jsonl"}, "needs data"),
-])
+@pytest.mark.parametrize(
+    "options,needle",
+    [
+        ({"colour": 1}, "unknown option"),
+        ({"post_frac": 1.0}, "all 6 facts"),
+        ({"post_frac": 0.0}, "tempt_prob"),
+        ({"n_entities": 1}, "n_entities=1"),
+        ({"n_entities": 9}, "n_entities"),
+        ({"max_day": 3}, "max_day"),
+        ({"coincide_prob": 1.5}, "coincide_prob"),
+        ({"test_data": "x.jsonl"}, "needs data"),
+    ],
+)
 def test_task_option_validation(options, needle):
     with pytest.raises(ValueError, match=needle):
         TemporalTask(**options)
@@ -288,10 +338,24 @@ def test_task_option_validation(options, needle):
 # ---------------------------------------------------------------- user data (JSONL)
 
 ROWS = [
-    {"question": "x", "cutoff": 10, "answer": 4, "target": "x",
-     "facts": [{"date": 3, "key": "x", "value": 7}, {"date": 8, "key": "x", "value": 4}, {"date": 14, "key": "x", "value": 9}]},
-    {"question": "rate", "cutoff": "2020-03-01", "answer": "up", "demo": "use 2020-02-15 fed raised rates\nA:up",
-     "facts": [{"date": "2020-02-15", "text": "fed raised rates"}, {"date": "2020-03-05", "text": "fed cut rates"}]},
+    {
+        "question": "x",
+        "cutoff": 10,
+        "answer": 4,
+        "target": "x",
+        "facts": [
+            {"date": 3, "key": "x", "value": 7},
+            {"date": 8, "key": "x", "value": 4},
+            {"date": 14, "key": "x", "value": 9},
+        ],
+    },
+    {
+        "question": "rate",
+        "cutoff": "2020-03-01",
+        "answer": "up",
+        "demo": "use 2020-02-15 fed raised rates\nA:up",
+        "facts": [{"date": "2020-02-15", "text": "fed raised rates"}, {"date": "2020-03-05", "text": "fed cut rates"}],
+    },
     {"question": "y", "cutoff": 5, "answer": "2", "facts": [{"date": 1, "key": "y", "value": "2"}]},
 ]
 
@@ -318,16 +382,19 @@ def test_jsonl_rows_become_items(tmp_path):
     assert task.max_new_tokens >= max(len(it.demo) for it in items if it.demo)
 
 
-@pytest.mark.parametrize("bad,needle", [
-    ({"question": "x", "cutoff": 10, "answer": 1}, r"missing field\(s\) \['facts'\]"),
-    ({**ROWS[0], "when": 3}, r"unknown field\(s\) \['when'\]"),
-    ({**ROWS[0], "cutoff": "10/03/2020"}, "'cutoff'"),
-    ({**ROWS[0], "cutoff": "2020-03-01"}, "same kind"),
-    ({**ROWS[0], "facts": [{"date": 3, "value": 1}]}, r"facts\[0\]"),
-    ({**ROWS[0], "demo": "use d3 x=7\nA:7"}, "'demo'"),
-    ({**ROWS[0], "target": "q"}, "no key/value fact with key 'q'"),
-    ({**ROWS[0], "question": "two\nlines"}, "'question'"),
-])
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        ({"question": "x", "cutoff": 10, "answer": 1}, r"missing field\(s\) \['facts'\]"),
+        ({**ROWS[0], "when": 3}, r"unknown field\(s\) \['when'\]"),
+        ({**ROWS[0], "cutoff": "10/03/2020"}, "'cutoff'"),
+        ({**ROWS[0], "cutoff": "2020-03-01"}, "same kind"),
+        ({**ROWS[0], "facts": [{"date": 3, "value": 1}]}, r"facts\[0\]"),
+        ({**ROWS[0], "demo": "use d3 x=7\nA:7"}, "'demo'"),
+        ({**ROWS[0], "target": "q"}, "no key/value fact with key 'q'"),
+        ({**ROWS[0], "question": "two\nlines"}, "'question'"),
+    ],
+)
 def test_malformed_row_error_names_file_and_row(tmp_path, bad, needle):
     path = _write(tmp_path, [ROWS[0], ROWS[2], bad])
     with pytest.raises(ValueError, match=needle) as err:
@@ -350,18 +417,24 @@ def test_task_and_tempo_reward_together():
     leaky = it.demo.replace("\nA:", f"\nuse d{late} {target}={it.answer}\nA:")  # right answer, one leaked claim
     reward = TempoReward(task_score=task.verify)
     n = it.demo.count("use ") + 1
-    assert reward([""] * 2, [it.demo, leaky], answer=[it.answer] * 2, meta=[it.meta] * 2) == pytest.approx([1.0, -1 / n])
+    assert reward([""] * 2, [it.demo, leaky], answer=[it.answer] * 2, meta=[it.meta] * 2) == pytest.approx(
+        [1.0, -1 / n]
+    )
 
 
 def test_diagnostics_clean_pass_and_grounding_by_hand():
     # cutoff d10; facts d2 x=5 (known), d8 x=3 (known), d12 x=4 (post-cutoff); answer 3
-    meta = {"cutoff": 10, "facts": [{"date": 2, "stmt": "x=5"}, {"date": 8, "stmt": "x=3"},
-                                    {"date": 12, "stmt": "x=4"}]}
-    texts = ["use d2 x=5\nuse d8 x=3\nA:3",  # right, leak-free, grounded
-             "use d8 x=3\nuse d12 x=4\nA:3",  # right but leaks 1 of 2: not clean, not grounded
-             "use d4 x=3\nA:3",  # right, leak-free, misdated (x=3 is known only at d8): not grounded
-             "use x=5\nA:5",  # wrong, undated known fact: grounded, not clean (wrong)
-             "A:3"]  # right, no claims: clean, but grounding needs at least one claim
+    meta = {
+        "cutoff": 10,
+        "facts": [{"date": 2, "stmt": "x=5"}, {"date": 8, "stmt": "x=3"}, {"date": 12, "stmt": "x=4"}],
+    }
+    texts = [
+        "use d2 x=5\nuse d8 x=3\nA:3",  # right, leak-free, grounded
+        "use d8 x=3\nuse d12 x=4\nA:3",  # right but leaks 1 of 2: not clean, not grounded
+        "use d4 x=3\nA:3",  # right, leak-free, misdated (x=3 is known only at d8): not grounded
+        "use x=5\nA:5",  # wrong, undated known fact: grounded, not clean (wrong)
+        "A:3",
+    ]  # right, no claims: clean, but grounding needs at least one claim
     scores = [1.0, 1.0, 1.0, 0.0, 1.0]
     out = TemporalTask().diagnostics(texts, [meta] * 5, scores)
     assert out["leak_rate"] == pytest.approx(1 / 5)

@@ -103,8 +103,15 @@ def test_invalid_step(tmp_path):
 def test_plot_curves_with_missing_keys(tmp_path):
     records = [
         {"step": 0, "reward/mean": 0.2, "reward/std": 0.1, "accuracy": 0.3, "length/mean": 12.0},
-        {"step": 1, "reward/mean": 0.4, "accuracy": 0.5, "length/mean": 10.0, "length/max": 20,
-         "loss/approx_kl": 0.01, "note": "text"},
+        {
+            "step": 1,
+            "reward/mean": 0.4,
+            "accuracy": 0.5,
+            "length/mean": 10.0,
+            "length/max": 20,
+            "loss/approx_kl": 0.01,
+            "note": "text",
+        },
         {"step": 2, "reward/mean": float("nan"), "eval/pass@1": 0.45},
     ]
     out = plot_curves(records, tmp_path / "sub" / "curves.png", eval_records=[{"step": 2, "eval/pass@1": 0.5}])
@@ -122,14 +129,17 @@ def test_metrics_lines_are_plain_json_objects(tmp_path):
 
 # ---- issue 46: every sink exercised with its real package (wandb offline, TensorBoard, trackio locally) ----
 
+
 def test_a_string_names_one_sink_not_its_letters():
     from reasonrl.loop.tracking import tracking_kinds, tracking_problems
 
     assert tracking_kinds("jsonl") == ["jsonl"] and tracking_kinds("jsonl, tensorboard") == ["jsonl", "tensorboard"]
     assert tracking_kinds(["jsonl"]) == ["jsonl"]
     assert tracking_problems("jsonl") == []
-    assert tracking_problems("wandbb") == ["config key 'tracking' names the unknown sink 'wandbb' (did you mean "
-                                           "'wandb'?); valid sinks: jsonl, tensorboard, wandb, trackio"]
+    assert tracking_problems("wandbb") == [
+        "config key 'tracking' names the unknown sink 'wandbb' (did you mean "
+        "'wandb'?); valid sinks: jsonl, tensorboard, wandb, trackio"
+    ]
 
 
 def test_tensorboard_events_hold_the_logged_scalars(tmp_path):
@@ -193,8 +203,13 @@ def test_trackio_logs_locally(tmp_path):
 
     pytest.importorskip("trackio")
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "store")}
-    done = subprocess.run([sys.executable, "-c", _TRACKIO_RUN, str(tmp_path / "run")], capture_output=True, text=True,
-                          env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _TRACKIO_RUN, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["runs"] == ["run"]  # the resumed process continued the same named run
@@ -209,7 +224,10 @@ def test_config_reads_a_string_as_one_sink_and_a_missing_package_is_one_line(mon
     assert split_config({"tracking": "wandb"})[0].tracking == ["wandb"]  # was ['w', 'a', 'n', 'd', 'b']
     assert split_config({"tracking": "jsonl,tensorboard"})[0].tracking == ["jsonl", "tensorboard"]
     real = importlib.util.find_spec
-    monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(
+        tracking.importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
     assert tracking.tracking_problems(["jsonl", "wandb"]) == [
         "config key 'tracking' asks for 'wandb', whose package 'wandb' is not installed: pip install wandb "
-        "(or drop wandb from tracking)"]
+        "(or drop wandb from tracking)"
+    ]

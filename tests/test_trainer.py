@@ -15,8 +15,16 @@ from reasonrl.loop.run import train_run
 from reasonrl.tasks import get_task
 from reasonrl.loop.trainer import NonFiniteError, Trainer
 
-SMALL = dict(steps=3, prompts_per_step=4, eval_every=2, eval_problems=6, final_eval_problems=6, final_eval_k=2,
-             save_every=2, keep_last=2)
+SMALL = dict(
+    steps=3,
+    prompts_per_step=4,
+    eval_every=2,
+    eval_problems=6,
+    final_eval_problems=6,
+    final_eval_k=2,
+    save_every=2,
+    keep_last=2,
+)
 
 
 def small_recipe(name="grpo", **changes):
@@ -33,13 +41,32 @@ def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_
         assert (run / f).exists(), f
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
-    for key in ("reward/mean", "reward/std", "accuracy", "frac_zero_var_groups", "length/mean", "length/max",
-                "truncation_rate", "loss/clip_frac_low", "loss/clip_frac_high", "loss/approx_kl", "entropy/mean",
-                "grad_norm", "lr", "tokens_per_s/step", "time/generate", "time/score", "time/update"):
+    for key in (
+        "reward/mean",
+        "reward/std",
+        "accuracy",
+        "frac_zero_var_groups",
+        "length/mean",
+        "length/max",
+        "truncation_rate",
+        "loss/clip_frac_low",
+        "loss/clip_frac_high",
+        "loss/approx_kl",
+        "entropy/mean",
+        "grad_norm",
+        "lr",
+        "tokens_per_s/step",
+        "time/generate",
+        "time/score",
+        "time/update",
+    ):
         assert all(math.isfinite(r[key]) for r in rows), key
     assert "eval/pass@1" in rows[1] and "eval/pass@1" not in rows[0]
     saved = json.loads((run / "summary.json").read_text())
-    assert set(saved["before"]) >= {"pass@1", "pass@2", "avg@2", "maj@2", "n_problems"} and saved["after"]["n_problems"] == 6
+    assert (
+        set(saved["before"]) >= {"pass@1", "pass@2", "avg@2", "maj@2", "n_problems"}
+        and saved["after"]["n_problems"] == 6
+    )
     assert [s for s, _ in list_checkpoints(run)] == [2, 3]  # keep_last=2
     assert summary["steps"] == 3
 
@@ -47,11 +74,26 @@ def test_recipe_trains_end_to_end_and_writes_the_run_folder(name, tiny_dir, tmp_
 # recipe -> (metric families it must log, keys it must log at every step); the families of the other
 # parts must be absent (a part that is not in the recipe must not act)
 FAMILIES = ("dynamic/", "edas/", "veto/", "stage/", "sage/", "corr/", "loss/kl", "steps/", "beam/")
-LOSS_KEYS = ("loss/policy", "loss/ratio_mean", "loss/ratio_max", "loss/clip_frac_low", "loss/clip_frac_high",
-             "loss/approx_kl", "update/rows_skipped_frac", "grad_norm")
-DYNAMIC_KEYS = ("dynamic/rounds", "dynamic/prompts_generated", "dynamic/groups_kept", "dynamic/groups_dropped",
-                "dynamic/batch_short", "reward/overlong/soft_frac", "reward/overlong/over_frac",
-                "reward/overlong/mean")
+LOSS_KEYS = (
+    "loss/policy",
+    "loss/ratio_mean",
+    "loss/ratio_max",
+    "loss/clip_frac_low",
+    "loss/clip_frac_high",
+    "loss/approx_kl",
+    "update/rows_skipped_frac",
+    "grad_norm",
+)
+DYNAMIC_KEYS = (
+    "dynamic/rounds",
+    "dynamic/prompts_generated",
+    "dynamic/groups_kept",
+    "dynamic/groups_dropped",
+    "dynamic/batch_short",
+    "reward/overlong/soft_frac",
+    "reward/overlong/over_frac",
+    "reward/overlong/mean",
+)
 OWN_METRICS = {
     "dapo": ({"dynamic/"}, DYNAMIC_KEYS),
     "edas": ({"dynamic/", "edas/"}, DYNAMIC_KEYS),
@@ -59,12 +101,18 @@ OWN_METRICS = {
     "rloo": (set(), LOSS_KEYS),
     "reinforce_pp": (set(), LOSS_KEYS),
     "cispo": (set(), LOSS_KEYS),
-    "mu_grpo": ({"veto/", "stage/"}, LOSS_KEYS + ("veto/frac_tokens", "veto/frac_rows", "stage/staleness",
-                                                  "stage/fresh")),
-    "sage": ({"sage/", "loss/kl"}, LOSS_KEYS + ("loss/kl", "loss/kl_term", "sage/q_mean", "sage/q_min", "sage/q_max",
-                                                "sage/frac_shaped")),
-    "corr_po": ({"corr/"}, LOSS_KEYS + ("corr/mean", "corr/frac_defined", "corr/frac_negative", "corr/bonus_mean",
-                                        "reward/corr_po/mean")),
+    "mu_grpo": (
+        {"veto/", "stage/"},
+        LOSS_KEYS + ("veto/frac_tokens", "veto/frac_rows", "stage/staleness", "stage/fresh"),
+    ),
+    "sage": (
+        {"sage/", "loss/kl"},
+        LOSS_KEYS + ("loss/kl", "loss/kl_term", "sage/q_mean", "sage/q_min", "sage/q_max", "sage/frac_shaped"),
+    ),
+    "corr_po": (
+        {"corr/"},
+        LOSS_KEYS + ("corr/mean", "corr/frac_defined", "corr/frac_negative", "corr/bonus_mean", "reward/corr_po/mean"),
+    ),
 }
 
 
@@ -134,12 +182,23 @@ def _corr_acted(rows):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo", "sage", "corr_po"])
+@pytest.mark.parametrize(
+    "name", ["dapo", "gspo", "rloo", "reinforce_pp", "cispo", "edas", "mu_grpo", "sage", "corr_po"]
+)
 def test_every_objective_recipe_runs_end_to_end(name, tiny_dir, tmp_path):
     # one-digit sums: the tiny model gets some right, so groups vary and the parts have rows to act on
-    cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / "run"), recipe=name, task_options={"max_digits": 1},
-                      steps=3, prompts_per_step=4, eval_every=3, eval_problems=6, final_eval_problems=0,
-                      save_every=0)
+    cfg = TrainConfig(
+        model=str(tiny_dir),
+        out=str(tmp_path / "run"),
+        recipe=name,
+        task_options={"max_digits": 1},
+        steps=3,
+        prompts_per_step=4,
+        eval_every=3,
+        eval_problems=6,
+        final_eval_problems=0,
+        save_every=0,
+    )
     train_run(cfg, small_recipe(name))
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3]
@@ -186,10 +245,18 @@ def _scripted_generate(engine, temperature: float, tilt: float):
         with torch.no_grad():
             logp, ent = score_completions(engine.model, p_ids, p_mask, c_ids, c_mask, temperature=temperature)
         sign = 1.0 - 2.0 * (torch.arange(T) % 2)  # (T,) +1, -1, +1, ...
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts, prompt_ids=p_ids,
-                        prompt_mask=p_mask, completion_ids=c_ids, completion_mask=c_mask,
-                        logprobs=(logp - tilt * sign) * c_mask, finish_reasons=["eos"] * len(texts), n=n,
-                        entropies=ent)
+        return Rollouts(
+            prompts=[p for p in prompts for _ in range(n)],
+            texts=texts,
+            prompt_ids=p_ids,
+            prompt_mask=p_mask,
+            completion_ids=c_ids,
+            completion_mask=c_mask,
+            logprobs=(logp - tilt * sign) * c_mask,
+            finish_reasons=["eos"] * len(texts),
+            n=n,
+            entropies=ent,
+        )
 
     return generate
 
@@ -219,15 +286,18 @@ def test_edas_composes_with_gspo_ratios(tiny_dir, tmp_path, monkeypatch):
     # group 2 mean 0.5, std sqrt(1/3) -> A = +-sqrt(3)/2. EDAS, gamma 2: group 1's wrong answers a+b+1 (twice)
     # and a+b+2 (once): n^2 = 4, 4, 1, mean 3, lambda = 4/3, 4/3, 1/3 -> -2/3, -2/3, -1/6; group 2's wrong
     # answers are distinct (n = 1, 1): lambda = 1, unchanged
-    h = 3 ** 0.5 / 2
+    h = 3**0.5 / 2
     unshaped = torch.tensor([1.5, -0.5, -0.5, -0.5, h, h, -h, -h])
     shaped = torch.tensor([1.5, -2 / 3, -2 / 3, -1 / 6, h, h, -h, -h])
     batch = made[0]
     assert torch.allclose(recipe.advantage(batch.rewards).flatten(), unshaped, atol=1e-5)  # the estimator alone
     assert torch.allclose(batch.advantages, shaped, atol=1e-5)  # what the trainer trains on
     # diversity: (2/3 + 2/2) / 2 = 5/6; max lambda applied 4/3; one group of two changed
-    assert (m["edas/diversity"], m["edas/lambda_max"], m["edas/frac_groups_shaped"]) == \
-        (pytest.approx(5 / 6), pytest.approx(4 / 3), 0.5)
+    assert (m["edas/diversity"], m["edas/lambda_max"], m["edas/frac_groups_shaped"]) == (
+        pytest.approx(5 / 6),
+        pytest.approx(4 / 3),
+        0.5,
+    )
     # the loss saw the shaped advantages: two minibatches of 4 rows, each row once
     assert len(calls) == 2 and m["update/rows_skipped_frac"] == 0.0
     seen = torch.cat([c[2].cpu() for c in calls])
@@ -296,8 +366,9 @@ def test_a_stage_buffer_survives_a_resume(tiny_dir, tmp_path):
 def _grads_after_one_step(tiny_dir, micro: int, agg: str, skip: bool = True, zero_rows=()):
     model, tok = load_model(tiny_dir)
     recipe = small_recipe(loss=PolicyLoss(agg=agg), optim=dataclasses.replace(get_recipe("grpo").optim, lr=0.0))
-    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5,
-                      skip_zero_advantage_rows=skip)
+    cfg = TrainConfig(
+        model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5, skip_zero_advantage_rows=skip
+    )
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
     batch = tr.batches.make(cfg.prompts_per_step)
     batch.advantages = torch.linspace(-1.0, 1.0, len(batch.ro.texts))  # every row carries gradient
@@ -322,8 +393,9 @@ def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, agg):
 def test_skipping_zero_advantage_rows_is_exact(tiny_dir, agg):
     # rows 0-3 (one whole group) get A = 0: skipping their forward/backward must not change the
     # gradient, because the normalisers still count their tokens and sequences
-    (skipped, out), (full, out_full) = (_grads_after_one_step(tiny_dir, 3, agg, skip=s, zero_rows=range(4))
-                                        for s in (True, False))
+    (skipped, out), (full, out_full) = (
+        _grads_after_one_step(tiny_dir, 3, agg, skip=s, zero_rows=range(4)) for s in (True, False)
+    )
     assert out["update/rows_skipped_frac"] == 0.5 and out_full["update/rows_skipped_frac"] == 0.0
     for a, b in zip(skipped, full):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-5)
@@ -440,8 +512,16 @@ def test_runs_of_different_seeds_are_evaluated_on_the_same_held_out_problems(tin
     # compare's p-values assume one held-out set: the training seed must not pick the eval problems
     before = []
     for seed in (0, 1):
-        cfg = TrainConfig(model=str(tiny_dir), out=str(tmp_path / f"s{seed}"), seed=seed, steps=0,
-                          final_eval_problems=8, final_eval_k=2, save_every=0, eval_every=0)
+        cfg = TrainConfig(
+            model=str(tiny_dir),
+            out=str(tmp_path / f"s{seed}"),
+            seed=seed,
+            steps=0,
+            final_eval_problems=8,
+            final_eval_k=2,
+            save_every=0,
+            eval_every=0,
+        )
         train_run(cfg, small_recipe())
         before.append(json.loads((tmp_path / f"s{seed}" / "before.json").read_text()))
     assert before[0] == before[1]

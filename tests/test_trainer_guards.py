@@ -3,6 +3,7 @@
 Every case takes one optimiser step over the same 8 rows (2 prompts x 4 samples, seed 5) at lr 0,
 so the weights do not move and the gradients of two set-ups can be compared directly.
 """
+
 import dataclasses
 
 import pytest
@@ -26,8 +27,9 @@ def _step(tiny_dir, recipe, *, micro=8, skip=True, advantages=None, ref_shift=0.
     batch's; ``ref_shift`` lowers the reference log-probs so that k3 has a gradient (it has none
     where the policy equals the reference, as it does before any update)."""
     model, tok = load_model(tiny_dir)
-    cfg = TrainConfig(model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5,
-                      skip_zero_advantage_rows=skip)
+    cfg = TrainConfig(
+        model=str(tiny_dir), prompts_per_step=2, micro_batch_size=micro, seed=5, skip_zero_advantage_rows=skip
+    )
     tr = Trainer(model, tok, get_task("arithmetic"), recipe, cfg, run_dir="/nonexistent")
     batch = tr.batches.make(cfg.prompts_per_step)
     if advantages is not None:
@@ -107,14 +109,16 @@ MICRO_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", [c if c == "gspo_sequence_ratio" else pytest.param(c, marks=pytest.mark.slow)
-                                  for c in sorted(MICRO_CASES)])  # one case in the default tier
+@pytest.mark.parametrize(
+    "case", [c if c == "gspo_sequence_ratio" else pytest.param(c, marks=pytest.mark.slow) for c in sorted(MICRO_CASES)]
+)  # one case in the default tier
 def test_eight_micro_batches_of_one_equal_one_of_eight(tiny_dir, case):
     # every term is normalised by the minibatch's global token / sequence counts and micro-batches only
     # trim padding, so accumulating 8 micro-batches of 1 row gives the gradient of 1 micro-batch of 8
     make, advantages, shift = MICRO_CASES[case]
-    (one, out1), (eight, out8) = (_step(tiny_dir, make(), micro=m, advantages=advantages, ref_shift=shift)
-                                  for m in (8, 1))
+    (one, out1), (eight, out8) = (
+        _step(tiny_dir, make(), micro=m, advantages=advantages, ref_shift=shift) for m in (8, 1)
+    )
     assert _nonzero(one) and _same(one, eight)
     assert out1["update/rows_skipped_frac"] == out8["update/rows_skipped_frac"] == 0.0
     if case == "sage_branch":  # the guide acted: some q = 1 + 0.3 (H - 0.3) > 1, the same share either way

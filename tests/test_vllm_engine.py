@@ -2,6 +2,7 @@
 log-probs equal the trainer's to 1e-4 in fp32 (sampled, truncated, greedy, continued from a prefix, a
 multi-turn turn), rows keyed by their prompt's seed, finish reasons, texts and ids that agree, stop
 strings, prompts encoded as the own engine encodes them. Run in the vLLM environment (``pytest -m vllm``)."""
+
 import pytest
 import torch
 
@@ -123,7 +124,7 @@ def test_a_multi_turn_turn_continues_the_episodes_ids(base):
     for ctx, turn in zip(contexts, turns):
         ids = torch.tensor([ctx + turn.ids])
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, len(ctx) - 1:-1].log_softmax(-1)
+            logits = model(input_ids=ids).logits[0, len(ctx) - 1 : -1].log_softmax(-1)
         want = logits.gather(-1, torch.tensor(turn.ids)[:, None]).squeeze(-1)
         assert torch.allclose(torch.tensor(turn.logprobs), want, atol=1e-4)
     assert turns == EngineTurns(engine).sample(contexts, sp, seeds=[7, 8])
@@ -136,8 +137,9 @@ def test_what_vllm_does_not_record_is_refused_with_the_engine_key(base):
     with pytest.raises(UserError, match="rollout.engine=vllm records no hidden gradient norms"):
         engine.generate(PROMPTS[:1], 1, SamplingParams(hidden_grad_norm=True, max_new_tokens=4), seeds=[0])
     with pytest.raises(ValueError, match="pass seeds"):
-        engine._decode(torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3), 1, SamplingParams(), None,
-                       u=torch.zeros(1, 4))
+        engine._decode(
+            torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3), 1, SamplingParams(), None, u=torch.zeros(1, 4)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +151,24 @@ def chat_dir(tmp_path_factory):
 
     out, tok = tmp_path_factory.mktemp("chat_vllm"), build_tokenizer()
     end, eos = tok.convert_tokens_to_ids("<|im_end|>"), tok.eos_token_id
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, eos_token_id=eos, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        eos_token_id=eos,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg)
-    model.generation_config = GenerationConfig(eos_token_id=[end, eos], pad_token_id=tok.pad_token_id, bos_token_id=None)
+    model.generation_config = GenerationConfig(
+        eos_token_id=[end, eos], pad_token_id=tok.pad_token_id, bos_token_id=None
+    )
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
@@ -187,8 +201,9 @@ def test_the_real_models_logprobs_equal_the_trainers_in_fp32():
     engine = VLLMEngine(model, tok, VLLMOpts(kv_cache_gib=0.5), max_rows=64)
     try:
         sp = SamplingParams(temperature=1.0, max_new_tokens=48)
-        ro = engine.generate(["What is 17 + 25?", "Write one word.", "Is 9 prime?", "Count to 3."], 4, sp,
-                             seeds=[1, 2, 3, 4])
+        ro = engine.generate(
+            ["What is 17 + 25?", "Write one word.", "Is 9 prime?", "Count to 3."], 4, sp, seeds=[1, 2, 3, 4]
+        )
         assert float(ro.completion_mask.sum()) > 100
         assert gap(model, ro, 1.0) < 1e-4
         _contract(ro, tok, sp, engine.stop_ids)

@@ -1,6 +1,7 @@
 """Training with the vLLM engine (issue 43): a grpo run learns as the own engine's does (same seed, the mean
 reward within noise) on the shipped tiny model and on SmolLM2-135M-Instruct, and a run killed after a
 checkpoint resumes to the metrics of a run never interrupted. Slow tier, vLLM environment."""
+
 import dataclasses
 import json
 import os
@@ -30,8 +31,15 @@ def _rewards(engine: str, model_name, task, recipe, steps: int, prompts: int, kv
     from reasonrl.loop.trainer import Trainer
 
     model, tok = load_model(model_name)
-    cfg = TrainConfig(steps=steps, prompts_per_step=prompts, seed=0, eval_every=0, save_every=0, micro_batch_size=8,
-                      rollout=RolloutOpts(engine=engine, vllm=VLLMOpts(kv_cache_gib=kv)))
+    cfg = TrainConfig(
+        steps=steps,
+        prompts_per_step=prompts,
+        seed=0,
+        eval_every=0,
+        save_every=0,
+        micro_batch_size=8,
+        rollout=RolloutOpts(engine=engine, vllm=VLLMOpts(kv_cache_gib=kv)),
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -67,12 +75,21 @@ def test_grpo_with_vllm_on_the_real_model_matches_the_own_engine(tmp_path):
     only.", numeric reward), 6 steps of 4 prompts x 4 samples: the mean rewards agree within noise (96
     samples a run: a binomial standard error of about 0.045 each)."""
     path = tmp_path / "sums.jsonl"
-    path.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}? Reply with the number only.", "answer": str(a + b)})
-                            + "\n" for a in range(7, 37, 3) for b in range(4, 44, 4)))
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"What is {a} + {b}? Reply with the number only.", "answer": str(a + b)}) + "\n"
+            for a in range(7, 37, 3)
+            for b in range(4, 44, 4)
+        )
+    )
     task = get_task(str(path), reward="numeric", extract="last_number")
     r = get_recipe("grpo")
-    recipe = dataclasses.replace(r, group_size=4, optim=dataclasses.replace(r.optim, lr=1e-5, warmup_steps=0),
-                                 sampling=dataclasses.replace(r.sampling, max_new_tokens=32))
+    recipe = dataclasses.replace(
+        r,
+        group_size=4,
+        optim=dataclasses.replace(r.optim, lr=1e-5, warmup_steps=0),
+        sampling=dataclasses.replace(r.sampling, max_new_tokens=32),
+    )
     runs = {e: _rewards(e, real_model_dir(), task, recipe, 6, 4, kv=0.5) for e in ("vllm", "hf")}
     assert 0 < _mean(runs["vllm"]) < 1 and 0 < _mean(runs["hf"]) < 1
     assert abs(_mean(runs["vllm"]) - _mean(runs["hf"])) < 0.2  # 3 standard errors of the difference
@@ -82,8 +99,17 @@ def test_grpo_with_vllm_on_the_real_model_matches_the_own_engine(tmp_path):
 
 # ------------------------------------------------------------------ kill and resume
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-ARGS = ["--steps", "4", "prompts_per_step=4", "group_size=4", "eval_every=0", "final_eval_problems=0", "save_every=2",
-        "rollout.engine=vllm", "rollout.vllm.kv_cache_gib=0.25"]
+ARGS = [
+    "--steps",
+    "4",
+    "prompts_per_step=4",
+    "group_size=4",
+    "eval_every=0",
+    "final_eval_problems=0",
+    "save_every=2",
+    "rollout.engine=vllm",
+    "rollout.vllm.kv_cache_gib=0.25",
+]
 
 
 def _cmd(out: Path, *extra: str) -> list[str]:
@@ -125,9 +151,26 @@ def test_two_data_parallel_ranks_each_with_its_engine_train_as_one_process(tmp_p
     runs = {}
     for n in (1, 2):
         out = tmp_path / f"nproc{n}"
-        cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--nproc", str(n), "--out", str(out), "--steps", "2",
-               "prompts_per_step=4", "group_size=4", "eval_every=0", "final_eval_problems=4", "final_eval_k=2",
-               "save_every=0", "rollout.engine=vllm", "rollout.vllm.kv_cache_gib=0.25"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "reasonrl.cli",
+            "train",
+            "--nproc",
+            str(n),
+            "--out",
+            str(out),
+            "--steps",
+            "2",
+            "prompts_per_step=4",
+            "group_size=4",
+            "eval_every=0",
+            "final_eval_problems=4",
+            "final_eval_k=2",
+            "save_every=0",
+            "rollout.engine=vllm",
+            "rollout.vllm.kv_cache_gib=0.25",
+        ]
         done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=1500)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "Exception ignored" not in done.stderr  # no vLLM shutdown against the ranks' closed process group

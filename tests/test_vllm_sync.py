@@ -2,6 +2,7 @@
 completion as the updated model does and samples from the updated model even for a prompt it had cached;
 full weights, a tied output head and LoRA (merged); ``rollout.sync_every`` and the staleness it logs; the
 mismatch metrics and the trainer's own old log-probs. Run in the vLLM environment (``pytest -m vllm``)."""
+
 import dataclasses
 
 import pytest
@@ -19,19 +20,31 @@ pytestmark = NEEDS_VLLM
 FIXED_PROMPT, FIXED_COMPLETION = "12+7=", "12+7+0=19\nA:19"
 
 
-def _trainer(tmp_path, model, tok, *, lora: int = 0, sync_every: int = 1, minibatches: int = 1, steps: int = 3,
-             kv: float = 0.25):
+def _trainer(
+    tmp_path, model, tok, *, lora: int = 0, sync_every: int = 1, minibatches: int = 1, steps: int = 3, kv: float = 0.25
+):
     """A grpo trainer on arithmetic with the vLLM engine; lr 1e-3 and an entropy bonus, so every step moves
     the weights (an entropy term has a gradient even when every group's rewards are equal)."""
     from reasonrl.loop.trainer import Trainer
 
     r = get_recipe("grpo")
-    recipe = dataclasses.replace(r, group_size=4, entropy_coef=0.01,
-                                 optim=dataclasses.replace(r.optim, lr=1e-3, warmup_steps=0, minibatches=minibatches),
-                                 sampling=dataclasses.replace(r.sampling, max_new_tokens=24))
-    cfg = TrainConfig(steps=steps, prompts_per_step=2, eval_every=0, save_every=0, max_rows=64, micro_batch_size=8,
-                      lora=Lora(r=lora), rollout=RolloutOpts(engine="vllm", sync_every=sync_every,
-                                                             vllm=VLLMOpts(kv_cache_gib=kv)))
+    recipe = dataclasses.replace(
+        r,
+        group_size=4,
+        entropy_coef=0.01,
+        optim=dataclasses.replace(r.optim, lr=1e-3, warmup_steps=0, minibatches=minibatches),
+        sampling=dataclasses.replace(r.sampling, max_new_tokens=24),
+    )
+    cfg = TrainConfig(
+        steps=steps,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=0,
+        max_rows=64,
+        micro_batch_size=8,
+        lora=Lora(r=lora),
+        rollout=RolloutOpts(engine="vllm", sync_every=sync_every, vllm=VLLMOpts(kv_cache_gib=kv)),
+    )
     return Trainer(model, tok, get_task("arithmetic"), recipe, cfg, tmp_path)
 
 
@@ -46,7 +59,7 @@ def _vllm_scores(engine, prompt: list[int], completion: list[int]) -> torch.Tens
 def _model_scores(model, prompt: list[int], completion: list[int]) -> torch.Tensor:
     was = model.training
     model.eval()
-    logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1]
+    logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1 : -1]
     model.train(was)
     return logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
 
@@ -111,7 +124,9 @@ def test_sync_every_two_steps_leaves_the_engine_a_step_stale_and_logs_it(tmp_pat
         first = _vllm_scores(engine, prompt, completion)
         m1 = trainer.train_step()  # two optimiser steps: version 2 >= sync_every, pushed
         assert engine.version == 2 and m1["rollout/weight_version"] == 0.0
-        assert torch.allclose(_vllm_scores(engine, prompt, completion), _model_scores(model, prompt, completion), atol=1e-4)
+        assert torch.allclose(
+            _vllm_scores(engine, prompt, completion), _model_scores(model, prompt, completion), atol=1e-4
+        )
         assert float((first - _model_scores(model, prompt, completion)).abs().max()) > 1e-2
         # minibatches=2: the old log-probs are the trainer's at sampling, computed before the first update, so
         # the second minibatch's ratio is not 1
@@ -135,8 +150,9 @@ def test_the_real_model_after_a_step_and_a_push(tmp_path):
     model, tok = load_model(real_model_dir())
     trainer = _trainer(tmp_path, model, tok, kv=0.5)
     engine = trainer.engine
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 12+7?"}], add_generation_prompt=True,
-                                     tokenize=False)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 12+7?"}], add_generation_prompt=True, tokenize=False
+    )
     prompt, completion = tok(prompt)["input_ids"], tok("12 + 7 = 19.<|im_end|>", add_special_tokens=False)["input_ids"]
     try:
         before = _vllm_scores(engine, prompt, completion)

@@ -3,6 +3,7 @@ feedback functions, the two adapters (peft's set_adapter, the grad flags), the t
 its controller on a scripted maker, the options' checks; then 3 steps on the tiny model asserting
 VPD's own metrics, and a resume that must load both adapters and the controller's beta.
 """
+
 import dataclasses
 import json
 from types import SimpleNamespace
@@ -38,9 +39,14 @@ def _peft_tiny(seed=0):
 
 # ------------------------------------------------------------------ pure glue
 
+
 def test_teacher_prompt_fills_each_slot_once_and_ends_as_the_task_prompt():
-    p = teacher_prompt("{prompt}Previous attempt:\n{attempt}\nFeedback: {feedback}\n{prompt}", "1+1=?\n",
-                       "A:3 {feedback}", "step 1: wrong")
+    p = teacher_prompt(
+        "{prompt}Previous attempt:\n{attempt}\nFeedback: {feedback}\n{prompt}",
+        "1+1=?\n",
+        "A:3 {feedback}",
+        "step 1: wrong",
+    )
     assert p == "1+1=?\nPrevious attempt:\nA:3 {feedback}\nFeedback: step 1: wrong\n1+1=?\n"
 
 
@@ -79,8 +85,13 @@ def test_feedback_functions_and_registry():
 
 
 def test_options_are_checked_by_the_parts_rules():
-    for bad in ({"feedback": "nope"}, {"template": "{prompt}{attempt}"}, {"attempt": "x"}, {"e_kl": "k2"},
-                {"m_divergence": "jsd"}):
+    for bad in (
+        {"feedback": "nope"},
+        {"template": "{prompt}{attempt}"},
+        {"attempt": "x"},
+        {"e_kl": "k2"},
+        {"m_divergence": "jsd"},
+    ):
         with pytest.raises(UserError, match=f"'vpd.{next(iter(bad))}' = "):
             check_part(VPD(**bad))
     r = apply_overrides(get_recipe("vpd"), {"vpd": {"beta": 0.3, "m_divergence": "sampled"}})
@@ -95,6 +106,7 @@ def test_alpha_scales_only_the_student_advantages():
 
 
 # ------------------------------------------------------------------ the two adapters
+
 
 def test_without_lora_the_part_asks_for_lora_r():
     model, _ = build_tiny("tiny")
@@ -130,6 +142,7 @@ def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
 
 # ------------------------------------------------------------------ the teacher's round on a scripted maker
 
+
 class FakeMaker:
     """A BatchMaker's surface for ``extend``: the engine holds a real two-adapter model (its active
     adapter is recorded at generation), generation and the student's re-score are scripted."""
@@ -146,8 +159,13 @@ class FakeMaker:
         return ro
 
     def reward(self, items, ro):
-        ok = torch.tensor([float(TASK.extract_answer(t) == it.answer) for i, it in enumerate(items)
-                           for t in ro.texts[i * G:(i + 1) * G]]).view(-1, G)
+        ok = torch.tensor(
+            [
+                float(TASK.extract_answer(t) == it.answer)
+                for i, it in enumerate(items)
+                for t in ro.texts[i * G : (i + 1) * G]
+            ]
+        ).view(-1, G)
         return ok.clone(), ok, {}
 
     def score_under(self, contexts, ro, rows, **reduce):
@@ -157,17 +175,29 @@ class FakeMaker:
     def ctx(self, batch):
         """The round's context; the policy is the engine's model unless the engine runs elsewhere."""
         remote = getattr(self.engine, "push_weights", None) is not None
-        return round_context(batch, task=self.task, sample=self.generate, reward=self.reward,
-                             score_under=self.score_under, state=self.state, seed=self.seed, position=self.items_drawn,
-                             tok=self.engine.tok, group_size=G, policy=self.engine.model, in_process=not remote)
+        return round_context(
+            batch,
+            task=self.task,
+            sample=self.generate,
+            reward=self.reward,
+            score_under=self.score_under,
+            state=self.state,
+            seed=self.seed,
+            position=self.items_drawn,
+            tok=self.engine.tok,
+            group_size=G,
+            policy=self.engine.model,
+            in_process=not remote,
+        )
 
 
 def _first_round():
     texts = ["2+3+0=6\nA:6", "2+3+0=5\nA:5", "1+1+0=2\nA:2", "A:2"]  # group 0 (2+3): wrong, right; group 1: right
     items = [ITEMS[1], ITEMS[0]]
     correct = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
-    return Batch(items=items, ro=text_rollouts([it.prompt for it in items], texts, G), rewards=correct.clone(),
-                 correct=correct)
+    return Batch(
+        items=items, ro=text_rollouts([it.prompt for it in items], texts, G), rewards=correct.clone(), correct=correct
+    )
 
 
 def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
@@ -178,10 +208,14 @@ def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
     assert tag == "vpd" and first == 0 and active == TEACHER and model.active_adapter == "default"
     assert prompts[0] == "2+3=?\nPrevious attempt:\n2+3+0=6\nA:6\nFeedback: step 1: 2+3+0 is 5, not 6\n2+3=?\n"
     assert prompts[1].startswith("1+1=?\nPrevious attempt:\n1+1+0=2\nA:2\nFeedback: all 2 steps are right\n")
-    assert g.correct.tolist() == [[1.0, 0.0], [1.0, 1.0]] and torch.equal(g.ro.train_mask, torch.zeros_like(g.ro.train_mask))
+    assert g.correct.tolist() == [[1.0, 0.0], [1.0, 1.0]] and torch.equal(
+        g.ro.train_mask, torch.zeros_like(g.ro.train_mask)
+    )
     # k1 = 1.0 > 1.5 * 0.05: beta 0.1 is this step's, 0.2 the next one's (and kept in the round state)
     m = g.metrics
-    assert m["vpd/beta"] == 0.1 and m["vpd/beta_next"] == pytest.approx(0.2) and m["vpd/kl_measured"] == pytest.approx(1.0)
+    assert (
+        m["vpd/beta"] == 0.1 and m["vpd/beta_next"] == pytest.approx(0.2) and m["vpd/kl_measured"] == pytest.approx(1.0)
+    )
     assert m["vpd/feedback_count"] == 2 and m["vpd/feedback_on_wrong"] == 1 and m["vpd/teacher_accuracy"] == 0.75
     assert maker.state == {"beta": pytest.approx(0.2)} and g.data == {"beta": 0.1}  # this step's E-step: 0.1
     # the bounds: beta_max caps the doubling
@@ -200,14 +234,27 @@ def test_extend_refuses_an_engine_without_the_model():
 
 # ------------------------------------------------------------------ end to end
 
+
 def _cfg(tiny_dir, out, steps):
-    return TrainConfig(model=str(tiny_dir), steps=steps, prompts_per_step=2, eval_every=0, save_every=1,
-                       final_eval_problems=0, out=str(out), seed=3, lora=Lora(r=4, alpha=8.0))
+    return TrainConfig(
+        model=str(tiny_dir),
+        steps=steps,
+        prompts_per_step=2,
+        eval_every=0,
+        save_every=1,
+        final_eval_problems=0,
+        out=str(out),
+        seed=3,
+        lora=Lora(r=4, alpha=8.0),
+    )
 
 
-RECIPE = dataclasses.replace(get_recipe("vpd"), group_size=2,
-                             sampling=dataclasses.replace(get_recipe("vpd").sampling, max_new_tokens=20),
-                             optim=dataclasses.replace(get_recipe("vpd").optim, lr=1e-3, warmup_steps=0))
+RECIPE = dataclasses.replace(
+    get_recipe("vpd"),
+    group_size=2,
+    sampling=dataclasses.replace(get_recipe("vpd").sampling, max_new_tokens=20),
+    optim=dataclasses.replace(get_recipe("vpd").optim, lr=1e-3, warmup_steps=0),
+)
 
 
 def _rows(run):
@@ -275,6 +322,7 @@ def test_a_resumed_vpd_run_loads_both_adapters_and_beta(tiny_dir, tmp_path):
 
 # ------------------------------------------------------------------ the loss terms on a tiny two-adapter model
 
+
 def _loss_batch():
     """Two student groups (kind 0) and their teacher groups (kind 1), G = 2, scripted token ids."""
     texts = ["ab", "abc", "a", "abcd", "bcd", "ab", "abc", "b"]
@@ -283,8 +331,9 @@ def _loss_batch():
     ro.prompt_ids = torch.tensor([[3, 4]] * 4 + [[8, 9]] * 4)  # the teacher's prompt differs from the student's
     ro.prompt_mask = torch.ones(8, 2, dtype=torch.long)
     ro.logprobs = -2.0 * ro.completion_mask
-    b = Batch(items=ITEMS * 2, ro=ro, rewards=torch.zeros(4, G), correct=torch.zeros(4, G),
-              kinds=torch.tensor([0, 0, 1, 1]))
+    b = Batch(
+        items=ITEMS * 2, ro=ro, rewards=torch.zeros(4, G), correct=torch.zeros(4, G), kinds=torch.tensor([0, 0, 1, 1])
+    )
     b.advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, -1.0, 1.0])
     b.loss_mask = ro.completion_mask.clone()
     b.loss_mask[4:] = 0  # the teacher's rows: zero train mask
@@ -295,9 +344,18 @@ def _grads(model, part, rows_split):
     model.zero_grad(set_to_none=True)
     b, total = _loss_batch(), 0.0
     for rows in rows_split:
-        loss, m = part.loss_term(loss_context(logp=torch.zeros(len(rows), 4), batch=b, rows=torch.tensor(rows),
-                                              model=model, temperature=1.0, n_seqs=4, kind=1,
-                                              data=Channel(values={"beta": 0.5})))
+        loss, m = part.loss_term(
+            loss_context(
+                logp=torch.zeros(len(rows), 4),
+                batch=b,
+                rows=torch.tensor(rows),
+                model=model,
+                temperature=1.0,
+                n_seqs=4,
+                kind=1,
+                data=Channel(values={"beta": 0.5}),
+            )
+        )
         loss.backward()
         total += float(loss.detach())
     return total, {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters() if "lora_" in k}
@@ -347,7 +405,7 @@ def _hand_logp(model, adapter, prompt_ids, comp_ids):
     forward)."""
     ids = torch.tensor([list(prompt_ids) + list(comp_ids)])
     with torch.no_grad(), use_adapter(model, adapter):
-        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1]
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1]
     return logits.log_softmax(-1)
 
 
@@ -363,8 +421,18 @@ def test_e_and_m_step_values_by_hand():
             if "lora_B" in k:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
     b = _loss_batch()
-    loss, m = VPD().loss_term(loss_context(logp=torch.zeros(4, 4), batch=b, rows=torch.arange(4), model=model,
-                                           temperature=1.0, n_seqs=4, kind=1, data=Channel(values={"beta": 0.5})))
+    loss, m = VPD().loss_term(
+        loss_context(
+            logp=torch.zeros(4, 4),
+            batch=b,
+            rows=torch.arange(4),
+            model=model,
+            temperature=1.0,
+            n_seqs=4,
+            kind=1,
+            data=Channel(values={"beta": 0.5}),
+        )
+    )
     student_prompt, teacher_prompt_ids = [3, 4], [8, 9]
     pg, kl, mstep, swapped = 0.0, 0.0, 0.0, 0.0
     for s, t in zip(range(4), range(4, 8)):
@@ -406,8 +474,20 @@ def test_teacher_warm_start_trains_the_teacher_adapter_alone_on_feedback_prompts
     part = VPD(warm_steps=2, warm_batch=2)
     assert part.setup_model(ModelSetup(model, 0, TASK, tok)) is model  # already has the teacher
     from reasonrl.parts.vpd_warm import warm_teacher
-    m = warm_teacher(model, tok, TASK, TEACHER, template=part.template, feedback=part.feedback, steps=2, batch_size=2,
-                     lr=1e-2, wrong_rate=0.8, seed=0)
+
+    m = warm_teacher(
+        model,
+        tok,
+        TASK,
+        TEACHER,
+        template=part.template,
+        feedback=part.feedback,
+        steps=2,
+        batch_size=2,
+        lr=1e-2,
+        wrong_rate=0.8,
+        seed=0,
+    )
     assert set(m) == {"vpd/warm_loss_first", "vpd/warm_loss_last"}
     moved = {k for k, p in model.named_parameters() if not torch.equal(p.detach(), before[k])}
     assert moved and all(f".{TEACHER}." in k for k in moved)  # the teacher's A and B only

@@ -4,13 +4,23 @@ The spec's examples (posterior, its KL, a tabular E-step converging to it, the c
 M-step on identical distributions) and our own: the k3 / k1 estimates, the exact token KL's gradient
 going to the teacher only, the sampled M-step estimate's gradient, the row token mean.
 """
+
 import math
 
 import pytest
 import torch
 
-from reasonrl.losses.vpd import (adapt_beta, categorical_kl, elbo, exact_token_kl, k3_token_kl, m_step_token_loss,
-                                 optimal_posterior, row_token_mean, sampled_kl)
+from reasonrl.losses.vpd import (
+    adapt_beta,
+    categorical_kl,
+    elbo,
+    exact_token_kl,
+    k3_token_kl,
+    m_step_token_loss,
+    optimal_posterior,
+    row_token_mean,
+    sampled_kl,
+)
 
 PI = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
 R = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
@@ -66,8 +76,9 @@ def test_controller_band_edges_and_bad_settings():
 def test_spec_m_step_on_identical_distributions_is_zero():
     logits = torch.randn(2, 3, 5)
     for kind in ("reverse_kl", "forward_kl"):
-        assert torch.allclose(m_step_token_loss(kind, student_logits=logits, teacher_logits=logits.clone()),
-                              torch.zeros(2, 3), atol=1e-6)
+        assert torch.allclose(
+            m_step_token_loss(kind, student_logits=logits, teacher_logits=logits.clone()), torch.zeros(2, 3), atol=1e-6
+        )
     lp = torch.randn(2, 3)
     assert torch.equal(m_step_token_loss("sampled", student_logp=lp, teacher_logp=lp.clone()), torch.zeros(2, 3))
 

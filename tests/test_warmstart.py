@@ -1,5 +1,6 @@
 """The context-mix warm start (reasonrl.loop.warmstart): the self-teacher contexts, written as the
 recipe parts write them, over the task's own demonstrations."""
+
 import random
 
 import pytest
@@ -18,7 +19,9 @@ def test_each_context_is_the_part_s_own_template_over_the_demonstration():
     assert ITEM.demo == demo
     sol = with_context(TASK, ITEM, "solution", random.Random(0))
     assert sol.demo == demo and sol.prompt in (
-        SSOPD().template.format(prompt="347+85=?\n", solution=demo), EGRSD().template.format(prompt="347+85=?\n", solution=demo))
+        SSOPD().template.format(prompt="347+85=?\n", solution=demo),
+        EGRSD().template.format(prompt="347+85=?\n", solution=demo),
+    )
     hint = with_context(TASK, ITEM, "hint", random.Random(0))
     assert hint.demo == demo and hint.prompt.endswith("347+85=?\n")
     assert any(hint.prompt == HintSampling().template.format(hint=h, prompt="347+85=?\n") for h in g.hints(TASK, ITEM))
@@ -32,7 +35,7 @@ def test_each_context_is_the_part_s_own_template_over_the_demonstration():
 def test_a_redirect_keeps_the_steps_before_the_first_error_and_targets_the_rest():
     for seed in range(20):  # every corrupted step: the kept prefix + the target is the demonstration
         red = with_context(TASK, ITEM, "redirect", random.Random(seed))
-        crit_text, prefix = red.prompt[len("347+85=?\n"):].split("</verdict>\n")
+        crit_text, prefix = red.prompt[len("347+85=?\n") :].split("</verdict>\n")
         assert crit_text.startswith("step ") or crit_text.startswith("the ")
         assert prefix + red.demo == ITEM.demo
         k = g.parse_critique(crit_text + "</verdict>").first_error
@@ -61,6 +64,7 @@ def test_the_mix_is_reproducible_keeps_held_out_items_plain_and_checks_its_argum
 def test_the_pretrain_option_names_a_bad_context_kind():
     from reasonrl.errors import UserError
     from reasonrl.loop.warmstart import context_mix
+
     assert context_mix(TASK, "all", 0.5, 0).kinds == CONTEXTS
     assert context_mix(TASK, "hint, solution", 0.2, 0).kinds == ("hint", "solution")
     with pytest.raises(UserError, match="--contexts 'hints'"):

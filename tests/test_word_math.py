@@ -1,5 +1,6 @@
 """The word_math task and the free-form answer reader (issue 42), on outputs SmolLM2-135M-Instruct
 really wrote (greedy, the task's system prompt; docs/models-and-data.md), numbers worked by hand."""
+
 from __future__ import annotations
 
 import re
@@ -14,26 +15,43 @@ from reasonrl.tasks.word_math import SYSTEM_PROMPT
 # (completion, what the reader must return): the first eight are the model's own words
 REAL = [
     # states 18 (right), then runs on to the budget inventing new sums: the first statement counts
-    ("Mia has 14 toys.\nA friend gives Mia 4 more toys, so Mia now has 14 + 4 = 18 toys.\nThe answer is 18.\n\n"
-     "Mia has 14 toys now.\nA friend gives Mia 18 toys, so Mia now has 14 + 18 = 22 toys.\nThe answer is 22.\n\n"
-     "Mia has 14 toys now.\nA friend gives Mia 22 toys, so Mia now has 14 + 22 = 36 toys.\nThe", "18"),
+    (
+        "Mia has 14 toys.\nA friend gives Mia 4 more toys, so Mia now has 14 + 4 = 18 toys.\nThe answer is 18.\n\n"
+        "Mia has 14 toys now.\nA friend gives Mia 18 toys, so Mia now has 14 + 18 = 22 toys.\nThe answer is 22.\n\n"
+        "Mia has 14 toys now.\nA friend gives Mia 22 toys, so Mia now has 14 + 22 = 36 toys.\nThe",
+        "18",
+    ),
     # a statement that is an expression: the last number of its sentence
-    ("There are 7 boxes with 7 toys in each box. To find out how many toys Anna has in all, we multiply the "
-     "number of boxes by the number of toys in each box.\n\nThe answer is 7 * 7 = 49. So, Anna has 49 toys in all.",
-     "49"),
+    (
+        "There are 7 boxes with 7 toys in each box. To find out how many toys Anna has in all, we multiply the "
+        "number of boxes by the number of toys in each box.\n\nThe answer is 7 * 7 = 49. So, Anna has 49 toys in all.",
+        "49",
+    ),
     # GSM8K's marker first, then a colon statement
     ("Sara has 10 apples / 5 boxes = 2 apples per box.\n#### 2\nThe answer is: 2", "2"),
     # no statement: the last number of the text
-    ("To solve this problem, we need to find out how many books each friend gets by dividing 12 by 3.\n"
-     "12 / 3 = 3 books.\nEach friend gets 3 books.\n\nSo, there are 3 books for each of Tom's friends.", "3"),
+    (
+        "To solve this problem, we need to find out how many books each friend gets by dividing 12 by 3.\n"
+        "12 / 3 = 3 books.\nEach friend gets 3 books.\n\nSo, there are 3 books for each of Tom's friends.",
+        "3",
+    ),
     # "To find the answer, ..." is no statement (no "is", ":" or "="): the statement after it counts
-    ("So, she has 5 - 3 = 2 apples left.\n\nTo find the answer, we can use the formula for this type of "
-     "problem: 5 - 3 = 2.\n\nThe answer is 2.", "2"),
+    (
+        "So, she has 5 - 3 = 2 apples left.\n\nTo find the answer, we can use the formula for this type of "
+        "problem: 5 - 3 = 2.\n\nThe answer is 2.",
+        "2",
+    ),
     # a statement without a number is skipped ("The answer is not just any number, ..."): last number
-    ("Ben has 12 cards and gives 7 of them away, so Ben has 12 - 7 = 2 cards left.\n\nThe answer is not just "
-     "any number, but a number inside a number inside a number", "2"),
-    ("So, 63 + 14 = 87.\nThe final answer is 87.\n\nIn this example, we used a simple arithmetic operation to "
-     "add 63 and 14, which is a common arithmetic operation in mathematics.", "87"),
+    (
+        "Ben has 12 cards and gives 7 of them away, so Ben has 12 - 7 = 2 cards left.\n\nThe answer is not just "
+        "any number, but a number inside a number inside a number",
+        "2",
+    ),
+    (
+        "So, 63 + 14 = 87.\nThe final answer is 87.\n\nIn this example, we used a simple arithmetic operation to "
+        "add 63 and 14, which is a common arithmetic operation in mathematics.",
+        "87",
+    ),
     ("3 - 2 - 0 = 42", "42"),
     # the tag wins over everything; its last number; a tag without a number reads as no answer
     ("The answer is 11.\n<answer>12 apples</answer>", "12"),
@@ -41,7 +59,9 @@ REAL = [
     ("<answer>twelve</answer> The answer is 12.", None),
     ("so the total is \\boxed{49} apples, the answer is 50.", "49"),
     # numbers normalised: thousands, a decimal point inside the sentence, a sign
-    ("The answer is 1,200.", "1200"), ("The answer is 2.50 dollars.", "2.5"), ("The answer is -3.", "-3"),
+    ("The answer is 1,200.", "1200"),
+    ("The answer is 2.50 dollars.", "2.5"),
+    ("The answer is -3.", "-3"),
     ("I cannot tell.", None),
 ]
 

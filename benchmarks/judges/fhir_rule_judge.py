@@ -16,6 +16,7 @@ These are benchmark fixtures, not a judge anyone should train a real model with;
 perfect (or 80%-agreeing) judge would say, and a real LLM judge's failures (unparseable replies, timeouts,
 verdicts swayed by the evidence) are not modelled.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ def correct(answer: str, gold: str) -> bool:
 def flipped(question: str, answer: str, rate: float = FLIP_RATE) -> bool:
     """Whether this (question, answer) pair is one the noisy judge gets wrong: sha256 mapped to [0, 1)."""
     digest = hashlib.sha256(f"{question}\x00{answer}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64 < rate
+    return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
 def judge(prompts, questions, golds, answers, evidence):
@@ -44,5 +45,6 @@ def judge(prompts, questions, golds, answers, evidence):
 
 
 def noisy_judge(prompts, questions, golds, answers, evidence):
-    return [f"verdict: {'yes' if correct(a, g) != flipped(q, a) else 'no'}"
-            for q, a, g in zip(questions, answers, golds)]
+    return [
+        f"verdict: {'yes' if correct(a, g) != flipped(q, a) else 'no'}" for q, a, g in zip(questions, answers, golds)
+    ]

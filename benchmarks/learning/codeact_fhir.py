@@ -26,6 +26,7 @@ verdicts alone (give ``rewards.judge.backend=...``; without a judge model, the s
 A real judge's parse-failure rate needs a judge model: with the tiny reasoner there is none worth the name;
 ``judge/parse_failures`` is logged (and kept here) with any backend.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,9 +39,19 @@ from pathlib import Path
 
 from reasonrl.loop.tracking import read_metrics
 
-KEYS = ("episode/turns_mean", "env/codeact/cell_errors", "env/codeact/malformed", "env/codeact/timeouts",
-        "episode/finish_answer", "episode/finish_turns", "episode/finish_context", "accuracy", "reward/judge/mean",
-        "judge/parse_failures", "judge/cached")
+KEYS = (
+    "episode/turns_mean",
+    "env/codeact/cell_errors",
+    "env/codeact/malformed",
+    "env/codeact/timeouts",
+    "episode/finish_answer",
+    "episode/finish_turns",
+    "episode/finish_context",
+    "accuracy",
+    "reward/judge/mean",
+    "judge/parse_failures",
+    "judge/cached",
+)
 
 
 def _env() -> dict:
@@ -54,15 +65,31 @@ def seconds_per_step(rows: list[dict]) -> float:
 def seed_row(run: Path) -> dict:
     summary = json.loads((run / "summary.json").read_text())
     rows = read_metrics(run / "metrics.jsonl")
-    out = {"before": summary["before"]["pass@1"], "after": summary["after"]["pass@1"],
-           "s_per_step": seconds_per_step(rows)}
+    out = {
+        "before": summary["before"]["pass@1"],
+        "after": summary["after"]["pass@1"],
+        "s_per_step": seconds_per_step(rows),
+    }
     out.update({k: statistics.mean(r[k] for r in rows if k in r) for k in KEYS if any(k in r for r in rows)})
     return out
 
 
 def grpo_step_seconds(out: Path, steps: int) -> float:
-    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", "grpo", "--steps", str(steps), "--out",
-           str(out / "grpo-arith"), "eval_every=0", "final_eval_problems=0", "save_every=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "train",
+        "--recipe",
+        "grpo",
+        "--steps",
+        str(steps),
+        "--out",
+        str(out / "grpo-arith"),
+        "eval_every=0",
+        "final_eval_problems=0",
+        "save_every=0",
+    ]
     if not (out / "grpo-arith" / "metrics.jsonl").exists():
         subprocess.run(cmd, check=True, env=_env())
     return seconds_per_step(read_metrics(out / "grpo-arith" / "metrics.jsonl"))
@@ -82,30 +109,63 @@ def main() -> None:
     a = ap.parse_args()
     if a.smoke:
         a.steps, a.seeds, a.problems = 2, 1, 10
-    cmd = [sys.executable, "-m", "reasonrl.cli", "compare", "--recipes", a.recipe, "--seeds", str(a.seeds),
-           "--steps", str(a.steps), "--task", "fhir", "--out", str(a.out), f"model={a.base}", "eval_every=0",
-           f"final_eval_problems={a.problems}", "final_eval_k=0", "save_every=0", *a.overrides, "--resume"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "compare",
+        "--recipes",
+        a.recipe,
+        "--seeds",
+        str(a.seeds),
+        "--steps",
+        str(a.steps),
+        "--task",
+        "fhir",
+        "--out",
+        str(a.out),
+        f"model={a.base}",
+        "eval_every=0",
+        f"final_eval_problems={a.problems}",
+        "final_eval_k=0",
+        "save_every=0",
+        *a.overrides,
+        "--resume",
+    ]
     subprocess.run(cmd, check=True, env=_env())
     seeds = {s: seed_row(a.out / f"{a.recipe}-seed{s}") for s in range(a.seeds)}
     grpo = grpo_step_seconds(a.out, 2 if a.smoke else 5)
-    print(f"{'seed':>4} {'before':>7} {'after':>7} {'turns':>6} {'errors':>7} {'no code':>8} {'answered':>9} "
-          f"{'s/step':>7}")
+    print(
+        f"{'seed':>4} {'before':>7} {'after':>7} {'turns':>6} {'errors':>7} {'no code':>8} {'answered':>9} "
+        f"{'s/step':>7}"
+    )
     for s, r in seeds.items():
-        print(f"{s:>4} {r['before']:7.3f} {r['after']:7.3f} {r.get('episode/turns_mean', 0):6.2f} "
-              f"{r.get('env/codeact/cell_errors', 0):7.2f} {r.get('env/codeact/malformed', 0):8.2f} "
-              f"{r.get('episode/finish_answer', 0):9.2f} {r['s_per_step']:7.2f}")
+        print(
+            f"{s:>4} {r['before']:7.3f} {r['after']:7.3f} {r.get('episode/turns_mean', 0):6.2f} "
+            f"{r.get('env/codeact/cell_errors', 0):7.2f} {r.get('env/codeact/malformed', 0):8.2f} "
+            f"{r.get('episode/finish_answer', 0):9.2f} {r['s_per_step']:7.2f}"
+        )
     after = [r["after"] for r in seeds.values()]
-    summary = {"recipe": a.recipe, "before": seeds[0]["before"], "after_mean": statistics.mean(after),
-               "after_std": statistics.stdev(after) if len(after) > 1 else 0.0,
-               "agent_s_per_step": statistics.mean(r["s_per_step"] for r in seeds.values()),
-               "grpo_arithmetic_s_per_step": grpo}
-    print(f"held-out correctness {summary['before']:.3f} -> {summary['after_mean']:.3f} +- {summary['after_std']:.3f}; "
-          f"s/step {a.recipe} {summary['agent_s_per_step']:.2f} vs single-turn grpo (arithmetic) {grpo:.2f}")
+    summary = {
+        "recipe": a.recipe,
+        "before": seeds[0]["before"],
+        "after_mean": statistics.mean(after),
+        "after_std": statistics.stdev(after) if len(after) > 1 else 0.0,
+        "agent_s_per_step": statistics.mean(r["s_per_step"] for r in seeds.values()),
+        "grpo_arithmetic_s_per_step": grpo,
+    }
+    print(
+        f"held-out correctness {summary['before']:.3f} -> {summary['after_mean']:.3f} +- {summary['after_std']:.3f}; "
+        f"s/step {a.recipe} {summary['agent_s_per_step']:.2f} vs single-turn grpo (arithmetic) {grpo:.2f}"
+    )
     path = a.json or (None if a.smoke else Path(f"benchmarks/results/agents/{a.recipe}_fhir.json"))
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(a).items()}, "seeds": seeds,
-                                    "summary": summary}, indent=2))
+        path.write_text(
+            json.dumps(
+                {"settings": {k: str(v) for k, v in vars(a).items()}, "seeds": seeds, "summary": summary}, indent=2
+            )
+        )
         print(f"wrote {path}")
 
 

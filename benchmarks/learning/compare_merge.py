@@ -9,6 +9,7 @@ step (``time/*`` phases, step 1 left out) and generated tokens.
 
 A recipe entry found in two folders is an error (its runs would be counted twice).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,14 @@ def per_second(results: list, recipes: list[str], long_folder: Path) -> list[dic
         runs = [x for x in results if x.recipe == name]
         t = sum(x.curve[-1][1] for x in runs) / len(runs)  # mean seconds to the last evaluation
         mine = sum(x.curve[-1][2] for x in runs) / len(runs)
-        rows.append({"recipe": name, "seconds": t, "pass@1_last_eval": mine,
-                     "baseline_at_same_seconds": at_seconds([b.curve for b in base], t)})
+        rows.append(
+            {
+                "recipe": name,
+                "seconds": t,
+                "pass@1_last_eval": mine,
+                "baseline_at_same_seconds": at_seconds([b.curve for b in base], t),
+            }
+        )
     return rows
 
 
@@ -78,8 +85,11 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", help="comma-separated recipe entries to keep (default: all)")
     ap.add_argument("--png", type=Path, help="held-out pass@1 against steps and seconds, as compare.png")
-    ap.add_argument("--per-second", type=Path, help="a compare folder of the first recipe run longer: its "
-                    "in-run pass@1 at each recipe's training seconds")
+    ap.add_argument(
+        "--per-second",
+        type=Path,
+        help="a compare folder of the first recipe run longer: its in-run pass@1 at each recipe's training seconds",
+    )
     args = ap.parse_args()
     results = runs_of(args.folders)
     if args.only:
@@ -87,32 +97,47 @@ def main() -> None:
         results = [r for r in results if r.recipe in keep]
     recipes = list(dict.fromkeys([args.first] + [r.recipe for r in results]))  # first, then in folder order
     rows = table_rows(results, recipes)
-    s_step = {r: statistics.median(statistics.median(step_seconds(x.run_dir)) for x in results if x.recipe == r)
-              for r in recipes}
-    print(f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} "
-          f"{'paired diff [95% CI]':>22} {'s/step':>7} {'x first':>7} {'gen tok':>8}")
+    s_step = {
+        r: statistics.median(statistics.median(step_seconds(x.run_dir)) for x in results if x.recipe == r)
+        for r in recipes
+    }
+    print(
+        f"{'recipe':28} {'seeds':>5} {'final':>7} {'std':>6} {'auc':>6} {'p Welch':>8} {'McNemar':>8} "
+        f"{'paired diff [95% CI]':>22} {'s/step':>7} {'x first':>7} {'gen tok':>8}"
+    )
     for row in rows:
         ci = row.get("paired_vs_first") or {}
         paired = ci.get("mcnemar_p")
         row["median_s_per_step"] = s_step[row["recipe"]]
         row["s_per_step_vs_first"] = s_step[row["recipe"]] / s_step[args.first]
         p = row["p_vs_first"]
-        print(f"{row['recipe'][:28]:28} {row['runs_ok']:>5} {row.get('final_mean', float('nan')):>7.3f} "
-              f"{row.get('final_std', float('nan')):>6.3f} {row.get('auc', float('nan')):>6.3f} "
-              f"{'-' if p is None else f'{p:.3f}':>8} {'-' if paired is None else f'{paired:.3f}':>8} "
-              f"{diff_ci(ci):>22} "
-              f"{row['median_s_per_step']:>7.2f} {row['s_per_step_vs_first']:>7.2f} {row.get('tokens', 0):>8.0f}")
+        print(
+            f"{row['recipe'][:28]:28} {row['runs_ok']:>5} {row.get('final_mean', float('nan')):>7.3f} "
+            f"{row.get('final_std', float('nan')):>6.3f} {row.get('auc', float('nan')):>6.3f} "
+            f"{'-' if p is None else f'{p:.3f}':>8} {'-' if paired is None else f'{paired:.3f}':>8} "
+            f"{diff_ci(ci):>22} "
+            f"{row['median_s_per_step']:>7.2f} {row['s_per_step_vs_first']:>7.2f} {row.get('tokens', 0):>8.0f}"
+        )
     secs = per_second(results, recipes, args.per_second) if args.per_second else None
     for row in secs or []:
         base = row["baseline_at_same_seconds"]
-        print(f"per second: {row['recipe']:24} {row['seconds']:7.1f} s  pass@1 {row['pass@1_last_eval']:.3f}  "
-              f"baseline at the same seconds {'-' if base is None else f'{base:.3f}'}")
+        print(
+            f"per second: {row['recipe']:24} {row['seconds']:7.1f} s  pass@1 {row['pass@1_last_eval']:.3f}  "
+            f"baseline at the same seconds {'-' if base is None else f'{base:.3f}'}"
+        )
     if args.png:
         plot_compare(results, recipes, args.png)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(_json_safe({"folders": [str(f) for f in args.folders], "first": args.first,
-                                                    "table": rows, "per_second": secs}), indent=2, default=str))
+        args.json.write_text(
+            json.dumps(
+                _json_safe(
+                    {"folders": [str(f) for f in args.folders], "first": args.first, "table": rows, "per_second": secs}
+                ),
+                indent=2,
+                default=str,
+            )
+        )
 
 
 if __name__ == "__main__":

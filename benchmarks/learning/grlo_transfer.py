@@ -17,6 +17,7 @@ table and writes JSON.
 A run folder that already holds a finished run (``summary.json``) is reused, so grpo runs can be shared between
 settings by linking them into ``--out``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,24 @@ def train(recipe: str, seed: int, steps: int, out: Path, extra: list[str]) -> Pa
     if (run / "summary.json").exists():
         return run  # finished earlier: reused
     resume = ["--resume"] if (run / "config.yaml").exists() else []
-    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", recipe, "--steps", str(steps), "--out", str(run),
-           f"seed={seed}", "eval_every=0", "final_eval_problems=0", "save_every=10", *extra, *resume]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "train",
+        "--recipe",
+        recipe,
+        "--steps",
+        str(steps),
+        "--out",
+        str(run),
+        f"seed={seed}",
+        "eval_every=0",
+        "final_eval_problems=0",
+        "save_every=10",
+        *extra,
+        *resume,
+    ]
     env = {**os.environ, "PYTHONPATH": "src" + os.pathsep + os.environ.get("PYTHONPATH", "")}
     subprocess.run(cmd, check=True, env=env)
     return run
@@ -69,8 +86,13 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=500)
     ap.add_argument("--out", type=Path, default=Path("runs/grlo_transfer"))
     ap.add_argument("--json", type=Path, default=Path("benchmarks/results/grlo/transfer.json"))
-    ap.add_argument("--grlo-opt", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config override for the grlo runs (repeatable), e.g. kl.coef=0.5")
+    ap.add_argument(
+        "--grlo-opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the grlo runs (repeatable), e.g. kl.coef=0.5",
+    )
     ap.add_argument("--smoke", action="store_true", help="2 steps, 1 seed, 20 problems: checks the script runs")
     args = ap.parse_args()
     if args.smoke:
@@ -91,13 +113,24 @@ def main() -> None:
     print(f"{'model':14s} " + " ".join(f"{t:>18s}" for t in TASKS))
     print(f"{'start':14s} " + " ".join(f"{rows['start'][t]:18.3f}" for t in TASKS))
     for recipe in ("grlo", "grpo"):
-        print(f"{recipe:14s} " + " ".join(f"{summary[f'{recipe}/{t}'][0]:11.3f} +- {summary[f'{recipe}/{t}'][1]:.3f}"
-                                         for t in TASKS))
+        print(
+            f"{recipe:14s} "
+            + " ".join(f"{summary[f'{recipe}/{t}'][0]:11.3f} +- {summary[f'{recipe}/{t}'][1]:.3f}" for t in TASKS)
+        )
     print("grlo reward-model score, first 5 -> last 5 steps:", [f"{a:.3f} -> {b:.3f}" for a, b in scores])
     if not args.smoke:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-                                         "summary": summary, "rm_score_first_last": scores}, indent=2))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "settings": {k: str(v) for k, v in vars(args).items()},
+                    "rows": rows,
+                    "summary": summary,
+                    "rm_score_first_last": scores,
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

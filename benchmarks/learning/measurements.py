@@ -15,6 +15,7 @@ A source declares how its file is read: ``kind`` (one of CONVERTERS), and where 
 JSON: per-seed evaluation rates, averaged) and ``seconds`` (a separate timing: step_seconds.py or
 ppo_vs_grpo.py --speed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,9 +27,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = "reasonrl-measurement/1"
 # the entry's field in the file -> its name in health_table's rows of numbers
-FIELDS = {"pass1_mean": "mean", "pass1_std": "std", "seeds": "seeds", "per_seed": "per_seed",
-          "welch_p_vs_first": "p", "paired_vs_first": "paired", "eval_truncation": "trunc", "eval_format": "fmt",
-          "eval_mean_length": "length", "s_per_step": "s_step", "s_per_step_vs_first": "s_x"}
+FIELDS = {
+    "pass1_mean": "mean",
+    "pass1_std": "std",
+    "seeds": "seeds",
+    "per_seed": "per_seed",
+    "welch_p_vs_first": "p",
+    "paired_vs_first": "paired",
+    "eval_truncation": "trunc",
+    "eval_format": "fmt",
+    "eval_mean_length": "length",
+    "s_per_step": "s_step",
+    "s_per_step_vs_first": "s_x",
+}
 PAIRED = ("diff", "low", "high", "mcnemar_p")
 
 
@@ -36,7 +47,7 @@ def measurement_path(source: str) -> str:
     """Where the measurement of the result file ``source`` is: beside it, ``X.json`` -> ``X.measurement.json``."""
     if not source.endswith(".json"):
         raise ValueError(f"a measured source must be a .json file: {source}")
-    return source[:-len(".json")] + ".measurement.json"
+    return source[: -len(".json")] + ".measurement.json"
 
 
 def read_measurement(path: Path, source: str) -> tuple[dict, str | None, int | None]:
@@ -44,8 +55,10 @@ def read_measurement(path: Path, source: str) -> tuple[dict, str | None, int | N
     a file of another format or source, or an entry with a missing or unknown field, is an error."""
     m = json.loads(path.read_text())
     if m.get("format") != FORMAT or m.get("source") != source:
-        raise ValueError(f"{path}: not the {FORMAT} measurement of {source} (format {m.get('format')!r}, "
-                         f"source {m.get('source')!r}); run python benchmarks/learning/measurements.py")
+        raise ValueError(
+            f"{path}: not the {FORMAT} measurement of {source} (format {m.get('format')!r}, "
+            f"source {m.get('source')!r}); run python benchmarks/learning/measurements.py"
+        )
     entries = {}
     for name, e in m["entries"].items():
         if set(e) != set(FIELDS):
@@ -76,19 +89,35 @@ def from_compare(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     out = {}
     for r in table:
         out[r["recipe"]] = {
-            "mean": r.get("final_mean"), "std": r.get("final_std"), "seeds": r.get("runs_ok"),
-            "per_seed": r.get("per_seed"), "p": r.get("p_vs_first"), "paired": _paired(r.get("paired_vs_first")),
-            "trunc": r.get("eval_truncation"), "fmt": r.get("eval_format"), "length": r.get("eval_mean_length"),
-            "s_step": r.get("median_s_per_step", r.get("s_per_step")), "s_x": r.get("s_per_step_vs_first")}
+            "mean": r.get("final_mean"),
+            "std": r.get("final_std"),
+            "seeds": r.get("runs_ok"),
+            "per_seed": r.get("per_seed"),
+            "p": r.get("p_vs_first"),
+            "paired": _paired(r.get("paired_vs_first")),
+            "trunc": r.get("eval_truncation"),
+            "fmt": r.get("eval_format"),
+            "length": r.get("eval_mean_length"),
+            "s_step": r.get("median_s_per_step", r.get("s_per_step")),
+            "s_x": r.get("s_per_step_vs_first"),
+        }
     return out, first, _steps(d, src)
 
 
 def from_distmatch(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     """benchmarks/learning/distmatch.py: greedy pass@1 and its paired test; the Welch p it holds is on sampled
     pass@1."""
-    out = {r["recipe"]: {"mean": r.get("greedy_pass@1"), "std": r.get("greedy_pass@1_std"), "seeds": r.get("runs_ok"),
-                         "per_seed": r.get("per_seed"), "paired": _paired(r.get("greedy_paired_vs_first")),
-                         "s_step": r.get("s_per_step")} for r in d["rows"]}
+    out = {
+        r["recipe"]: {
+            "mean": r.get("greedy_pass@1"),
+            "std": r.get("greedy_pass@1_std"),
+            "seeds": r.get("runs_ok"),
+            "per_seed": r.get("per_seed"),
+            "paired": _paired(r.get("greedy_paired_vs_first")),
+            "s_step": r.get("s_per_step"),
+        }
+        for r in d["rows"]
+    }
     return out, d["rows"][0]["recipe"], _steps(d, src)
 
 
@@ -98,8 +127,12 @@ def from_grlo(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     for name in ("grlo", "grpo"):
         seeds = sorted(k for k in d["rows"] if k.startswith(name + "-seed"))
         mean, std = d["summary"][name + "/arithmetic"]
-        out[name] = {"mean": mean, "std": std, "seeds": len(seeds),
-                     "per_seed": [d["rows"][k]["arithmetic"] for k in seeds]}
+        out[name] = {
+            "mean": mean,
+            "std": std,
+            "seeds": len(seeds),
+            "per_seed": [d["rows"][k]["arithmetic"] for k in seeds],
+        }
     return out, None, _steps(d, src)
 
 
@@ -109,17 +142,31 @@ def from_codeact(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     s = d["summary"]
     per_seed = [d["seeds"][k]["after"] for k in sorted(d["seeds"], key=int)]
     s_step = s.get("agent_s_per_step", s.get("codeact_s_per_step"))
-    out = {s.get("recipe", "codeact"): {"mean": s.get("after_mean"), "std": s.get("after_std"),
-                                        "seeds": len(per_seed), "per_seed": per_seed, "s_step": s_step},
-           "grpo": {"s_step": s.get("grpo_arithmetic_s_per_step")}}
+    out = {
+        s.get("recipe", "codeact"): {
+            "mean": s.get("after_mean"),
+            "std": s.get("after_std"),
+            "seeds": len(per_seed),
+            "per_seed": per_seed,
+            "s_step": s_step,
+        },
+        "grpo": {"s_step": s.get("grpo_arithmetic_s_per_step")},
+    }
     return out, None, _steps(d, src)
 
 
 def from_prompt_policy(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     """prompt_policy_bench.py --merge: the frozen worker's held-out accuracy with the prompter's final one-shot
     prompt (the recipe's row) and with no prompt at all (its reference: ``none``), per seed."""
-    out = {name: {"mean": d[key]["mean"], "std": d[key]["std"], "seeds": len(d[key]["per_seed"]),
-                  "per_seed": d[key]["per_seed"]} for name, key in (("prompt_policy", "one_shot_final"), ("none", "none"))}
+    out = {
+        name: {
+            "mean": d[key]["mean"],
+            "std": d[key]["std"],
+            "seeds": len(d[key]["per_seed"]),
+            "per_seed": d[key]["per_seed"],
+        }
+        for name, key in (("prompt_policy", "one_shot_final"), ("none", "none"))
+    }
     return out, None, d.get("steps")
 
 
@@ -130,11 +177,19 @@ def from_populora(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     out = {}
     for name, key, side in (("populora", "pop_mean", "populora"), ("azr", "azr", "azr")):
         secs = [r[side]["seconds"] / steps for r in d["rows"]]
-        out[name] = {"mean": m[key]["mean"], "std": m[key]["std"], "seeds": len(m[key]["per_seed"]),
-                     "per_seed": m[key]["per_seed"], "s_step": statistics.fmean(secs)}
+        out[name] = {
+            "mean": m[key]["mean"],
+            "std": m[key]["std"],
+            "seeds": len(m[key]["per_seed"]),
+            "per_seed": m[key]["per_seed"],
+            "s_step": statistics.fmean(secs),
+        }
     p = m.get("paired_pop_mean_vs_azr")
-    out["populora"].update(p=m.get("welch_p_pop_mean_vs_azr"), s_x=m["wall_ratio"]["mean"], paired=p and {
-        "diff": p["diff"], "low": p["ci_low"], "high": p["ci_high"], "mcnemar_p": None})
+    out["populora"].update(
+        p=m.get("welch_p_pop_mean_vs_azr"),
+        s_x=m["wall_ratio"]["mean"],
+        paired=p and {"diff": p["diff"], "low": p["ci_low"], "high": p["ci_high"], "mcnemar_p": None},
+    )
     return out, "azr", steps
 
 
@@ -145,14 +200,27 @@ def from_real_model(d: dict, src: dict) -> tuple[dict, str | None, int | None]:
     out = {}
     for r in d["rows"]:
         ran = bool(r.get("ran"))
-        out[r["recipe"]] = {"mean": r.get("after_pass@1"), "seeds": int(ran), "per_seed": [r["after_pass@1"]] if ran else None,
-                            "trunc": r.get("after_truncation_rate"), "fmt": r.get("after_format_rate"),
-                            "length": r.get("after_mean_length"), "s_step": r.get("s_per_step")}
+        out[r["recipe"]] = {
+            "mean": r.get("after_pass@1"),
+            "seeds": int(ran),
+            "per_seed": [r["after_pass@1"]] if ran else None,
+            "trunc": r.get("after_truncation_rate"),
+            "fmt": r.get("after_format_rate"),
+            "length": r.get("after_mean_length"),
+            "s_step": r.get("s_per_step"),
+        }
     return out, None, d["steps"]  # (its "settings" is the list of run keys, not _steps' dict)
 
 
-CONVERTERS = {"compare": from_compare, "real_model": from_real_model, "distmatch": from_distmatch, "grlo": from_grlo,
-              "codeact": from_codeact, "prompt_policy": from_prompt_policy, "populora": from_populora}
+CONVERTERS = {
+    "compare": from_compare,
+    "real_model": from_real_model,
+    "distmatch": from_distmatch,
+    "grlo": from_grlo,
+    "codeact": from_codeact,
+    "prompt_policy": from_prompt_policy,
+    "populora": from_populora,
+}
 
 
 def add_diagnostics(entries: dict, path: Path) -> None:
@@ -189,8 +257,14 @@ def convert(src: dict, root: Path = ROOT) -> dict | None:
     for extra, add in (("diagnostics", add_diagnostics), ("seconds", add_seconds)):
         if src.get(extra) and (root / src[extra]).exists():
             add(entries, root / src[extra])
-    return {"format": FORMAT, "source": src["path"], "kind": src["kind"], "steps": steps, "first": first,
-            "entries": {name: {long: row.get(short) for long, short in FIELDS.items()} for name, row in entries.items()}}
+    return {
+        "format": FORMAT,
+        "source": src["path"],
+        "kind": src["kind"],
+        "steps": steps,
+        "first": first,
+        "entries": {name: {long: row.get(short) for long, short in FIELDS.items()} for name, row in entries.items()},
+    }
 
 
 def write_all(sources: list[dict], root: Path = ROOT, check: bool = False) -> list[str]:

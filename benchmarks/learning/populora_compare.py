@@ -18,6 +18,7 @@ The model should be warm-started on the azr task (``bash benchmarks/learning/sel
 runs/selfplay/bases/azr): from a model that never saw the six prompts every completion has the wrong format and no
 run learns.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,18 +50,39 @@ def recipes(a) -> dict:
     sampling = dataclasses.replace(pop.sampling, max_new_tokens=a.max_new)
     if a.lr is not None:  # one learning rate for both sides (the recipes share azr's 5e-5)
         pop, azr = (dataclasses.replace(r, optim=dataclasses.replace(r.optim, lr=a.lr)) for r in (pop, azr))
-    pop = dataclasses.replace(pop, sampling=sampling, populora=PopuLoRA(
-        teachers=a.teachers, students=a.students, proposals=a.proposals, estimate_samples=a.estimate,
-        types=a.types, pbt_every=a.pbt_every, pbt_frac=a.pbt_frac, pbt_buffers=a.pbt_buffers))
-    azr = dataclasses.replace(azr, sampling=sampling, azr=AZR(proposals=a.proposals, estimate_samples=a.estimate,
-                                                              types=a.types))
+    pop = dataclasses.replace(
+        pop,
+        sampling=sampling,
+        populora=PopuLoRA(
+            teachers=a.teachers,
+            students=a.students,
+            proposals=a.proposals,
+            estimate_samples=a.estimate,
+            types=a.types,
+            pbt_every=a.pbt_every,
+            pbt_frac=a.pbt_frac,
+            pbt_buffers=a.pbt_buffers,
+        ),
+    )
+    azr = dataclasses.replace(
+        azr, sampling=sampling, azr=AZR(proposals=a.proposals, estimate_samples=a.estimate, types=a.types)
+    )
     return {"populora": (pop, a.items * a.students), "azr": (azr, a.items)}
 
 
 def train(name: str, recipe, items: int, seed: int, a, out: Path) -> tuple[Trainer, list[dict], float]:
     model, tok = build_tiny("tiny", seed=0) if a.smoke else load_model(a.model)
-    cfg = TrainConfig(recipe=name, task="azr", steps=a.steps, prompts_per_step=items, seed=seed, eval_every=0,
-                      save_every=0, final_eval_problems=0, lora=Lora(r=a.rank, alpha=2.0 * a.rank))
+    cfg = TrainConfig(
+        recipe=name,
+        task="azr",
+        steps=a.steps,
+        prompts_per_step=items,
+        seed=seed,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+        lora=Lora(r=a.rank, alpha=2.0 * a.rank),
+    )
     t0, logs = time.perf_counter(), []
     trainer = Trainer(model.train(), tok, get_task("azr"), recipe, cfg, out / f"{name}-{seed}")
     for _ in range(a.steps):
@@ -98,6 +120,7 @@ def complexity(logs: list[dict], key: str) -> tuple[float, float]:
     def mean(rows):
         vals = [r[key] for r in rows if key in r]
         return statistics.fmean(vals) if vals else math.nan
+
     return mean(logs[:half]), mean(logs[half:])
 
 
@@ -105,19 +128,27 @@ def one_seed(seed: int, a, out: Path) -> dict:
     row: dict = {"seed": seed}
     for name, (recipe, items) in recipes(a).items():
         trainer, logs, secs = train(name, recipe, items, seed, a, out)
-        members = ([f"s{i}" for i in range(a.students)] if name == "populora" else ["default"])
+        members = [f"s{i}" for i in range(a.students)] if name == "populora" else ["default"]
         accs = {m: held_out(trainer, adapter_of(m) if name == "populora" else m, a) for m in members}
-        row[name] = {"seconds": secs, "held_out": accs,
-                     "program_chars": complexity(logs, "azr/program_chars"), "ast_depth": complexity(logs, "azr/ast_depth"),
-                     "proposer_reward": statistics.fmean(r.get("azr/proposer_reward", math.nan) for r in logs)}
+        row[name] = {
+            "seconds": secs,
+            "held_out": accs,
+            "program_chars": complexity(logs, "azr/program_chars"),
+            "ast_depth": complexity(logs, "azr/ast_depth"),
+            "proposer_reward": statistics.fmean(r.get("azr/proposer_reward", math.nan) for r in logs),
+        }
         if name == "populora":
             last = logs[-1]
             row[name]["skill"] = {k.split("_", 1)[1]: v for k, v in last.items() if k.startswith("populora/skill_")}
             row[name]["pbt_total"] = last.get("populora/pbt_total", 0.0)
     pop = [v["pass@1"] for v in row["populora"]["held_out"].values()]  # the students' held-out accuracies
-    row["summary"] = {"pop_best": max(pop), "pop_mean": statistics.fmean(pop), "pop_worst": min(pop),
-                      "azr": row["azr"]["held_out"]["default"]["pass@1"],
-                      "wall_ratio": row["populora"]["seconds"] / row["azr"]["seconds"]}
+    row["summary"] = {
+        "pop_best": max(pop),
+        "pop_mean": statistics.fmean(pop),
+        "pop_worst": min(pop),
+        "azr": row["azr"]["held_out"]["default"]["pass@1"],
+        "wall_ratio": row["populora"]["seconds"] / row["azr"]["seconds"],
+    }
     return row
 
 
@@ -129,8 +160,11 @@ def summarise(rows: list[dict]) -> dict:
     cols = {k: [r["summary"][k] for r in rows] for k in ("pop_best", "pop_mean", "pop_worst", "azr", "wall_ratio")}
     out: dict = {"seeds": [r["seed"] for r in rows]}
     for k, vals in cols.items():
-        out[k] = {"per_seed": vals, "mean": statistics.fmean(vals), "std": statistics.stdev(vals) if len(vals) > 1
-                  else 0.0}
+        out[k] = {
+            "per_seed": vals,
+            "mean": statistics.fmean(vals),
+            "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        }
     if len(rows) > 1:
         out["welch_p_pop_mean_vs_azr"] = welch_t_test(cols["pop_mean"], cols["azr"])[1]
     if all("correct" in r["azr"]["held_out"]["default"] for r in rows):
@@ -148,20 +182,26 @@ def summarise(rows: list[dict]) -> dict:
 
 def table(rows: list[dict], m: dict) -> str:
     """One line per seed, and with 2+ seeds the mean line from ``m`` (:func:`summarise` of the rows)."""
-    head = ("| seed | pop best | pop mean | pop worst | single AZR | AST depth pop (early>late) | AST depth AZR | "
-            "chars pop (early>late) | chars AZR | wall ratio |")
+    head = (
+        "| seed | pop best | pop mean | pop worst | single AZR | AST depth pop (early>late) | AST depth AZR | "
+        "chars pop (early>late) | chars AZR | wall ratio |"
+    )
     lines = [head, "|" + "---|" * 10]
     f = lambda x: "nan" if x != x else f"{x:.3f}"  # noqa: E731
     g = lambda p: f"{f(p[0])}>{f(p[1])}"  # noqa: E731
     for r in rows:
         s, p, z = r["summary"], r["populora"], r["azr"]
-        lines.append(f"| {r['seed']} | {f(s['pop_best'])} | {f(s['pop_mean'])} | {f(s['pop_worst'])} | {f(s['azr'])} | "
-                     f"{g(p['ast_depth'])} | {g(z['ast_depth'])} | {g(p['program_chars'])} | {g(z['program_chars'])} | "
-                     f"{s['wall_ratio']:.2f} |")
+        lines.append(
+            f"| {r['seed']} | {f(s['pop_best'])} | {f(s['pop_mean'])} | {f(s['pop_worst'])} | {f(s['azr'])} | "
+            f"{g(p['ast_depth'])} | {g(z['ast_depth'])} | {g(p['program_chars'])} | {g(z['program_chars'])} | "
+            f"{s['wall_ratio']:.2f} |"
+        )
     if len(rows) > 1:
         f2 = lambda k: f"{m[k]['mean']:.3f} ± {m[k]['std']:.3f}"  # noqa: E731
-        lines.append(f"| mean | {f2('pop_best')} | {f2('pop_mean')} | {f2('pop_worst')} | {f2('azr')} | | | | | "
-                     f"{m['wall_ratio']['mean']:.2f} |")
+        lines.append(
+            f"| mean | {f2('pop_best')} | {f2('pop_mean')} | {f2('pop_worst')} | {f2('azr')} | | | | | "
+            f"{m['wall_ratio']['mean']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -178,8 +218,12 @@ def merge(paths: list[Path]) -> dict:
     rows = sorted((row for r in runs for row in r["rows"]), key=lambda row: row["seed"])
     if len({row["seed"] for row in rows}) != len(rows):
         raise SystemExit(f"--merge: a seed appears twice in {[str(p) for p in paths]}")
-    return {"args": {**runs[0]["args"], "seeds": ",".join(str(row["seed"]) for row in rows)},
-            "files": list(map(str, paths)), **({"start": starts[0]} if starts else {}), "rows": rows}
+    return {
+        "args": {**runs[0]["args"], "seeds": ",".join(str(row["seed"]) for row in rows)},
+        "files": list(map(str, paths)),
+        **({"start": starts[0]} if starts else {}),
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -195,8 +239,12 @@ def main() -> None:
     ap.add_argument("--types", default="deduction,abduction,induction")
     ap.add_argument("--pbt-every", type=int, default=10)
     ap.add_argument("--pbt-frac", type=float, default=0.25, help="the bottom fraction replaced (floor(frac x N))")
-    ap.add_argument("--pbt-buffers", default="parent", help="a replaced teacher's tasks: parent (the default since "
-                    "issue 41) | fresh | keep (the loser's: the runs of 2026-12-05)")
+    ap.add_argument(
+        "--pbt-buffers",
+        default="parent",
+        help="a replaced teacher's tasks: parent (the default since "
+        "issue 41) | fresh | keep (the loser's: the runs of 2026-12-05)",
+    )
     ap.add_argument("--rank", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=96)
     ap.add_argument("--lr", type=float, default=None, help="AdamW lr of both sides (default: the recipes', 5e-5)")
@@ -221,8 +269,12 @@ def main() -> None:
     start = start_accuracy(a)
     rows = [] if a.start_only else [one_seed(int(s), a, Path(a.runs)) for s in a.seeds.split(",")]
     args = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items() if k != "merge"}
-    write({"args": args, "start": start, "rows": rows},
-          Path(a.json or Path(__file__).parents[1] / "results" / "populora" / f"compare{'_smoke' if a.smoke else ''}.json"))
+    write(
+        {"args": args, "start": start, "rows": rows},
+        Path(
+            a.json or Path(__file__).parents[1] / "results" / "populora" / f"compare{'_smoke' if a.smoke else ''}.json"
+        ),
+    )
 
 
 def write(data: dict, path: Path) -> None:
@@ -235,9 +287,11 @@ def write(data: dict, path: Path) -> None:
     m = data.get("summary", {})
     if "paired_pop_mean_vs_azr" in m:
         p, b = m["paired_pop_mean_vs_azr"], m["paired_pop_best_vs_azr"]
-        print(f"paired over {p['pairs']} (seed, problem) pairs: population mean - agent {p['diff']:+.3f} "
-              f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]; best student - agent {b['diff']:+.3f} "
-              f"[{b['ci_low']:+.3f}, {b['ci_high']:+.3f}], McNemar {b['b']} vs {b['c']}, p {b['mcnemar_p']:.3f}")
+        print(
+            f"paired over {p['pairs']} (seed, problem) pairs: population mean - agent {p['diff']:+.3f} "
+            f"[{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]; best student - agent {b['diff']:+.3f} "
+            f"[{b['ci_low']:+.3f}, {b['ci_high']:+.3f}], McNemar {b['b']} vs {b['c']}, p {b['mcnemar_p']:.3f}"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
     print(f"wrote {path}")

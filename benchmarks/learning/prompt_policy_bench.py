@@ -20,6 +20,7 @@ format of NudgeRL's contexts (reasonrl.parts.nudge.HINT_TEMPLATE), the one a con
 (``reasonrl pretrain --contexts all``, e.g. runs/ctxbase45) learned to read a hint in, with ``--max-fragments 1``
 since that warm start only ever saw one hint at a time; the default ``plain`` puts the prompt on the line above.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,10 @@ class OracleWorker:
 
 
 # what the worker reads: the prompter's text on the line above the instance, or in NudgeRL's hinted prompt
-TEMPLATES = {"plain": "{prompt}\n{instance}",
-             "nudge": HINT_TEMPLATE.replace("{prompt}", "{instance}").replace("{hint}", "{prompt}")}
+TEMPLATES = {
+    "plain": "{prompt}\n{instance}",
+    "nudge": HINT_TEMPLATE.replace("{prompt}", "{instance}").replace("{hint}", "{prompt}"),
+}
 
 
 def setup(a) -> tuple[Trainer, PromptTask]:
@@ -71,23 +74,57 @@ def setup(a) -> tuple[Trainer, PromptTask]:
     template = TEMPLATES.get(a.worker_template, a.worker_template)
     if a.smoke:
         model, tok = build_tiny("tiny", seed=0)
-        worker = (OracleWorker(inner) if a.worker == "oracle"
-                  else ModelWorker(*build_tiny("tiny", seed=1), inner, template=template))
+        worker = (
+            OracleWorker(inner)
+            if a.worker == "oracle"
+            else ModelWorker(*build_tiny("tiny", seed=1), inner, template=template)
+        )
     else:
         model, tok = load_model(a.prompter)
-        worker = (OracleWorker(inner) if a.worker == "oracle"
-                  else ModelWorker(*load_model(a.worker), inner, template=template))
-    part = PromptPolicy(contexts=a.contexts, instances=a.instances, k_top=a.k_top, k_bottom=a.k_bottom,
-                        max_fragments=a.max_fragments, template=template, target=a.target)
-    task = PromptTask(inner, worker, contexts=a.contexts, instances=a.instances, max_fragments=a.max_fragments,
-                      pool=a.pool, seed=a.seed)
+        worker = (
+            OracleWorker(inner)
+            if a.worker == "oracle"
+            else ModelWorker(*load_model(a.worker), inner, template=template)
+        )
+    part = PromptPolicy(
+        contexts=a.contexts,
+        instances=a.instances,
+        k_top=a.k_top,
+        k_bottom=a.k_bottom,
+        max_fragments=a.max_fragments,
+        template=template,
+        target=a.target,
+    )
+    task = PromptTask(
+        inner,
+        worker,
+        contexts=a.contexts,
+        instances=a.instances,
+        max_fragments=a.max_fragments,
+        pool=a.pool,
+        seed=a.seed,
+    )
     r = get_recipe("prompt_policy")
-    recipe = dataclasses.replace(r, group_size=a.group, prompt_policy=part,
-                                 sampling=dataclasses.replace(r.sampling, max_new_tokens=task.max_new_tokens,
-                                                              temperature=r.sampling.temperature if a.temperature is None
-                                                              else a.temperature))
-    cfg = TrainConfig(recipe="prompt_policy", task="arithmetic", steps=a.steps, prompts_per_step=len(task.contexts),
-                      seed=a.seed, eval_every=0, save_every=0, final_eval_problems=0)
+    recipe = dataclasses.replace(
+        r,
+        group_size=a.group,
+        prompt_policy=part,
+        sampling=dataclasses.replace(
+            r.sampling,
+            max_new_tokens=task.max_new_tokens,
+            temperature=r.sampling.temperature if a.temperature is None else a.temperature,
+        ),
+    )
+    cfg = TrainConfig(
+        recipe="prompt_policy",
+        task="arithmetic",
+        steps=a.steps,
+        prompts_per_step=len(task.contexts),
+        seed=a.seed,
+        eval_every=0,
+        save_every=0,
+        final_eval_problems=0,
+    )
     return Trainer(model.train(), tok, task, recipe, cfg, Path(a.runs) / f"{a.worker}-{a.seed}"), task
 
 
@@ -105,8 +142,11 @@ def held_out(task: PromptTask, prompt_of, n: int) -> dict[str, float]:
 def one_shot(trainer: Trainer, task: PromptTask) -> dict[str, str]:
     """The prompter's greedy prompt per context with an empty history."""
     with torch.no_grad():
-        ro = trainer.engine.generate([prompter_prompt(c, []) for c in task.contexts], 1,
-                                     SamplingParams(temperature=0, max_new_tokens=task.max_new_tokens))
+        ro = trainer.engine.generate(
+            [prompter_prompt(c, []) for c in task.contexts],
+            1,
+            SamplingParams(temperature=0, max_new_tokens=task.max_new_tokens),
+        )
     return dict(zip(task.contexts, ro.texts))
 
 
@@ -117,16 +157,27 @@ def merge(paths: list[Path]) -> dict:
     setting = ("worker", "steps", "worker_template", "max_fragments", "temperature", "target")  # older files: None
     if len({tuple(r["args"].get(k) for k in setting) for r in runs}) != 1:
         raise SystemExit(f"--merge: the files are not one setting {setting}: {[str(p) for p in paths]}")
-    cols = {"none": lambda r: r["fixed"]["none"]["mean"], "best_hint": lambda r: r["fixed"][r["best_hint"]]["mean"],
-            "one_shot_start": lambda r: r["curve"][0]["held_out"]["mean"],
-            "one_shot_final": lambda r: r["curve"][-1]["held_out"]["mean"]}
-    out = {"files": [str(p) for p in paths], "worker": runs[0]["args"]["worker"], "steps": runs[0]["args"]["steps"],
-           "seeds": [r["args"]["seed"] for r in runs], "final_prompts": [r["curve"][-1]["prompts"] for r in runs],
-           "train_worker_calls": runs[0]["curve"][-1]["train_worker_calls"]}
+    cols = {
+        "none": lambda r: r["fixed"]["none"]["mean"],
+        "best_hint": lambda r: r["fixed"][r["best_hint"]]["mean"],
+        "one_shot_start": lambda r: r["curve"][0]["held_out"]["mean"],
+        "one_shot_final": lambda r: r["curve"][-1]["held_out"]["mean"],
+    }
+    out = {
+        "files": [str(p) for p in paths],
+        "worker": runs[0]["args"]["worker"],
+        "steps": runs[0]["args"]["steps"],
+        "seeds": [r["args"]["seed"] for r in runs],
+        "final_prompts": [r["curve"][-1]["prompts"] for r in runs],
+        "train_worker_calls": runs[0]["curve"][-1]["train_worker_calls"],
+    }
     for name, get in cols.items():
         vals = [get(r) for r in runs]
-        out[name] = {"per_seed": vals, "mean": statistics.fmean(vals),
-                     "std": statistics.stdev(vals) if len(vals) > 1 else 0.0}
+        out[name] = {
+            "per_seed": vals,
+            "mean": statistics.fmean(vals),
+            "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        }
     return out
 
 
@@ -136,10 +187,15 @@ def main() -> None:
     ap.add_argument("--prompter", default="base")
     ap.add_argument("--worker-template", default="plain", help="plain | nudge | a text with {prompt} and {instance}")
     ap.add_argument("--max-fragments", type=int, default=2, help="hints a prompt may pick (digits read, in order)")
-    ap.add_argument("--temperature", type=float, default=None, help="the prompter's sampling temperature "
-                    "(default: the recipe's)")
-    ap.add_argument("--target", default="mean", help="the distillation target: mean (the best running mean, the "
-                    "default since issue 41) | first_max (the first top R: the runs of 2026-12-02/05)")
+    ap.add_argument(
+        "--temperature", type=float, default=None, help="the prompter's sampling temperature (default: the recipe's)"
+    )
+    ap.add_argument(
+        "--target",
+        default="mean",
+        help="the distillation target: mean (the best running mean, the "
+        "default since issue 41) | first_max (the first top R: the runs of 2026-12-02/05)",
+    )
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--contexts", default="meta:max_digits")
@@ -182,19 +238,32 @@ def main() -> None:
             m = trainer.train_step()
             logs.append({k: v for k, v in m.items() if k.startswith(("prompt_policy/", "reward/mean", "accuracy"))})
     best_hint = max((k for k in fixed if k.startswith("hint")), key=lambda k: fixed[k]["mean"])
-    print(f"worker: {a.worker}, contexts {task.contexts}, {a.eval_n} held-out instances each, "
-          f"{time.perf_counter() - t0:.0f} s")
+    print(
+        f"worker: {a.worker}, contexts {task.contexts}, {a.eval_n} held-out instances each, "
+        f"{time.perf_counter() - t0:.0f} s"
+    )
     print("| prompt | train worker calls | " + " | ".join(task.contexts) + " | mean |")
     print("|---|---|" + "---|" * (len(task.contexts) + 1))
     for name, acc in [*fixed.items(), *((f"one-shot @ step {p['step']}", p["held_out"]) for p in curve)]:
         calls = next((str(p["train_worker_calls"]) for p in curve if name == f"one-shot @ step {p['step']}"), "-")
         print(f"| {name} | {calls} | " + " | ".join(f"{acc[c]:.3f}" for c in task.contexts) + f" | {acc['mean']:.3f} |")
-    print(f"best hand-written hint: {best_hint} ({fixed[best_hint]['mean']:.3f}); final one-shot prompts: "
-          f"{curve[-1]['prompts']}")
-    path = Path(a.json or Path(__file__).parents[1] / "results" / "prompt_policy" / f"{Path(a.worker).name}{'_smoke' if a.smoke else ''}.json")
+    print(
+        f"best hand-written hint: {best_hint} ({fixed[best_hint]['mean']:.3f}); final one-shot prompts: "
+        f"{curve[-1]['prompts']}"
+    )
+    path = Path(
+        a.json
+        or Path(__file__).parents[1]
+        / "results"
+        / "prompt_policy"
+        / f"{Path(a.worker).name}{'_smoke' if a.smoke else ''}.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"args": vars(a), "fixed": fixed, "best_hint": best_hint, "curve": curve,
-                                "train_log": logs}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"args": vars(a), "fixed": fixed, "best_hint": best_hint, "curve": curve, "train_log": logs}, indent=1
+        )
+    )
     print(f"wrote {path}")
 
 

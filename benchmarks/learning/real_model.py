@@ -12,6 +12,7 @@ beside each (the machine is shared: timings are only comparable at a similar loa
 
 writes {"model", "task", "problems", "before": {...}, "after": [{"seed", ...}], "minutes": [...], "command", ...}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,19 @@ TASK = "word_math"
 # The recipe (docs/models-and-data.md, "Training SmolLM2-135M-Instruct"): GRPO with LoRA adapters
 # (probes: at T=1.0 only 5% of samples were right against 37.5% greedy, so few groups carried a signal; 8 prompts a
 # step cost 222 s at load 7): T=0.7, 4 prompts x 8 samples, 10 steps
-RECIPE = ["--recipe", "grpo", "lora.r=16", "lora.alpha=32", "optim.lr=3e-4", "optim.warmup_steps=1",
-          "group_size=8", "prompts_per_step=4", "sampling.temperature=0.7", "sampling.max_new_tokens=128",
-          "micro_batch_size=16"]
+RECIPE = [
+    "--recipe",
+    "grpo",
+    "lora.r=16",
+    "lora.alpha=32",
+    "optim.lr=3e-4",
+    "optim.warmup_steps=1",
+    "group_size=8",
+    "prompts_per_step=4",
+    "sampling.temperature=0.7",
+    "sampling.max_new_tokens=128",
+    "micro_batch_size=16",
+]
 STEPS = 10
 KEYS = ("pass@1", "format_rate", "answer_tag_rate", "mean_length", "truncation_rate")
 
@@ -48,8 +59,21 @@ def run(cmd: list[str]) -> float:
 
 def evaluate(model: str, problems: int, out: Path) -> tuple[dict, float]:
     """Greedy held-out scores of ``model`` (the summary keys of KEYS) and the wall seconds."""
-    seconds = run(cli("eval", "--model", model, "--task", TASK, "--problems", str(problems),
-                      "--samples-per-problem", "0", "--json", str(out)))
+    seconds = run(
+        cli(
+            "eval",
+            "--model",
+            model,
+            "--task",
+            TASK,
+            "--problems",
+            str(problems),
+            "--samples-per-problem",
+            "0",
+            "--json",
+            str(out),
+        )
+    )
     summary = json.loads(out.read_text())
     return {k: summary[k] for k in KEYS}, seconds
 
@@ -72,19 +96,46 @@ def train_seed(seed: int, steps: int, problems: int, runs: Path) -> dict:
 def _train_and_eval(seed: int, steps: int, problems: int, runs: Path) -> dict:
     run_dir = runs / f"seed{seed}"
     load_start = load_average()
-    train_s = run(cli("train", "--model", MODEL, "--task", TASK, "--steps", str(steps), "--out", str(run_dir),
-                      *RECIPE, f"seed={seed}", "final_eval_problems=0", "eval_every=0", "save_every=0"))
+    train_s = run(
+        cli(
+            "train",
+            "--model",
+            MODEL,
+            "--task",
+            TASK,
+            "--steps",
+            str(steps),
+            "--out",
+            str(run_dir),
+            *RECIPE,
+            f"seed={seed}",
+            "final_eval_problems=0",
+            "eval_every=0",
+            "save_every=0",
+        )
+    )
     after, eval_s = evaluate(str(run_dir / "final"), problems, runs / f"after_seed{seed}.json")
-    return {"seed": seed, **after, "train_minutes": round(train_s / 60, 2), "eval_minutes": round(eval_s / 60, 2),
-            "load_average": [load_start, load_average()]}
+    return {
+        "seed": seed,
+        **after,
+        "train_minutes": round(train_s / 60, 2),
+        "eval_minutes": round(eval_s / 60, 2),
+        "load_average": [load_start, load_average()],
+    }
 
 
 def table(result: dict) -> str:
-    lines = [f"| {result['model']} on {result['task']}, {result['problems']} held-out problems | "
-             + " | ".join(KEYS) + " | minutes |", "|---" * (len(KEYS) + 2) + "|"]
+    lines = [
+        f"| {result['model']} on {result['task']}, {result['problems']} held-out problems | "
+        + " | ".join(KEYS)
+        + " | minutes |",
+        "|---" * (len(KEYS) + 2) + "|",
+    ]
     lines.append("| before | " + " | ".join(f"{result['before'][k]:.3f}" for k in KEYS) + " | |")
     for row, minutes in zip(result["after"], result["minutes"]):
-        lines.append(f"| after, seed {row['seed']} | " + " | ".join(f"{row[k]:.3f}" for k in KEYS) + f" | {minutes:.1f} |")
+        lines.append(
+            f"| after, seed {row['seed']} | " + " | ".join(f"{row[k]:.3f}" for k in KEYS) + f" | {minutes:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -109,8 +160,10 @@ def main() -> None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result))
-    print(f"mean gain {result['gain']['mean']:+.3f} "
-          f"(per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})")
+    print(
+        f"mean gain {result['gain']['mean']:+.3f} "
+        f"(per seed {', '.join(f'{g:+.3f}' for g in result['gain']['per_seed'])})"
+    )
 
 
 def paired(runs: Path, seed: int) -> dict:
@@ -128,13 +181,23 @@ def paired(runs: Path, seed: int) -> dict:
 def summarise(args: argparse.Namespace, before: dict, before_s: float, load_start: float, after: list[dict]) -> dict:
     gains = [row["pass@1"] - before["pass@1"] for row in after]
     after = [{**row, "paired_vs_before": paired(args.runs, row["seed"])} for row in after]
-    return {"model": MODEL, "task": TASK, "problems": args.problems, "steps": args.steps, "recipe": RECIPE,
-              "before": {**before, "eval_minutes": round(before_s / 60, 2), "load_average": load_start},
-              "after": after, "gain": {"per_seed": gains, "mean": sum(gains) / len(gains)},
-              "minutes": [round(r["train_minutes"] + r["eval_minutes"], 2) for r in after],
-              "threads": os.environ.get("OMP_NUM_THREADS", "torch default"), "cpu_count": os.cpu_count(),
-              "command": "OMP_NUM_THREADS=" + os.environ.get("OMP_NUM_THREADS", "") + " python benchmarks/learning/real_model.py "
-                         + " ".join(sys.argv[1:])}
+    return {
+        "model": MODEL,
+        "task": TASK,
+        "problems": args.problems,
+        "steps": args.steps,
+        "recipe": RECIPE,
+        "before": {**before, "eval_minutes": round(before_s / 60, 2), "load_average": load_start},
+        "after": after,
+        "gain": {"per_seed": gains, "mean": sum(gains) / len(gains)},
+        "minutes": [round(r["train_minutes"] + r["eval_minutes"], 2) for r in after],
+        "threads": os.environ.get("OMP_NUM_THREADS", "torch default"),
+        "cpu_count": os.cpu_count(),
+        "command": "OMP_NUM_THREADS="
+        + os.environ.get("OMP_NUM_THREADS", "")
+        + " python benchmarks/learning/real_model.py "
+        + " ".join(sys.argv[1:]),
+    }
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ evaluation is the same for every run from one base on one task with the task's o
 trains on azr), so it is made once and copied into those folders (``before.json``; ``reasonrl train`` reads it
 instead of evaluating again).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,9 +46,13 @@ def health(run_dir: Path) -> dict[str, float]:
     rows = read_metrics(run_dir / "metrics.jsonl")
     secs = [sum(v for k, v in r.items() if k.startswith("time/")) for r in rows if r.get("step", 0) > 1]
     last = [r["truncation_rate"] for r in rows[-10:] if "truncation_rate" in r]
-    return {"eval_truncation": after.get("truncation_rate"), "eval_format": after.get("format_rate"),
-            "eval_mean_length": after.get("mean_length"), "train_truncation_last10": statistics.fmean(last) if last else None,
-            "s_per_step": statistics.median(secs) if secs else None}
+    return {
+        "eval_truncation": after.get("truncation_rate"),
+        "eval_format": after.get("format_rate"),
+        "eval_mean_length": after.get("mean_length"),
+        "train_truncation_last10": statistics.fmean(last) if last else None,
+        "s_per_step": statistics.median(secs) if secs else None,
+    }
 
 
 EVAL_KEYS = ("task", "task_options", "model")  # settings that change what the base's evaluation evaluates
@@ -78,7 +83,7 @@ def summarise(results: list, entries: list[str]) -> list[dict]:
     rows = table_rows(results, entries)
     for row in rows:
         runs = [health(r.run_dir) for r in results if r.recipe == row["recipe"] and r.ok]
-        for key in (runs[0] if runs else {}):
+        for key in runs[0] if runs else {}:
             vals = [h[key] for h in runs if h[key] is not None]
             row[key] = statistics.fmean(vals) if vals else None
         row["errors"] = sorted({r.error for r in results if r.recipe == row["recipe"] and not r.ok})
@@ -87,25 +92,33 @@ def summarise(results: list, entries: list[str]) -> list[dict]:
 
 def print_table(rows: list[dict]) -> None:
     fmt = lambda v, p=3: "-" if v is None else f"{v:.{p}f}"  # noqa: E731
-    print(f"{'recipe':40} {'runs':>4} {'pass@1':>13} {'Welch p':>8} {'paired diff [95% CI]':>26} {'McNemar':>8} "
-          f"{'trunc':>6} {'tr.train':>8} {'format':>6} {'len':>6} {'s/step':>6}")
+    print(
+        f"{'recipe':40} {'runs':>4} {'pass@1':>13} {'Welch p':>8} {'paired diff [95% CI]':>26} {'McNemar':>8} "
+        f"{'trunc':>6} {'tr.train':>8} {'format':>6} {'len':>6} {'s/step':>6}"
+    )
     for r in rows:
         p = r.get("paired_vs_first") or {}
         diff = "-" if not p else f"{p['diff']:+.3f} [{p['ci_low']:+.3f}, {p['ci_high']:+.3f}]"
         acc = "-" if "final_mean" not in r else f"{r['final_mean']:.3f}±{r['final_std']:.3f}"
-        print(f"{r['recipe'][:40]:40} {r['runs_ok']:>4} {acc:>13} {fmt(r.get('p_vs_first'), 4):>8} {diff:>26} "
-              f"{fmt(p.get('mcnemar_p'), 4):>8} "
-              f"{fmt(r.get('eval_truncation')):>6} {fmt(r.get('train_truncation_last10')):>8} "
-              f"{fmt(r.get('eval_format')):>6} {fmt(r.get('eval_mean_length'), 1):>6} {fmt(r.get('s_per_step'), 2):>6}"
-              + (f"  FAILED: {r['errors'][0]}" if r["errors"] else ""))
+        print(
+            f"{r['recipe'][:40]:40} {r['runs_ok']:>4} {acc:>13} {fmt(r.get('p_vs_first'), 4):>8} {diff:>26} "
+            f"{fmt(p.get('mcnemar_p'), 4):>8} "
+            f"{fmt(r.get('eval_truncation')):>6} {fmt(r.get('train_truncation_last10')):>8} "
+            f"{fmt(r.get('eval_format')):>6} {fmt(r.get('eval_mean_length'), 1):>6} {fmt(r.get('s_per_step'), 2):>6}"
+            + (f"  FAILED: {r['errors'][0]}" if r["errors"] else "")
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipes", default="all", help="comma-separated entries name[:key=value...], or all")
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--only-seeds", default=None, help="train only these of the seeds (e.g. 1,2): invocations with "
-                    "other lists can share one --out on two cores; one without then collects the whole table")
+    ap.add_argument(
+        "--only-seeds",
+        default=None,
+        help="train only these of the seeds (e.g. 1,2): invocations with "
+        "other lists can share one --out on two cores; one without then collects the whole table",
+    )
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--model", default=None, help="the base every run starts from (default: the shipped base)")
     ap.add_argument("--out", type=Path, required=True)
@@ -114,8 +127,13 @@ def main() -> None:
     args = ap.parse_args()
     entries = sorted(RECIPES) if args.recipes == "all" else [e for e in args.recipes.split(",") if e]
     entries = ["grpo"] + [e for e in entries if e != "grpo"]  # grpo first: every test is against it
-    extra = ["eval_every=0", "save_every=0", "final_eval_k=0", *(["model=" + args.model] if args.model else []),
-             *args.overrides]
+    extra = [
+        "eval_every=0",
+        "save_every=0",
+        "final_eval_k=0",
+        *(["model=" + args.model] if args.model else []),
+        *args.overrides,
+    ]
     results, source, t0 = [], None, time.time()
     seeds = [int(x) for x in args.only_seeds.split(",")] if args.only_seeds else list(range(args.seeds))
     for seed in seeds:  # seed-major: a stopped invocation has every recipe on the first seeds
@@ -131,13 +149,31 @@ def main() -> None:
             if res.ok and source is None and shared:
                 source = run_dir
             results.append(res)
-            print(f"[{time.time() - t0:7.0f}s] {entry} seed {seed}: "
-                  + (f"pass@1 {res.final:.3f}" if res.ok else f"FAILED {res.error}"), flush=True)
+            print(
+                f"[{time.time() - t0:7.0f}s] {entry} seed {seed}: "
+                + (f"pass@1 {res.final:.3f}" if res.ok else f"FAILED {res.error}"),
+                flush=True,
+            )
             if args.json:
-                report = {"entries": entries, "seeds": len(seeds), "steps": args.steps, "model": args.model,
-                          "overrides": extra, "table": summarise(results, entries),
-                          "runs": [{"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "error": r.error, "final": r.final,
-                                    "run_dir": str(r.run_dir)} for r in results]}
+                report = {
+                    "entries": entries,
+                    "seeds": len(seeds),
+                    "steps": args.steps,
+                    "model": args.model,
+                    "overrides": extra,
+                    "table": summarise(results, entries),
+                    "runs": [
+                        {
+                            "recipe": r.recipe,
+                            "seed": r.seed,
+                            "ok": r.ok,
+                            "error": r.error,
+                            "final": r.final,
+                            "run_dir": str(r.run_dir),
+                        }
+                        for r in results
+                    ],
+                }
                 args.json.parent.mkdir(parents=True, exist_ok=True)
                 args.json.write_text(json.dumps(_json_safe(report), indent=2, default=str))
     print_table(summarise(results, entries))

@@ -8,6 +8,7 @@ first and the last logged step (e.g. AZR's valid-proposal rates, p_hat, program 
 EvoEnv's admissions, pool size, rejections by stage, generator reward) and the step seconds. Writes
 ``selfplay.json`` beside ``compare.json``.
 """
+
 from __future__ import annotations
 
 import argparse

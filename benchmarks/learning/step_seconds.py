@@ -9,6 +9,7 @@ rounds), with the ratio to the first recipe. Run it on a compare made on an othe
 
 The first step is left out (one-time warm-up of kernels and caches).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,14 @@ def main() -> None:
     rows = []
     for run in report["runs"]:
         secs = step_seconds(Path(run["run_dir"]))
-        rows.append({"recipe": run["recipe"], "seed": run["seed"], "steps": len(secs),
-                     "median_s_per_step": statistics.median(secs)})
+        rows.append(
+            {
+                "recipe": run["recipe"],
+                "seed": run["seed"],
+                "steps": len(secs),
+                "median_s_per_step": statistics.median(secs),
+            }
+        )
     first = rows[0]["median_s_per_step"]
     print(f"{'recipe':12} {'steps':>5} {'s/step':>8} {'x first':>8}")
     for r in rows:

@@ -9,6 +9,7 @@ held-out problems (use it after a task gains a diagnostic, e.g. the temporal tas
 Prints a per-recipe table (mean over seeds, per-seed values in brackets) and writes
 ``diagnostics.json`` beside ``compare.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,13 +58,17 @@ def table(runs: dict[str, dict]) -> list[str]:
     """Markdown rows: recipe, then each metric as 'mean (seed values)' after training, base first."""
     metrics = [k for k in next(v for k, v in runs.items() if k != "base")["after"] if k not in SKIP]
     first = next(v["before"] for k, v in runs.items() if k != "base")
-    lines = ["| run | " + " | ".join(metrics) + " |", "|---" * (len(metrics) + 1) + "|",
-             "| base | " + " | ".join(f"{first[m]:.3f}" for m in metrics) + " |"]
+    lines = [
+        "| run | " + " | ".join(metrics) + " |",
+        "|---" * (len(metrics) + 1) + "|",
+        "| base | " + " | ".join(f"{first[m]:.3f}" for m in metrics) + " |",
+    ]
     recipes = sorted({k.rsplit("-seed", 1)[0] for k in runs if k != "base"})
     for recipe in recipes:
         seeds = [v["after"] for k, v in sorted(runs.items()) if k.rsplit("-seed", 1)[0] == recipe]
-        cells = [f"{statistics.mean(s[m] for s in seeds):.3f} ({' / '.join(f'{s[m]:.3f}' for s in seeds)})"
-                 for m in metrics]
+        cells = [
+            f"{statistics.mean(s[m] for s in seeds):.3f} ({' / '.join(f'{s[m]:.3f}' for s in seeds)})" for m in metrics
+        ]
         lines.append(f"| {recipe} | " + " | ".join(cells) + " |")
     return lines
 

@@ -7,6 +7,7 @@ steered behaviour, so this samples each final model (temperature 0.8, as in trai
 held-out problems and prints a table of the spaced-style rate and accuracy per run and per recipe,
 and writes behaviour.json beside compare.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ def main() -> None:
     for recipe, vals in by_recipe.items():
         s = [v[0] for v in vals]
         print(f"{recipe:40s} mean spaced rate {statistics.mean(s):.3f} over {len(s)} run(s)")
-    (args.compare_dir / "behaviour.json").write_text(json.dumps(
-        [{"run": n, "spaced_rate": s, "accuracy": a} for n, s, a in rows], indent=2))
+    (args.compare_dir / "behaviour.json").write_text(
+        json.dumps([{"run": n, "spaced_rate": s, "accuracy": a} for n, s, a in rows], indent=2)
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Run in the vLLM environment (docs/generator.md): ``python benchmarks/speed/bench
 smollm2-135m-instruct --engine vllm`` (a preset name, a model folder, or ``base``). Timings are reported,
 never asserted; rerun when the machine is quiet.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +92,12 @@ def sums_task():
 
     path, rng = Path(tempfile.mkdtemp()) / "sums.jsonl", random.Random(0)
     rows = [(rng.randint(2, 60), rng.randint(2, 60)) for _ in range(400)]
-    path.write_text("".join(json.dumps({"prompt": f"What is {a} + {b}? Reply with the number only.",
-                                        "answer": str(a + b)}) + "\n" for a, b in rows))
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": f"What is {a} + {b}? Reply with the number only.", "answer": str(a + b)}) + "\n"
+            for a, b in rows
+        )
+    )
     return get_task(str(path), reward="numeric", extract="last_number")
 
 
@@ -106,11 +111,22 @@ def run_reasonrl(args, engine: str) -> dict:
 
     model, tok = load_model(model_dir(args.model))
     r = get_recipe("grpo")
-    recipe = dataclasses.replace(r, group_size=args.group, sampling=dataclasses.replace(r.sampling, max_new_tokens=args.max_new),
-                                 optim=dataclasses.replace(r.optim, lr=args.lr, warmup_steps=0, schedule="constant"))
-    cfg = TrainConfig(steps=args.steps, prompts_per_step=args.prompts, seed=args.seed, eval_every=0, save_every=0,
-                      micro_batch_size=args.micro, max_rows=args.prompts * args.group,
-                      rollout=RolloutOpts(engine=engine, vllm=VLLMOpts(dtype=args.vllm_dtype, kv_cache_gib=args.kv_gib)))
+    recipe = dataclasses.replace(
+        r,
+        group_size=args.group,
+        sampling=dataclasses.replace(r.sampling, max_new_tokens=args.max_new),
+        optim=dataclasses.replace(r.optim, lr=args.lr, warmup_steps=0, schedule="constant"),
+    )
+    cfg = TrainConfig(
+        steps=args.steps,
+        prompts_per_step=args.prompts,
+        seed=args.seed,
+        eval_every=0,
+        save_every=0,
+        micro_batch_size=args.micro,
+        max_rows=args.prompts * args.group,
+        rollout=RolloutOpts(engine=engine, vllm=VLLMOpts(dtype=args.vllm_dtype, kv_cache_gib=args.kv_gib)),
+    )
     trainer = Trainer(model, tok, sums_task(), recipe, cfg, Path(tempfile.mkdtemp()))
     steps, gen, tokens, sync, trained, reward = [], [], [], [], [], []
     for _ in range(args.steps):
@@ -140,8 +156,12 @@ def run_trl(args, use_vllm: bool) -> dict:
     task = sums_task()
     items = take_items(task, "train", args.prompts * args.steps, seed=args.seed, unique=False)
     chat = tok.chat_template is not None  # as reasonrl's prompt.format=auto renders them
-    data = Dataset.from_list([{"prompt": [{"role": "user", "content": it.prompt}] if chat else it.prompt,
-                               "answer": it.answer} for it in items])
+    data = Dataset.from_list(
+        [
+            {"prompt": [{"role": "user", "content": it.prompt}] if chat else it.prompt, "answer": it.answer}
+            for it in items
+        ]
+    )
 
     def correct(prompts, completions, answer, **_):
         text = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -156,19 +176,45 @@ def run_trl(args, use_vllm: bool) -> dict:
         def on_step_end(self, a, state, control, **kw):
             step_s.append(time.perf_counter() - self.t0)
 
-    extra = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=args.trl_vllm_mem,
-                 vllm_max_model_length=min(1024, int(model.config.max_position_embeddings)),
-                 vllm_importance_sampling_mode="token_truncate",
-                 vllm_importance_sampling_clip_max=2.0) if use_vllm else {}
-    cfg = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.group,
-                     num_generations=args.group, gradient_accumulation_steps=1, max_completion_length=args.max_new,
-                     learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, max_steps=args.steps, beta=0.0,
-                     loss_type="grpo", temperature=1.0, use_cpu=True, report_to="none", logging_steps=1,
-                     save_strategy="no", seed=args.seed, bf16=False, shuffle_dataset=False, dataloader_num_workers=0,
-                     **extra)
+    extra = (
+        dict(
+            use_vllm=True,
+            vllm_mode="colocate",
+            vllm_gpu_memory_utilization=args.trl_vllm_mem,
+            vllm_max_model_length=min(1024, int(model.config.max_position_embeddings)),
+            vllm_importance_sampling_mode="token_truncate",
+            vllm_importance_sampling_clip_max=2.0,
+        )
+        if use_vllm
+        else {}
+    )
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group,
+        gradient_accumulation_steps=1,
+        max_completion_length=args.max_new,
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=args.steps,
+        beta=0.0,
+        loss_type="grpo",
+        temperature=1.0,
+        use_cpu=True,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=args.seed,
+        bf16=False,
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+        **extra,
+    )
     model.generate = timed = _Timed(model.generate)
-    trainer = GRPOTrainer(model=model, reward_funcs=correct, args=cfg, train_dataset=data, processing_class=tok,
-                          callbacks=[Clock()])  # with vLLM: started from model.name_or_path, the clean folder
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=correct, args=cfg, train_dataset=data, processing_class=tok, callbacks=[Clock()]
+    )  # with vLLM: started from model.name_or_path, the clean folder
     sync = None
     if use_vllm:  # TRL's vLLM generation and weight sync, timed in place
         vg = trainer.vllm_generation
@@ -176,8 +222,13 @@ def run_trl(args, use_vllm: bool) -> dict:
     trainer.train()
     logs = [h for h in trainer.state.log_history if "completions/mean_length" in h]
     tokens = [h["completions/mean_length"] * args.prompts * args.group for h in logs]
-    return {"step_s": step_s, "gen_s": timed.seconds, "tokens": tokens, "sync_s": [] if sync is None else sync.seconds,
-            "reward": [h.get("reward", float("nan")) for h in logs]}
+    return {
+        "step_s": step_s,
+        "gen_s": timed.seconds,
+        "tokens": tokens,
+        "sync_s": [] if sync is None else sync.seconds,
+        "reward": [h.get("reward", float("nan")) for h in logs],
+    }
 
 
 def arm_main(args) -> None:
@@ -186,14 +237,23 @@ def arm_main(args) -> None:
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     try:
-        out = (run_reasonrl(args, "vllm" if args.arm == "reasonrl_vllm" else "hf") if args.arm.startswith("reasonrl")
-               else run_trl(args, use_vllm=args.arm == "trl_vllm"))
+        out = (
+            run_reasonrl(args, "vllm" if args.arm == "reasonrl_vllm" else "hf")
+            if args.arm.startswith("reasonrl")
+            else run_trl(args, use_vllm=args.arm == "trl_vllm")
+        )
     except Exception as err:  # noqa: BLE001 - reported in the table and the JSON, e.g. TRL's colocate mode on this CPU
-        where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(err.__traceback__)[-12:]
-                 if "vllm" in f.filename or "trl" in f.filename][-6:]
+        where = [
+            f"{Path(f.filename).name}:{f.lineno} {f.name}"
+            for f in traceback.extract_tb(err.__traceback__)[-12:]
+            if "vllm" in f.filename or "trl" in f.filename
+        ][-6:]
         out = {"error": f"{type(err).__name__}: {str(err)[:400]}", "where": where}
-    out.update(wall_s=time.perf_counter() - t0, peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-               torch_threads=torch.get_num_threads())
+    out.update(
+        wall_s=time.perf_counter() - t0,
+        peak_rss_gb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        torch_threads=torch.get_num_threads(),
+    )
     print("ARM-RESULT " + json.dumps(out), flush=True)
 
 
@@ -210,7 +270,7 @@ def run_arm(arm: str, argv: list[str]) -> dict:
     line = next((x for x in reversed(done.stdout.splitlines()) if x.startswith("ARM-RESULT ")), None)
     if line is None:
         return {"error": f"exit {done.returncode}: {done.stderr[-600:]}", "load_before": load}
-    return {**json.loads(line[len("ARM-RESULT "):]), "load_before": load, "load_after": load_avg()}
+    return {**json.loads(line[len("ARM-RESULT ") :]), "load_before": load, "load_after": load_avg()}
 
 
 def summary(runs: list[dict], warmup: int) -> dict:
@@ -222,33 +282,49 @@ def summary(runs: list[dict], warmup: int) -> dict:
     gen = [s for r in ok for s in r["gen_s"][warmup:]] or [float("nan")]
     tok = [t for r in ok for t in r["tokens"][warmup:]]
     sync = [s for r in ok for s in r["sync_s"][warmup:] if s]
-    return {"s_per_step": statistics.median(step), "s_generate": statistics.median(gen),
-            "gen_tokens_per_s": statistics.median(tok) / statistics.median(gen),
-            "tokens_per_step": statistics.median(tok), "s_sync": statistics.median(sync) if sync else None,
-            "peak_rss_gb": max(r["peak_rss_gb"] for r in ok), "n_steps_timed": len(step),
-            "reward_mean": statistics.fmean(x for r in ok for x in r.get("reward", [])) if ok[0].get("reward") else None,
-            "rows_trained_frac": statistics.fmean(x for r in ok for x in r["rows_trained"]) if "rows_trained" in ok[0] else None}
+    return {
+        "s_per_step": statistics.median(step),
+        "s_generate": statistics.median(gen),
+        "gen_tokens_per_s": statistics.median(tok) / statistics.median(gen),
+        "tokens_per_step": statistics.median(tok),
+        "s_sync": statistics.median(sync) if sync else None,
+        "peak_rss_gb": max(r["peak_rss_gb"] for r in ok),
+        "n_steps_timed": len(step),
+        "reward_mean": statistics.fmean(x for r in ok for x in r.get("reward", [])) if ok[0].get("reward") else None,
+        "rows_trained_frac": statistics.fmean(x for r in ok for x in r["rows_trained"])
+        if "rows_trained" in ok[0]
+        else None,
+    }
 
 
 def report(results: dict[str, list], args, argv: list[str]) -> dict:
     agg = {arm: summary(runs, args.warmup) for arm, runs in results.items()}
     s = {arm: agg[arm].get("s_per_step") for arm in ARMS}
     ratio = lambda a, b: None if s[a] is None or s[b] is None else s[a] / s[b]  # noqa: E731
-    out = {"command": "python benchmarks/speed/bench_vllm.py " + " ".join(argv),
-           **{f"{arm}_s_per_step": s[arm] for arm in ARMS},
-           "trl_over_reasonrl_vllm": ratio("trl", "reasonrl_vllm"), "trl_vllm_over_reasonrl_vllm": ratio("trl_vllm", "reasonrl_vllm"),
-           "own_over_reasonrl_vllm": ratio("reasonrl_own", "reasonrl_vllm"), "median": agg, "runs": results,
-           "settings": {k: v for k, v in vars(args).items() if k not in ("arm", "json")},
-           "machine": {"cpus": os.cpu_count(), "torch": torch.__version__}}
-    print(f"{'arm':<15}{'s/step':>9}{'s gen':>8}{'gen tok/s':>11}{'tok/step':>10}{'s sync':>8}{'peak GB':>9}  load before")
+    out = {
+        "command": "python benchmarks/speed/bench_vllm.py " + " ".join(argv),
+        **{f"{arm}_s_per_step": s[arm] for arm in ARMS},
+        "trl_over_reasonrl_vllm": ratio("trl", "reasonrl_vllm"),
+        "trl_vllm_over_reasonrl_vllm": ratio("trl_vllm", "reasonrl_vllm"),
+        "own_over_reasonrl_vllm": ratio("reasonrl_own", "reasonrl_vllm"),
+        "median": agg,
+        "runs": results,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("arm", "json")},
+        "machine": {"cpus": os.cpu_count(), "torch": torch.__version__},
+    }
+    print(
+        f"{'arm':<15}{'s/step':>9}{'s gen':>8}{'gen tok/s':>11}{'tok/step':>10}{'s sync':>8}{'peak GB':>9}  load before"
+    )
     for arm in ARMS:
         a, loads = agg[arm], [r.get("load_before") for r in results[arm]]
         if "error" in a:
             print(f"{arm:<15}  not run: {a['error'][:160]}")
             continue
         fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-        print(f"{arm:<15}{a['s_per_step']:>9.2f}{a['s_generate']:>8.2f}{a['gen_tokens_per_s']:>11.1f}"
-              f"{a['tokens_per_step']:>10.0f}{fmt(a['s_sync']):>8}{a['peak_rss_gb']:>9.2f}  {loads}")
+        print(
+            f"{arm:<15}{a['s_per_step']:>9.2f}{a['s_generate']:>8.2f}{a['gen_tokens_per_s']:>11.1f}"
+            f"{a['tokens_per_step']:>10.0f}{fmt(a['s_sync']):>8}{a['peak_rss_gb']:>9.2f}  {loads}"
+        )
     for key in ("trl_over_reasonrl_vllm", "trl_vllm_over_reasonrl_vllm", "own_over_reasonrl_vllm"):
         if out[key] is not None:
             print(f"{key}: {out[key]:.2f}x")
@@ -283,9 +359,15 @@ def main() -> None:
     for _ in range(args.rounds):
         for arm in args.arms.split(","):
             results[arm].append(run_arm(arm, argv))
-            print(arm, {k: v for k, v in results[arm][-1].items() if k not in ("step_s", "gen_s", "tokens", "sync_s", "reward",
-                                                                              "rows_trained")},
-                  flush=True)
+            print(
+                arm,
+                {
+                    k: v
+                    for k, v in results[arm][-1].items()
+                    if k not in ("step_s", "gen_s", "tokens", "sync_s", "reward", "rows_trained")
+                },
+                flush=True,
+            )
     out = report(results, args, argv)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2))

@@ -8,6 +8,7 @@ update's wall seconds, the tokens generated (equal tokens: the two versions samp
 
     python benchmarks/speed/code_ab.py --model smollm2-135m-instruct --a /work/main/src --b src --rounds 2 --steps 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,12 @@ def child(model: str, steps: int) -> None:
     task = get_task(str(train), test_path=str(test), reward="numeric", extract="last_number")
     m, tok = load_model(model)
     base = get_recipe("grpo")
-    recipe = dataclasses.replace(base, group_size=8, optim=dataclasses.replace(
-        base.optim, lr=1e-4, warmup_steps=0, schedule="constant", beta2=0.999),
-        sampling=dataclasses.replace(base.sampling, max_new_tokens=64, temperature=1.0))
+    recipe = dataclasses.replace(
+        base,
+        group_size=8,
+        optim=dataclasses.replace(base.optim, lr=1e-4, warmup_steps=0, schedule="constant", beta2=0.999),
+        sampling=dataclasses.replace(base.sampling, max_new_tokens=64, temperature=1.0),
+    )
     cfg = TrainConfig(steps=steps, prompts_per_step=4, seed=0, eval_every=0, save_every=0, lora=Lora(r=16, alpha=32))
     tr = Trainer(m, tok, task, recipe, cfg, Path(tempfile.mkdtemp()))
     rollout, gen = tr.batches.rollout, {}
@@ -60,15 +64,31 @@ def child(model: str, steps: int) -> None:
     for step in range(steps):
         c, w = time.process_time(), time.perf_counter()
         met = tr.train_step()
-        print(json.dumps({"step": step, "cpu": time.process_time() - c, "wall": time.perf_counter() - w,
-                          "gen_cpu": gen["cpu"], "update_wall": met["time/update"], "tokens": met["tokens/generated"],
-                          "load": os.getloadavg()[0]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "step": step,
+                    "cpu": time.process_time() - c,
+                    "wall": time.perf_counter() - w,
+                    "gen_cpu": gen["cpu"],
+                    "update_wall": met["time/update"],
+                    "tokens": met["tokens/generated"],
+                    "load": os.getloadavg()[0],
+                }
+            ),
+            flush=True,
+        )
 
 
 def run(src: str, model: str, steps: int) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve()), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, __file__, "--child", "--model", model, "--steps", str(steps)], env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", "--model", model, "--steps", str(steps)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
@@ -102,9 +122,22 @@ def main() -> None:
     def commit(src):
         return subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 
-    out.write_text(json.dumps({"a": args.a, "b": args.b, "a_commit": commit(args.a), "b_commit": commit(args.b), "median": med, "same_tokens": same, "runs": runs,
-                               "command": "python " + " ".join(sys.argv), "date": time.strftime("%Y-%m-%d %H:%M")},
-                              indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "a": args.a,
+                "b": args.b,
+                "a_commit": commit(args.a),
+                "b_commit": commit(args.b),
+                "median": med,
+                "same_tokens": same,
+                "runs": runs,
+                "command": "python " + " ".join(sys.argv),
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

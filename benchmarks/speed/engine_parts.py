@@ -8,6 +8,7 @@
 
     python benchmarks/speed/engine_parts.py --model smollm2-135m-instruct --rounds 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,10 @@ from reasonrl.rollout.kvcache import DecodeCache
 from reasonrl.config.sections import Lora
 
 SYSTEM = "You are a helpful math assistant. Solve the problem and end with the final answer as a number."
-PROMPTS = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}]
-           for a, b in [(12, 34), (56, 78), (23, 45), (67, 89)]]
+PROMPTS = [
+    [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}]
+    for a, b in [(12, 34), (56, 78), (23, 45), (67, 89)]
+]
 
 
 def generation(model, tok, in_place: bool, compact_below: float) -> tuple[float, int]:
@@ -56,8 +59,9 @@ def update(model, shared: bool) -> float:
     try:
         model.zero_grad()
         c = time.process_time()
-        logp, _ = scoring.score_completions(model, prompts, torch.ones_like(prompts), completions,
-                                            torch.ones_like(completions), chunk_rows=16)
+        logp, _ = scoring.score_completions(
+            model, prompts, torch.ones_like(prompts), completions, torch.ones_like(completions), chunk_rows=16
+        )
         logp.sum().backward()
         return time.process_time() - c
     finally:
@@ -73,8 +77,12 @@ def main() -> None:
     torch.set_num_threads(1)
     base, tok = load_model(args.model)
     lora = apply_lora(load_model(args.model)[0], Lora(r=16, alpha=32), 0)
-    gens = {"concat cache, compact 0.5 (before)": (lora, False, 0.5), "in-place cache, compact 0.5": (lora, True, 0.5),
-            "in-place cache, compact 1.0 (now)": (lora, True, 1.0), "no adapters, now": (base, True, 1.0)}
+    gens = {
+        "concat cache, compact 0.5 (before)": (lora, False, 0.5),
+        "in-place cache, compact 0.5": (lora, True, 0.5),
+        "in-place cache, compact 1.0 (now)": (lora, True, 1.0),
+        "no adapters, now": (base, True, 1.0),
+    }
     out: dict[str, list] = {k: [] for k in [*gens, "update, prompt per row", "update, prompt once (now)"]}
     for _ in range(args.rounds):
         for name, (model, in_place, compact) in gens.items():
@@ -86,8 +94,17 @@ def main() -> None:
     for k, v in med.items():
         print(f"{k:<40} {v:8.2f} CPU s")
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"median_cpu_s": med, "runs": out, "command": "python " + " ".join(sys.argv),
-                                           "date": time.strftime("%Y-%m-%d %H:%M")}, indent=2))
+    Path(args.json).write_text(
+        json.dumps(
+            {
+                "median_cpu_s": med,
+                "runs": out,
+                "command": "python " + " ".join(sys.argv),
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

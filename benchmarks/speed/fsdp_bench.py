@@ -15,6 +15,7 @@ Prints tables and writes ``--json``.
 
     OMP_NUM_THREADS=1 python benchmarks/speed/fsdp_bench.py --steps 6
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,17 @@ COMMON = ["final_eval_problems=0", "eval_every=0", "micro_batch_size=4"]
 
 
 def train(name: str, nproc: int, extra: list[str], steps: int, out: Path) -> dict:
-    cmd = [sys.executable, "-m", "reasonrl", "train", f"--steps={steps}", f"--out={out}", f"--nproc={nproc}",
-           *COMMON, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl",
+        "train",
+        f"--steps={steps}",
+        f"--out={out}",
+        f"--nproc={nproc}",
+        *COMMON,
+        *extra,
+    ]
     log = out.with_suffix(".log")
     t0 = time.perf_counter()
     with log.open("w") as err:
@@ -47,10 +57,16 @@ def train(name: str, nproc: int, extra: list[str], steps: int, out: Path) -> dic
     if proc.returncode:
         sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{log.read_text()[-3000:]}")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"name": name, "nproc": nproc, "settings": [*COMMON, *extra], "wall_s": wall,
-            "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
-            "update_s": statistics.mean(r["time/update"] for r in rows),
-            "comm_s": statistics.mean(r.get("time/comm", 0.0) for r in rows), "metrics": rows}
+    return {
+        "name": name,
+        "nproc": nproc,
+        "settings": [*COMMON, *extra],
+        "wall_s": wall,
+        "peak_rss_mib": usage.ru_maxrss / 1024,  # KiB on Linux
+        "update_s": statistics.mean(r["time/update"] for r in rows),
+        "comm_s": statistics.mean(r.get("time/comm", 0.0) for r in rows),
+        "metrics": rows,
+    }
 
 
 def differences(one: dict, other: dict, out: Path) -> dict:
@@ -59,9 +75,12 @@ def differences(one: dict, other: dict, out: Path) -> dict:
     per_key = {k: max(abs(a[k] - b[k]) for a, b in zip(one["metrics"], other["metrics"])) for k in CHECKED}
     w1, w2 = (load_file(str(out / r["name"].replace(" ", "_") / "final" / "model.safetensors")) for r in (one, other))
     assert set(w1) <= set(w2), sorted(set(w1) - set(w2))
-    return {"max_metric_diff": max(per_key.values()), "metric_diff": per_key,
-            "max_weight_diff": max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1),
-            "extra_weight_keys": sorted(set(w2) - set(w1))}  # fsdp's gathered state keeps a tied alias
+    return {
+        "max_metric_diff": max(per_key.values()),
+        "metric_diff": per_key,
+        "max_weight_diff": max(float((w1[k].float() - w2[k].float()).abs().max()) for k in w1),
+        "extra_weight_keys": sorted(set(w2) - set(w1)),
+    }  # fsdp's gathered state keeps a tied alias
 
 
 def storage_bytes(tensors) -> tuple[int, int]:
@@ -99,8 +118,11 @@ def measure(make, group) -> dict:
         opt.step()
         during = held(model, strategy, opt)  # the sharded phase: shards, their gradients and state
     outside = storage_bytes(list(model.parameters()) + strategy.trainable)  # gathered copies (fsdp) + shards
-    return {**during, "params_outside_update_bytes": outside[0],
-            "model_elements": sum(p.numel() for p in model.parameters())}
+    return {
+        **during,
+        "params_outside_update_bytes": outside[0],
+        "model_elements": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def memory_worker(rank: int, rdv: str, out: str) -> None:
@@ -127,7 +149,7 @@ def memory(tmp: Path) -> dict:
 
 
 def mib(b: int) -> str:
-    return f"{b / 2 ** 20:.2f}"
+    return f"{b / 2**20:.2f}"
 
 
 def report(runs: list[dict], mem: dict) -> None:
@@ -135,14 +157,18 @@ def report(runs: list[dict], mem: dict) -> None:
     print("|---|---|---|---|---|---|---|")
     for r in runs:
         d = r.get("vs_1_process", {})
-        print(f"| {r['name']} | {r['wall_s']:.1f} | {r['update_s']:.3f} | {r['comm_s']:.3f} | "
-              f"{r['peak_rss_mib']:.0f} | {d.get('max_metric_diff', 0):.2e} | {d.get('max_weight_diff', 0):.2e} |")
+        print(
+            f"| {r['name']} | {r['wall_s']:.1f} | {r['update_s']:.3f} | {r['comm_s']:.3f} | "
+            f"{r['peak_rss_mib']:.0f} | {d.get('max_metric_diff', 0):.2e} | {d.get('max_weight_diff', 0):.2e} |"
+        )
     print("\n| strategy | rank | params MiB | grads MiB | AdamW MiB | total MiB | params outside the update MiB |")
     print("|---|---|---|---|---|---|---|")
     for name, ranks in mem.items():
         for rank, m in enumerate(ranks):
-            print(f"| {name} | {rank} | {mib(m['params']['bytes'])} | {mib(m['grads']['bytes'])} | "
-                  f"{mib(m['adamw']['bytes'])} | {mib(m['total_bytes'])} | {mib(m['params_outside_update_bytes'])} |")
+            print(
+                f"| {name} | {rank} | {mib(m['params']['bytes'])} | {mib(m['grads']['bytes'])} | "
+                f"{mib(m['adamw']['bytes'])} | {mib(m['total_bytes'])} | {mib(m['params_outside_update_bytes'])} |"
+            )
 
 
 def main() -> None:
@@ -156,9 +182,15 @@ def main() -> None:
         for r in runs[1:]:
             r["vs_1_process"] = differences(runs[0], r, Path(tmp))
     report(runs, mem)
-    summary = {"command": f"OMP_NUM_THREADS=1 python benchmarks/speed/fsdp_bench.py --steps {args.steps}",
-               "steps": args.steps, "cpu_count": os.cpu_count(), "torch": torch.__version__, "checked": CHECKED,
-               "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in runs], "memory_per_rank": mem}
+    summary = {
+        "command": f"OMP_NUM_THREADS=1 python benchmarks/speed/fsdp_bench.py --steps {args.steps}",
+        "steps": args.steps,
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "checked": CHECKED,
+        "runs": [{k: v for k, v in r.items() if k != "metrics"} for r in runs],
+        "memory_per_rank": mem,
+    }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -29,6 +29,7 @@ ratios within one precision. Prints a table and writes JSON.
     python benchmarks/speed/gpu_bench.py --only reasonrl-bf16-static,trl-bf16 --steps 5
     python benchmarks/speed/gpu_bench.py --smoke               # CPU, tiny shapes, 1 step, every row (a test runs this)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,11 +61,14 @@ class Run:
 
 
 RUNS = [
-    Run("reasonrl-fp32", "reasonrl", "fp32"), Run("reasonrl-fp32-static", "reasonrl", "fp32", static=True),
+    Run("reasonrl-fp32", "reasonrl", "fp32"),
+    Run("reasonrl-fp32-static", "reasonrl", "fp32", static=True),
     Run("trl-fp32", "trl", "fp32"),
-    Run("reasonrl-bf16", "reasonrl", "bf16"), Run("reasonrl-bf16-static", "reasonrl", "bf16", static=True),
+    Run("reasonrl-bf16", "reasonrl", "bf16"),
+    Run("reasonrl-bf16-static", "reasonrl", "bf16", static=True),
     Run("trl-bf16", "trl", "bf16"),
-    Run("reasonrl-mixed", "reasonrl", "mixed"), Run("reasonrl-mixed-static", "reasonrl", "mixed", static=True),
+    Run("reasonrl-mixed", "reasonrl", "mixed"),
+    Run("reasonrl-mixed-static", "reasonrl", "mixed", static=True),
     Run("trl-mixed", "trl", "mixed"),
     Run("reasonrl-1.5B-mixed-lora", "reasonrl", "mixed", "1.5B", lora=16),
     Run("reasonrl-1.5B-mixed-full", "reasonrl", "mixed", "1.5B"),
@@ -85,29 +89,42 @@ class Setup:
 # ------------------------------------------------------------------ one row (in its own process)
 def sync(device: str) -> None:
     import torch
+
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
 
 def rand_reward(prompts, completions, **_):  # the same 0/1 for both frameworks: a hash of the text
     import hashlib
+
     return [float(int(hashlib.md5(c.encode()).hexdigest(), 16) % 2) for c in completions]
 
 
 def build(tok, run: Run, device: str):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
+
     h, n, heads, kv, mlp = SHAPES[run.shape]
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=h, intermediate_size=mlp, num_hidden_layers=n,
-                      num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=2048,
-                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                      bos_token_id=None)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=h,
+        intermediate_size=mlp,
+        num_hidden_layers=n,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     return Qwen2ForCausalLM(cfg).to(device=device, dtype=torch.bfloat16 if run.precision == "bf16" else torch.float32)
 
 
 def prompts(n: int) -> list[str]:
     from reasonrl.tasks import get_task, take_items
+
     return [it.prompt for it in take_items(get_task("arithmetic"), "train", n, seed=0, unique=False)]
 
 
@@ -117,16 +134,29 @@ def run_reasonrl(run: Run, s: Setup) -> dict:
     from reasonrl.recipes import get_recipe
     from reasonrl.tasks import get_task
     from reasonrl.loop.trainer import Trainer
+
     tok = build_char_tokenizer()
     r = get_recipe("grpo")
-    r = dataclasses.replace(r, group_size=s.group, task_reward_weight=0.0, extra_rewards=((rand_reward, 1.0),),
-                            optim=dataclasses.replace(r.optim, lr=1e-6, warmup_steps=0, schedule="constant"),
-                            sampling=dataclasses.replace(r.sampling, max_new_tokens=s.max_new, temperature=1.0))
-    cfg = TrainConfig(steps=s.steps, prompts_per_step=s.prompts, seed=0, eval_every=0, save_every=0,
-                      device=s.device, dtype="float32" if run.precision == "fp32" else "bfloat16",
-                      master_fp32=run.precision == "mixed",
-                      lora=Lora(r=run.lora, alpha=2.0 * run.lora) if run.lora else Lora(),
-                      rollout=RolloutOpts(static_cache=run.static, compile=run.static))
+    r = dataclasses.replace(
+        r,
+        group_size=s.group,
+        task_reward_weight=0.0,
+        extra_rewards=((rand_reward, 1.0),),
+        optim=dataclasses.replace(r.optim, lr=1e-6, warmup_steps=0, schedule="constant"),
+        sampling=dataclasses.replace(r.sampling, max_new_tokens=s.max_new, temperature=1.0),
+    )
+    cfg = TrainConfig(
+        steps=s.steps,
+        prompts_per_step=s.prompts,
+        seed=0,
+        eval_every=0,
+        save_every=0,
+        device=s.device,
+        dtype="float32" if run.precision == "fp32" else "bfloat16",
+        master_fp32=run.precision == "mixed",
+        lora=Lora(r=run.lora, alpha=2.0 * run.lora) if run.lora else Lora(),
+        rollout=RolloutOpts(static_cache=run.static, compile=run.static),
+    )
     tr = Trainer(build(tok, run, s.device), tok, get_task("arithmetic"), r, cfg, Path(tempfile.mkdtemp()))
     if not s.device.startswith("cuda"):  # no CUDA graphs here: the same trace without inductor's slow CPU codegen
         tr.engine.opts.compile_backend = "aot_eager"
@@ -139,8 +169,10 @@ def run_reasonrl(run: Run, s: Setup) -> dict:
         step_s.append(time.perf_counter() - t0)
         gen_s.append(m["time/generate"])
         lens.append(m["length/mean"])
-        print(f"  {run.name} step {i + 1}: {step_s[-1]:.2f} s, generate {gen_s[-1]:.2f} s, "
-              f"mean length {lens[-1]:.1f}", flush=True)
+        print(
+            f"  {run.name} step {i + 1}: {step_s[-1]:.2f} s, generate {gen_s[-1]:.2f} s, mean length {lens[-1]:.1f}",
+            flush=True,
+        )
     return {"step": step_s, "gen": gen_s, "len": lens}
 
 
@@ -149,6 +181,7 @@ def run_trl(run: Run, s: Setup) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     from reasonrl.models import build_char_tokenizer
+
     tok = build_char_tokenizer()
     model = build(tok, run, s.device)
     data = Dataset.from_list([{"prompt": p} for p in prompts(s.prompts * s.steps)])
@@ -175,14 +208,31 @@ def run_trl(run: Run, s: Setup) -> dict:
         return out
 
     model.generate = timed
-    args = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=s.prompts * s.group,
-                      num_generations=s.group, gradient_accumulation_steps=1, max_completion_length=s.max_new,
-                      learning_rate=1e-6, lr_scheduler_type="constant", warmup_steps=0, max_steps=s.steps, beta=0.0,
-                      loss_type="grpo", temperature=1.0, report_to="none", logging_steps=1, save_strategy="no", seed=0,
-                      bf16=run.precision != "fp32", use_cpu=not s.device.startswith("cuda"), shuffle_dataset=False,
-                      dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=model, reward_funcs=rand_reward, args=args, train_dataset=data,
-                          processing_class=tok, callbacks=[Clock()])
+    args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=s.prompts * s.group,
+        num_generations=s.group,
+        gradient_accumulation_steps=1,
+        max_completion_length=s.max_new,
+        learning_rate=1e-6,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_steps=s.steps,
+        beta=0.0,
+        loss_type="grpo",
+        temperature=1.0,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        bf16=run.precision != "fp32",
+        use_cpu=not s.device.startswith("cuda"),
+        shuffle_dataset=False,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=rand_reward, args=args, train_dataset=data, processing_class=tok, callbacks=[Clock()]
+    )
     trainer.train()
     lens = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
     return {"step": step_s, "gen": gen_s, "len": lens}
@@ -191,12 +241,20 @@ def run_trl(run: Run, s: Setup) -> dict:
 def summarise(run: Run, raw: dict, s: Setup) -> dict:
     import statistics
     import torch
+
     k = slice(min(s.warmup, len(raw["step"]) - 1), None)  # medians after the warm-up steps
     step, gen, length = (statistics.median(raw[x][k]) for x in ("step", "gen", "len"))
     cuda = s.device.startswith("cuda")
-    return {**dataclasses.asdict(run), "s_per_step": step, "s_generate": gen, "s_update": step - gen,
-            "mean_new_tokens": length, "gen_tokens_per_s": length * s.prompts * s.group / gen,
-            "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None, "raw": raw}
+    return {
+        **dataclasses.asdict(run),
+        "s_per_step": step,
+        "s_generate": gen,
+        "s_update": step - gen,
+        "mean_new_tokens": length,
+        "gen_tokens_per_s": length * s.prompts * s.group / gen,
+        "peak_mem_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "raw": raw,
+    }
 
 
 def child(name: str, setup: str, out: str) -> None:
@@ -207,9 +265,13 @@ def child(name: str, setup: str, out: str) -> None:
         row = summarise(run, (run_reasonrl if run.fw == "reasonrl" else run_trl)(run, s), s)
     except Exception as e:  # noqa: BLE001 - recorded (type, message, traceback) as this row's error
         import traceback
+
         message = (str(e).strip().splitlines() or [""])[0][:300]
-        row = {**dataclasses.asdict(run), "error": f"{type(e).__name__}: {message}",
-               "traceback": traceback.format_exc()[-4000:]}
+        row = {
+            **dataclasses.asdict(run),
+            "error": f"{type(e).__name__}: {message}",
+            "traceback": traceback.format_exc()[-4000:],
+        }
     Path(out).write_text(json.dumps(row))
 
 
@@ -227,8 +289,16 @@ def row_of(run: Run, returncode: int, written: str | None, stderr: str) -> dict:
 def run_row(run: Run, s: Setup, timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "row.json"
-        cmd = [sys.executable, __file__, "--child", run.name, "--setup", json.dumps(dataclasses.asdict(s)),
-               "--out", str(out)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            run.name,
+            "--setup",
+            json.dumps(dataclasses.asdict(s)),
+            "--out",
+            str(out),
+        ]
         try:
             proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -245,14 +315,19 @@ def ratios(rows: list[dict]) -> dict:
     for r in ok:
         peer = trl.get((r["precision"], r["shape"]))
         if r["fw"] == "reasonrl" and peer and r["lora"] == peer["lora"]:
-            out[r["name"]] = {"speedup_vs_trl": peer["s_per_step"] / r["s_per_step"],
-                              "memory_vs_trl": (r["peak_mem_gb"] / peer["peak_mem_gb"]) if r["peak_mem_gb"] else None}
+            out[r["name"]] = {
+                "speedup_vs_trl": peer["s_per_step"] / r["s_per_step"],
+                "memory_vs_trl": (r["peak_mem_gb"] / peer["peak_mem_gb"]) if r["peak_mem_gb"] else None,
+            }
     return out
 
 
 def table(rows: list[dict], rat: dict) -> str:
-    lines = ["| run | precision | s/step | generate s | new tokens/s | update s | peak GB | TRL s/step / this | "
-             "this GB / TRL GB |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| run | precision | s/step | generate s | new tokens/s | update s | peak GB | TRL s/step / this | "
+        "this GB / TRL GB |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         head = f"| {r['name']} | {PRECISIONS[r['precision']]} |"
         if "error" in r or "skipped" in r:
@@ -263,8 +338,10 @@ def table(rows: list[dict], rat: dict) -> str:
         mem = "n/a" if r["peak_mem_gb"] is None else f"{r['peak_mem_gb']:.1f}"
         sp = f"{q['speedup_vs_trl']:.2f}x" if q else ""
         mr = f"{q['memory_vs_trl']:.2f}x" if q.get("memory_vs_trl") else ""
-        lines.append(f"{head} {r['s_per_step']:.2f} | {r['s_generate']:.2f} | {r['gen_tokens_per_s']:,.0f} | "
-                     f"{r['s_update']:.2f} | {mem} | {sp} | {mr} |")
+        lines.append(
+            f"{head} {r['s_per_step']:.2f} | {r['s_generate']:.2f} | {r['gen_tokens_per_s']:,.0f} | "
+            f"{r['s_update']:.2f} | {mem} | {sp} | {mr} |"
+        )
     return "\n".join(lines)
 
 
@@ -293,24 +370,35 @@ def main() -> None:
     if a.child:
         return child(a.child, a.setup, a.out)
     import torch
+
     if not a.smoke and not torch.cuda.is_available():
         raise SystemExit("gpu_bench.py: no CUDA device (use --smoke to run the script's paths on a CPU)")
-    s = (Setup(device="cpu", prompts=2, group=2, max_new=8, steps=1, warmup=0, smoke=True) if a.smoke
-         else Setup(device="cuda", steps=a.steps, warmup=a.warmup))
+    s = (
+        Setup(device="cpu", prompts=2, group=2, max_new=8, steps=1, warmup=0, smoke=True)
+        if a.smoke
+        else Setup(device="cuda", steps=a.steps, warmup=a.warmup)
+    )
     has_trl = importlib.util.find_spec("trl") is not None
     t0, rows = time.perf_counter(), []
     for run in plan_runs(a.smoke, a.only):
         print(f"{run.name} ...", flush=True)
-        rows.append({**dataclasses.asdict(run), "skipped": "TRL is not installed (pip install -e '.[trl]')"}
-                    if run.fw == "trl" and not has_trl else run_row(run, s, a.timeout))
+        rows.append(
+            {**dataclasses.asdict(run), "skipped": "TRL is not installed (pip install -e '.[trl]')"}
+            if run.fw == "trl" and not has_trl
+            else run_row(run, s, a.timeout)
+        )
     rat = ratios(rows)
     print(table(rows, rat))
     wall = time.perf_counter() - t0
     print(f"wall time {wall:.0f} s on {torch.cuda.get_device_name() if s.device == 'cuda' else 'cpu'}")
     path = Path(a.json or Path(__file__).parents[1] / "results" / f"gpu_bench{'_smoke' if s.smoke else ''}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"setup": dataclasses.asdict(s), "runs": rows, "ratios": rat, "wall_s": wall,
-                                "torch": torch.__version__}, indent=1))
+    path.write_text(
+        json.dumps(
+            {"setup": dataclasses.asdict(s), "runs": rows, "ratios": rat, "wall_s": wall, "torch": torch.__version__},
+            indent=1,
+        )
+    )
     print(f"wrote {path}")
 
 

@@ -7,6 +7,7 @@ table and writes JSON.
 
     python benchmarks/speed/gpu_check.py --json benchmarks/results/gpu_check.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,18 @@ SIZES = {  # hidden, layers, heads, intermediate
 def build(size: str, dtype: torch.dtype, device: str):
     h, n, heads, inter = SIZES[size]
     tok = build_char_tokenizer()
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=h, num_hidden_layers=n, num_attention_heads=heads,
-                      num_key_value_heads=heads, intermediate_size=inter, max_position_embeddings=1024,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=h,
+        num_hidden_layers=n,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
+    )
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg).to(device=device, dtype=dtype), tok
 
@@ -60,8 +70,14 @@ def measure(size: str, dtype: torch.dtype, device: str, prompts: int, n: int, ne
     n_tokens, gaps = float(ro.completion_mask.sum()), []
     for s in range(0, len(ro.texts), micro):  # backward per micro-batch: activations of one chunk at a time
         rows = slice(s, s + micro)
-        lp, _ = score_completions(model, ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows],
-                                  ro.completion_mask[rows], chunk_rows=micro)
+        lp, _ = score_completions(
+            model,
+            ro.prompt_ids[rows],
+            ro.prompt_mask[rows],
+            ro.completion_ids[rows],
+            ro.completion_mask[rows],
+            chunk_rows=micro,
+        )
         mask = ro.completion_mask[rows].to(lp.device, lp.dtype)
         (-(lp * mask).sum() / n_tokens).backward()
         gaps.append(float((lp.detach() - ro.logprobs[rows].to(lp.device)).abs().max()))
@@ -70,12 +86,23 @@ def measure(size: str, dtype: torch.dtype, device: str, prompts: int, n: int, ne
     upd_s = time.perf_counter() - t0
     with torch.no_grad():
         model.eval()
-        lp2, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                   chunk_rows=64)
-    return {"size": size, "dtype": str(dtype).replace("torch.", ""), "device": device, "rows": prompts * n,
-            "new_tokens": tokens, "gen_s": gen_s, "gen_tokens_per_s": tokens / gen_s, "update_s": upd_s,
-            "update_tokens_per_s": tokens / upd_s, "logprob_gap_before_step": max(gaps),
-            "finite": bool(torch.isfinite(lp2).all()), "peak_mem_gb": (torch.cuda.max_memory_allocated() / 2**30) if device.startswith("cuda") else 0.0}
+        lp2, _ = score_completions(
+            model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask, chunk_rows=64
+        )
+    return {
+        "size": size,
+        "dtype": str(dtype).replace("torch.", ""),
+        "device": device,
+        "rows": prompts * n,
+        "new_tokens": tokens,
+        "gen_s": gen_s,
+        "gen_tokens_per_s": tokens / gen_s,
+        "update_s": upd_s,
+        "update_tokens_per_s": tokens / upd_s,
+        "logprob_gap_before_step": max(gaps),
+        "finite": bool(torch.isfinite(lp2).all()),
+        "peak_mem_gb": (torch.cuda.max_memory_allocated() / 2**30) if device.startswith("cuda") else 0.0,
+    }
 
 
 def main() -> None:
@@ -95,8 +122,16 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
-                                           "torch": torch.__version__, "rows": rows}, indent=2))
+    Path(args.json).write_text(
+        json.dumps(
+            {
+                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+                "torch": torch.__version__,
+                "rows": rows,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ Measured, all at the strongest isolation level available (``isolation()``) unles
 
 Prints a table (milliseconds: median, 10th and 90th percentile) and writes every sample as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ from pathlib import Path
 from reasonrl.rewards.sandbox import SandboxWarning, isolation, run_many, run_python
 
 LOOP = "while True:\n    pass"
-DETACHED = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            "        time.sleep(1.0)\n        os._exit(0)\n    os._exit(0)\n")
+DETACHED = (
+    "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+    "        time.sleep(1.0)\n        os._exit(0)\n    os._exit(0)\n"
+)
 
 
 def bare_interpreter() -> float:
@@ -54,8 +57,11 @@ def bare_interpreter() -> float:
 
 
 def per_call(calls: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"bare python -I -S -c pass": [], "run_python('pass')": [],
-                                   "run_python('pass', level='rlimits')": []}
+    out: dict[str, list[float]] = {
+        "bare python -I -S -c pass": [],
+        "run_python('pass')": [],
+        "run_python('pass', level='rlimits')": [],
+    }
     for _ in range(calls):
         out["bare python -I -S -c pass"].append(bare_interpreter())
         out["run_python('pass')"].append(run_python("pass").wall_seconds)
@@ -64,11 +70,13 @@ def per_call(calls: int) -> dict[str, list[float]]:
 
 
 def limits(repeats: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"timeout=0.5: kill after the timeout": [],
-                                   "timeout=0.5: call returns after the timeout": [],
-                                   "cpu_seconds=1: SIGXCPU after (wall)": [],
-                                   "cpu_seconds=1: CPU time used": [],
-                                   "call with a detached 1 s grandchild": []}
+    out: dict[str, list[float]] = {
+        "timeout=0.5: kill after the timeout": [],
+        "timeout=0.5: call returns after the timeout": [],
+        "cpu_seconds=1: SIGXCPU after (wall)": [],
+        "cpu_seconds=1: CPU time used": [],
+        "call with a detached 1 s grandchild": [],
+    }
     for _ in range(repeats):
         res = run_python(LOOP, timeout=0.5)
         assert res.status == "timeout", res  # a wrong status would make the timing meaningless
@@ -117,8 +125,10 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-BATCHES = (("trace_programs", "1 program", "64 programs", 64), ("call_envs", "1 module x 4 renders",
-                                                                  "32 modules x 4 renders", 32))
+BATCHES = (
+    ("trace_programs", "1 program", "64 programs", 64),
+    ("call_envs", "1 module x 4 renders", "32 modules x 4 renders", 32),
+)
 
 
 def batches(repeats: int) -> dict[str, list[float]]:
@@ -158,8 +168,11 @@ def batches(repeats: int) -> dict[str, list[float]]:
                     results = []
                     out.setdefault(f"{fn}: {label}", []).append(timed(lambda: results.extend(calls[fn](part))))  # noqa: B023 - called at once
                     out.setdefault(f"{fn}: {label} (sandbox CPU)", []).append(sum(cpu))
-                    ok = [r["error"] is None for r in results] if fn == "trace_programs" else \
-                        [r["ok"] for job in results for r in job]
+                    ok = (
+                        [r["error"] is None for r in results]
+                        if fn == "trace_programs"
+                        else [r["ok"] for job in results for r in job]
+                    )
                     assert all(ok) and len(cpu) == 1, f"{fn}: a job failed or the batch was split"
     finally:
         sandbox.run_python = real
@@ -177,15 +190,20 @@ def per_job(rows: dict[str, dict]) -> dict[str, float]:
 
 
 def summary(samples: list[float]) -> dict[str, float]:
-    p10, p90 = (min(samples), max(samples)) if len(samples) < 2 else \
-        statistics.quantiles(samples, n=10, method="inclusive")[::8]
+    p10, p90 = (
+        (min(samples), max(samples))
+        if len(samples) < 2
+        else statistics.quantiles(samples, n=10, method="inclusive")[::8]
+    )
     return {"median_ms": statistics.median(samples) * 1e3, "p10_ms": p10 * 1e3, "p90_ms": p90 * 1e3, "n": len(samples)}
 
 
 def speed_ups(rows: dict[str, dict]) -> dict[str, float]:
     """Median time with 1 worker over median time with 4, per pool workload."""
-    return {name: rows[f"run_many {name}, workers=1"]["median_ms"] / rows[f"run_many {name}, workers=4"]["median_ms"]
-            for name in ("4 x sleep(0.5)", "40 x pass")}
+    return {
+        name: rows[f"run_many {name}, workers=1"]["median_ms"] / rows[f"run_many {name}, workers=4"]["median_ms"]
+        for name in ("4 x sleep(0.5)", "40 x pass")
+    }
 
 
 def main() -> None:
@@ -202,8 +220,12 @@ def main() -> None:
     samples: dict[str, list[float]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SandboxWarning)  # the rlimits level is forced on purpose
-        for name, measure, reps in (("per_call", per_call, args.calls), ("limits", limits, args.repeats),
-                                    ("pool", pool, args.repeats), ("batch", batches, args.batch_repeats)):
+        for name, measure, reps in (
+            ("per_call", per_call, args.calls),
+            ("limits", limits, args.repeats),
+            ("pool", pool, args.repeats),
+            ("batch", batches, args.batch_repeats),
+        ):
             if name in sections:
                 samples.update(measure(reps))
     rows = {name: summary(values) for name, values in samples.items()}
@@ -211,17 +233,27 @@ def main() -> None:
     print(f"{'measurement':48s} {'median ms':>10s} {'p10 ms':>8s} {'p90 ms':>8s} {'n':>4s}")
     for name, row in rows.items():
         print(f"{name:48s} {row['median_ms']:10.0f} {row['p10_ms']:8.0f} {row['p90_ms']:8.0f} {row['n']:4d}")
-    report = {"command": " ".join([f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", "python", *sys.argv]),
-              "machine": {"cpus": os.cpu_count(), "load_average_start": load_before,
-                          "load_average_end": os.getloadavg(), "python": platform.python_version(),
-                          "platform": platform.platform(), "isolation": info.level},
-              "summary": rows, "samples_s": samples}
+    report = {
+        "command": " ".join([f"PYTHONPATH={os.environ.get('PYTHONPATH', '')}", "python", *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_average_start": load_before,
+            "load_average_end": os.getloadavg(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "isolation": info.level,
+        },
+        "summary": rows,
+        "samples_s": samples,
+    }
     if "per_call" in sections:
         report["overhead_ms"] = rows["run_python('pass')"]["median_ms"] - rows["bare python -I -S -c pass"]["median_ms"]
         print(f"per-call overhead over a bare interpreter (medians): {report['overhead_ms']:.0f} ms")
     if "pool" in sections:
         report["pool_speed_up"] = speed_ups(rows)
-        print("pool speed-up, 4 workers over 1: " + ", ".join(f"{k} {v:.1f}x" for k, v in report["pool_speed_up"].items()))
+        print(
+            "pool speed-up, 4 workers over 1: " + ", ".join(f"{k} {v:.1f}x" for k, v in report["pool_speed_up"].items())
+        )
     if "batch" in sections:
         report["per_job_ms"] = per_job(rows)
         print("per job of a batch (medians): " + ", ".join(f"{k} {v:.2f}" for k, v in report["per_job_ms"].items()))

@@ -12,6 +12,7 @@ checkout's ``src`` to measure the code before a change with the same script, and
 
 ``--summary OUT.json`` prints the table of a finished file (medians per label and recipe).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,21 +48,32 @@ def measure(label: str, argv: list[str]) -> dict:
     out = Path(argv[argv.index("--out") + 1])
     summary = json.loads((out / "summary.json").read_text())
     steps = sum(1 for _ in (out / "metrics.jsonl").open())
-    return {"label": label, "recipe": summary["recipe"], "steps": steps, "s_per_step": summary["train_seconds"] / steps,
-            "sandbox": stats, "load_average": [round(load, 2), round(os.getloadavg()[0], 2)], "argv": argv}
+    return {
+        "label": label,
+        "recipe": summary["recipe"],
+        "steps": steps,
+        "s_per_step": summary["train_seconds"] / steps,
+        "sandbox": stats,
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
+        "argv": argv,
+    }
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| recipe | code | runs | s/step (median) | sandbox wall s/step | sandbox CPU s/step | calls/step |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| recipe | code | runs | s/step (median) | sandbox wall s/step | sandbox CPU s/step | calls/step |",
+        "|---|---|---|---|---|---|---|",
+    ]
     keys = sorted({(r["recipe"], r["label"]) for r in rows})
     for recipe, label in keys:
         rs = [r for r in rows if (r["recipe"], r["label"]) == (recipe, label)]
         med = lambda f: statistics.median(f(r) for r in rs)  # noqa: E731, B023 - used in this iteration only
-        lines.append(f"| {recipe} | {label} | {len(rs)} | {med(lambda r: r['s_per_step']):.1f} | "
-                     f"{med(lambda r: r['sandbox']['wall_s'] / r['steps']):.2f} | "
-                     f"{med(lambda r: r['sandbox']['cpu_s'] / r['steps']):.3f} | "
-                     f"{med(lambda r: r['sandbox']['calls'] / r['steps']):.1f} |")
+        lines.append(
+            f"| {recipe} | {label} | {len(rs)} | {med(lambda r: r['s_per_step']):.1f} | "
+            f"{med(lambda r: r['sandbox']['wall_s'] / r['steps']):.2f} | "
+            f"{med(lambda r: r['sandbox']['cpu_s'] / r['steps']):.3f} | "
+            f"{med(lambda r: r['sandbox']['calls'] / r['steps']):.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -76,7 +88,9 @@ def main() -> None:
     if not args.summary:
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         data["rows"].append(measure(args.label, argv))
-        data["command"] = "OMP_NUM_THREADS=1 python benchmarks/speed/sandbox_step_cost.py --json FILE --label LABEL -- train ..."
+        data["command"] = (
+            "OMP_NUM_THREADS=1 python benchmarks/speed/sandbox_step_cost.py --json FILE --label LABEL -- train ..."
+        )
         args.json.write_text(json.dumps(data, indent=1) + "\n")
     print(table(data["rows"]))
 

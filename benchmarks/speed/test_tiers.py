@@ -4,6 +4,7 @@ machine, it prints a table and writes JSON.
 
     python benchmarks/speed/test_tiers.py [--tiers default,slow] [--json benchmarks/results/test_tiers.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,16 @@ def run_tier(name: str) -> dict:
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|deselected|errors?)", tail)}
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)  # pytest -q's short summary (-rfE)
-    return {"tier": name, "command": " ".join(["pytest", "-q", *TIERS[name]]), "seconds": round(seconds, 1),
-            "cpu_seconds": round(cpu, 1),
-            "exit_code": proc.returncode, "summary": tail, "failed_tests": failed, **counts}
+    return {
+        "tier": name,
+        "command": " ".join(["pytest", "-q", *TIERS[name]]),
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "exit_code": proc.returncode,
+        "summary": tail,
+        "failed_tests": failed,
+        **counts,
+    }
 
 
 def main() -> None:
@@ -46,11 +54,19 @@ def main() -> None:
     rows = [run_tier(t) for t in args.tiers.split(",")]
     print(f"{'tier':<8} {'wall':>9} {'cpu':>9} {'passed':>7} {'failed':>7} {'skipped':>8}  command")
     for r in rows:
-        print(f"{r['tier']:<8} {r['seconds']:>8.1f}s {r['cpu_seconds']:>8.1f}s {r.get('passed', 0):>7} "
-              f"{r.get('failed', 0):>7} {r.get('skipped', 0):>8}  {r['command']}")
-    out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                       "load_average_at_end": os.getloadavg()},
-           "tiers": rows}
+        print(
+            f"{r['tier']:<8} {r['seconds']:>8.1f}s {r['cpu_seconds']:>8.1f}s {r.get('passed', 0):>7} "
+            f"{r.get('failed', 0):>7} {r.get('skipped', 0):>8}  {r['command']}"
+        )
+    out = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "load_average_at_end": os.getloadavg(),
+        },
+        "tiers": rows,
+    }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.json}")

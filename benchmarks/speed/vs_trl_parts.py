@@ -7,6 +7,7 @@ completions), ``reward`` (the reward calls; for reasonrl also the advantages), `
 forward that gives the log-probs the loss needs, with gradients), ``backward`` (``loss.backward()``) and
 ``rest`` (the step less the four: optimiser, data handling, anything else).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -34,8 +35,12 @@ def write_chat_arithmetic(folder: Path, n_train: int = 2000, n_test: int = 500, 
         if (a, b) in seen:
             continue
         seen.add((a, b))
-        rows.append({"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}],
-                     "answer": str(a + b)})
+        rows.append(
+            {
+                "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {a} + {b}?"}],
+                "answer": str(a + b),
+            }
+        )
     folder.mkdir(parents=True, exist_ok=True)
     train, test = folder / "chat_arithmetic_train.jsonl", folder / "chat_arithmetic_test.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows[:n_train]))
@@ -70,6 +75,7 @@ class Phases:
                 if self._depth == 0:
                     for key, value in ((phase, time.perf_counter() - t0), (f"{phase}_cpu", time.process_time() - c0)):
                         self.seconds[key] = self.seconds.get(key, 0.0) + value
+
         return wrapper
 
     @contextmanager
@@ -95,8 +101,12 @@ PHASES = ("generate", "reward", "forward", "backward")
 
 def step_phases(wall: float, cpu: float, phases: dict[str, float]) -> dict[str, float]:
     """One step's split, wall clock and CPU: the four timed phases and the rest of the step."""
-    out = {"s": wall, "cpu": cpu, **{k: phases.get(k, 0.0) for k in PHASES},
-           **{f"{k}_cpu": phases.get(f"{k}_cpu", 0.0) for k in PHASES}}
+    out = {
+        "s": wall,
+        "cpu": cpu,
+        **{k: phases.get(k, 0.0) for k in PHASES},
+        **{f"{k}_cpu": phases.get(f"{k}_cpu", 0.0) for k in PHASES},
+    }
     out["rest"] = wall - sum(out[k] for k in PHASES)
     out["rest_cpu"] = cpu - sum(out[f"{k}_cpu"] for k in PHASES)
     return out

@@ -11,6 +11,7 @@
     its own process: seconds and peak RSS (ru_maxrss), and whether both find the same pairs.
 Prints a table per part and merges the results into benchmarks/results/audit_bench.json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,11 +61,17 @@ def part_a(emb: CachingEmbedder, n_train: int, n_eval: int) -> dict:
     sweep = {str(t): len(cosine_pairs(a, b, t)) for t in (0.85, 0.9, 0.95, 0.99)}
     embed_pairs = [p for p in res.pairs if p["stage"] == "embed"]
     examples = sorted(embed_pairs, key=lambda p: -p["score"])[:3] + embed_pairs[:2]
-    return {"n_train": n_train, "n_eval": n_eval, "counts": res.counts, "seconds": res.seconds,
-            "embed_pairs_by_threshold": sweep, "embed_model_load_seconds": emb.load_seconds,
-            "eval_items_with_an_embed_neighbour": len({p["eval_id"] for p in embed_pairs}),
-            "shared_train_eval_ids": len(set(train.ids) & set(evals.ids)),
-            "examples": [{k: p[k] for k in ("train_id", "eval_id", "score")} for p in examples]}
+    return {
+        "n_train": n_train,
+        "n_eval": n_eval,
+        "counts": res.counts,
+        "seconds": res.seconds,
+        "embed_pairs_by_threshold": sweep,
+        "embed_model_load_seconds": emb.load_seconds,
+        "eval_items_with_an_embed_neighbour": len({p["eval_id"] for p in embed_pairs}),
+        "shared_train_eval_ids": len(set(train.ids) & set(evals.ids)),
+        "examples": [{k: p[k] for k in ("train_id", "eval_id", "score")} for p in examples],
+    }
 
 
 def filler(n_each: int = 70) -> list[str]:
@@ -81,10 +88,13 @@ def part_b(emb: CachingEmbedder) -> dict:
     rows += [(f"dup{i}", t) for i, t in enumerate(NEAR_DUP)] + [(f"para{i}", t) for i, t in enumerate(PARAPHRASE)]
     random.Random(0).shuffle(rows)
     planted = {f"dup{i}": f"e{i}" for i in range(12)} | {f"para{i}": f"e{12 + i}" for i in range(12)}
-    train, evals = from_pairs(rows, "planted train"), from_pairs([(f"e{i}", t) for i, t in enumerate(EVAL)], "planted eval")
+    train, evals = (
+        from_pairs(rows, "planted train"),
+        from_pairs([(f"e{i}", t) for i, t in enumerate(EVAL)], "planted eval"),
+    )
     res = ContaminationAuditor([JaccardStage(0.4), EmbeddingStage(emb, 0.85)]).run(train, evals)
     a, b = emb.outputs[-2], emb.outputs[-1]
-    sims = (a @ b.T)  # (N, M) MiniLM rows are unit-norm
+    sims = a @ b.T  # (N, M) MiniLM rows are unit-norm
     row, col = {t: i for i, t in enumerate(train.ids)}, {e: j for j, e in enumerate(evals.ids)}
     cos = {t: float(sims[row[t], col[e]]) for t, e in planted.items()}
     found = {(p["stage"], p["train_id"]) for p in res.pairs if planted.get(p["train_id"]) == p["eval_id"]}
@@ -92,15 +102,24 @@ def part_b(emb: CachingEmbedder) -> dict:
     t_all = min(cos[f"para{i}"] for i in range(12))  # every paraphrase found at cosine >= t_all
     fp_at = int((sims >= t_all).sum()) - sum(cos[t] >= t_all for t in planted)
     mh = minhash_pairs(train.texts, evals.texts, 0.4)
-    return {"n_train": len(train), "n_eval": len(evals), "counts": res.counts, "seconds": res.seconds,
-            "near_dup_found": {s: sum((s, f"dup{i}") in found for i in range(12)) for s in ("jaccard", "embed")},
-            "paraphrase_found": {s: sum((s, f"para{i}") in found for i in range(12)) for s in ("jaccard", "embed")},
-            "false_positives_at_0.85": len(false_pos),
-            "paraphrase_cosine": {"min": round(t_all, 4), "max": round(max(cos[f"para{i}"] for i in range(12)), 4)},
-            "near_dup_cosine_min": round(min(cos[f"dup{i}"] for i in range(12)), 4),
-            "threshold_all_paraphrases": round(t_all, 4), "false_positives_at_that_threshold": fp_at,
-            "max_cosine_filler_vs_eval": round(float(max(sims[row[t]].max() for t in train.ids if t.startswith("fill"))), 4),
-            "minhash_jaccard_pairs": len(mh), "exact_jaccard_pairs": res.counts["jaccard"]}
+    return {
+        "n_train": len(train),
+        "n_eval": len(evals),
+        "counts": res.counts,
+        "seconds": res.seconds,
+        "near_dup_found": {s: sum((s, f"dup{i}") in found for i in range(12)) for s in ("jaccard", "embed")},
+        "paraphrase_found": {s: sum((s, f"para{i}") in found for i in range(12)) for s in ("jaccard", "embed")},
+        "false_positives_at_0.85": len(false_pos),
+        "paraphrase_cosine": {"min": round(t_all, 4), "max": round(max(cos[f"para{i}"] for i in range(12)), 4)},
+        "near_dup_cosine_min": round(min(cos[f"dup{i}"] for i in range(12)), 4),
+        "threshold_all_paraphrases": round(t_all, 4),
+        "false_positives_at_that_threshold": fp_at,
+        "max_cosine_filler_vs_eval": round(
+            float(max(sims[row[t]].max() for t in train.ids if t.startswith("fill"))), 4
+        ),
+        "minhash_jaccard_pairs": len(mh),
+        "exact_jaccard_pairs": res.counts["jaccard"],
+    }
 
 
 def synthetic(n_train: int, n_eval: int, seed: int = 0) -> tuple[list[str], list[str], list[tuple[int, int]]]:
@@ -132,17 +151,30 @@ def scale_worker(method: str, n_train: int, n_eval: int) -> None:
     seconds = time.perf_counter() - t0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     got = {(i, j) for i, j, _ in pairs}
-    print(json.dumps({"method": method, "seconds": round(seconds, 1), "rss_after_texts_mb": round(base_kb / 1024),
-                      "peak_rss_mb": round(peak_kb / 1024), "pairs": len(pairs),
-                      "planted_recall": sum(p in got for p in planted) / len(planted),
-                      "pair_list": sorted([i, j] for i, j in got)}))
+    print(
+        json.dumps(
+            {
+                "method": method,
+                "seconds": round(seconds, 1),
+                "rss_after_texts_mb": round(base_kb / 1024),
+                "peak_rss_mb": round(peak_kb / 1024),
+                "pairs": len(pairs),
+                "planted_recall": sum(p in got for p in planted) / len(planted),
+                "pair_list": sorted([i, j] for i, j in got),
+            }
+        )
+    )
 
 
 def part_c(n_train: int, n_eval: int) -> dict:
     out = {"n_train": n_train, "n_eval": n_eval}
     for method in ("exact", "minhash"):
-        proc = subprocess.run([sys.executable, __file__, "--worker", method, "--scale-train", str(n_train),
-                               "--scale-eval", str(n_eval)], capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--worker", method, "--scale-train", str(n_train), "--scale-eval", str(n_eval)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         out[method] = json.loads(proc.stdout.strip().splitlines()[-1])
     same = out["exact"].pop("pair_list") == out["minhash"].pop("pair_list")
     out["minhash_pairs_equal_exact"] = same

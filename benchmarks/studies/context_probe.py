@@ -4,6 +4,7 @@ under a context is only useful when it beats the plain prompt; prints a table an
 
     python benchmarks/studies/context_probe.py [--model DIR] [--n 200] [--out benchmarks/results/context_probe.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,11 +32,15 @@ def main() -> None:
     rows = {}
     for kind in ("plain", "solution", "hint", "correction", "redirect"):
         t0 = time.perf_counter()
-        shown = [it if kind == "plain" else with_context(task, it, kind, random.Random(i)) for i, it in enumerate(items)]
+        shown = [
+            it if kind == "plain" else with_context(task, it, kind, random.Random(i)) for i, it in enumerate(items)
+        ]
         ro = engine.generate([it.prompt for it in shown], 1, sp)
         # a redirect's completion continues the kept prefix: the answer is judged on prefix + completion
-        texts = [(s.prompt[len(it.prompt):].split("</verdict>\n")[-1] if kind == "redirect" else "") + t
-                 for s, it, t in zip(shown, items, ro.texts)]
+        texts = [
+            (s.prompt[len(it.prompt) :].split("</verdict>\n")[-1] if kind == "redirect" else "") + t
+            for s, it, t in zip(shown, items, ro.texts)
+        ]
         acc = sum(task.verify(t, it.answer, it.meta) for t, it in zip(texts, items)) / len(items)
         rows[kind] = {"accuracy": acc, "seconds": time.perf_counter() - t0}
     print(f"model: {args.model or 'shipped base'}, {args.n} held-out problems, greedy")

@@ -11,6 +11,7 @@ Prints one row per parse mode: parsed fraction, then over the parsed questions t
 label is the true answer, the accepted fraction (valid, p_hat in [0.2, 0.8], not a pool problem, not
 held out), the mean R_Q, and the number of distinct questions.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def judge_questions(engine, task, anchors, texts, G, n, mode, sampling):
     ro = engine.generate([qs[i].prompt for i in parsed], n, sampling, seeds=seeds)
     verdicts, gold = [], []
     for j, i in enumerate(parsed):
-        outs = ro.texts[j * n:(j + 1) * n]
+        outs = ro.texts[j * n : (j + 1) * n]
         answers = [task.extract_answer(t) for t in outs]
         correct = [is_correct(task.verify(t, qs[i].answer, {})) for t in outs]
         verdicts.append(judge(answers, correct, qs[i].answer))
@@ -48,12 +49,16 @@ def judge_questions(engine, task, anchors, texts, G, n, mode, sampling):
     fresh = torch.tensor([qs[i].key not in pool and not qs[i].meta["held_out"] for i in parsed])
     r_q = questioner_rewards(valid, p_hat, sim)
     truth = [v.label_true for v in verdicts if v.valid]
-    return {"parsed_frac": len(parsed) / len(texts), "valid_frac_of_parsed": float(valid.float().mean()),
-            "majority_share_mean": float(p_hat.mean()), "true_pass_rate_mean": sum(gold) / len(gold),
-            "label_true_frac_of_valid": sum(truth) / max(len(truth), 1),
-            "accepted_frac_of_parsed": float((accepted(valid, p_hat) & fresh).float().mean()),
-            "r_q_mean_all": float((r_q.sum() - (len(texts) - len(parsed))) / len(texts)),
-            "distinct_questions": len({qs[i].key for i in parsed})}
+    return {
+        "parsed_frac": len(parsed) / len(texts),
+        "valid_frac_of_parsed": float(valid.float().mean()),
+        "majority_share_mean": float(p_hat.mean()),
+        "true_pass_rate_mean": sum(gold) / len(gold),
+        "label_true_frac_of_valid": sum(truth) / max(len(truth), 1),
+        "accepted_frac_of_parsed": float((accepted(valid, p_hat) & fresh).float().mean()),
+        "r_q_mean_all": float((r_q.sum() - (len(texts) - len(parsed))) / len(texts)),
+        "distinct_questions": len({qs[i].key for i in parsed}),
+    }
 
 
 def main() -> None:
@@ -73,16 +78,21 @@ def main() -> None:
     sampling = SamplingParams(temperature=0.8, max_new_tokens=task.max_new_tokens)  # the d2evo recipe's sampling
     prompts = [role_prompt(DEFAULT_TEMPLATE, a.prompt, a.answer) for a in anchors]
     ro = engine.generate(prompts, args.G, sampling, seeds=[stable_seed(0, "q", i) for i in range(len(prompts))])
-    rows = {mode: judge_questions(engine, task, anchors, ro.texts, args.G, args.n, mode, sampling)
-            for mode in ("prefix", "line")}
+    rows = {
+        mode: judge_questions(engine, task, anchors, ro.texts, args.G, args.n, mode, sampling)
+        for mode in ("prefix", "line")
+    }
     print(f"{'mode':7} " + " ".join(f"{k[:14]:>14}" for k in rows["prefix"]))
     for mode, r in rows.items():
         print(f"{mode:7} " + " ".join(f"{r.get(k, float('nan')):>14.3f}" for k in rows["prefix"]))
     print("examples:", [t.split(chr(10))[0][:24] for t in ro.texts[:8]])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"settings": vars(args) | {"out": str(args.out)}, "modes": rows,
-                                        "examples": ro.texts[:8]}, indent=2))
+        args.out.write_text(
+            json.dumps(
+                {"settings": vars(args) | {"out": str(args.out)}, "modes": rows, "examples": ro.texts[:8]}, indent=2
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ shipped stronger teacher (the paper's "proposal strength" knob) and optionally a
 
 Prints a table; JSON to benchmarks/results/distmatch/disa_ess.json (--smoke: a temporary file).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,9 @@ from reasonrl.recipes import get_recipe
 def run(pool: int, n: int, betas: list[float], proposals: dict[str, str], temperature: float, seed: int) -> dict:
     """The disa run's offline stage (`reasonrl disa estimate`: its pool, formatter, budget and reward) once per
     proposal model, log Z_hat for every beta from the same samples."""
-    recipe = apply_overrides(get_recipe("disa"), {"balance": {"proposals": n}, "sampling": {"temperature": temperature}})
+    recipe = apply_overrides(
+        get_recipe("disa"), {"balance": {"proposals": n}, "sampling": {"temperature": temperature}}
+    )
     cfg = TrainConfig(recipe="disa", task="arithmetic", seed=seed, data=DataOpts(pool=pool))
     out: dict = {"pool": pool, "proposals_per_prompt": n, "temperature": temperature, "results": []}
     by_proposal = {}
@@ -42,28 +45,42 @@ def run(pool: int, n: int, betas: list[float], proposals: dict[str, str], temper
         by_proposal[label] = scores
         for beta in betas:
             rows = estimate_rows(list(ctx.pool), *scores, beta)
-            out["results"].append({"proposal": label, "beta": beta, **summary(rows),
-                                   "ess_histogram": ess_histogram(rows), "ess_tilted_histogram": ess_histogram(rows, "ess_tilted"),
-                                   "log_z": [r.log_z for r in rows]})
+            out["results"].append(
+                {
+                    "proposal": label,
+                    "beta": beta,
+                    **summary(rows),
+                    "ess_histogram": ess_histogram(rows),
+                    "ess_tilted_histogram": ess_histogram(rows, "ess_tilted"),
+                    "log_z": [r.log_z for r in rows],
+                }
+            )
     if "reference" in by_proposal and len(by_proposal) > 1:  # how far another proposal moves the estimate
         for r in out["results"]:
             base = next(x for x in out["results"] if x["proposal"] == "reference" and x["beta"] == r["beta"])
-            r["mean_abs_log_z_shift_vs_reference"] = float(torch.tensor(r["log_z"]).sub(torch.tensor(base["log_z"]))
-                                                           .abs().mean())
+            r["mean_abs_log_z_shift_vs_reference"] = float(
+                torch.tensor(r["log_z"]).sub(torch.tensor(base["log_z"])).abs().mean()
+            )
     return out
 
 
 def print_table(res: dict) -> None:
-    print(f"DISA log Z_hat over {res['pool']} prompts x {res['proposals_per_prompt']} proposals "
-          f"(T = {res['temperature']}), reference = the shipped base")
-    print(f"{'proposal':10} {'beta':>5} {'reward':>7} {'logZ mean':>9} {'logZ std':>8} {'ESS':>6} {'ESS min':>7} "
-          f"{'ESS~':>6} {'ESS~ min':>8} {'|dlogZ|':>8}")
+    print(
+        f"DISA log Z_hat over {res['pool']} prompts x {res['proposals_per_prompt']} proposals "
+        f"(T = {res['temperature']}), reference = the shipped base"
+    )
+    print(
+        f"{'proposal':10} {'beta':>5} {'reward':>7} {'logZ mean':>9} {'logZ std':>8} {'ESS':>6} {'ESS min':>7} "
+        f"{'ESS~':>6} {'ESS~ min':>8} {'|dlogZ|':>8}"
+    )
     for r in res["results"]:
         shift = r.get("mean_abs_log_z_shift_vs_reference")
-        print(f"{r['proposal']:10} {r['beta']:>5g} {r['reward_mean']:>7.3f} {r['log_z_mean']:>9.3f} "
-              f"{r['log_z_std']:>8.3f} "
-              f"{r['ess_mean']:>6.2f} {r['ess_min']:>7.2f} {r['ess_tilted_mean']:>6.2f} {r['ess_tilted_min']:>8.2f} "
-              + (f"{shift:>8.3f}" if shift is not None else f"{'-':>8}"))
+        print(
+            f"{r['proposal']:10} {r['beta']:>5g} {r['reward_mean']:>7.3f} {r['log_z_mean']:>9.3f} "
+            f"{r['log_z_std']:>8.3f} "
+            f"{r['ess_mean']:>6.2f} {r['ess_min']:>7.2f} {r['ess_tilted_mean']:>6.2f} {r['ess_tilted_min']:>8.2f} "
+            + (f"{shift:>8.3f}" if shift is not None else f"{'-':>8}")
+        )
     print("ESS: of the importance weights pi_ref/mu; ESS~: of the tilted terms the estimate sums")
 
 
@@ -88,8 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     res["smoke"] = args.smoke
     res["command"] = " ".join(["python", "benchmarks/studies/disa_ess.py", *(sys.argv[1:] if argv is None else argv)])
     print_table(res)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="disa-ess-")) / "disa_ess.json" if args.smoke
-                       else Path(__file__).parents[1] / "results" / "distmatch" / "disa_ess.json")
+    out = args.out or (
+        Path(tempfile.mkdtemp(prefix="disa-ess-")) / "disa_ess.json"
+        if args.smoke
+        else Path(__file__).parents[1] / "results" / "distmatch" / "disa_ess.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2))
     print(f"JSON: {out}")

@@ -10,6 +10,7 @@ first (the ``tiny`` size, briefly warm-started), then:
     reasonrl pretrain --size tiny --steps 60 --eval-every 20 --eval-problems 100 --out runs/drafter60
     python benchmarks/studies/drafter.py runs/drafter60 --out benchmarks/results/drafts/drafter60.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,23 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=256)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--eval-problems", type=int, default=200)
-    ap.add_argument("--learner", default="base", help="also: this learner's greedy pass@1, plain and in the N/A template")
+    ap.add_argument(
+        "--learner", default="base", help="also: this learner's greedy pass@1, plain and in the N/A template"
+    )
     ap.add_argument("--out", type=Path, help="write the table as JSON here")
     args = ap.parse_args()
     model, tok = load_model(args.drafter)
     task = get_task("arithmetic")
     row = drafter_summary(make_drafts(model, tok, task, args.problems, args.samples, seed=0))
     greedy, _ = evaluate_model(model, tok, task, EvalConfig(n_problems=args.eval_problems, samples_per_problem=0))
-    row.update(drafter=args.drafter, greedy_pass_at_1=greedy["pass@1"], greedy_format_rate=greedy["format_rate"],
-               samples_per_problem=args.samples, temperature=0.8, top_p=0.95)
+    row.update(
+        drafter=args.drafter,
+        greedy_pass_at_1=greedy["pass@1"],
+        greedy_format_rate=greedy["format_rate"],
+        samples_per_problem=args.samples,
+        temperature=0.8,
+        top_p=0.95,
+    )
     learner, ltok = load_model(args.learner)
     for name, t in (("plain", task), ("na_template", DraftTask(task, None, "no_draft"))):
         res, _ = evaluate_model(learner, ltok, t, EvalConfig(n_problems=args.eval_problems, samples_per_problem=0))

@@ -8,6 +8,7 @@ step from the step's own timers), tokens generated per step, and for fest the de
 metrics (pairs per step, demo prompts' rollout accuracy, alpha, the mean DPO loss and margin), each
 averaged over every step of every seed. Prints a table and writes the JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,17 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
-KEYS = ("time/generate", "time/update", "tokens/generated", "accuracy", "fest/pairs", "fest/demo_accuracy",
-        "fest/alpha", "fest/dpo_loss_term", "fest/margin_term")
+KEYS = (
+    "time/generate",
+    "time/update",
+    "tokens/generated",
+    "accuracy",
+    "fest/pairs",
+    "fest/demo_accuracy",
+    "fest/alpha",
+    "fest/dpo_loss_term",
+    "fest/margin_term",
+)
 
 
 def read(folder: Path) -> dict[str, dict[str, float]]:

@@ -20,6 +20,7 @@ Prints a table and writes JSON; on a CPU only (TF32 is emulated, so no speed is 
 
     python benchmarks/studies/head_precision.py               # benchmarks/results/head_precision.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,7 +92,7 @@ def measure(batches: int, prompts: int, samples: int, max_new: int) -> dict:
         model, found = with_head(mixed, head), {"gap": [], "truth": []}
         t0 = time.perf_counter()
         for b in range(batches):
-            chunk = [it.prompt for it in items[b * prompts:(b + 1) * prompts]]
+            chunk = [it.prompt for it in items[b * prompts : (b + 1) * prompts]]
             ro = HFEngine(model, tok).generate(chunk, samples, sp, seeds=list(range(b * prompts, (b + 1) * prompts)))
             for k, v in gaps(model, truth_model, ro).items():
                 found[k].append(v)
@@ -112,12 +113,16 @@ def choose(rows: dict) -> str:
 
 
 def table(rows: dict) -> str:
-    lines = ["| head | sampler/learner gap: mean | p99.9 | max | learner vs all-fp32: mean | p99.9 | max | tokens |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| head | sampler/learner gap: mean | p99.9 | max | learner vs all-fp32: mean | p99.9 | max | tokens |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for head, r in rows.items():
         g, t = r["gap"], r["truth"]
-        lines.append(f"| {head} | {g['mean']:.2e} | {g['p99.9']:.2e} | {g['max']:.2e} | {t['mean']:.2e} | "
-                     f"{t['p99.9']:.2e} | {t['max']:.2e} | {g['tokens']} |")
+        lines.append(
+            f"| {head} | {g['mean']:.2e} | {g['p99.9']:.2e} | {g['max']:.2e} | {t['mean']:.2e} | "
+            f"{t['p99.9']:.2e} | {t['max']:.2e} | {g['tokens']} |"
+        )
     return "\n".join(lines)
 
 
@@ -136,8 +141,19 @@ def main() -> None:
     print(f"chosen (cheapest head within {TOLERANCE}x of fp32's gap, mean and p99.9): {chosen}")
     path = Path(a.json)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rows": rows, "chosen": chosen, "tolerance": TOLERANCE, "torch": torch.__version__,
-                                "settings": vars(a), "threads": torch.get_num_threads()}, indent=1))
+    path.write_text(
+        json.dumps(
+            {
+                "rows": rows,
+                "chosen": chosen,
+                "tolerance": TOLERANCE,
+                "torch": torch.__version__,
+                "settings": vars(a),
+                "threads": torch.get_num_threads(),
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {path}")
 
 

@@ -9,6 +9,7 @@ Prints a table, writes JSON, and leaves the reward model directory for benchmark
     python benchmarks/studies/rm_accuracy.py --out runs/grlo_rm                    # the measured setting
     python benchmarks/studies/rm_accuracy.py --smoke --out /tmp/rm_smoke            # seconds: the plumbing only
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,17 @@ def main() -> None:
     keys = {it.prompt: it.key for it in take_items(task, "train", args.prompts, seed=0)}
     rm = load_reward_model(str(args.out))
     by = {f: [p for p in held if deciding_field(keys[p["prompt"]], p) == f] for f in FIELDS}
-    row = {"pairs": len(pairs), "heldout_pairs": len(held), "heldout_accuracy_before": res["heldout_accuracy_before"],
-           "heldout_accuracy": res["heldout_accuracy"], "pairs_seconds": t_pairs, "train_seconds": res["seconds"],
-           **{f"heldout_accuracy_{f}": pairwise_accuracy(rm, ps, cfg.max_length) for f, ps in by.items()},
-           **{f"heldout_pairs_{f}": len(ps) for f, ps in by.items()}, "settings": vars(args) | {"out": str(args.out),
-                                                                                               "json": str(args.json)}}
+    row = {
+        "pairs": len(pairs),
+        "heldout_pairs": len(held),
+        "heldout_accuracy_before": res["heldout_accuracy_before"],
+        "heldout_accuracy": res["heldout_accuracy"],
+        "pairs_seconds": t_pairs,
+        "train_seconds": res["seconds"],
+        **{f"heldout_accuracy_{f}": pairwise_accuracy(rm, ps, cfg.max_length) for f, ps in by.items()},
+        **{f"heldout_pairs_{f}": len(ps) for f, ps in by.items()},
+        "settings": vars(args) | {"out": str(args.out), "json": str(args.json)},
+    }
     for k, v in row.items():
         if k != "settings":
             print(f"{k:32s} {v:.4f}" if isinstance(v, float) else f"{k:32s} {v}")

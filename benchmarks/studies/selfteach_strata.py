@@ -18,6 +18,7 @@ Inputs are ``compare_items.jsonl`` (written by ``reasonrl compare``) and the bas
     python benchmarks/studies/selfteach_strata.py --compare runs/compare_selfteach \
         --base-samples runs/readings/base_k16.jsonl --out benchmarks/results/compare_selfteach/strata.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,9 @@ def base_strata(samples_path: Path) -> dict[str, str]:
 def load_runs(compare_dir: Path) -> list[dict]:
     path = compare_dir / "compare_items.jsonl"
     if not path.is_file():
-        raise SystemExit(f"no {path}; re-collect the compare with `reasonrl compare ... --resume` (this version writes it)")
+        raise SystemExit(
+            f"no {path}; re-collect the compare with `reasonrl compare ... --resume` (this version writes it)"
+        )
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
@@ -65,8 +68,11 @@ def readings(runs: list[dict], strata: dict[str, str]) -> dict:
     recipes = list(dict.fromkeys(r["recipe"] for r in runs))
     first = recipes[0]
     ok_seeds = {rec: {r["seed"] for r in runs if r["recipe"] == rec and r["ok"]} for rec in recipes}
-    out: dict = {"first": first, "strata_sizes": {s: sum(v == s for v in strata.values()) for s in STRATA},
-                 "recipes": {}}
+    out: dict = {
+        "first": first,
+        "strata_sizes": {s: sum(v == s for v in strata.values()) for s in STRATA},
+        "recipes": {},
+    }
     for rec in recipes:
         seeds = sorted(ok_seeds[rec] & ok_seeds[first])
         lengths = [r["after"].get("mean_length") for r in runs if r["recipe"] == rec and r["ok"]]

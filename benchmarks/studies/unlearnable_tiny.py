@@ -11,6 +11,7 @@ benchmarks/results/unlearnable/, the heatmap copied to docs/img/unlearnable_tiny
 ``--rollouts 64 RUN ...`` gives the all-wrong-at-8 problems a chance of a gradient (tiny_grpo_r64.json,
 docs/img/unlearnable_tiny_r64.png).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -61,8 +62,18 @@ def classes_only(runs: list[str]) -> None:
     classes = classify(initial, finals, rewards)
     out = OUT.with_name("tiny_grpo_classes.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"runs": runs, "counts": {c: len(v) for c, v in classes.items()}, "classes": classes,
-                               "initial": initial, "finals": finals}, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "runs": runs,
+                "counts": {c: len(v) for c, v in classes.items()},
+                "classes": classes,
+                "initial": initial,
+                "finals": finals,
+            },
+            indent=1,
+        )
+    )
     print("| class | problems |\n|---|---|")
     for c, v in classes.items():
         print(f"| {c} | {len(v)} |")

@@ -8,6 +8,7 @@ table and writes it as JSON:
         eval_every=0 final_eval_problems=0 save_every=0
     python benchmarks/studies/vpd_probe.py runs/vpd_probe --out benchmarks/results/vpd/probe.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,19 @@ from pathlib import Path
 
 from reasonrl.loop.tracking import read_metrics
 
-COLUMNS = ("step", "accuracy", "vpd/teacher_accuracy", "vpd/kl_measured", "vpd/beta", "vpd/beta_next",
-           "vpd/e_pg_term", "vpd/e_kl_term", "vpd/m_loss_term", "vpd/feedback_on_wrong", "seconds")
+COLUMNS = (
+    "step",
+    "accuracy",
+    "vpd/teacher_accuracy",
+    "vpd/kl_measured",
+    "vpd/beta",
+    "vpd/beta_next",
+    "vpd/e_pg_term",
+    "vpd/e_kl_term",
+    "vpd/m_loss_term",
+    "vpd/feedback_on_wrong",
+    "seconds",
+)
 
 
 def probe(run_dir: Path) -> list[dict[str, float]]:

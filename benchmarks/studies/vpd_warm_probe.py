@@ -9,6 +9,7 @@ digits changed until the verifier rejects it) and its critique, and (b) the stud
     python benchmarks/studies/vpd_warm_probe.py --steps 0,100,300 --problems 200 \
         --out benchmarks/results/vpd/warm_probe.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ from reasonrl.tasks import get_task, is_correct, take_items
 
 
 def greedy_accuracy(model, tok, task, items) -> float:
-    ro = HFEngine(model, tok).generate([it.prompt for it in items], 1,
-                                       SamplingParams(temperature=0.0, max_new_tokens=task.max_new_tokens))
+    ro = HFEngine(model, tok).generate(
+        [it.prompt for it in items], 1, SamplingParams(temperature=0.0, max_new_tokens=task.max_new_tokens)
+    )
     return sum(is_correct(task.verify(t, it.answer, it.meta)) for t, it in zip(ro.texts, items)) / len(items)
 
 
@@ -59,8 +61,15 @@ def main() -> None:
             with use_adapter(model, TEACHER):
                 teacher = greedy_accuracy(model, tok, task, fb)
             student = greedy_accuracy(model, tok, task, plain)
-        rows.append({"warm_steps": n, "teacher_feedback_pass@1": teacher, "student_plain_pass@1": student,
-                     "warm_seconds": seconds, "problems": args.problems})
+        rows.append(
+            {
+                "warm_steps": n,
+                "teacher_feedback_pass@1": teacher,
+                "student_plain_pass@1": student,
+                "warm_seconds": seconds,
+                "problems": args.problems,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

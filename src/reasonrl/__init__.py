@@ -1,4 +1,5 @@
 """reasonrl: reinforcement-learning post-training of language models on verifiable reasoning tasks."""
+
 __version__ = "0.1.0"
 
 

@@ -5,6 +5,7 @@ printed as one message on stderr with exit status 2; ``reasonrl --debug ...`` or
 ``REASONRL_DEBUG=1`` shows its traceback too. Any other exception is a bug and keeps its traceback.
 The entry point is :func:`main` (``reasonrl`` and ``python -m reasonrl.cli`` alike).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,13 +34,22 @@ from .commands.disa import disa_app
 from .commands.models import models_app
 from .errors import UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=False, pretty_exceptions_show_locals=False, help="RL post-training for reasoning, composable and CPU-first.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    pretty_exceptions_show_locals=False,
+    help="RL post-training for reasoning, composable and CPU-first.",
+)
 USER_ERRORS = (UserError, FileNotFoundError, yaml.YAMLError)  # what a user can fix; the rest are bugs
 _debug = {"on": False}  # set by --debug (the app callback runs before the command)
 
 
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show the traceback of user errors too (or set REASONRL_DEBUG=1).")) -> None:
+def _root(
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the traceback of user errors too (or set REASONRL_DEBUG=1)."
+    ),
+) -> None:
     _debug["on"] = debug
 
 
@@ -67,7 +77,9 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON ins
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
-    table = Table(title=f"{len(rows)} tasks (plus any .jsonl / .parquet file, HF dataset directory or hf:<repo>[:<config>])")
+    table = Table(
+        title=f"{len(rows)} tasks (plus any .jsonl / .parquet file, HF dataset directory or hf:<repo>[:<config>])"
+    )
     for col in ("name", "kind", "options"):
         table.add_column(col)
     for row in rows:
@@ -80,10 +92,16 @@ def pretrain_cmd(
     task: Optional[str] = typer.Option(None, help="Task whose demonstrations to learn (default: arithmetic)."),
     task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable)."),
     size: str = typer.Option("small", help="Size of a fresh tiny reasoner: tiny | small."),
-    arch: str = typer.Option("causal", help="causal: the autoregressive reasoner; diffusion: a masked-diffusion LM "
-                             "(LLaDA's masked-token objective; reasonrl.models.diffusion)."),
-    canvas: Optional[int] = typer.Option(None, help="diffusion: canvas positions (default: the task's budget, rounded "
-                                         "up to a multiple of the 8-position block)."),
+    arch: str = typer.Option(
+        "causal",
+        help="causal: the autoregressive reasoner; diffusion: a masked-diffusion LM "
+        "(LLaDA's masked-token objective; reasonrl.models.diffusion).",
+    ),
+    canvas: Optional[int] = typer.Option(
+        None,
+        help="diffusion: canvas positions (default: the task's budget, rounded "
+        "up to a multiple of the 8-position block).",
+    ),
     model: Optional[str] = typer.Option(None, help="Start from this model directory instead of a fresh tiny one."),
     steps: int = typer.Option(400, help="Optimiser steps (the cosine schedule spans them)."),
     seconds: Optional[float] = typer.Option(None, help="Wall-clock budget instead (constant lr after warmup)."),
@@ -95,11 +113,17 @@ def pretrain_cmd(
     until_pass: Optional[float] = typer.Option(None, help="Stop once held-out greedy pass@1 reaches this."),
     half: bool = typer.Option(False, help="Save weights in float16 (halves the files; loads back as float32)."),
     out: Path = typer.Option(Path("runs/pretrain"), help="Output HF model directory."),
-    contexts: Optional[str] = typer.Option(None, help="Self-teacher contexts to mix in: solution,hint,correction,redirect "
-                                           "(or all); the model learns to read them (reasonrl.loop.warmstart)."),
+    contexts: Optional[str] = typer.Option(
+        None,
+        help="Self-teacher contexts to mix in: solution,hint,correction,redirect "
+        "(or all); the model learns to read them (reasonrl.loop.warmstart).",
+    ),
     context_rate: float = typer.Option(0.5, help="Fraction of training items that carry a context (with --contexts)."),
-    curriculum: str = typer.Option("none", help="none: the task's order; reverse_ppl (SU-01): demonstrations by "
-                                   "descending perplexity under the starting model, scored once, no shuffling."),
+    curriculum: str = typer.Option(
+        "none",
+        help="none: the task's order; reverse_ppl (SU-01): demonstrations by "
+        "descending perplexity under the starting model, scored once, no shuffling.",
+    ),
 ) -> None:
     """Supervised warm start on a task's demonstrations; writes an ordinary HF model directory."""
     import torch
@@ -109,16 +133,28 @@ def pretrain_cmd(
     from .tasks import get_task
     from .config.validate import OPTION_RULES, check_options
 
-    check_options({"--steps": steps, "--seconds": seconds, "--batch-size": batch_size, "--lr": lr, "--seed": seed,
-                   "--eval-every": eval_every, "--eval-problems": eval_problems, "--until-pass": until_pass},
-                  OPTION_RULES["pretrain"])
+    check_options(
+        {
+            "--steps": steps,
+            "--seconds": seconds,
+            "--batch-size": batch_size,
+            "--lr": lr,
+            "--seed": seed,
+            "--eval-every": eval_every,
+            "--eval-problems": eval_problems,
+            "--until-pass": until_pass,
+        },
+        OPTION_RULES["pretrain"],
+    )
     from .data.curriculum import CURRICULA
+
     if curriculum not in CURRICULA:
         raise UserError(f"--curriculum {curriculum!r} is not one of {', '.join(CURRICULA)}")
     _quiet_transformers()
     the_task = get_task(task, **parse_options(task_opt))
     if contexts:  # the self-teacher contexts mixed into the demonstrations
         from .loop.warmstart import context_mix
+
         the_task = context_mix(the_task, contexts, context_rate, seed)
     if arch not in ("causal", "diffusion"):
         raise UserError(f"--arch {arch!r} is not one of causal, diffusion")
@@ -126,10 +162,19 @@ def pretrain_cmd(
     if arch == "diffusion" and model is None:  # a fresh canvas: the task's budget, whole blocks
         from .eval.runner import task_max_new_tokens
         from .models.diffusion import set_canvas
+
         set_canvas(mdl, canvas or task_max_new_tokens(the_task))
-    cfg = SFTConfig(steps=steps, seconds=seconds, batch_size=batch_size, lr=lr, seed=seed,
-                    eval_every=eval_every or steps, eval_problems=eval_problems, until_pass=until_pass,
-                    curriculum=curriculum)
+    cfg = SFTConfig(
+        steps=steps,
+        seconds=seconds,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        eval_every=eval_every or steps,
+        eval_problems=eval_problems,
+        until_pass=until_pass,
+        curriculum=curriculum,
+    )
     with _progress() as bar:
         job = bar.add_task("pretraining", total=steps, info="")
 
@@ -144,18 +189,25 @@ def pretrain_cmd(
 
 @app.command("train", context_settings={"allow_extra_args": False})
 def train_cmd(
-    args: Optional[List[str]] = typer.Argument(None, help="[CONFIG.yaml] [key=value ...] e.g. optim.lr=1e-5 loss.clip_high=0.28"),
+    args: Optional[List[str]] = typer.Argument(
+        None, help="[CONFIG.yaml] [key=value ...] e.g. optim.lr=1e-5 loss.clip_high=0.28"
+    ),
     recipe: Optional[str] = typer.Option(None, help="Recipe name (`reasonrl recipes`); default grpo."),
     model: Optional[str] = typer.Option(None, help="HF model directory or hub id (default: the shipped base)."),
     task: Optional[str] = typer.Option(None, help="Task (default: arithmetic)."),
-    task_opt: Optional[List[str]] = typer.Option(None, "--task-opt", help="Task option key=value (repeatable); "
-                                                 "the same as task_options.key=value."),
+    task_opt: Optional[List[str]] = typer.Option(
+        None, "--task-opt", help="Task option key=value (repeatable); the same as task_options.key=value."
+    ),
     steps: Optional[int] = typer.Option(None, help="Training steps."),
     out: Optional[Path] = typer.Option(None, help="Run folder (default: runs/<recipe>-<time>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
     nproc: int = typer.Option(1, "--nproc", min=1, help="Data-parallel processes on this machine (starts torchrun)."),
-    reward: Optional[List[str]] = typer.Option(None, "--reward", help="path/to/file.py:fn added to the task's verifier "
-                                               "(repeatable; TRL's reward_funcs); weights: reward_weights=[1,0.5,...]."),
+    reward: Optional[List[str]] = typer.Option(
+        None,
+        "--reward",
+        help="path/to/file.py:fn added to the task's verifier "
+        "(repeatable; TRL's reward_funcs); weights: reward_weights=[1,0.5,...].",
+    ),
 ) -> None:
     """RL-train a model on a task with a recipe; with no arguments: grpo on arithmetic from the shipped base.
     `reasonrl keys` lists every key=value with its type, default and help."""
@@ -191,8 +243,15 @@ def train_cmd(
                 info += f"  held-out pass@1 {m['eval/pass@1']:.3f}"
             bar.update(job, completed=m["step"], info=info, description="training")
 
-        summary = train_run(cfg, the_recipe, resume=resume, on_step=on_step, on_phase=on_phase,
-                            on_note=bar.console.print, on_eval=on_eval)
+        summary = train_run(
+            cfg,
+            the_recipe,
+            resume=resume,
+            on_step=on_step,
+            on_phase=on_phase,
+            on_note=bar.console.print,
+            on_eval=on_eval,
+        )
     if rank0:
         console.print(_before_after(summary))
 
@@ -216,8 +275,10 @@ def _phase_bars(bar, job):
 
 def _before_after(summary: dict[str, Any]) -> Table:
     before, after = summary.get("before") or {}, summary.get("after") or {}
-    table = Table(title=f"{summary['recipe']} on {summary['task']}: {summary['steps']} steps in "
-                        f"{summary['train_seconds']:.0f} s -> {summary['run_dir']}")
+    table = Table(
+        title=f"{summary['recipe']} on {summary['task']}: {summary['steps']} steps in "
+        f"{summary['train_seconds']:.0f} s -> {summary['run_dir']}"
+    )
     for col in ("metric", "before", "after", "change"):
         table.add_column(col, justify="left" if col == "metric" else "right")
     for key in after or before:
@@ -232,9 +293,12 @@ def _fmt(v: Any) -> str:
 
 
 @app.command("recipes")
-def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-                parts: bool = typer.Option(False, "--parts", help="The parts instead: the order their hooks run in "
-                                           "(declared by each part: PHASE, AFTER).")) -> None:
+def recipes_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    parts: bool = typer.Option(
+        False, "--parts", help="The parts instead: the order their hooks run in (declared by each part: PHASE, AFTER)."
+    ),
+) -> None:
     """Every recipe with its paper, its parts, the order of its hooks and every inferred choice."""
     from .parts import PART_TYPES, HOOKS
     from .parts.registry import declared_order
@@ -252,8 +316,10 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
             table.add_row(p["key"], p["part"], p["phase"], ", ".join(p["after"]))
         console.print(table)
         return
-    rows = [{**r.describe(), "hooks": {h: [k for k, _ in r.hooked(h)] for h in HOOKS if r.hooked(h)}}
-            for r in RECIPES.values()]
+    rows = [
+        {**r.describe(), "hooks": {h: [k for k, _ in r.hooked(h)] for h in HOOKS if r.hooked(h)}}
+        for r in RECIPES.values()
+    ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -262,13 +328,14 @@ def recipes_cmd(as_json: bool = typer.Option(False, "--json", help="Print JSON i
         table.add_column(col)
     for r in rows:
         loss = r["loss"]  # None: no policy loss (a distribution-matching recipe's part is the objective)
-        policy = "loss=none" if loss is None else \
-            f"ratio={loss['ratio']} agg={loss['agg']} clip=({loss['clip_low']},{loss['clip_high']})"
+        policy = (
+            "loss=none"
+            if loss is None
+            else f"ratio={loss['ratio']} agg={loss['agg']} clip=({loss['clip_low']},{loss['clip_high']})"
+        )
         parts_text = f"adv={r['advantage']['estimator']} {policy} kl={r['kl']['coef']} G={r['group_size']}"
         table.add_row(r["name"], r["paper"], parts_text, "\n".join(f"- {i}" for i in r["inferred"]))
     console.print(table)
-
-
 
 
 app.command("keys")(keys_cmd)

@@ -24,6 +24,7 @@ So a compare can be extended to more seeds, or continued after a crash, without 
 A recipe entry may carry overrides after colons, ``vspo:steering=null`` or
 ``dapo:loss.clip_high=0.35:group_size=16``: a variant compared as its own row (an ablation).
 """
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,9 @@ class RunResult:
     curve: list[tuple[int, float, float]] = field(default_factory=list)  # (step, seconds, held-out pass@1)
     items: dict[str, bool] = field(default_factory=dict)  # problem key -> final greedy correct (after_items.jsonl)
     after: dict[str, Any] = field(default_factory=dict)  # the run's final evaluation summary (summary.json "after")
-    samples: dict[str, dict[str, int]] = field(default_factory=dict)  # key -> n, c, distinct correct (after.items.jsonl)
+    samples: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # key -> n, c, distinct correct (after.items.jsonl)
 
 
 def parse_variant(entry: str) -> tuple[str, list[str]]:
@@ -77,8 +80,15 @@ def run_dir_name(entry: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", entry.replace(":", "__"))
 
 
-def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, extra: list[str],
-            expected: Callable[[str, int, Path], dict] | None = None) -> RunResult:
+def run_one(
+    recipe: str,
+    seed: int,
+    out: Path,
+    steps: int,
+    task: str | None,
+    extra: list[str],
+    expected: Callable[[str, int, Path], dict] | None = None,
+) -> RunResult:
     """Train one (recipe, seed) in its own process; with ``expected`` (resume), reuse or continue its folder."""
     run_dir = out / f"{run_dir_name(recipe)}-seed{seed}"
     name, own = parse_variant(recipe)
@@ -88,21 +98,41 @@ def run_one(recipe: str, seed: int, out: Path, steps: int, task: str | None, ext
         if (run_dir / "summary.json").exists():
             return collect(recipe, seed, run_dir)
         cont = ["--resume"]
-    cmd = [sys.executable, "-m", "reasonrl.cli", "train", "--recipe", name, "--steps", str(steps),
-           "--out", str(run_dir), f"seed={seed}", *(["--task", task] if task else []), *extra, *own, *cont]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reasonrl.cli",
+        "train",
+        "--recipe",
+        name,
+        "--steps",
+        str(steps),
+        "--out",
+        str(run_dir),
+        f"seed={seed}",
+        *(["--task", task] if task else []),
+        *extra,
+        *own,
+        *cont,
+    ]
     env = {**os.environ, "_TYPER_STANDARD_TRACEBACK": "1"}  # a plain traceback: its last line names the error
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-        return RunResult(recipe, seed, run_dir, ok=False, error=lines[-1].strip() if lines else f"exit {proc.returncode}")
+        return RunResult(
+            recipe, seed, run_dir, ok=False, error=lines[-1].strip() if lines else f"exit {proc.returncode}"
+        )
     return collect(recipe, seed, run_dir)
 
 
 def differing(have: Any, want: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
     """``(dotted key, have, want)`` for every leaf whose value differs between two config mappings."""
     if isinstance(have, dict) and isinstance(want, dict):
-        return [d for k in sorted(set(have) | set(want), key=str)
-                for d in differing(have.get(k), want.get(k), f"{prefix}{k}.")]
+        return [
+            d
+            for k in sorted(set(have) | set(want), key=str)
+            for d in differing(have.get(k), want.get(k), f"{prefix}{k}.")
+        ]
     return [] if have == want else [(prefix.rstrip("."), have, want)]
 
 
@@ -117,8 +147,10 @@ def check_same_config(run_dir: Path, want: dict) -> None:
     want = yaml.safe_load(yaml.safe_dump(want, sort_keys=False))  # tuples as lists, as config.yaml holds them
     diff = config_diff(have, want)
     if diff:
-        raise UserError(f"--resume: {run_dir} holds a run with another configuration ({'; '.join(diff[:5])}"
-                        f"{'; ...' if len(diff) > 5 else ''}); give another --out, or drop --resume")
+        raise UserError(
+            f"--resume: {run_dir} holds a run with another configuration ({'; '.join(diff[:5])}"
+            f"{'; ...' if len(diff) > 5 else ''}); give another --out, or drop --resume"
+        )
 
 
 def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
@@ -134,9 +166,20 @@ def collect(recipe: str, seed: int, run_dir: Path) -> RunResult:
     final = after.get("pass@1", curve[-1][2] if curve else float("nan"))
     items_path = run_dir / "after_items.jsonl"  # absent when final_eval_problems=0: no paired tests then
     items = load_item_results(items_path) if items_path.exists() else {}
-    return RunResult(recipe, seed, run_dir, ok=True, final=final, auc=area_under(curve),
-                     seconds=summary["train_seconds"], tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
-                     curve=curve, items=items, after=after, samples=load_samples(run_dir / "after.items.jsonl"))
+    return RunResult(
+        recipe,
+        seed,
+        run_dir,
+        ok=True,
+        final=final,
+        auc=area_under(curve),
+        seconds=summary["train_seconds"],
+        tokens=sum(r.get("tokens/generated", 0.0) for r in rows),
+        curve=curve,
+        items=items,
+        after=after,
+        samples=load_samples(run_dir / "after.items.jsonl"),
+    )
 
 
 def load_samples(path: Path) -> dict[str, dict[str, int]]:
@@ -153,9 +196,11 @@ def seed_passk(samples: dict[str, dict[str, int]], ks: list[int]) -> dict[str, A
     """One run's pass@k for each k (the unbiased estimator from its n samples, meaned over problems) and
     its distinct correct chains / answers per problem."""
     rows = list(samples.values())
-    return {"pass": [float(np.mean([pass_at_k(r["n"], r["c"], k) for r in rows])) for k in ks],
-            "chains": float(np.mean([r.get("correct_chains", 0) for r in rows])),
-            "answers": float(np.mean([r.get("correct_answers", 0) for r in rows]))}
+    return {
+        "pass": [float(np.mean([pass_at_k(r["n"], r["c"], k) for r in rows])) for k in ks],
+        "chains": float(np.mean([r.get("correct_chains", 0) for r in rows])),
+        "answers": float(np.mean([r.get("correct_answers", 0) for r in rows])),
+    }
 
 
 def passk_report(results: list[RunResult], recipes: list[str]) -> dict[str, Any] | None:
@@ -172,9 +217,12 @@ def passk_report(results: list[RunResult], recipes: list[str]) -> dict[str, Any]
         per_seed = [seed_passk(r.samples, ks) for (rn, _), r in sorted(runs.items()) if rn == name]
         if not per_seed:
             continue
-        row = {"seeds": len(per_seed), "pass_at_k": [float(np.mean([p["pass"][i] for p in per_seed])) for i in range(n)],
-               "correct_chains": float(np.mean([p["chains"] for p in per_seed])),
-               "correct_answers": float(np.mean([p["answers"] for p in per_seed]))}
+        row = {
+            "seeds": len(per_seed),
+            "pass_at_k": [float(np.mean([p["pass"][i] for p in per_seed])) for i in range(n)],
+            "correct_chains": float(np.mean([p["chains"] for p in per_seed])),
+            "correct_answers": float(np.mean([p["answers"] for p in per_seed])),
+        }
         if name != recipes[0]:
             row["vs_first"] = {f"pass@{k}": _paired_passk(runs, name, recipes[0], n, k) for k in sorted({1, n})}
         out["recipes"][name] = row
@@ -197,8 +245,9 @@ def _paired_passk(runs: dict, name: str, first: str, n: int, k: int) -> dict[str
     return {"diff": ci.diff, "ci_low": ci.low, "ci_high": ci.high, "pairs": len(x), "seeds": seeds, "welch_p": welch}
 
 
-def paired_vs_first(results: list[RunResult], recipe: str, first: str, B: int = 10_000,
-                    seed: int = 0) -> tuple[dict[str, Any] | None, str]:
+def paired_vs_first(
+    results: list[RunResult], recipe: str, first: str, B: int = 10_000, seed: int = 0
+) -> tuple[dict[str, Any] | None, str]:
     """Paired tests of ``recipe`` (x) against ``first`` (y) on items pooled over the seeds both ran
     successfully (see the module docstring); ``(None, why)`` when there is nothing to pair."""
     runs = {(r.recipe, r.seed): r for r in results if r.ok and r.items}
@@ -231,15 +280,26 @@ def table_rows(results: list[RunResult], recipes: list[str]) -> list[dict[str, A
     rows = []
     for r in recipes:
         ok = [x for x in results if x.recipe == r and x.ok]
-        row: dict[str, Any] = {"recipe": r, "runs_ok": len(ok), "runs_failed": sum(1 for x in results if x.recipe == r and not x.ok)}
+        row: dict[str, Any] = {
+            "recipe": r,
+            "runs_ok": len(ok),
+            "runs_failed": sum(1 for x in results if x.recipe == r and not x.ok),
+        }
         if ok:
             mean, std = mean_std(finals[r])
-            row.update(final_mean=mean, final_std=std, best=max(finals[r]), auc=mean_std([x.auc for x in ok])[0],
-                       seconds=mean_std([x.seconds for x in ok])[0], tokens=mean_std([x.tokens for x in ok])[0],
-                       per_seed=finals[r])
+            row.update(
+                final_mean=mean,
+                final_std=std,
+                best=max(finals[r]),
+                auc=mean_std([x.auc for x in ok])[0],
+                seconds=mean_std([x.seconds for x in ok])[0],
+                tokens=mean_std([x.tokens for x in ok])[0],
+                per_seed=finals[r],
+            )
         base = finals[recipes[0]]
-        row["p_vs_first"] = (welch_t_test(finals[r], base)[1]
-                             if r != recipes[0] and len(finals[r]) >= 2 and len(base) >= 2 else None)
+        row["p_vs_first"] = (
+            welch_t_test(finals[r], base)[1] if r != recipes[0] and len(finals[r]) >= 2 and len(base) >= 2 else None
+        )
         paired, why = paired_vs_first(results, r, recipes[0]) if r != recipes[0] else (None, "")
         row.update(paired_vs_first=paired, **({"paired_skipped": why} if why else {}))
         rows.append(row)
@@ -257,9 +317,16 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | None = None,
-            extra: list[str] | None = None, on_run: Callable[[RunResult], None] = lambda r: None,
-            expected: Callable[[str, int, Path], dict] | None = None) -> dict[str, Any]:
+def compare(
+    recipes: list[str],
+    seeds: int,
+    steps: int,
+    out: Path,
+    task: str | None = None,
+    extra: list[str] | None = None,
+    on_run: Callable[[RunResult], None] = lambda r: None,
+    expected: Callable[[str, int, Path], dict] | None = None,
+) -> dict[str, Any]:
     """Every (recipe, seed); ``expected(recipe, seed, run_dir)`` (the config.yaml a run would write)
     turns on resume: finished folders are checked against it and collected, killed ones continued."""
     out.mkdir(parents=True, exist_ok=True)
@@ -270,10 +337,21 @@ def compare(recipes: list[str], seeds: int, steps: int, out: Path, task: str | N
             on_run(res)
             results.append(res)
     rows = table_rows(results, recipes)
-    report = {"recipes": recipes, "seeds": seeds, "steps": steps, "task": task or "arithmetic", "table": rows,
-              "passk": passk_report(results, recipes),
-              "runs": [{**{k: v for k, v in vars(r).items() if k not in ("run_dir", "items", "after", "samples")},
-                        "run_dir": str(r.run_dir)} for r in results]}
+    report = {
+        "recipes": recipes,
+        "seeds": seeds,
+        "steps": steps,
+        "task": task or "arithmetic",
+        "table": rows,
+        "passk": passk_report(results, recipes),
+        "runs": [
+            {
+                **{k: v for k, v in vars(r).items() if k not in ("run_dir", "items", "after", "samples")},
+                "run_dir": str(r.run_dir),
+            }
+            for r in results
+        ],
+    }
     (out / "compare.json").write_text(json.dumps(_json_safe(report), indent=2, default=str, allow_nan=False))
     atomic_write_text(out / "compare_items.jsonl", items_lines(results))
     plot_compare(results, recipes, out / "compare.png")
@@ -284,5 +362,11 @@ def items_lines(results: list[RunResult]) -> str:
     """``compare_items.jsonl``: per run, its final evaluation summary and per-item greedy correctness.
     Readings by problem stratum (e.g. ``benchmarks/studies/selfteach_strata.py``) then need only this file,
     not the run folders (which hold checkpoints and are not kept in the repository)."""
-    return "".join(json.dumps(_json_safe({"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "after": r.after,
-                                          "items": r.items}), allow_nan=False) + "\n" for r in results)
+    return "".join(
+        json.dumps(
+            _json_safe({"recipe": r.recipe, "seed": r.seed, "ok": r.ok, "after": r.after, "items": r.items}),
+            allow_nan=False,
+        )
+        + "\n"
+        for r in results
+    )

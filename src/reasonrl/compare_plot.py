@@ -2,6 +2,7 @@
 
 Apart from :mod:`reasonrl.compare` (which re-exports :func:`plot_compare`) to keep that module under 400 lines;
 matplotlib is imported only when a figure is drawn."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -12,6 +12,7 @@ around them is written by hand. The tables:
 - ``layout`` (README.md): the packages and loose modules of src/reasonrl, each with the first sentence
   of its docstring, deepest imports last (each after everything it imports).
 """
+
 from __future__ import annotations
 
 import ast
@@ -77,8 +78,10 @@ def _users(recipes: dict[str, Recipe], has: Callable[[Recipe], bool]) -> str:
 
 
 def parts_table(recipes: dict[str, Recipe]) -> str:
-    lines = ["| key (config section) | part | phase | after | hooks | needs (in its recipes) | recipes |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| key (config section) | part | phase | after | hooks | needs (in its recipes) | recipes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, cls in PART_TYPES.items():
         hooks = [h for h in HOOKS if hasattr(cls, h)] + (["selector"] if issubclass(cls, Selector) else [])
         used = [r.parts[key] for r in recipes.values() if key in r.parts]
@@ -131,7 +134,7 @@ def _imports(path: Path, package: Path) -> set[str]:
     out = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = here[:len(here) - node.level + 1]
+            base = here[: len(here) - node.level + 1]
             mod = base + (node.module.split(".") if node.module else [])
             out |= {".".join(mod + [a.name]) for a in node.names} | {".".join(mod)}
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -144,18 +147,23 @@ def layout_order(package: Path = PACKAGE) -> list[str]:
     """The top-level units by the length of the longest import chain below their modules (ties by name):
     a unit comes after the units its modules import, as far as their modules' layers allow."""
     units = _units(package)
-    owner = {".".join(f.relative_to(package).with_suffix("").parts).removesuffix(".__init__"): unit
-             for unit, files in units.items() for f in files}
+    owner = {
+        ".".join(f.relative_to(package).with_suffix("").parts).removesuffix(".__init__"): unit
+        for unit, files in units.items()
+        for f in files
+    }
     files = {m: package.joinpath(*m.split(".")) for m in owner}
     # a module importing its own package's __init__ (``from . import x``) is not below it: not an edge
-    deps = {m: sorted(d for d in _imports(_file(files[m]), package) if d in owner and not m.startswith(d + ".")
-                      and d != m) for m in sorted(owner)}
+    deps = {
+        m: sorted(d for d in _imports(_file(files[m]), package) if d in owner and not m.startswith(d + ".") and d != m)
+        for m in sorted(owner)
+    }
     depth: dict[str, int] = {}
     chain: list[str] = []
 
     def dig(m: str) -> int:  # memoised longest import chain below m (tests/test_layering.py: there is no cycle)
         if m in chain:
-            raise ValueError(f"import cycle: {' -> '.join(chain[chain.index(m):] + [m])}")
+            raise ValueError(f"import cycle: {' -> '.join(chain[chain.index(m) :] + [m])}")
         if m not in depth:
             chain.append(m)
             depth[m] = 1 + max((dig(d) for d in deps[m]), default=-1)

@@ -6,6 +6,7 @@ error convention); any other exception is a bug and keeps its traceback. Every u
 ``ValueError`` (so ``except ValueError`` and ``pytest.raises(ValueError)`` still catch it); the
 two path errors are also the ``OSError`` Python itself would raise for them.
 """
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Seeds that are the same in every process (unlike Python's ``hash`` of a string)."""
+
 from __future__ import annotations
 
 import hashlib

@@ -1,4 +1,5 @@
 """Plain-text helpers shared by every layer (no torch, no model)."""
+
 from __future__ import annotations
 
 import re

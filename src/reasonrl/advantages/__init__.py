@@ -4,6 +4,7 @@ sub-group / second-round maths of NudgeRL, CIPO and STRIDE.
 
 Pick an estimator by name with :func:`get_estimator` (names in :data:`ESTIMATORS`).
 """
+
 from __future__ import annotations
 
 from .estimators import (

@@ -5,6 +5,7 @@ computed per problem-type batch before the batches are concatenated) keeps one b
 per (role, task type): six buckets, since a proposer's reward and a deduction solver's reward live
 on different scales. EvoEnv and PopuLoRA reuse it per role (and per adapter).
 """
+
 from __future__ import annotations
 
 from typing import Hashable, Sequence
@@ -15,8 +16,7 @@ from torch import Tensor
 __all__ = ["role_task_advantages"]
 
 
-def role_task_advantages(rewards: Tensor, keys: Sequence[Hashable], eps: float = 1e-6,
-                         unbiased: bool = True) -> Tensor:
+def role_task_advantages(rewards: Tensor, keys: Sequence[Hashable], eps: float = 1e-6, unbiased: bool = True) -> Tensor:
     """REINFORCE++ inside each bucket: ``(r - mean_b) / (std_b + eps)`` for the rows of bucket b.
 
     rewards: (N,) one reward per row; keys: N bucket keys (any hashable, e.g. ``("propose", "deduction")``).
@@ -24,8 +24,9 @@ def role_task_advantages(rewards: Tensor, keys: Sequence[Hashable], eps: float =
     holds no signal about which of its rows was better. ``unbiased``: the N-1 std, as ``torch.std``.
     """
     if rewards.dim() != 1 or len(keys) != len(rewards):
-        raise ValueError(f"role_task_advantages needs (N,) rewards and N keys, got {tuple(rewards.shape)} and "
-                         f"{len(keys)} keys")
+        raise ValueError(
+            f"role_task_advantages needs (N,) rewards and N keys, got {tuple(rewards.shape)} and {len(keys)} keys"
+        )
     out = torch.zeros_like(rewards, dtype=torch.float32)  # (N,)
     for key in dict.fromkeys(keys):
         rows = torch.tensor([k == key for k in keys])  # (N,) bool

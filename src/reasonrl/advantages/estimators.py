@@ -18,6 +18,7 @@ A group whose rewards are all equal carries no learning signal; every estimator 
 which have no group baseline by design (reinforce_pp gives exactly 0 only to a batch whose rewards are all
 equal; reinforce never centres).
 """
+
 from __future__ import annotations
 
 import functools
@@ -26,8 +27,17 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["grpo", "dr_grpo", "rloo", "reinforce", "reinforce_pp", "reinforce_pp_group", "SCALES", "ESTIMATORS",
-           "get_estimator"]
+__all__ = [
+    "grpo",
+    "dr_grpo",
+    "rloo",
+    "reinforce",
+    "reinforce_pp",
+    "reinforce_pp_group",
+    "SCALES",
+    "ESTIMATORS",
+    "get_estimator",
+]
 
 SCALES = ("group", "batch", "none")
 
@@ -45,7 +55,7 @@ def _check_rewards(rewards: Tensor) -> Tensor:
 
 def _constant_groups(rewards: Tensor) -> Tensor:  # (B, G) -> (B, 1) bool
     """Groups whose rewards are all equal; their advantage is forced to exactly 0."""
-    return (rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True))
+    return rewards.amax(dim=1, keepdim=True) == rewards.amin(dim=1, keepdim=True)
 
 
 def _centred(rewards: Tensor) -> Tensor:  # (B, G) -> (B, G)

@@ -16,6 +16,7 @@ position is ignored (it belongs to no step); advantages and returns are 0 there.
 With gamma = lam = 1 (verl's defaults, GRLO's setting) and a single terminal reward r, the sum
 telescopes: ``A_t = r - V(s_t)`` and ``R_t = r`` at every trainable token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -26,8 +27,10 @@ __all__ = ["gae", "last_token_rewards", "masked_whiten"]
 
 def _check(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> None:
     if rewards.dim() != 2 or values.shape != rewards.shape or mask.shape != rewards.shape:
-        raise ValueError(f"gae needs rewards, values and mask of one (B, T) shape; got {tuple(rewards.shape)}, "
-                         f"{tuple(values.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"gae needs rewards, values and mask of one (B, T) shape; got {tuple(rewards.shape)}, "
+            f"{tuple(values.shape)}, {tuple(mask.shape)}"
+        )
     if not (0.0 <= gamma <= 1.0 and 0.0 <= lam <= 1.0):
         raise ValueError(f"gae needs gamma and lam in [0, 1], got gamma={gamma}, lam={lam}")
 
@@ -61,8 +64,9 @@ def last_token_rewards(scores: Tensor, mask: Tensor) -> Tensor:
     trainable token (the reward-model convention of RLHF, spec envs-selfplay-eval section 8 (b)); a
     row without a trainable token gets none."""
     if scores.dim() != 1 or mask.dim() != 2 or len(scores) != len(mask):
-        raise ValueError(f"last_token_rewards needs (B,) scores and a (B, T) mask; got {tuple(scores.shape)} "
-                         f"and {tuple(mask.shape)}")
+        raise ValueError(
+            f"last_token_rewards needs (B,) scores and a (B, T) mask; got {tuple(scores.shape)} and {tuple(mask.shape)}"
+        )
     on = mask != 0  # (B, T)
     T = mask.shape[1]
     # index of the last 1 in each row: the largest position t with on[t]; rows without one get -1
@@ -85,5 +89,5 @@ def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
     centred = (x - mean) * m
     if float(n) < 2:
         return centred
-    var = (centred ** 2).sum() / (n - 1)
+    var = (centred**2).sum() / (n - 1)
     return centred * torch.rsqrt(var + eps)

@@ -13,6 +13,7 @@ loss), and its group's advantages come from the group's scored rows alone.
   incomplete group's statistics are its own. A group-relative estimator gives a group with fewer than two
   scored rows nothing (it has nothing to compare).
 """
+
 from __future__ import annotations
 
 from typing import Callable

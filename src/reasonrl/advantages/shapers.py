@@ -9,6 +9,7 @@ Both are pure functions; each returns ``(result, metrics)`` with metrics as pyth
 Only the concepts come from the abstracts; the exact formulas are this library's spec
 (``specs/objectives.md`` sections 2 and 3) and are marked [inferred] where the spec marks them.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -27,18 +28,28 @@ Answer = Optional[Hashable]
 
 # --- EDAS --------------------------------------------------------------------------------------
 
-def _check_edas(advantages: Tensor, answers: Sequence[Sequence[Answer]], correct: Tensor,
-                gamma: float, none_policy: str, lambda_min: float | None,
-                lambda_max: float | None) -> tuple[int, int]:
+
+def _check_edas(
+    advantages: Tensor,
+    answers: Sequence[Sequence[Answer]],
+    correct: Tensor,
+    gamma: float,
+    none_policy: str,
+    lambda_min: float | None,
+    lambda_max: float | None,
+) -> tuple[int, int]:
     if not isinstance(advantages, Tensor) or advantages.dim() not in (2, 3):
-        raise ValueError("advantages must be a (B, G) or (B, G, T) tensor, got "
-                         f"{tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__}")
+        raise ValueError(
+            "advantages must be a (B, G) or (B, G, T) tensor, got "
+            f"{tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__}"
+        )
     b, g = advantages.shape[:2]
     if tuple(correct.shape) != (b, g):
         raise ValueError(f"correct must have shape (B, G) = {(b, g)}, got {tuple(correct.shape)}")
     if len(answers) != b or any(len(row) != g for row in answers):
-        raise ValueError(f"answers must be B={b} lists of G={g} answers (str or None), "
-                         f"got lengths {[len(row) for row in answers]}")
+        raise ValueError(
+            f"answers must be B={b} lists of G={g} answers (str or None), got lengths {[len(row) for row in answers]}"
+        )
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0 (0 = no shaping), got {gamma}")
     if none_policy not in NONE_POLICIES:
@@ -48,12 +59,12 @@ def _check_edas(advantages: Tensor, answers: Sequence[Sequence[Answer]], correct
     return b, g
 
 
-def _cluster_sizes(answers: Sequence[Answer], wrong: Sequence[bool],
-                   none_policy: str) -> tuple[list[float], int]:
+def _cluster_sizes(answers: Sequence[Answer], wrong: Sequence[bool], none_policy: str) -> tuple[list[float], int]:
     """n(a_i) for each wrong rollout (0 for correct ones) and the number of distinct wrong answers.
 
     With ``none_policy="singleton"`` every unparsable answer gets a key of its own (its index).
     """
+
     def key(i: int, a: Answer) -> Hashable:
         return ("<none>", i) if a is None and none_policy == "singleton" else ("answer", a)
 
@@ -125,8 +136,9 @@ def edas(
     }
 
 
-def _edas_lambda(n: Tensor, wrong: Tensor, gamma: float, lambda_min: float | None,
-                 lambda_max: float | None) -> Tensor:  # (B, G) -> (B, G)
+def _edas_lambda(
+    n: Tensor, wrong: Tensor, gamma: float, lambda_min: float | None, lambda_max: float | None
+) -> Tensor:  # (B, G) -> (B, G)
     """``n^gamma / mean_W n^gamma`` on the wrong rollouts, 1 elsewhere."""
     if gamma == 0:
         return torch.ones_like(n)  # exactly the identity, whatever the clip says
@@ -141,13 +153,17 @@ def _edas_lambda(n: Tensor, wrong: Tensor, gamma: float, lambda_min: float | Non
 
 # --- negative-advantage veto -------------------------------------------------------------------
 
-def _check_veto(ratio: Tensor, advantages: Tensor, mask: Tensor, trigger: str,
-                thresholds: dict[str, float | None]) -> None:
+
+def _check_veto(
+    ratio: Tensor, advantages: Tensor, mask: Tensor, trigger: str, thresholds: dict[str, float | None]
+) -> None:
     if ratio.dim() != 2 or mask.shape != ratio.shape:
         raise ValueError(f"ratio and mask must both be (N, T); got {tuple(ratio.shape)} and {tuple(mask.shape)}")
     if advantages.shape not in (ratio.shape[:1], ratio.shape):
-        raise ValueError(f"advantages must be (N,) = {tuple(ratio.shape[:1])} or (N, T) = "
-                         f"{tuple(ratio.shape)}, got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be (N,) = {tuple(ratio.shape[:1])} or (N, T) = "
+            f"{tuple(ratio.shape)}, got {tuple(advantages.shape)}"
+        )
     if trigger not in VETO_TRIGGERS:
         raise ValueError(f"unknown veto trigger {trigger!r}; valid values: {', '.join(VETO_TRIGGERS)}")
     needs = {"ratio_high": "tau_hi", "ratio_low": "tau_lo", "prefix_logratio": "tau_cum"}
@@ -165,8 +181,16 @@ def _row_is_negative(advantages: Tensor, on: Tensor) -> Tensor:  # -> (N,) bool
     return (advantages.gather(-1, first).squeeze(-1) < 0) & on.any(dim=-1)
 
 
-def _triggers(ratio: Tensor, on: Tensor, trigger: str, clip_low: float, clip_high: float,
-              tau_lo: float | None, tau_hi: float | None, tau_cum: float | None) -> Tensor:  # (N, T) bool
+def _triggers(
+    ratio: Tensor,
+    on: Tensor,
+    trigger: str,
+    clip_low: float,
+    clip_high: float,
+    tau_lo: float | None,
+    tau_hi: float | None,
+    tau_cum: float | None,
+) -> Tensor:  # (N, T) bool
     rho = torch.where(on, ratio, torch.ones_like(ratio))  # padding may hold garbage; rho = 1 there
     if trigger == "out_of_band":
         hit = (rho < 1.0 - clip_low) | (rho > 1.0 + clip_high)
@@ -215,8 +239,13 @@ def negative_veto_mask(
     Metrics: ``veto/frac_tokens`` (vetoed trainable tokens / trainable tokens) and
     ``veto/frac_rows`` (rows that are negative and have a trigger / N).
     """
-    _check_veto(ratio, advantages, mask, trigger, dict(clip_low=clip_low, clip_high=clip_high,
-                                                       tau_lo=tau_lo, tau_hi=tau_hi, tau_cum=tau_cum))
+    _check_veto(
+        ratio,
+        advantages,
+        mask,
+        trigger,
+        dict(clip_low=clip_low, clip_high=clip_high, tau_lo=tau_lo, tau_hi=tau_hi, tau_cum=tau_cum),
+    )
     on = mask != 0  # (N, T)
     hit = _triggers(ratio.detach(), on, trigger, clip_low, clip_high, tau_lo, tau_hi, tau_cum)  # (N, T)
     seen = hit.to(torch.int64).cumsum(dim=-1)  # (N, T) triggers at or before t

@@ -15,6 +15,7 @@ Pipeline (all pure functions):
 3. :func:`token_step_advantages` -- (R, K) advantages gathered onto (R, T) tokens; tokens outside
    every step get 0 (default) or the sequence-level outcome advantage (``outside="outcome"``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -51,8 +52,9 @@ def step_advantages(step_rewards: Tensor, eps: float = 1e-6, unbiased: bool = Tr
     return centred / (std + eps)  # (B,G,K)
 
 
-def token_step_advantages(step_adv: Tensor, token_step: Tensor, outside: str = "zero",
-                          outcome_adv: Tensor | None = None) -> Tensor:
+def token_step_advantages(
+    step_adv: Tensor, token_step: Tensor, outside: str = "zero", outcome_adv: Tensor | None = None
+) -> Tensor:
     """Per-token advantages: token t of row r gets ``step_adv[r, token_step[r, t]]``: (R, T).
 
     Args:
@@ -65,14 +67,16 @@ def token_step_advantages(step_adv: Tensor, token_step: Tensor, outside: str = "
     if outside not in OUTSIDE_MODES:
         raise ValueError(f"unknown outside {outside!r}; valid: {list(OUTSIDE_MODES)}")
     if step_adv.dim() != 2 or token_step.dim() != 2 or token_step.shape[0] != step_adv.shape[0]:
-        raise ValueError(f"need step_adv (R, K) and token_step (R, T), got {tuple(step_adv.shape)} "
-                         f"and {tuple(token_step.shape)}")
+        raise ValueError(
+            f"need step_adv (R, K) and token_step (R, T), got {tuple(step_adv.shape)} and {tuple(token_step.shape)}"
+        )
     if token_step.dtype != torch.long:
         raise ValueError(f"token_step must be a long tensor, got {token_step.dtype}")
     K = step_adv.shape[1]
     if token_step.numel() and (token_step.min() < -1 or token_step.max() >= K):
-        raise ValueError(f"token_step values must lie in [-1, {K - 1}], got [{int(token_step.min())}, "
-                         f"{int(token_step.max())}]")
+        raise ValueError(
+            f"token_step values must lie in [-1, {K - 1}], got [{int(token_step.min())}, {int(token_step.max())}]"
+        )
     inside = token_step >= 0  # (R,T) bool
     gathered = step_adv.gather(1, token_step.clamp(min=0))  # (R,T)
     if outside == "zero":
@@ -96,14 +100,17 @@ def _check_spans(row: int, spans: Sequence) -> list[tuple[int, int, int]]:
         if not 0 <= start <= end:
             raise ValueError(f"row {row}: step {k} span {span} is not a valid (start, end) with 0 <= start <= end")
         if out and start < out[-1][1]:
-            raise ValueError(f"row {row}: step {k} span {span} overlaps or precedes step {out[-1][2]}'s "
-                             f"span {out[-1][:2]}; spans must be ordered and disjoint")
+            raise ValueError(
+                f"row {row}: step {k} span {span} overlaps or precedes step {out[-1][2]}'s "
+                f"span {out[-1][:2]}; spans must be ordered and disjoint"
+            )
         out.append((start, end, k))
     return out
 
 
-def char_spans_to_token_steps(spans: Sequence[Sequence], token_char_offsets: Sequence[Sequence[tuple[int, int]]],
-                              T: int) -> Tensor:
+def char_spans_to_token_steps(
+    spans: Sequence[Sequence], token_char_offsets: Sequence[Sequence[tuple[int, int]]], T: int
+) -> Tensor:
     """Step index of every completion token from character spans: -> (R, T) long, -1 = outside.
 
     Args:

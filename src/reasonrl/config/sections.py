@@ -2,6 +2,7 @@
 ``rollout.*``, ``data.*``, ``prompt.*``, ``sandbox.*``): run settings, not methods, so any recipe takes
 them. Each class declares the rules of its options beside its fields (``RULES``), checked before anything
 is loaded."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,8 +14,10 @@ from .rules import Rule, at_least, one_of, within
 
 PROMPT_FORMATS = ("auto", "chat", "plain")  # prompt.format (reasonrl.models.chat renders each)
 PROMPT_OVERFLOW = ("drop", "truncate_left")  # prompt.overflow (reasonrl.tasks.limits applies each)
-ROWS = Rule(lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
-            "auto (from free GPU memory) or an integer >= 1")
+ROWS = Rule(
+    lambda v, _: v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1),
+    "auto (from free GPU memory) or an integer >= 1",
+)
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class Lora:
     """Low-rank adapters (LoRA, Hu et al. 2021, arXiv:2106.09685) through ``peft``: a run setting, not
     a method, so any recipe takes it. ``r=0`` is full fine-tuning. ``targets`` is ``all-linear``
     (every linear layer but the output head) or a list of module names (``[q_proj, v_proj]``)."""
+
     r: int = 0  # rank; 0: off
     alpha: float = 32.0  # the update is scaled by alpha / r
     dropout: float = 0.0
@@ -43,6 +47,7 @@ class Guidance:
     """What self-teacher methods show the policy, from JSONL files for tasks that cannot write it
     themselves (``reasonrl.tasks.guidance``): strategy hints (NudgeRL), reference solutions (EGRSD),
     critiques (STRIDE). One row per problem, matched by its key (file tasks: its prompt)."""
+
     hints: str | None = None  # rows {"key": ..., "hints": [str, ...]}
     solutions: str | None = None  # rows {"key": ..., "solution": str}
     critiques: str | None = None  # rows {"key": ..., "completion": str, "critique": str}
@@ -51,6 +56,7 @@ class Guidance:
 @dataclass(frozen=True)
 class Memory:
     """What trades compute for GPU memory; none of it changes the maths."""
+
     gradient_checkpointing: bool = False  # recompute activations in the backward pass
 
 
@@ -60,6 +66,7 @@ class Dist:
     ``strategy``: ``ddp`` replicates the model and all-reduces gradients; ``fsdp`` shards parameters,
     gradients and optimiser state over the ranks (FSDP2, ``reasonrl.dist.fsdp``; in one process there
     is nothing to shard and it is the plain model). ``backend``: ``auto`` is NCCL on GPUs and gloo on the CPU."""
+
     strategy: str = "ddp"
     backend: str = "auto"
 
@@ -81,6 +88,7 @@ class VLLMOpts:
     and 33 with two on 2 shared cores). GPU: ``gpu_memory_utilization`` (TRL's colocate default 0.3) and
     ``sleep`` (release the KV cache between generations). ``enforce_eager``: None is true on a CPU
     (no compile), false on a GPU (CUDA graphs). ``max_model_len``: None is the model's context length."""
+
     dtype: str = "auto"
     kv_cache_gib: float = 1.0
     threads: int = 1
@@ -105,6 +113,7 @@ class SandboxOpts:
     ``code``): namespaces > userns > uid > rlimits, a level or a stronger one. Checked before anything
     loads; ``rlimits`` is the opt-in for trusted code only (the program runs as the trainer's user, with
     its network and files). Issue 41."""
+
     require: str = DEFAULT_REQUIRE
 
     RULES: ClassVar[dict[str, Rule]] = {
@@ -121,6 +130,7 @@ class RolloutOpts:
     own copy of the weights, pushed every ``sync_every`` optimiser steps; the gap between its log-probs and
     the trainer's corrected by ``is_correction``: ``tis``, truncated importance weights capped at
     ``is_cap``, or ``none``), issue 43, docs/generator.md."""
+
     engine: str = "hf"
     sync_every: int = 1
     is_correction: str = "tis"
@@ -129,7 +139,9 @@ class RolloutOpts:
     workers: int = 0
     address: str | None = None
     async_: bool = False
-    check_every: int | None = None  # decode steps between host looks (stop strings, dropping finished rows); None: 1 on a CPU, 8 on a GPU
+    check_every: int | None = (
+        None  # decode steps between host looks (stop strings, dropping finished rows); None: 1 on a CPU, 8 on a GPU
+    )
     static_cache: bool = False  # transformers' StaticCache in the decode loop (fixed shapes; GPU)
     compile: bool = False  # torch.compile(mode="reduce-overhead") of the decode step: CUDA graphs; needs static_cache
     # mixed precision on CUDA: the policy's float32 output head in TF32 (models.memory.install_tf32_head)
@@ -142,8 +154,10 @@ class RolloutOpts:
         "is_correction": one_of(IS_CORRECTIONS),
         "is_cap": Rule(lambda v, _: v >= 1, ">= 1 (the largest importance weight a token keeps; TRL and verl use 2)"),
         "check_every": at_least(1),
-        "compile": Rule(lambda v, c: not v or bool(c.get("static_cache")),
-                        "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)"),
+        "compile": Rule(
+            lambda v, c: not v or bool(c.get("static_cache")),
+            "false unless rollout.static_cache=true (CUDA graphs need the static cache's fixed shapes)",
+        ),
     }
 
 
@@ -152,6 +166,7 @@ class DataOpts:
     """Which training items the run draws (``reasonrl.data.pool``). ``pool=N``: the first N distinct
     train items of the task, cycled in a fresh seeded order each epoch (what a selector needs: prompts
     that recur); 0: the task's own stream (endless fresh problems for the built-in tasks)."""
+
     pool: int = 0
 
     RULES: ClassVar[dict[str, Rule]] = {
@@ -165,6 +180,7 @@ class Prompting:
     ``chat_template_kwargs``; :mod:`reasonrl.models.chat`) and how long they may be (``max_tokens``,
     None: the context length less the budget; a longer one: ``overflow`` drop | truncate_left,
     :mod:`reasonrl.tasks.limits`). docs/models-and-data.md."""
+
     format: str = "auto"
     system_prompt: str | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -173,8 +189,10 @@ class Prompting:
 
     RULES: ClassVar[dict[str, Rule]] = {
         "format": one_of(PROMPT_FORMATS),
-        "system_prompt": Rule(lambda v, c: c.get("format") != "plain",
-                              "unset with prompt.format=plain (a system turn needs the chat template)"),
+        "system_prompt": Rule(
+            lambda v, c: c.get("format") != "plain",
+            "unset with prompt.format=plain (a system turn needs the chat template)",
+        ),
         "max_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for the context length less max_new_tokens"),
         "overflow": one_of(PROMPT_OVERFLOW),
     }

@@ -6,6 +6,7 @@ optimiser settings belong to the recipe) plus the recipe's sections (``optim.lr`
 (``group_size``, ``entropy_coef``), and ``rewards.<name>.<option>`` for the recipe's extra rewards
 (:mod:`reasonrl.rewards.options`). A typo names the bad key, the closest valid one and all valid ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,15 +52,17 @@ def recipe_sections(recipe: Recipe | None = None) -> dict[str, type]:
 def optional_sections() -> tuple[str, ...]:
     """The sections a recipe may lack (None turns the part off, a mapping turns it on)."""
     hints = typing.get_type_hints(Recipe)  # a field typed "X | None" may be turned off (loss=null)
-    return tuple(f.name for f in dataclasses.fields(Recipe)
-                 if f.default is None or type(None) in typing.get_args(hints[f.name])) + tuple(PART_TYPES)
+    return tuple(
+        f.name for f in dataclasses.fields(Recipe) if f.default is None or type(None) in typing.get_args(hints[f.name])
+    ) + tuple(PART_TYPES)
 
 
 def recipe_scalars() -> tuple[str, ...]:
     """The Recipe's plain number / flag fields (``group_size``, ``entropy_coef``, ...)."""
     hints = typing.get_type_hints(Recipe)
-    return tuple(f.name for f in dataclasses.fields(Recipe)
-                 if f.name not in IDENTITY and hints[f.name] in (int, float, bool))
+    return tuple(
+        f.name for f in dataclasses.fields(Recipe) if f.name not in IDENTITY and hints[f.name] in (int, float, bool)
+    )
 
 
 @dataclass
@@ -70,7 +73,9 @@ class TrainConfig:
     task_options: dict[str, Any] = field(default_factory=dict)
     steps: int = 180  # the defaults are the tuned no-argument run: ~4 min on 2 CPU cores (README)
     prompts_per_step: int = 8
-    micro_batch_size: int | str = "auto"  # rows per forward/backward (auto: from free GPU memory, models.memory); memory only, never the maths
+    micro_batch_size: int | str = (
+        "auto"  # rows per forward/backward (auto: from free GPU memory, models.memory); memory only, never the maths
+    )
     skip_zero_advantage_rows: bool = True  # exact when the loss is the policy term alone (trainer docs)
     seed: int = 0  # training: prompt order, sampling, minibatch order
     eval_seed: int = 0  # which held-out problems are evaluated: fixed, so runs of any seed share them
@@ -81,23 +86,35 @@ class TrainConfig:
     final_eval_k: int = 8
     save_every: int = 30
     keep_last: int = 2
-    reward_funcs: list[str] = field(default_factory=list)  # path/to/file.py:fn rewards added to the task's verifier (--reward)
+    reward_funcs: list[str] = field(
+        default_factory=list
+    )  # path/to/file.py:fn rewards added to the task's verifier (--reward)
     reward_weights: list[float] | None = None  # the verifier's weight, then one per reward_funcs entry (default all 1)
     tracking: list[str] = field(default_factory=lambda: ["jsonl"])  # sinks: jsonl (always), tensorboard, wandb, trackio
-    log_completions: int | float = 2  # rollouts per step written to completions.jsonl as text (a fraction < 1: of the rows; 0: off)
+    log_completions: int | float = (
+        2  # rollouts per step written to completions.jsonl as text (a fraction < 1: of the rows; 0: off)
+    )
     max_nonfinite: int = 3  # consecutive skipped steps (NaN/inf loss or gradient) before stopping
-    max_rows: int | str = "auto"  # rows decoded at once by the rollout engine (auto: from free GPU memory; 512 off CUDA)
+    max_rows: int | str = (
+        "auto"  # rows decoded at once by the rollout engine (auto: from free GPU memory; 512 off CUDA)
+    )
     device: str = "auto"  # auto (cuda if available, else cpu) | cpu | cuda | cuda:N
     dtype: str = "float32"  # float32 | bfloat16 (GPU) | float16: the compute dtype
-    master_fp32: bool = True  # half dtype: fp32 weights + AdamW states, forward under autocast (false: weights in dtype, lossy updates)
+    master_fp32: bool = (
+        True  # half dtype: fp32 weights + AdamW states, forward under autocast (false: weights in dtype, lossy updates)
+    )
     lora: Lora = field(default_factory=Lora)  # lora.r=16 trains adapters only (models.lora)
     guidance: Guidance = field(default_factory=Guidance)  # guidance.hints=FILE.jsonl: hints / solutions / critiques
     memory: Memory = field(default_factory=Memory)
     dist: Dist = field(default_factory=Dist)
     rollout: RolloutOpts = field(default_factory=RolloutOpts)
     data: DataOpts = field(default_factory=DataOpts)  # data.pool=N: a finite pool with epochs
-    prompt: Prompting = field(default_factory=Prompting)  # prompt.format=chat, prompt.max_tokens=N: prompts as the model sees them
-    sandbox: SandboxOpts = field(default_factory=SandboxOpts)  # sandbox.require=userns: the isolation model-written code needs
+    prompt: Prompting = field(
+        default_factory=Prompting
+    )  # prompt.format=chat, prompt.max_tokens=N: prompts as the model sees them
+    sandbox: SandboxOpts = field(
+        default_factory=SandboxOpts
+    )  # sandbox.require=userns: the isolation model-written code needs
     final_eval_temperature: float = 1.0  # of the before/after eval's sampled completions (unlearnability, spec 12: 0.7)
 
     RULES: ClassVar[dict[str, Rule]] = {
@@ -108,20 +125,28 @@ class TrainConfig:
         "seed": SEED,
         "eval_seed": SEED,
         "eval_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no held-out eval during training)"),
-        "eval_problems": Rule(lambda v, c: v >= 1 or c.get("eval_every") == 0,
-                              ">= 1 (or eval_every=0 to turn the eval off)"),
+        "eval_problems": Rule(
+            lambda v, c: v >= 1 or c.get("eval_every") == 0, ">= 1 (or eval_every=0 to turn the eval off)"
+        ),
         "final_eval_problems": Rule(lambda v, _: v >= 0, ">= 0 (0: no before/after eval)"),
         "final_eval_k": Rule(lambda v, _: v >= 0, ">= 0 (0: greedy only)"),
-        "final_eval_temperature": Rule(lambda v, _: v > 0,
-                                       "> 0 (the sampled completions; greedy pass@1 is always reported)"),
+        "final_eval_temperature": Rule(
+            lambda v, _: v > 0, "> 0 (the sampled completions; greedy pass@1 is always reported)"
+        ),
         "save_every": Rule(lambda v, _: v >= 0, ">= 0 (0: no checkpoints)"),
         "keep_last": Rule(lambda v, _: v >= 0, ">= 0 (0: keep every checkpoint)"),
         "max_nonfinite": at_least(1),
-        "log_completions": Rule(lambda v, _: v == 0 or 0 < v < 1 or (v >= 1 and v == int(v)),
-                                "0 (off), a whole number of rows per step, or a fraction in (0, 1) of the step's rows"),
-        "dtype": one_of(("float32", "bfloat16", "float16")),  # models.loading.DTYPES (importing it pulls in transformers)
-        "device": Rule(lambda v, _: not v.startswith("cuda") or torch.cuda.is_available(),
-                       "a device this machine has (torch sees no CUDA device: use auto or cpu)"),
+        "log_completions": Rule(
+            lambda v, _: v == 0 or 0 < v < 1 or (v >= 1 and v == int(v)),
+            "0 (off), a whole number of rows per step, or a fraction in (0, 1) of the step's rows",
+        ),
+        "dtype": one_of(
+            ("float32", "bfloat16", "float16")
+        ),  # models.loading.DTYPES (importing it pulls in transformers)
+        "device": Rule(
+            lambda v, _: not v.startswith("cuda") or torch.cuda.is_available(),
+            "a device this machine has (torch sees no CUDA device: use auto or cpu)",
+        ),
     }
 
 
@@ -133,9 +158,15 @@ def unknown_key(key: str, valid: list[str]) -> UserError:
     if len(near) > 1:
         hint += f"; other close keys: {', '.join(repr(k) for k in near[1:])}"
     section = key.partition(".")[0]
-    scoped = f"; `reasonrl keys {section}.` lists the {section} keys" if any(k.startswith(section + ".") for k in valid) else ""
-    return UserError(f"unknown config key {key!r}{hint}{scoped}; `reasonrl keys [PATTERN]` lists all {len(valid)} "
-                     "with type, default and help")
+    scoped = (
+        f"; `reasonrl keys {section}.` lists the {section} keys"
+        if any(k.startswith(section + ".") for k in valid)
+        else ""
+    )
+    return UserError(
+        f"unknown config key {key!r}{hint}{scoped}; `reasonrl keys [PATTERN]` lists all {len(valid)} "
+        "with type, default and help"
+    )
 
 
 def dotted_to_nested(pairs: dict[str, Any]) -> dict[str, Any]:
@@ -212,7 +243,11 @@ def check_section(cls: type, value: dict[str, Any], where: str) -> dict[str, Any
         if sub not in fields:
             raise unknown_key(f"{where}.{sub}", valid_keys())
         part = nested_part(cls, sub)
-        out[sub] = check_section(part, v, f"{where}.{sub}") if part and isinstance(v, dict) else coerce(cls, sub, v, f"{where}.{sub}")
+        out[sub] = (
+            check_section(part, v, f"{where}.{sub}")
+            if part and isinstance(v, dict)
+            else coerce(cls, sub, v, f"{where}.{sub}")
+        )
     return out
 
 
@@ -225,7 +260,9 @@ def build_part(cls: type, current: Any, value: dict[str, Any], where: str | None
     changes = {}
     for k, v in value.items():
         part = nested_part(cls, k)
-        changes[k] = build_part(part, getattr(current, k, None), v, f"{where}.{k}") if part and isinstance(v, dict) else v
+        changes[k] = (
+            build_part(part, getattr(current, k, None), v, f"{where}.{k}") if part and isinstance(v, dict) else v
+        )
     try:
         return dataclasses.replace(current, **changes) if current is not None else cls(**changes)
     except (ValueError, TypeError) as err:
@@ -311,7 +348,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     (and the line and column YAML stopped at)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingPathError(f"config file {str(path)!r} does not exist" + (" (it is a folder)" if path.is_dir() else ""))
+        raise MissingPathError(
+            f"config file {str(path)!r} does not exist" + (" (it is a folder)" if path.is_dir() else "")
+        )
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except UnicodeDecodeError as err:
@@ -321,8 +360,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         raise UserError(f"{where}: not valid YAML ({getattr(err, 'problem', None) or err})") from err
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a config file must be a mapping of keys to values (key: value lines), "
-                        f"got {type(data).__name__}")
+        raise UserError(
+            f"{path}: a config file must be a mapping of keys to values (key: value lines), got {type(data).__name__}"
+        )
     return data
 
 

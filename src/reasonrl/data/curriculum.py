@@ -5,6 +5,7 @@ by *descending* perplexity under the starting backbone, so the demonstrations th
 likely come first, and does not shuffle. The scores come from one no-grad forward per example
 (:func:`reasonrl.loop.sft.demo_nll`); the ordering itself is here, free of models.
 """
+
 from __future__ import annotations
 
 import math

@@ -12,6 +12,7 @@ token and give 0 or 1; character trigrams see shared operands (``347+12`` vs ``3
 trigrams shared, 1/3) while a reordered copy still scores high. Trigrams rather than bigrams:
 bigrams of digits recur between unrelated numbers (``34`` in ``534`` and ``341``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -58,8 +59,14 @@ def pseudo_valid(label: str | None, share: float, floor: float = FLOOR) -> bool:
     return label is not None and share >= floor
 
 
-def questioner_rewards(valid: torch.Tensor, p_hat: torch.Tensor, sim: torch.Tensor, p_star: float = P_STAR,
-                       eta: float = ETA, invalid: float = INVALID) -> torch.Tensor:
+def questioner_rewards(
+    valid: torch.Tensor,
+    p_hat: torch.Tensor,
+    sim: torch.Tensor,
+    p_star: float = P_STAR,
+    eta: float = ETA,
+    invalid: float = INVALID,
+) -> torch.Tensor:
     """R_Q = 1[valid] * (1 - 2 |p_hat - p*|) - eta * sim(q', anchor); an invalid (or unparsable)
     question gets ``invalid`` (-1) instead. All (K,) -> (K,). With p* = 0.5 the difficulty term
     runs from 0 (p_hat 0 or 1) to 1 (p_hat = p*)."""
@@ -75,7 +82,7 @@ def char_ngrams(text: str, n: int = 3) -> frozenset[str]:
     t = " ".join(text.split())
     if len(t) < n:
         return frozenset([t]) if t else frozenset()
-    return frozenset(t[i:i + n] for i in range(len(t) - n + 1))
+    return frozenset(t[i : i + n] for i in range(len(t) - n + 1))
 
 
 def ngram_similarity(a: str, b: str, n: int = 3) -> float:
@@ -100,8 +107,13 @@ class Verdict:
     label_true: bool | None = None  # None: no true answer known (diagnostic only, never trained on)
 
 
-def judge(answers: Sequence[str | None], correct: Sequence[bool] | None, true_answer: str | None,
-          use_gold: bool = False, floor: float = FLOOR) -> Verdict:
+def judge(
+    answers: Sequence[str | None],
+    correct: Sequence[bool] | None,
+    true_answer: str | None,
+    use_gold: bool = False,
+    floor: float = FLOOR,
+) -> Verdict:
     """One generated problem's verdict from its n Solver ``answers``.
 
     Majority mode (``use_gold`` False, the paper's): label = the majority answer, p_hat = its share,
@@ -166,8 +178,20 @@ class D2EvoState:
         return torch.ones(len(ctx.items), dtype=torch.bool), {}
 
     def state_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("iteration", "pass_rates", "anchors", "generated", "accepted",
-                                              "hashes", "q_cursor", "g_cursor", "pending")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "iteration",
+                "pass_rates",
+                "anchors",
+                "generated",
+                "accepted",
+                "hashes",
+                "q_cursor",
+                "g_cursor",
+                "pending",
+            )
+        }
 
     def load_state_dict(self, state: dict[str, Any], known: dict[str, str] | None) -> None:
         """Restore; a state whose real problems this run's pool does not hold is refused by name."""

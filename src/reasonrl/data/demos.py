@@ -17,6 +17,7 @@ Blank lines are skipped. A row that is not a JSON object, misses a required fiel
 the wrong type or an unknown field is a :class:`~reasonrl.errors.UserError` naming the file and its
 line number; so is a file without any row.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ class Demo:
 def _row(obj: object, path: Path, line: int) -> Demo:
     where = f"{path}:{line}"
     if not isinstance(obj, dict):
-        raise UserError(f"{where}: a demonstration row must be a JSON object with 'prompt' and 'completion', "
-                        f"got {type(obj).__name__}")
+        raise UserError(
+            f"{where}: a demonstration row must be a JSON object with 'prompt' and 'completion', "
+            f"got {type(obj).__name__}"
+        )
     unknown = sorted(set(obj) - set(DEMO_FIELDS))
     if unknown:
         raise UserError(f"{where}: unknown field(s) {unknown}; a demonstration row has {list(DEMO_FIELDS)}")
@@ -58,16 +61,18 @@ def _row(obj: object, path: Path, line: int) -> Demo:
             raise UserError(f"{where}: field {name!r} must be text, got {type(value).__name__} {value!r:.60}")
         if name in REQUIRED and not value.strip():
             raise UserError(f"{where}: field {name!r} is empty")
-    return Demo(prompt=obj["prompt"], completion=obj["completion"], answer=obj.get("answer"), key=obj.get("key"),
-                line=line)
+    return Demo(
+        prompt=obj["prompt"], completion=obj["completion"], answer=obj.get("answer"), key=obj.get("key"), line=line
+    )
 
 
 def load_demos(path: str | Path) -> list[Demo]:
     """The demonstrations of a JSONL file, in file order (see the module docstring for the schema)."""
     path = Path(path)
     if not path.is_file():
-        raise MissingPathError(f"demonstrations file {str(path)!r} does not exist"
-                               + (" (it is a folder)" if path.is_dir() else ""))
+        raise MissingPathError(
+            f"demonstrations file {str(path)!r} does not exist" + (" (it is a folder)" if path.is_dir() else "")
+        )
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as err:

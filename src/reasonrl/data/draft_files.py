@@ -13,6 +13,7 @@ One JSON object per line, one line per draft (a problem may have many, e.g. 32 s
 
 ``reasonrl drafts make`` writes such files. A malformed row is a UserError naming the file and row.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,6 +30,7 @@ FIELDS = ("key", "problem", "draft", "correct", "quasi")
 @dataclass(frozen=True)
 class DraftEntry:
     """One row of a drafts file; ``correct`` None: to be decided by the task's verifier."""
+
     text: str
     correct: bool | None
     quasi: bool | None
@@ -56,7 +58,9 @@ def _entry(row: dict[str, Any], n: int, where: str) -> tuple[str, DraftEntry]:
         raise UserError(f"{where}: field 'draft' must be a string (the draft completion), got {row.get('draft')!r}")
     correct, quasi = _flag(row, "correct", where), _flag(row, "quasi", where)
     if correct and quasi is False:
-        raise UserError(f"{where}: a correct draft is quasi-correct too; 'correct': true with 'quasi': false contradicts")
+        raise UserError(
+            f"{where}: a correct draft is quasi-correct too; 'correct': true with 'quasi': false contradicts"
+        )
     return key, DraftEntry(row["draft"], correct, quasi, n)
 
 

@@ -15,6 +15,7 @@ answer extractor and options stay the task's own; only the items change.
 Each train item's ``meta["draft"]`` says where its draft came from (``source`` key, ``tier``,
 ``correct``, ``answer`` extracted from the draft); :func:`draft_metrics` reads it for the logs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -53,9 +54,11 @@ def find_universe(task: Any, keys: Sequence[str], source: str, max_draws: int | 
             break
     missing = [k for k in keys if k not in found]
     if missing:
-        raise UserError(f"drafts file {source}: problem {missing[0]!r} (and {len(missing) - 1} more) is not among the "
-                        f"first {limit} train problems of task {task.name!r}: drafts must be made for train problems "
-                        "(reasonrl drafts make draws them from that stream)")
+        raise UserError(
+            f"drafts file {source}: problem {missing[0]!r} (and {len(missing) - 1} more) is not among the "
+            f"first {limit} train problems of task {task.name!r}: drafts must be made for train problems "
+            "(reasonrl drafts make draws them from that stream)"
+        )
     return [found[k] for k in keys]
 
 
@@ -70,26 +73,51 @@ class DraftTask(TaskWrapper):
     by key (what ``load_drafts`` returns: the built-in drafter's), or None (``no_draft`` only).
     ``modes`` (warm starts): several modes, one per problem by a seeded hash."""
 
-    def __init__(self, task: Any, drafts: str | Path | dict | None, mode: str = "mismatched_wrong", *, seed: int = 0,
-                 max_prompt_tokens: int | None = MAX_PROMPT_TOKENS, template: str = TEMPLATE,
-                 encode: Callable[[str], Sequence[int]] = list, decode: Callable[[Sequence[int]], str] = "".join,
-                 modes: tuple[str, ...] | None = None):
+    def __init__(
+        self,
+        task: Any,
+        drafts: str | Path | dict | None,
+        mode: str = "mismatched_wrong",
+        *,
+        seed: int = 0,
+        max_prompt_tokens: int | None = MAX_PROMPT_TOKENS,
+        template: str = TEMPLATE,
+        encode: Callable[[str], Sequence[int]] = list,
+        decode: Callable[[Sequence[int]], str] = "".join,
+        modes: tuple[str, ...] | None = None,
+    ):
         modes = modes or (mode,)
         if set(modes) - set(MODES):
             raise UserError(f"unknown draft mode(s) {sorted(set(modes) - set(MODES))}; valid: {list(MODES)}")
         if drafts is None and modes != ("no_draft",):
-            raise UserError(f"draft mode(s) {list(modes)} need a drafts file (drafts.file=PATH; "
-                            "make one with `reasonrl drafts make`)")
+            raise UserError(
+                f"draft mode(s) {list(modes)} need a drafts file (drafts.file=PATH; "
+                "make one with `reasonrl drafts make`)"
+            )
         super().__init__(task)
         self.modes, self.seed, self.template = modes, seed, template
         self.rows: list[Item] | None = None
         if drafts is not None:
             table = drafts if isinstance(drafts, dict) else load_drafts(drafts)
-            universe = find_universe(task, list(table), "(built-in drafts)" if isinstance(drafts, dict) else str(drafts))
+            universe = find_universe(
+                task, list(table), "(built-in drafts)" if isinstance(drafts, dict) else str(drafts)
+            )
             problems, keys = [problem_text(it) for it in universe], [it.key for it in universe]
             lists = [[_as_draft(task, it, e) for e in table[k]] for it, k in zip(universe, table)]
-            built = {m: build_draft_dataset(problems, lists, m, seed=seed, max_tokens=max_prompt_tokens, encode=encode,
-                                            decode=decode, template=template, keys=keys) for m in modes}
+            built = {
+                m: build_draft_dataset(
+                    problems,
+                    lists,
+                    m,
+                    seed=seed,
+                    max_tokens=max_prompt_tokens,
+                    encode=encode,
+                    decode=decode,
+                    template=template,
+                    keys=keys,
+                )
+                for m in modes
+            }
             self.rows = [self._item(task, universe, built, i) for i in range(len(universe))]
 
     def _item(self, task: Any, universe: list[Item], built: dict, i: int) -> Item:
@@ -98,10 +126,15 @@ class DraftTask(TaskWrapper):
         row = built[mode][i]
         info = {"mode": mode, "source": None, "tier": None, "correct": None, "answer": None}
         if row.draft is not None:
-            info.update(source=universe[row.source].key, tier=row.tier, correct=row.draft.correct,
-                        answer=task.extract_answer(row.draft.text))
-        return dataclasses.replace(item, prompt=with_user_text(item.prompt, row.prompt),
-                                   meta={**item.meta, "draft": info})
+            info.update(
+                source=universe[row.source].key,
+                tier=row.tier,
+                correct=row.draft.correct,
+                answer=task.extract_answer(row.draft.text),
+            )
+        return dataclasses.replace(
+            item, prompt=with_user_text(item.prompt, row.prompt), meta={**item.meta, "draft": info}
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         if split == "train" and self.rows is not None:
@@ -111,9 +144,11 @@ class DraftTask(TaskWrapper):
     def _plain(self, item: Item) -> Item:
         """Spec 9 (b) 4: the no-draft variant and test time show ``Thinking: N/A``."""
         info = {"mode": "no_draft", "source": None, "tier": None, "correct": None, "answer": None}
-        return dataclasses.replace(item, prompt=with_user_text(item.prompt, draft_prompt(problem_text(item), None,
-                                                                                          self.template)),
-                                   meta={**item.meta, "draft": info})
+        return dataclasses.replace(
+            item,
+            prompt=with_user_text(item.prompt, draft_prompt(problem_text(item), None, self.template)),
+            meta={**item.meta, "draft": info},
+        )
 
 
 class PlainShare(TaskWrapper):
@@ -150,11 +185,15 @@ def draft_metrics(items: Sequence[Item], answers: Sequence[Sequence[str | None]]
     n = max(len(infos), 1)
     shown = [(d, a) for d, a in zip(infos, answers) if d.get("source") is not None]
     copies = [x is not None and x == d.get("answer") for d, a in shown for x in a]
-    return {"drafts/with_draft_frac": len(shown) / n,
-            "drafts/mismatched_frac": sum(d["source"] != it.key for it, d in zip(items, infos)
-                                          if d.get("source") is not None) / n,
-            "drafts/wrong_draft_frac": sum(not d["correct"] for d, _ in shown) / n,
-            "drafts/copy_frac": sum(copies) / max(len(copies), 1)}
+    return {
+        "drafts/with_draft_frac": len(shown) / n,
+        "drafts/mismatched_frac": sum(
+            d["source"] != it.key for it, d in zip(items, infos) if d.get("source") is not None
+        )
+        / n,
+        "drafts/wrong_draft_frac": sum(not d["correct"] for d, _ in shown) / n,
+        "drafts/copy_frac": sum(copies) / max(len(copies), 1),
+    }
 
 
 __all__ = ["UNIVERSE_SEED", "DraftTask", "PlainShare", "draft_metrics", "find_universe", "problem_text"]

@@ -5,6 +5,7 @@ the dataset builder then picks one per problem by tiers. Each draft is judged he
 the task's verifier, ``quasi`` when the last number of the draft equals the reference answer
 (the right answer without the task's format, the spec's "quasi-correct").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,18 +34,31 @@ class DraftSample:
     quasi: bool
 
 
-def make_drafts(model, tokenizer, task: Any, n_problems: int, samples: int, temperature: float = 0.8,
-                top_p: float = 0.95, max_new_tokens: int | None = None, seed: int = 0,
-                max_rows: int = 512) -> list[DraftSample]:
+def make_drafts(
+    model,
+    tokenizer,
+    task: Any,
+    n_problems: int,
+    samples: int,
+    temperature: float = 0.8,
+    top_p: float = 0.95,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    max_rows: int = 512,
+) -> list[DraftSample]:
     """``samples`` drafts for each of the first ``n_problems`` distinct train problems of ``task``'s
     stream (seed :data:`~reasonrl.data.draft_task.UNIVERSE_SEED`, where the drafts recipe looks them up)."""
     items: list[Item] = take_items(task, "train", n_problems, seed=UNIVERSE_SEED)
     budget = max_new_tokens or task_budget(task)
     sp = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=budget)
     engine = HFEngine(model, tokenizer, max_rows=max_rows)
-    ro = engine.generate([it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "draft", it.key) for it in items])
+    ro = engine.generate(
+        [it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "draft", it.key) for it in items]
+    )
     out = []
-    for i, text in enumerate(ro.texts):  # rows are item-major: item i's samples are rows i*samples .. i*samples+samples-1
+    for i, text in enumerate(
+        ro.texts
+    ):  # rows are item-major: item i's samples are rows i*samples .. i*samples+samples-1
         it = items[i // samples]
         correct = is_correct(task.verify(text, it.answer, it.meta))
         out.append(DraftSample(it.key, text, correct, correct or quasi_correct(text, it.answer)))
@@ -56,8 +70,9 @@ BUILTIN_PROBLEMS, BUILTIN_SAMPLES = 512, 4  # `drafts make`'s defaults
 MAX_EDITS = 8  # digit changes of a built-in draft at most
 
 
-def builtin_drafts(task: Any, n_problems: int = BUILTIN_PROBLEMS, samples: int = BUILTIN_SAMPLES,
-                   seed: int = 0) -> list[DraftSample]:
+def builtin_drafts(
+    task: Any, n_problems: int = BUILTIN_PROBLEMS, samples: int = BUILTIN_SAMPLES, seed: int = 0
+) -> list[DraftSample]:
     """The built-in weak drafter, no model: each draft is the problem's own demonstration with digits
     of its steps changed one at a time (:func:`reasonrl.tasks.guidance.corrupt_digit`, seeded by the
     problem's key and the sample) until the verifier rejects it, at most ``MAX_EDITS`` changes (a
@@ -106,16 +121,28 @@ def drafter_summary(drafts: list[DraftSample]) -> dict[str, float]:
     for d in drafts:
         by_key.setdefault(d.key, []).append(d)
     n, p = max(len(drafts), 1), max(len(by_key), 1)
-    return {"problems": float(len(by_key)), "drafts": float(len(drafts)),
-            "draft_accuracy": sum(d.correct for d in drafts) / n,
-            "quasi_only_frac": sum(d.quasi and not d.correct for d in drafts) / n,
-            "problems_with_wrong_draft": sum(any(not d.quasi for d in ds) for ds in by_key.values()) / p,
-            "problems_all_correct": sum(all(d.correct for d in ds) for ds in by_key.values()) / p}
+    return {
+        "problems": float(len(by_key)),
+        "drafts": float(len(drafts)),
+        "draft_accuracy": sum(d.correct for d in drafts) / n,
+        "quasi_only_frac": sum(d.quasi and not d.correct for d in drafts) / n,
+        "problems_with_wrong_draft": sum(any(not d.quasi for d in ds) for ds in by_key.values()) / p,
+        "problems_all_correct": sum(all(d.correct for d in ds) for ds in by_key.values()) / p,
+    }
 
 
 def draft_lines(drafts: list[DraftSample]) -> str:
     return "".join(draft_line(d.key, d.text, d.correct, d.quasi) for d in drafts)
 
 
-__all__ = ["BUILTIN", "DraftSample", "builtin_drafts", "wrong_version", "draft_lines", "draft_table", "drafter_summary", "make_drafts",
-           "quasi_correct"]
+__all__ = [
+    "BUILTIN",
+    "DraftSample",
+    "builtin_drafts",
+    "wrong_version",
+    "draft_lines",
+    "draft_table",
+    "drafter_summary",
+    "make_drafts",
+    "quasi_correct",
+]

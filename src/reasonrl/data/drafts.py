@@ -14,6 +14,7 @@ A draft is a :class:`Draft`: its text, ``correct`` (strict: the verifier says 1)
 right answer is there but not in the required format, e.g. no ``\\boxed``; the spec's
 "quasi-correct"). Users' drafts come from JSONL files (:mod:`.draft_files`).
 """
+
 from __future__ import annotations
 
 import random
@@ -26,9 +27,11 @@ from ..seeds import stable_seed
 MODES = ("no_draft", "matched_wrong", "mismatched_wrong", "mismatched_correct")
 NO_DRAFT = "N/A"  # what the draft slot holds in the no-draft mode and at evaluation (spec 9 (b) 4)
 # the spec's exact text (9 (b) 4), no chat template; {problem} and {draft} are the only fields
-TEMPLATE = ("Problem: {problem}\n\nThinking: {draft}\n\nThe thinking section may contain errors. Solve the math "
-            "problem step by step. Write your own correct solution. Put your final answer within \\boxed{{}}."
-            "\n\nCorrect Solution:")
+TEMPLATE = (
+    "Problem: {problem}\n\nThinking: {draft}\n\nThe thinking section may contain errors. Solve the math "
+    "problem step by step. Write your own correct solution. Put your final answer within \\boxed{{}}."
+    "\n\nCorrect Solution:"
+)
 MAX_PROMPT_TOKENS = 3072  # spec 9 (b) 5: the prompt cap; only the draft is cut to meet it
 
 
@@ -102,8 +105,14 @@ def template_problem(template: str) -> str | None:
     return f"has field(s) {extra} beyond {{problem}} and {{draft}}" if extra else None
 
 
-def fit_draft(problem: str, draft: str, max_tokens: int | None, encode: Callable[[str], Sequence[int]] = list,
-              decode: Callable[[Sequence[int]], str] = "".join, template: str = TEMPLATE) -> str:
+def fit_draft(
+    problem: str,
+    draft: str,
+    max_tokens: int | None,
+    encode: Callable[[str], Sequence[int]] = list,
+    decode: Callable[[Sequence[int]], str] = "".join,
+    template: str = TEMPLATE,
+) -> str:
     """``draft`` cut (from its end) so that the whole prompt is at most ``max_tokens`` tokens; the
     problem and the rest of the template are never cut (spec 9 (b) 5). ``encode`` / ``decode`` are a
     tokenizer's (default: characters). A problem that alone exceeds the cap leaves an empty draft
@@ -122,6 +131,7 @@ def fit_draft(problem: str, draft: str, max_tokens: int | None, encode: Callable
 @dataclass(frozen=True)
 class DraftRow:
     """One problem of the draft dataset: its prompt, and where its draft came from (None: no draft)."""
+
     index: int  # the problem's row
     prompt: str
     source: int | None  # the row whose draft it shows (== index in matched mode)
@@ -129,10 +139,18 @@ class DraftRow:
     draft: Draft | None
 
 
-def build_draft_dataset(problems: Sequence[str], drafts: Sequence[Sequence[Draft]], mode: str, *, seed: int = 0,
-                        max_tokens: int | None = MAX_PROMPT_TOKENS, encode: Callable[[str], Sequence[int]] = list,
-                        decode: Callable[[Sequence[int]], str] = "".join, template: str = TEMPLATE,
-                        keys: Sequence[str] | None = None) -> list[DraftRow]:
+def build_draft_dataset(
+    problems: Sequence[str],
+    drafts: Sequence[Sequence[Draft]],
+    mode: str,
+    *,
+    seed: int = 0,
+    max_tokens: int | None = MAX_PROMPT_TOKENS,
+    encode: Callable[[str], Sequence[int]] = list,
+    decode: Callable[[Sequence[int]], str] = "".join,
+    template: str = TEMPLATE,
+    keys: Sequence[str] | None = None,
+) -> list[DraftRow]:
     """Spec 9 (c): one :class:`DraftRow` per problem. ``drafts[i]`` are problem i's drafts.
 
     ``no_draft``: ``N/A``; ``matched_wrong``: problem i's own wrong-type draft; ``mismatched_wrong``
@@ -156,5 +174,18 @@ def build_draft_dataset(problems: Sequence[str], drafts: Sequence[Sequence[Draft
     return rows
 
 
-__all__ = ["MAX_PROMPT_TOKENS", "MODES", "NO_DRAFT", "TEMPLATE", "Draft", "DraftRow", "build_draft_dataset",
-           "choose_draft", "derangement", "draft_prompt", "draft_tier", "fit_draft", "template_problem"]
+__all__ = [
+    "MAX_PROMPT_TOKENS",
+    "MODES",
+    "NO_DRAFT",
+    "TEMPLATE",
+    "Draft",
+    "DraftRow",
+    "build_draft_dataset",
+    "choose_draft",
+    "derangement",
+    "draft_prompt",
+    "draft_tier",
+    "fit_draft",
+    "template_problem",
+]

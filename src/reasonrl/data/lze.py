@@ -7,6 +7,7 @@ seen, the normalised Bernoulli variance (proportional to the expected GRPO gradi
 how far p moved from its running mean. Only top-energy groups reach the update (from epoch 1 on),
 and prompts solved in consecutive epochs are pruned before rollout, a random 10% replayed each epoch.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,15 @@ import torch
 
 from ..config.rules import Rule, at_least, within
 from ..seeds import stable_seed
-from .selector import (GEN_FLOPS_PER_TOKEN_PARAM, SelectContext, check_known_keys, check_same_prompt, prompt_hash,
-                       quantiles, savings)
+from .selector import (
+    GEN_FLOPS_PER_TOKEN_PARAM,
+    SelectContext,
+    check_known_keys,
+    check_same_prompt,
+    prompt_hash,
+    quantiles,
+    savings,
+)
 
 FLOOR_EPS = 1e-9  # floor(n * ratio) of a ratio like 0.29 must not lose one to binary rounding (28.999...)
 
@@ -143,8 +151,12 @@ class LZEState:
         self.gen = torch.Generator().manual_seed(stable_seed(seed, "lze"))
         self.replay_rng = random.Random(cfg.replay_seed)
         self.pending = {"skipped": 0, "reactivated": 0}  # counts since the last select()
-        self.totals = {"update_tokens_saved": 0.0, "update_flops_saved": 0.0, "gen_tokens_saved_est": 0.0,
-                       "skipped": 0.0}
+        self.totals = {
+            "update_tokens_saved": 0.0,
+            "update_flops_saved": 0.0,
+            "gen_tokens_saved_est": 0.0,
+            "skipped": 0.0,
+        }
 
     # ------------------------------------------------------------ pre-rollout
     def admit(self, item: Any, epoch: int) -> bool:
@@ -208,30 +220,47 @@ class LZEState:
         sav = savings(ctx, keep)
         skipped = self.pending["skipped"]
         per_group = float(ctx.tokens.double().mean()) if len(ctx.tokens) else 0.0
-        gen_est = skipped * per_group  # completion tokens the skipped prompts' groups would have cost, at this batch's mean
+        gen_est = (
+            skipped * per_group
+        )  # completion tokens the skipped prompts' groups would have cost, at this batch's mean
         self.totals["update_tokens_saved"] += sav["select/update_tokens_saved"]
         self.totals["update_flops_saved"] += sav["select/update_flops_saved"]
         self.totals["gen_tokens_saved_est"] += gen_est
         self.totals["skipped"] += skipped
-        out = {**sav, "select/epoch": float(self.epoch), "select/groups": float(len(keep)),
-               "select/kept": float(keep.sum()), "select/kept_frac": float(keep.float().mean()) if len(keep) else 0.0,
-               "select/k": float(k), "select/ratio": ratio, "select/active": float((e_first > 0).sum()),
-               "select/dropped_zero_adv": float(zero.sum()),
-               "select/pruned": float(sum(r[3] for r in self.prompts.values())),
-               "select/replay": float(len(self.replay)), "select/known": float(len(self.prompts)),
-               "select/skipped": float(skipped), "select/reactivated": float(self.pending["reactivated"]),
-               "select/gen_tokens_saved_est": gen_est,
-               "select/gen_flops_saved_est": GEN_FLOPS_PER_TOKEN_PARAM * ctx.n_params * gen_est,
-               **{f"select/total/{k2}": v for k2, v in self.totals.items()},
-               **quantiles(e_first, (0.25, 0.5, 0.75), "select/energy")}
+        out = {
+            **sav,
+            "select/epoch": float(self.epoch),
+            "select/groups": float(len(keep)),
+            "select/kept": float(keep.sum()),
+            "select/kept_frac": float(keep.float().mean()) if len(keep) else 0.0,
+            "select/k": float(k),
+            "select/ratio": ratio,
+            "select/active": float((e_first > 0).sum()),
+            "select/dropped_zero_adv": float(zero.sum()),
+            "select/pruned": float(sum(r[3] for r in self.prompts.values())),
+            "select/replay": float(len(self.replay)),
+            "select/known": float(len(self.prompts)),
+            "select/skipped": float(skipped),
+            "select/reactivated": float(self.pending["reactivated"]),
+            "select/gen_tokens_saved_est": gen_est,
+            "select/gen_flops_saved_est": GEN_FLOPS_PER_TOKEN_PARAM * ctx.n_params * gen_est,
+            **{f"select/total/{k2}": v for k2, v in self.totals.items()},
+            **quantiles(e_first, (0.25, 0.5, 0.75), "select/energy"),
+        }
         self.pending = {"skipped": 0, "reactivated": 0}
         return out
 
     # ------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict[str, Any]:
-        return {"prompts": {k: list(v) for k, v in self.prompts.items()}, "epoch": self.epoch,
-                "replay": sorted(self.replay), "gen": self.gen.get_state(), "replay_rng": self.replay_rng.getstate(),
-                "pending": dict(self.pending), "totals": dict(self.totals)}
+        return {
+            "prompts": {k: list(v) for k, v in self.prompts.items()},
+            "epoch": self.epoch,
+            "replay": sorted(self.replay),
+            "gen": self.gen.get_state(),
+            "replay_rng": self.replay_rng.getstate(),
+            "pending": dict(self.pending),
+            "totals": dict(self.totals),
+        }
 
     def load_state_dict(self, state: dict[str, Any], known: dict[str, str] | None) -> None:
         check_known_keys(list(state["prompts"]), known, {k: v[4] for k, v in state["prompts"].items()})

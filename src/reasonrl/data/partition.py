@@ -10,6 +10,7 @@ The file is JSON lines: a header ``{"disa_table": 1, "beta": ..., "length_norm":
 "temperature": ..., "proposal": ..., "reference": ..., "task": ...}`` and one row per prompt
 ``{"key", "prompt_hash", "log_z", "ess", "ess_tilted", "reward_mean", "n"}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,25 @@ def sequence_scores(logp: torch.Tensor, mask: torch.Tensor, length_norm: bool) -
     return total / m.sum(-1).clamp(min=1) if length_norm else total
 
 
-def estimate_rows(items: Sequence[Any], lbar_ref: torch.Tensor, lbar_mu: torch.Tensor, rewards: torch.Tensor,
-                  beta: float) -> list[ZRow]:
+def estimate_rows(
+    items: Sequence[Any], lbar_ref: torch.Tensor, lbar_mu: torch.Tensor, rewards: torch.Tensor, beta: float
+) -> list[ZRow]:
     """One row per item from its N proposals: (B, N) reference and proposal log-likelihoods (the
     residual's convention) and (B, N) raw rewards."""
     out = []
     for i, it in enumerate(items):
         log_z, diag = log_partition_is(lbar_ref[i], lbar_mu[i], rewards[i], beta)
-        out.append(ZRow(it.key, prompt_hash(it.prompt), log_z, diag["ess"], diag["ess_tilted"], diag["reward_mean"],
-                        int(diag["n"])))
+        out.append(
+            ZRow(
+                it.key,
+                prompt_hash(it.prompt),
+                log_z,
+                diag["ess"],
+                diag["ess_tilted"],
+                diag["reward_mean"],
+                int(diag["n"]),
+            )
+        )
     return out
 
 
@@ -73,9 +84,11 @@ class ZTable:
         sampling temperature (the log-probs inside log Z_hat are tempered as the residual's)."""
         bad = mismatches(self.header, beta, length_norm, temperature)
         if bad:
-            raise UserError(f"DISA table {self.source}: {'; '.join(bad)}; log Z depends on them: re-estimate the table "
-                            "(`reasonrl disa estimate`) or set the recipe's balance options and sampling.temperature "
-                            "to the table's")
+            raise UserError(
+                f"DISA table {self.source}: {'; '.join(bad)}; log Z depends on them: re-estimate the table "
+                "(`reasonrl disa estimate`) or set the recipe's balance options and sampling.temperature "
+                "to the table's"
+            )
 
     def lookup(self, items: Sequence[Any]) -> tuple[torch.Tensor, list[int]]:
         """(B,) log Z_hat of ``items`` (NaN where missing) and the indices of the missing ones. A key
@@ -88,8 +101,10 @@ class ZTable:
                 values.append(float("nan"))
                 continue
             if row.prompt_hash != prompt_hash(it.prompt):
-                raise UserError(f"DISA table {self.source}: prompt key {it.key!r} was estimated on another prompt text; "
-                                "re-estimate the table for this task")
+                raise UserError(
+                    f"DISA table {self.source}: prompt key {it.key!r} was estimated on another prompt text; "
+                    "re-estimate the table for this task"
+                )
             values.append(row.log_z)
         return torch.tensor(values, dtype=torch.float32), missing
 
@@ -106,8 +121,11 @@ def mismatches(header: dict[str, Any], beta: float, length_norm: bool, temperatu
     """What differs between a table's header and the run's residual: beta, the convention, and the temperature
     of the log-probs (spec objectives.md 7 (b): ``L_.`` in log Z_hat must use the same log-prob convention as the
     training residual; issue 41: the temperature was not compared, so a T = 0.8 table passed at T = 1.0)."""
-    out = [f"{k}={header.get(k)!r} in the table, {v!r} here" for k, v in (("beta", beta), ("length_norm", length_norm))
-           if header.get(k) != v]
+    out = [
+        f"{k}={header.get(k)!r} in the table, {v!r} here"
+        for k, v in (("beta", beta), ("length_norm", length_norm))
+        if header.get(k) != v
+    ]
     table_t = header.get("temperature")
     if not isinstance(table_t, (int, float)) or not math.isclose(table_t, temperature, rel_tol=1e-9):
         out.append(f"temperature={table_t!r} in the table, {temperature!r} here")
@@ -128,9 +146,11 @@ def missing_error(items: Sequence[Any], missing: list[int], source: str) -> User
     """The error for prompts the table lacks: up to five named, the rest counted."""
     names = ", ".join(repr(items[i].key) for i in missing[:5])
     more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-    return UserError(f"{len(missing)} prompt(s) of this batch are missing from the DISA table {source}: {names}{more}; "
-                     "estimate them (`reasonrl disa estimate` over the run's prompts: the same task, seed and "
-                     "data.pool) or set balance.missing=skip to leave their rows out of the loss")
+    return UserError(
+        f"{len(missing)} prompt(s) of this batch are missing from the DISA table {source}: {names}{more}; "
+        "estimate them (`reasonrl disa estimate` over the run's prompts: the same task, seed and "
+        "data.pool) or set balance.missing=skip to leave their rows out of the loss"
+    )
 
 
 def write_table(path: str | Path, header: dict[str, Any], rows: Sequence[ZRow]) -> Path:
@@ -161,7 +181,9 @@ def read_table(path: str | Path) -> ZTable:
         try:
             rows.append(ZRow(**json.loads(line)))
         except (json.JSONDecodeError, TypeError) as err:
-            raise UserError(f"{path}:{n}: not a table row with fields {list(ZRow.__dataclass_fields__)} ({err})") from err
+            raise UserError(
+                f"{path}:{n}: not a table row with fields {list(ZRow.__dataclass_fields__)} ({err})"
+            ) from err
     return ZTable.of(header, rows, str(path))
 
 
@@ -178,9 +200,17 @@ def ess_histogram(rows: Sequence[ZRow], field: str = "ess") -> list[tuple[str, i
 
 def summary(rows: Sequence[ZRow]) -> dict[str, float]:
     """Means and extremes of a table's log Z and ESS (what `reasonrl disa estimate` prints)."""
-    t = {f: torch.tensor([getattr(r, f) for r in rows], dtype=torch.float64) for f in ("log_z", "ess", "ess_tilted",
-                                                                                         "reward_mean")}
-    return {"prompts": float(len(rows)), "log_z_mean": float(t["log_z"].mean()), "log_z_std": float(t["log_z"].std()),
-            "ess_mean": float(t["ess"].mean()), "ess_min": float(t["ess"].min()),
-            "ess_tilted_mean": float(t["ess_tilted"].mean()), "ess_tilted_min": float(t["ess_tilted"].min()),
-            "reward_mean": float(t["reward_mean"].mean())}
+    t = {
+        f: torch.tensor([getattr(r, f) for r in rows], dtype=torch.float64)
+        for f in ("log_z", "ess", "ess_tilted", "reward_mean")
+    }
+    return {
+        "prompts": float(len(rows)),
+        "log_z_mean": float(t["log_z"].mean()),
+        "log_z_std": float(t["log_z"].std()),
+        "ess_mean": float(t["ess"].mean()),
+        "ess_min": float(t["ess"].min()),
+        "ess_tilted_mean": float(t["ess_tilted"].mean()),
+        "ess_tilted_min": float(t["ess_tilted"].min()),
+        "reward_mean": float(t["reward_mean"].mean()),
+    }

@@ -6,6 +6,7 @@ per-prompt state learns nothing. With ``data.pool=N`` the run trains on the firs
 stream position ``i`` belongs to epoch ``i // N``. File tasks cycle their rows already: a pool of
 their split's size is every row, reshuffled each epoch by this module instead.
 """
+
 from __future__ import annotations
 
 import random
@@ -28,10 +29,12 @@ def take_pool(stream: Iterator[Any], n: int, where: str) -> list[Any]:
             break
         if item.key in seen:
             if seen[item.key] != item.prompt:
-                raise UserError(f"{where}: prompt key collision: key {item.key!r} names two prompts, "
-                                f"{prompt_text(seen[item.key])[:80]!r} and {prompt_text(item.prompt)[:80]!r}; give "
-                                "each distinct prompt its "
-                                "own key (file tasks: its 'key' column, or distinct prompts)")
+                raise UserError(
+                    f"{where}: prompt key collision: key {item.key!r} names two prompts, "
+                    f"{prompt_text(seen[item.key])[:80]!r} and {prompt_text(item.prompt)[:80]!r}; give "
+                    "each distinct prompt its "
+                    "own key (file tasks: its 'key' column, or distinct prompts)"
+                )
             continue
         seen[item.key] = item.prompt
         out.append(item)

@@ -10,6 +10,7 @@ candidates are the model's own samples plus the task's edits of its canonical wo
 different verdicts are drawn, the better side as ``chosen``. Model samples make the reward model
 see the policy's distribution; the edits make it see every way an answer can be worse.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ def read_pairs(path: str | Path) -> list[dict[str, Any]]:
         margin = row.get("margin", 0.0)
         if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin != margin:
             raise UserError(f"{path}:{n}: 'margin' must be a number, got {margin!r}")
-        out.append({"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"],
-                    "margin": float(margin)})
+        out.append(
+            {"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"], "margin": float(margin)}
+        )
     if not out:
         raise UserError(f"pairs file {path} holds no pairs")
     return out
@@ -56,19 +58,31 @@ def pair_lines(pairs: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(p) + "\n" for p in pairs)
 
 
-def judged_pairs(model, tok, task: Any, n_prompts: int, samples: int = 4, per_prompt: int = 4,
-                 temperature: float = 1.0, seed: int = 0, max_rows: int = 512) -> list[dict[str, Any]]:
+def judged_pairs(
+    model,
+    tok,
+    task: Any,
+    n_prompts: int,
+    samples: int = 4,
+    per_prompt: int = 4,
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_rows: int = 512,
+) -> list[dict[str, Any]]:
     """Up to ``per_prompt`` judged pairs for each of ``n_prompts`` train problems of ``task`` (see the
     module notes); ``samples`` model completions per prompt join the task's edits."""
     if not provides(task, Judged):
-        raise UserError(f"task {task.name!r} has no scripted judge (judge, variants): bring your own pairs file "
-                        "(JSONL with prompt, chosen, rejected) to `reasonrl rm train`")
+        raise UserError(
+            f"task {task.name!r} has no scripted judge (judge, variants): bring your own pairs file "
+            "(JSONL with prompt, chosen, rejected) to `reasonrl rm train`"
+        )
     items: list[Item] = take_items(task, "train", n_prompts, seed=seed)
     texts: list[list[str]] = [[] for _ in items]
     if samples:
         sp = SamplingParams(temperature=temperature, max_new_tokens=budget(task))
         ro = HFEngine(model, tok, max_rows=max_rows).generate(
-            [it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "rm-pairs", it.key) for it in items])
+            [it.prompt for it in items], samples, sp, seeds=[stable_seed(seed, "rm-pairs", it.key) for it in items]
+        )
         for r, text in enumerate(ro.texts):  # item-major rows
             texts[r // samples].append(text)
     out = []

@@ -6,13 +6,15 @@ recent wrong answers (SU-01's ``_collect_self_refine_samples``) and replayed pas
 decided here from plain numbers; :class:`reasonrl.parts.su01.RefineReplay` does the generation.
 Both buffers are keyed by the item's stable key (``Item.key``), never by the step.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 
-def refine_candidates(rewards: Sequence[float], is_self_refine: bool, mean_below: float = 0.5,
-                      sample_below: float = 0.9) -> list[int]:
+def refine_candidates(
+    rewards: Sequence[float], is_self_refine: bool, mean_below: float = 0.5, sample_below: float = 0.9
+) -> list[int]:
     """Rows of one group that go to the refine buffer: none if the group is itself a refine group
     (``_is_self_refine``: a refine sample is never re-collected) or its mean reward is at least
     ``mean_below``; otherwise every row whose reward is below ``sample_below``."""
@@ -31,8 +33,9 @@ def extra_group_counts(n_main: int, refine_share: float, replay_share: float) ->
     return int(refine_share * total + 0.5 + 1e-9), int(replay_share * total + 0.5 + 1e-9)
 
 
-def push_refine(buffer: list[dict[str, Any]], refined: dict[str, bool], entries: list[dict[str, Any]],
-                capacity: int) -> int:
+def push_refine(
+    buffer: list[dict[str, Any]], refined: dict[str, bool], entries: list[dict[str, Any]], capacity: int
+) -> int:
     """Append ``entries`` (each with a ``key``) whose question has not had its refine attempt yet;
     beyond ``capacity`` the oldest entries go. Returns how many were dropped for space."""
     buffer.extend(e for e in entries if e["key"] not in refined)
@@ -41,8 +44,9 @@ def push_refine(buffer: list[dict[str, Any]], refined: dict[str, bool], entries:
     return dropped
 
 
-def pop_refine(buffer: list[dict[str, Any]], refined: dict[str, bool], n: int,
-               exclude: set[str] = frozenset()) -> list[dict[str, Any]]:
+def pop_refine(
+    buffer: list[dict[str, Any]], refined: dict[str, bool], n: int, exclude: set[str] = frozenset()
+) -> list[dict[str, Any]]:
     """Up to ``n`` entries for this batch's refine prompts, newest first ("recent wrong answers"), one
     per question (each question gets at most one refine attempt: its key goes to ``refined`` and
     its other buffered samples leave the buffer). Keys in ``exclude`` wait for a later batch."""
@@ -57,8 +61,9 @@ def pop_refine(buffer: list[dict[str, Any]], refined: dict[str, bool], n: int,
     return out
 
 
-def pick_replay_row(correct: Sequence[float], rewards: Sequence[float], entropy: Sequence[float] | None,
-                    min_reward: float = 0.0) -> int | None:
+def pick_replay_row(
+    correct: Sequence[float], rewards: Sequence[float], entropy: Sequence[float] | None, min_reward: float = 0.0
+) -> int | None:
     """The row of a group kept for replay (ExGRPO): a correct row with reward above ``min_reward``,
     the one of lowest mean token entropy (ties and no entropies: the first); None when the group
     has no such row or is entirely correct (a fully solved question is retired, not replayed)."""

@@ -17,6 +17,7 @@ known)``, which refuses keys the run's pool does not hold. With data-parallel ra
 holds the whole (gathered) batch and calls the same hooks with the same state and RNG: the state
 is replicated, not sharded, and rank 0 writes it (``dist.group``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -77,9 +78,11 @@ def prompt_hash(prompt: Any) -> str:
 def check_same_prompt(key: str, prompt: Any, seen: str | None) -> None:
     """Two prompts under one key would share one per-prompt state: refused, naming the key."""
     if seen is not None and seen != prompt_hash(prompt):
-        raise UserError(f"prompt key collision: key {key!r} names two different prompts (this one: "
-                        f"{prompt_text(prompt)[:80]!r}); "
-                        "a selector keeps one state per key, so give every distinct prompt its own key")
+        raise UserError(
+            f"prompt key collision: key {key!r} names two different prompts (this one: "
+            f"{prompt_text(prompt)[:80]!r}); "
+            "a selector keeps one state per key, so give every distinct prompt its own key"
+        )
 
 
 def check_known_keys(keys: Sequence[str], known: dict[str, str] | None, hashes: dict[str, str]) -> None:
@@ -88,13 +91,17 @@ def check_known_keys(keys: Sequence[str], known: dict[str, str] | None, hashes: 
         return
     unknown = [k for k in keys if k not in known]
     if unknown:
-        raise UserError(f"the checkpoint's selector state holds {len(unknown)} prompt key(s) this run's pool does not "
-                        f"(e.g. {unknown[:3]}): it was written for another dataset (task, task_options, data.pool or "
-                        "seed differ); resume with the run's own settings or start a new run")
+        raise UserError(
+            f"the checkpoint's selector state holds {len(unknown)} prompt key(s) this run's pool does not "
+            f"(e.g. {unknown[:3]}): it was written for another dataset (task, task_options, data.pool or "
+            "seed differ); resume with the run's own settings or start a new run"
+        )
     changed = [k for k in keys if hashes.get(k) not in (None, known[k])]
     if changed:
-        raise UserError(f"the checkpoint's selector state has other prompt texts under {len(changed)} key(s) "
-                        f"(e.g. {changed[:3]}): it was written for another dataset; start a new run")
+        raise UserError(
+            f"the checkpoint's selector state has other prompt texts under {len(changed)} key(s) "
+            f"(e.g. {changed[:3]}): it was written for another dataset; start a new run"
+        )
 
 
 def group_tokens(completion_mask: torch.Tensor, G: int) -> torch.Tensor:
@@ -107,8 +114,11 @@ def savings(ctx: SelectContext, keep: torch.Tensor) -> dict[str, float]:
     """Update tokens and FLOPs this selection saves against training on every group (the paper's
     GRPO): 6 x params x the dropped groups' completion tokens (forward + backward)."""
     dropped = float(ctx.tokens[~keep].sum())
-    return {"select/update_tokens": float(ctx.tokens[keep].sum()), "select/update_tokens_saved": dropped,
-            "select/update_flops_saved": UPDATE_FLOPS_PER_TOKEN_PARAM * ctx.n_params * dropped}
+    return {
+        "select/update_tokens": float(ctx.tokens[keep].sum()),
+        "select/update_tokens_saved": dropped,
+        "select/update_flops_saved": UPDATE_FLOPS_PER_TOKEN_PARAM * ctx.n_params * dropped,
+    }
 
 
 def quantiles(x: torch.Tensor, qs: Sequence[float], prefix: str) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Supervised rows: (prompt, demonstration) items as padded ``input_ids`` / ``labels`` with the prompt
 ignored. A pure collation, below the parts, so a part's warm start (VPD's teacher) and ``reasonrl sft``
 share it."""
+
 from __future__ import annotations
 
 import torch

@@ -8,6 +8,7 @@ nor "mlp", stored in float16 as the source saves it. ``lp`` is the log-softmax o
 (``grad_temperature = 1``), as the source's ``compute_gradients_batch`` scores the rollouts; the
 sampling temperature is only the rollouts' (``grad_temperature`` = T is an option, not the default).
 """
+
 from __future__ import annotations
 
 import random
@@ -38,8 +39,9 @@ def with_lora(model, seed: int = LORA_SEED):
     alone (the caller's RNG is left as it was); B = 0, so the model's outputs are unchanged."""
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=lora_targets(model),
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0, target_modules=lora_targets(model), task_type="CAUSAL_LM"
+    )
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -49,11 +51,14 @@ def with_lora(model, seed: int = LORA_SEED):
 def gradient_names(model) -> list[str]:
     """Sorted names of the trainable parameters the similarity uses (the source drops keys with
     "base_layer" or "mlp")."""
-    return sorted(n for n, p in model.named_parameters()
-                  if p.requires_grad and "base_layer" not in n and "mlp" not in n)
+    return sorted(
+        n for n, p in model.named_parameters() if p.requires_grad and "base_layer" not in n and "mlp" not in n
+    )
 
 
-def rollout_losses(logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:  # (R, T), (R, T), (R,) -> (R,)
+def rollout_losses(
+    logp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor
+) -> torch.Tensor:  # (R, T), (R, T), (R,) -> (R,)
     """-A * mean_t exp(lp - sg lp): the value is -A, the gradient -A * mean_t grad lp (spec 12 (b))."""
     ratio = torch.exp(logp - logp.detach())  # (R, T) all ones, carrying grad lp
     return -adv * (ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1)
@@ -65,14 +70,26 @@ def mean_rollout_gradient(model, names: Sequence[str], ro, adv: torch.Tensor, te
     logits of the scoring pass (1: raw logits, the source's)."""
     params = dict(model.named_parameters())
     wanted = [params[n] for n in names]
-    logp, _ = score_completions(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                temperature=temperature, chunk_rows=len(ro.texts), entropies=False)  # (R, T)
+    logp, _ = score_completions(
+        model,
+        ro.prompt_ids,
+        ro.prompt_mask,
+        ro.completion_ids,
+        ro.completion_mask,
+        temperature=temperature,
+        chunk_rows=len(ro.texts),
+        entropies=False,
+    )  # (R, T)
     losses = rollout_losses(logp, ro.completion_mask.to(logp), adv.to(logp))  # (R,)
     total = torch.zeros(sum(p.numel() for p in wanted))  # (D,)
     for i in range(len(losses)):
         grads = torch.autograd.grad(losses[i], wanted, retain_graph=i < len(losses) - 1, allow_unused=True)
-        total += torch.cat([torch.zeros(p.numel()) if g is None else g.detach().float().reshape(-1).cpu()
-                            for g, p in zip(grads, wanted)])
+        total += torch.cat(
+            [
+                torch.zeros(p.numel()) if g is None else g.detach().float().reshape(-1).cpu()
+                for g, p in zip(grads, wanted)
+            ]
+        )
     return total / len(losses)
 
 
@@ -90,9 +107,20 @@ def pick_correct(correct: Sequence[bool], at_most: int, seed: int) -> list[int]:
     return sorted(random.Random(seed).sample(idx, at_most)) if len(idx) > at_most else idx
 
 
-def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts: int = 16, max_correct: int = 20,
-                     temperature: float = 0.7, max_new_tokens: int = 64, seed: int = 0,
-                     grad_temperature: float = 1.0, progress=None) -> PromptGradients:
+def prompt_gradients(
+    model,
+    tok,
+    task: Task,
+    items: Sequence[Item],
+    *,
+    rollouts: int = 16,
+    max_correct: int = 20,
+    temperature: float = 0.7,
+    max_new_tokens: int = 64,
+    seed: int = 0,
+    grad_temperature: float = 1.0,
+    progress=None,
+) -> PromptGradients:
     """Per-prompt mean gradient of its correct rollouts, at ``model`` (already LoRA-wrapped). The
     rollouts of all prompts are sampled in one call at ``temperature``, each prompt's keyed by its own
     seed (so a prompt's rollouts do not depend on the others); their log-probs in the gradient are of
@@ -104,8 +132,9 @@ def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts:
     sp = SamplingParams(temperature=temperature, max_new_tokens=max_new_tokens)
     model.eval()  # no dropout, in sampling and in the gradients
     with torch.no_grad():
-        ro = HFEngine(model, tok).generate([it.prompt for it in items], rollouts, sp,
-                                           seeds=[stable_seed(seed, "unlearnable", it.key) for it in items])
+        ro = HFEngine(model, tok).generate(
+            [it.prompt for it in items], rollouts, sp, seeds=[stable_seed(seed, "unlearnable", it.key) for it in items]
+        )
     for p, item in enumerate(items):
         mine = list(range(p * rollouts, (p + 1) * rollouts))  # prompt p's rows
         scores = [task.verify(ro.texts[r], item.answer, item.meta) for r in mine]
@@ -116,8 +145,9 @@ def prompt_gradients(model, tok, task: Task, items: Sequence[Item], *, rollouts:
         else:
             adv = group_advantages(rewards)  # (G,)
             rows = pick_correct(correct, max_correct, stable_seed(seed, "pick", item.key))
-            g = mean_rollout_gradient(model, names, select_rows(ro, [mine[r] for r in rows]), adv[rows],
-                                      grad_temperature)
+            g = mean_rollout_gradient(
+                model, names, select_rows(ro, [mine[r] for r in rows]), adv[rows], grad_temperature
+            )
             out.grads[item.key], out.kept[item.key] = g.half(), len(rows)
         if progress:
             progress(1)

@@ -4,6 +4,7 @@ unlearnable), lines between blocks, a diverging colour map centred on 0 (as the 
 Built on ``matplotlib.figure.Figure`` and the Agg canvas (as :mod:`reasonrl.loop.plots`): headless, and
 the caller's pyplot state is left alone.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,8 +15,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 
-def draw_heatmap(sim: torch.Tensor, blocks: Sequence[str], order: Sequence[str], path: str | Path,
-                 title: str = "") -> Path:
+def draw_heatmap(
+    sim: torch.Tensor, blocks: Sequence[str], order: Sequence[str], path: str | Path, title: str = ""
+) -> Path:
     """``sim`` (N, N) with rows in block order; ``blocks[i]`` is row i's block. Empty blocks are
     named on the axis with their size 0."""
     sizes = [sum(b == name for b in blocks) for name in order]

@@ -6,6 +6,7 @@ Each run folder (``reasonrl train --out``) gives: ``before.items.jsonl`` and ``a
 ``config.yaml`` (the task, to rebuild the problems). A run without one of them, or whose problems
 differ from the first run's, is a UserError naming the run and the file.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,15 +72,17 @@ def load_run(run_dir: str | Path) -> RunResults:
         raise MissingPathError(f"run {run}: no such run folder")
     for name in NEEDS:
         if not (run / name).is_file():
-            raise MissingPathError(f"run {run}: {name} is missing (written by reasonrl train since the "
-                                   f"unlearnability diagnostic; {HOW})")
+            raise MissingPathError(
+                f"run {run}: {name} is missing (written by reasonrl train since the unlearnability diagnostic; {HOW})"
+            )
     config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
     rewards = _jsonl(run, "prompt_rewards.jsonl")
     bad = next((i for i, r in enumerate(rewards, 1) if "key" not in r or "reward" not in r), None)
     if bad is not None:
         raise UserError(f"run {run}: prompt_rewards.jsonl line {bad} lacks 'key' or 'reward'")
-    return RunResults(str(run), config, _counts(run, "before.items.jsonl"), _counts(run, "after.items.jsonl"),
-                      max_rewards(rewards))
+    return RunResults(
+        str(run), config, _counts(run, "before.items.jsonl"), _counts(run, "after.items.jsonl"), max_rewards(rewards)
+    )
 
 
 def check_same_problems(runs: Sequence[RunResults]) -> list[str]:
@@ -93,9 +96,11 @@ def check_same_problems(runs: Sequence[RunResults]) -> list[str]:
             missing, extra = sorted(keys - set(got)), sorted(set(got) - keys)
             if missing or extra:
                 which = f"lacks problem {missing[0]!r}" if missing else f"has problem {extra[0]!r}"
-                raise UserError(f"run {run.name}: {name} {which}, unlike {runs[0].name}/before.items.jsonl "
-                                f"({len(missing)} missing, {len(extra)} extra): the runs must share the held-out "
-                                "problems (same task, eval_seed, final_eval_problems)")
+                raise UserError(
+                    f"run {run.name}: {name} {which}, unlike {runs[0].name}/before.items.jsonl "
+                    f"({len(missing)} missing, {len(extra)} extra): the runs must share the held-out "
+                    "problems (same task, eval_seed, final_eval_problems)"
+                )
     return sorted(keys)
 
 
@@ -112,10 +117,14 @@ def problem_items(run: RunResults, keys: Sequence[str]) -> list[Item]:
     """The held-out items of ``keys``, rebuilt from the run's task as its evaluation drew them."""
     c = run.config
     task = get_task(c.get("task"), **(c.get("task_options") or {}))
-    items = {it.key: it for it in take_items(task, "test", int(c.get("final_eval_problems", 500)),
-                                               seed=int(c.get("eval_seed", 0)))}
+    items = {
+        it.key: it
+        for it in take_items(task, "test", int(c.get("final_eval_problems", 500)), seed=int(c.get("eval_seed", 0)))
+    }
     missing = [k for k in keys if k not in items]
     if missing:
-        raise UserError(f"run {run.name}: config.yaml's task does not give problem {missing[0]!r} of its "
-                        "before.items.jsonl (task, task_options, eval_seed or final_eval_problems changed?)")
+        raise UserError(
+            f"run {run.name}: config.yaml's task does not give problem {missing[0]!r} of its "
+            "before.items.jsonl (task, task_options, eval_seed or final_eval_problems changed?)"
+        )
     return [items[k] for k in keys]

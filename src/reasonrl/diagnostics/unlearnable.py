@@ -5,6 +5,7 @@ and how their GRPO gradients at the initial model relate to the others' (:func:`
 :func:`mean_similarity`, :func:`block_means`). No model here: the gradients come from
 :mod:`reasonrl.diagnostics.gradients`, the runs' files from :mod:`reasonrl.diagnostics.runs`.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -16,8 +17,12 @@ CLASSES = ("easy", "learnable", "unlearnable")  # the heatmap's blocks, in this 
 PRECEDENCE = ("unlearnable", "learnable", "easy")  # one block per prompt: the source's plot lets the later group win
 
 
-def classify(initial: Mapping[str, float], finals: Sequence[Mapping[str, float]],
-             max_rewards: Sequence[Mapping[str, float]], tau: float = TAU) -> dict[str, list[str]]:
+def classify(
+    initial: Mapping[str, float],
+    finals: Sequence[Mapping[str, float]],
+    max_rewards: Sequence[Mapping[str, float]],
+    tau: float = TAU,
+) -> dict[str, list[str]]:
     """The four prompt sets of spec 12 (b), as the source's ``finalize_unlearnable_example_id`` builds them.
 
     ``initial``: key -> pass@1 of the untrained model; ``finals``: per run, key -> pass@1 after
@@ -32,10 +37,12 @@ def classify(initial: Mapping[str, float], finals: Sequence[Mapping[str, float]]
     keys = sorted(initial)
     no_reward = sorted({k for run in max_rewards for k, r in run.items() if r == 0.0})
     flagged_every = [k for k in keys if all(f[k] <= tau for f in finals)]
-    return {"no_reward": no_reward,
-            "unlearnable": [k for k in flagged_every if k not in set(no_reward)],
-            "learnable": [k for k in keys if initial[k] <= tau and all(f[k] > tau for f in finals)],
-            "easy": [k for k in keys if initial[k] > tau]}
+    return {
+        "no_reward": no_reward,
+        "unlearnable": [k for k in flagged_every if k not in set(no_reward)],
+        "learnable": [k for k in keys if initial[k] <= tau and all(f[k] > tau for f in finals)],
+        "easy": [k for k in keys if initial[k] > tau],
+    }
 
 
 def block_of(classes: Mapping[str, Sequence[str]]) -> dict[str, str]:

@@ -9,6 +9,7 @@ method needs (the completion tokens' log-probs, entropies, argmax ids, top-k), s
 logits of a large vocabulary exist for one chunk at a time; ``full=True`` keeps them (small models,
 or few rows, e.g. one per group).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,10 +39,21 @@ def encode_contexts(tokenizer, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
     return enc["input_ids"], enc["attention_mask"]
 
 
-def score_under_context(model, context_ids: Tensor, context_mask: Tensor, completion_ids: Tensor,
-                        completion_mask: Tensor, *, temperature: float = 1.0, grad: bool = False,
-                        entropy: bool = False, argmax: bool = False, top_k: int = 0, full: bool = False,
-                        chunk_rows: int = 64) -> ContextScores:
+def score_under_context(
+    model,
+    context_ids: Tensor,
+    context_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    grad: bool = False,
+    entropy: bool = False,
+    argmax: bool = False,
+    top_k: int = 0,
+    full: bool = False,
+    chunk_rows: int = 64,
+) -> ContextScores:
     """(N, P) left-padded contexts + (N, T) right-padded completions -> :class:`ContextScores`.
 
     ``grad=False`` (a teacher) runs without autograd, so nothing it returns carries a gradient;
@@ -52,17 +64,26 @@ def score_under_context(model, context_ids: Tensor, context_mask: Tensor, comple
     parts: list[ContextScores] = []
     with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
         for s in range(0, len(context_ids), chunk_rows):
-            ids = torch.cat([context_ids[s:s + chunk_rows], completion_ids[s:s + chunk_rows]], 1).to(device)
-            mask = torch.cat([context_mask[s:s + chunk_rows], completion_mask[s:s + chunk_rows]], 1).to(device)
+            ids = torch.cat([context_ids[s : s + chunk_rows], completion_ids[s : s + chunk_rows]], 1).to(device)
+            mask = torch.cat([context_mask[s : s + chunk_rows], completion_mask[s : s + chunk_rows]], 1).to(device)
             pos = (mask.long().cumsum(-1) - 1).clamp(min=0)
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False,
-                           logits_to_keep=T + 1).logits[:, :-1]  # (r, T, V): position p predicts token p + 1
+            logits = model(
+                input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False, logits_to_keep=T + 1
+            ).logits[:, :-1]  # (r, T, V): position p predicts token p + 1
             parts.append(_reduce(logits, ids[:, -T:], mask[:, -T:], temperature, entropy, argmax, top_k, full))
     return _join(parts) if parts else ContextScores(logprobs=torch.zeros(0, T, device=device))
 
 
-def _reduce(logits: Tensor, targets: Tensor, cmask: Tensor, temperature: float, entropy: bool, argmax: bool,
-            top_k: int, full: bool) -> ContextScores:
+def _reduce(
+    logits: Tensor,
+    targets: Tensor,
+    cmask: Tensor,
+    temperature: float,
+    entropy: bool,
+    argmax: bool,
+    top_k: int,
+    full: bool,
+) -> ContextScores:
     logp_all = (logits.float() / (temperature or 1.0)).log_softmax(-1)  # (r, T, V)
     m = cmask.to(logp_all.dtype)  # (r, T)
     out = ContextScores(logprobs=logp_all.gather(-1, targets[..., None]).squeeze(-1) * m)
@@ -83,5 +104,11 @@ def _join(parts: list[ContextScores]) -> ContextScores:
         xs = [getattr(p, name) for p in parts]
         return None if xs[0] is None else torch.cat(xs)
 
-    return ContextScores(logprobs=cat("logprobs"), entropy=cat("entropy"), argmax=cat("argmax"),
-                         topk_ids=cat("topk_ids"), topk_logprobs=cat("topk_logprobs"), logits=cat("logits"))
+    return ContextScores(
+        logprobs=cat("logprobs"),
+        entropy=cat("entropy"),
+        argmax=cat("argmax"),
+        topk_ids=cat("topk_ids"),
+        topk_logprobs=cat("topk_logprobs"),
+        logits=cat("logits"),
+    )

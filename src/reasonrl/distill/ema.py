@@ -7,6 +7,7 @@ no grad. Option: pi_old or EMA"). Only the trainable parameters are averaged (wi
 adapters), so the copy costs what the optimiser's first moment costs; it is a plain dict of
 tensors, so a part keeps it in its checkpointed state and a resume restores it exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -13,6 +13,7 @@ was made). Scoring reuses :func:`~reasonrl.distill.context.score_under_context`,
 vocabulary inside the forward to what the method asks for (log-probs of the sampled tokens, argmax
 ids, top-k), a chunk of rows at a time.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,7 +29,7 @@ from .context import ContextScores, score_under_context
 
 BUILTIN = "builtin:teacher"
 TEACHER_DIR = Path(__file__).resolve().parent.parent / "models" / "teacher"
-BUILD = ("reasonrl pretrain --steps 600 --eval-every 100 --half --out src/reasonrl/models/teacher")
+BUILD = "reasonrl pretrain --steps 600 --eval-every 100 --half --out src/reasonrl/models/teacher"
 
 _CACHE: dict[tuple[str, str, bool, str], "TeacherModel"] = {}
 
@@ -37,15 +38,19 @@ def resolve_teacher_path(name: str) -> str:
     """``builtin:teacher`` -> the shipped teacher's directory; anything else must be a local HF directory."""
     if name == BUILTIN:
         if not (TEACHER_DIR / "config.json").is_file():
-            raise MissingPathError(f"teacher.model={BUILTIN}: the built-in teacher is missing from {TEACHER_DIR}; "
-                                   f"build it with:\n  {BUILD}")
+            raise MissingPathError(
+                f"teacher.model={BUILTIN}: the built-in teacher is missing from {TEACHER_DIR}; "
+                f"build it with:\n  {BUILD}"
+            )
         return str(TEACHER_DIR)
     if name.startswith("tiny:") or name == "base":
         check_model_name(name)
         return name  # a fresh tiny model (tests) or the shipped base, as load_model reads them
     if not Path(name).is_dir():
-        raise MissingPathError(f"teacher.model={name!r} is not a local directory; give an HF model directory "
-                               f"(e.g. a run's final/ folder) or {BUILTIN}")
+        raise MissingPathError(
+            f"teacher.model={name!r} is not a local directory; give an HF model directory "
+            f"(e.g. a run's final/ folder) or {BUILTIN}"
+        )
     check_model_name(name)
     return name
 
@@ -90,14 +95,33 @@ class TeacherModel:
             check_vocab(self.tok, student_tok, self.path, getattr(student_tok, "name_or_path", "") or "<in memory>")
             self.checked.add(id(student_tok))
 
-    def score(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor, *,
-              temperature: float = 1.0, argmax: bool = False, top_k: int = 0, chunk_rows: int = 64) -> ContextScores:
+    def score(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        completion_ids: Tensor,
+        completion_mask: Tensor,
+        *,
+        temperature: float = 1.0,
+        argmax: bool = False,
+        top_k: int = 0,
+        chunk_rows: int = 64,
+    ) -> ContextScores:
         """The teacher's scores of the student's tokens under the student's own prompt: (R, P) left-padded
         prompts + (R, T) completions -> (R, T) log-probs of the sampled tokens [+ argmax ids, top-k], no grad."""
         with self.on_device() as model, torch.no_grad():
-            return score_under_context(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                       temperature=temperature, grad=False, argmax=argmax, top_k=top_k,
-                                       chunk_rows=chunk_rows)
+            return score_under_context(
+                model,
+                prompt_ids,
+                prompt_mask,
+                completion_ids,
+                completion_mask,
+                temperature=temperature,
+                grad=False,
+                argmax=argmax,
+                top_k=top_k,
+                chunk_rows=chunk_rows,
+            )
 
 
 def check_vocab(teacher_tok, student_tok, teacher_name: str, student_name: str) -> None:
@@ -113,7 +137,8 @@ def check_vocab(teacher_tok, student_tok, teacher_name: str, student_name: str) 
                 f"teacher tokenizer ({teacher_name}) and student tokenizer ({student_name}) differ: the first "
                 f"differing id is {i}: teacher {t_by_id.get(i)!r}, student {s_by_id.get(i)!r} (vocabularies of "
                 f"{len(t)} and {len(s)} tokens). Id-level teacher methods need the same vocabulary; use a "
-                "teacher of the student's family or one aligned to its tokenizer")
+                "teacher of the student's family or one aligned to its tokenizer"
+            )
 
 
 def get_teacher(name: str, *, device: str = "cpu", offload: bool = False, dtype: str = "float32") -> TeacherModel:

@@ -16,6 +16,7 @@ Any other key is an error (a typo would otherwise be dropped silently). A bad ro
 teachers that cannot run beside the student (another vocabulary, an API): their text outputs, for
 sequence-level distillation or as demonstrations. docs/teacher.md says what reads it.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -63,8 +64,9 @@ def _row(row: dict, where: str) -> TeacherOutput:
     if missing or unknown:
         what = [f"missing {', '.join(missing)}"] if missing else []
         what += [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
-        raise UserError(f"{where}: {'; '.join(what)} (a row needs {', '.join(REQUIRED)}; optional: "
-                        f"{', '.join(OPTIONAL)})")
+        raise UserError(
+            f"{where}: {'; '.join(what)} (a row needs {', '.join(REQUIRED)}; optional: {', '.join(OPTIONAL)})"
+        )
     key = row["key"]
     if isinstance(key, bool) or not isinstance(key, (str, int)) or str(key) == "":
         raise UserError(f"{where}: 'key' must be a non-empty string or an integer, got {key!r}")
@@ -76,5 +78,6 @@ def _row(row: dict, where: str) -> TeacherOutput:
         raise UserError(f"{where}: 'teacher' must be a string, got {teacher!r}")
     if correct is not None and not isinstance(correct, bool):
         raise UserError(f"{where}: 'correct' must be true or false, got {correct!r}")
-    return TeacherOutput(key=str(key), prompt=row["prompt"], completion=row["completion"], teacher=teacher,
-                         correct=correct)
+    return TeacherOutput(
+        key=str(key), prompt=row["prompt"], completion=row["completion"], teacher=teacher, correct=correct
+    )

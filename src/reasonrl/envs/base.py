@@ -10,6 +10,7 @@ is what a judge reads beside the answer (the episodes part collects it before ``
 of the environment itself is a bug and is raised; a bad action is the environment's to turn into an
 observation.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence, runtime_checkable

@@ -8,6 +8,7 @@ What the code printed, its trailing expression's value, or its error is the obse
 a timeout, a malformed block or a turn without code never crash the episode. ``final_answer(x)`` in
 the code, or ``<answer>x</answer>`` in the text, ends the episode with ``x`` as the answer.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,8 +21,10 @@ from ..rewards.sandbox.session import CellResult, SandboxSession
 _BLOCKS = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```|<code>(.*?)</code>", re.S)
 _OPENERS = re.compile(r"```(?:python|py)[ \t]*\n|<code>")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
-NO_CODE = ("Error: no code block found. Write Python in a ```python ... ``` block (or <code>...</code>); "
-           "call final_answer(x) to answer.")
+NO_CODE = (
+    "Error: no code block found. Write Python in a ```python ... ``` block (or <code>...</code>); "
+    "call final_answer(x) to answer."
+)
 
 
 def extract_code(text: str) -> tuple[str | None, str | None]:
@@ -53,9 +56,17 @@ class CodeActEnv:
     (``tool_docs``); ``turn_timeout``: seconds per cell; ``max_chars``: output kept per cell (the episode
     caps observations again, in tokens); other keywords: sandbox limits (``memory_mb``, ``level``, ...)."""
 
-    def __init__(self, tools: Mapping[str, Callable[..., Any]] | None = None, *, template: str = "{question}",
-                 tool_docs: str = "", turn_timeout: float = 2.0, max_chars: int = 4000, lifetime: float = 300.0,
-                 **sandbox: Any):
+    def __init__(
+        self,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        template: str = "{question}",
+        tool_docs: str = "",
+        turn_timeout: float = 2.0,
+        max_chars: int = 4000,
+        lifetime: float = 300.0,
+        **sandbox: Any,
+    ):
         self.tools, self.template, self.tool_docs = dict(tools or {}), template, tool_docs
         self.options = dict(turn_timeout=turn_timeout, max_chars=max_chars, lifetime=lifetime, **sandbox)
         self._session: SandboxSession | None = None
@@ -100,11 +111,13 @@ class CodeActEnv:
         """This episode's counts: cells run, cells that ended in an error (an exception, a refused tool call,
         a timeout), timeouts, turns without runnable code, and turns whose sandbox could not start
         (averaged over episodes as ``env/*``)."""
-        return {"codeact/cells": float(len(self.cells)),
-                "codeact/cell_errors": float(sum(c.error is not None for c in self.cells)),
-                "codeact/timeouts": float(sum(c.timed_out for c in self.cells)),
-                "codeact/malformed": float(self.malformed),
-                "codeact/sandbox_errors": float(self.sandbox_errors)}
+        return {
+            "codeact/cells": float(len(self.cells)),
+            "codeact/cell_errors": float(sum(c.error is not None for c in self.cells)),
+            "codeact/timeouts": float(sum(c.timed_out for c in self.cells)),
+            "codeact/malformed": float(self.malformed),
+            "codeact/sandbox_errors": float(self.sandbox_errors),
+        }
 
     def close(self) -> None:
         if self._session is not None:

@@ -9,6 +9,7 @@ type holding the resource's JSON beside indexed search columns (patient, encount
 status). The question templates compute their gold answers with their own SQL over these tables
 (:mod:`reasonrl.tasks.fhir`); the tools read through :mod:`.fhir_tools`.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -32,13 +33,26 @@ OBSERVATION_CODES = {
     "8480-6": ("Systolic blood pressure", "mm[Hg]", 95.0, 170.0),
     "29463-7": ("Body weight", "kg", 45.0, 120.0),
 }
-CONDITION_CODES = {"44054006": "Diabetes mellitus type 2", "38341003": "Hypertension",
-                   "195967001": "Asthma", "709044004": "Chronic kidney disease"}
-MEDICATION_CODES = {"860975": "Metformin 500 MG", "314076": "Lisinopril 10 MG",
-                    "745679": "Albuterol inhaler", "617314": "Atorvastatin 10 MG"}
+CONDITION_CODES = {
+    "44054006": "Diabetes mellitus type 2",
+    "38341003": "Hypertension",
+    "195967001": "Asthma",
+    "709044004": "Chronic kidney disease",
+}
+MEDICATION_CODES = {
+    "860975": "Metformin 500 MG",
+    "314076": "Lisinopril 10 MG",
+    "745679": "Albuterol inhaler",
+    "617314": "Atorvastatin 10 MG",
+}
 ENCOUNTER_CLASSES = {"AMB": "ambulatory", "EMER": "emergency", "IMP": "inpatient"}
-MODULES = {"Patient": "patient", "Encounter": "encounter", "Observation": "observation",
-           "Condition": "condition", "MedicationRequest": "medicationrequest"}
+MODULES = {
+    "Patient": "patient",
+    "Encounter": "encounter",
+    "Observation": "observation",
+    "Condition": "condition",
+    "MedicationRequest": "medicationrequest",
+}
 # resource type -> its search columns (beside id and json); every one is indexed
 COLUMNS = {
     "Patient": ("gender", "birthdate"),
@@ -76,8 +90,13 @@ def _coding(system: str, code: str, display: str) -> dict[str, Any]:
 
 def _patient(rng: random.Random, k: int) -> dict[str, Any]:
     birth = dt.date(1940, 1, 1) + dt.timedelta(days=rng.randrange(0, 60 * 365))
-    return {"resourceType": "Patient", "id": f"pat-{k:03d}", "gender": rng.choice(["female", "male"]),
-            "birthDate": birth.isoformat(), "name": [{"family": f"Doe{k}", "given": [f"Sam{k}"]}]}
+    return {
+        "resourceType": "Patient",
+        "id": f"pat-{k:03d}",
+        "gender": rng.choice(["female", "male"]),
+        "birthDate": birth.isoformat(),
+        "name": [{"family": f"Doe{k}", "given": [f"Sam{k}"]}],
+    }
 
 
 def _encounters(rng: random.Random, pid: str, n: int) -> list[dict[str, Any]]:
@@ -87,10 +106,16 @@ def _encounters(rng: random.Random, pid: str, n: int) -> list[dict[str, Any]]:
     for j, day in enumerate(days):
         start = dt.datetime(2019, 1, 1, 8) + dt.timedelta(days=day)
         cls = rng.choice(sorted(ENCOUNTER_CLASSES))
-        out.append({"resourceType": "Encounter", "id": f"enc-{pid[4:]}-{j + 1}", "status": "finished",
-                    "class": {"system": ENCOUNTER_CLASS, "code": cls, "display": ENCOUNTER_CLASSES[cls]},
-                    "subject": _ref("Patient", pid),
-                    "period": {"start": start.isoformat() + "Z", "end": (start + dt.timedelta(hours=6)).isoformat() + "Z"}})
+        out.append(
+            {
+                "resourceType": "Encounter",
+                "id": f"enc-{pid[4:]}-{j + 1}",
+                "status": "finished",
+                "class": {"system": ENCOUNTER_CLASS, "code": cls, "display": ENCOUNTER_CLASSES[cls]},
+                "subject": _ref("Patient", pid),
+                "period": {"start": start.isoformat() + "Z", "end": (start + dt.timedelta(hours=6)).isoformat() + "Z"},
+            }
+        )
     return out
 
 
@@ -101,28 +126,47 @@ def _observations(rng: random.Random, pid: str, enc: dict[str, Any]) -> list[dic
         code = rng.choice(sorted(OBSERVATION_CODES))
         display, unit, lo, hi = OBSERVATION_CODES[code]
         value = round(rng.uniform(lo, hi), 1)
-        out.append({"resourceType": "Observation", "id": f"obs-{enc['id'][4:]}-{k + 1}", "status": "final",
-                    "code": _coding(LOINC, code, display), "subject": _ref("Patient", pid),
-                    "encounter": _ref("Encounter", enc["id"]),
-                    "effectiveDateTime": (start + dt.timedelta(hours=k)).isoformat() + "Z",
-                    "valueQuantity": {"value": value, "unit": unit, "system": "http://unitsofmeasure.org"}})
+        out.append(
+            {
+                "resourceType": "Observation",
+                "id": f"obs-{enc['id'][4:]}-{k + 1}",
+                "status": "final",
+                "code": _coding(LOINC, code, display),
+                "subject": _ref("Patient", pid),
+                "encounter": _ref("Encounter", enc["id"]),
+                "effectiveDateTime": (start + dt.timedelta(hours=k)).isoformat() + "Z",
+                "valueQuantity": {"value": value, "unit": unit, "system": "http://unitsofmeasure.org"},
+            }
+        )
     return out
 
 
 def _condition(rng: random.Random, pid: str, enc: dict[str, Any], k: int, code: str) -> dict[str, Any]:
     status = rng.choice(["active", "active", "resolved"])
-    return {"resourceType": "Condition", "id": f"cond-{pid[4:]}-{k}", "subject": _ref("Patient", pid),
-            "encounter": _ref("Encounter", enc["id"]), "code": _coding(SNOMED, code, CONDITION_CODES[code]),
-            "clinicalStatus": {"coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical",
-                                           "code": status}]},
-            "onsetDateTime": enc["period"]["start"][:10]}
+    return {
+        "resourceType": "Condition",
+        "id": f"cond-{pid[4:]}-{k}",
+        "subject": _ref("Patient", pid),
+        "encounter": _ref("Encounter", enc["id"]),
+        "code": _coding(SNOMED, code, CONDITION_CODES[code]),
+        "clinicalStatus": {
+            "coding": [{"system": "http://terminology.hl7.org/CodeSystem/condition-clinical", "code": status}]
+        },
+        "onsetDateTime": enc["period"]["start"][:10],
+    }
 
 
 def _medication(rng: random.Random, pid: str, enc: dict[str, Any], k: int, code: str) -> dict[str, Any]:
-    return {"resourceType": "MedicationRequest", "id": f"med-{pid[4:]}-{k}", "status": rng.choice(["active", "stopped"]),
-            "intent": "order", "subject": _ref("Patient", pid), "encounter": _ref("Encounter", enc["id"]),
-            "medicationCodeableConcept": _coding(RXNORM, code, MEDICATION_CODES[code]),
-            "authoredOn": enc["period"]["start"][:10]}
+    return {
+        "resourceType": "MedicationRequest",
+        "id": f"med-{pid[4:]}-{k}",
+        "status": rng.choice(["active", "stopped"]),
+        "intent": "order",
+        "subject": _ref("Patient", pid),
+        "encounter": _ref("Encounter", enc["id"]),
+        "medicationCodeableConcept": _coding(RXNORM, code, MEDICATION_CODES[code]),
+        "authoredOn": enc["period"]["start"][:10],
+    }
 
 
 def synthetic_hospital(seed: int = 0, n_patients: int = 40) -> list[dict[str, Any]]:
@@ -159,8 +203,12 @@ def search_columns(r: dict[str, Any]) -> dict[str, Any]:
         return {**row, "class": r["class"]["code"], "date": r["period"]["start"]}
     row["encounter"], row["code"] = _ref_id(r.get("encounter")), None
     if kind == "Observation":
-        return {**row, "code": r["code"]["coding"][0]["code"], "date": r.get("effectiveDateTime"),
-                "value": (r.get("valueQuantity") or {}).get("value")}
+        return {
+            **row,
+            "code": r["code"]["coding"][0]["code"],
+            "date": r.get("effectiveDateTime"),
+            "value": (r.get("valueQuantity") or {}).get("value"),
+        }
     if kind == "Condition":
         status = r.get("clinicalStatus", {}).get("coding", [{}])[0].get("code")
         return {**row, "code": r["code"]["coding"][0]["code"], "status": status, "date": r.get("onsetDateTime")}
@@ -176,8 +224,11 @@ class FhirStore:
         self.db = sqlite3.connect(path, check_same_thread=False)
         self.lock = threading.Lock()
         for kind, cols in COLUMNS.items():
-            self.db.execute(f'CREATE TABLE "{kind}" (id TEXT PRIMARY KEY, json TEXT NOT NULL, '
-                            + ", ".join(f'"{c}"' for c in cols) + ")")
+            self.db.execute(
+                f'CREATE TABLE "{kind}" (id TEXT PRIMARY KEY, json TEXT NOT NULL, '
+                + ", ".join(f'"{c}"' for c in cols)
+                + ")"
+            )
             for c in cols:
                 self.db.execute(f'CREATE INDEX "ix_{kind}_{c}" ON "{kind}" ("{c}")')
         for r in resources:
@@ -193,8 +244,14 @@ class FhirStore:
         cols = search_columns(r)
         names = ["id", "json", *COLUMNS[kind]]
         values = [r["id"], json.dumps(r, sort_keys=True), *(cols[c] for c in COLUMNS[kind])]
-        self.db.execute(f'INSERT INTO "{kind}" (' + ", ".join(f'"{n}"' for n in names) + ") VALUES ("
-                        + ", ".join("?" * len(names)) + ")", values)
+        self.db.execute(
+            f'INSERT INTO "{kind}" ('
+            + ", ".join(f'"{n}"' for n in names)
+            + ") VALUES ("
+            + ", ".join("?" * len(names))
+            + ")",
+            values,
+        )
 
     def query(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
         """Rows of a read-only SQL query (the gold answers' and the tool backend's); ``args`` positional

@@ -16,6 +16,7 @@ that patient, and refuse a missing id and another patient's with the same words 
 :data:`REVERSE`. A refused call raises :class:`FhirToolError`, which the sandbox session hands to the
 model's code as a ``ToolError`` (an error observation; the episode goes on).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,25 +28,53 @@ from .fhir_store import COLUMNS, RESOURCE_TYPES, FhirStore
 _COMMON = {"_id": ("id", "token")}
 SEARCH_PARAMS: dict[str, dict[str, tuple[str, str]]] = {
     "Patient": {**_COMMON, "gender": ("gender", "token"), "birthdate": ("birthdate", "date")},
-    "Encounter": {**_COMMON, "patient": ("patient", "ref"), "subject": ("patient", "ref"),
-                  "class": ("class", "token"), "date": ("date", "date")},
-    "Observation": {**_COMMON, "patient": ("patient", "ref"), "subject": ("patient", "ref"),
-                    "encounter": ("encounter", "ref"), "code": ("code", "token"), "date": ("date", "date"),
-                    "value-quantity": ("value", "number")},
-    "Condition": {**_COMMON, "patient": ("patient", "ref"), "subject": ("patient", "ref"),
-                  "encounter": ("encounter", "ref"), "code": ("code", "token"),
-                  "clinical-status": ("status", "token"), "onset-date": ("date", "date")},
-    "MedicationRequest": {**_COMMON, "patient": ("patient", "ref"), "subject": ("patient", "ref"),
-                          "encounter": ("encounter", "ref"), "code": ("code", "token"),
-                          "status": ("status", "token"), "authoredon": ("date", "date")},
+    "Encounter": {
+        **_COMMON,
+        "patient": ("patient", "ref"),
+        "subject": ("patient", "ref"),
+        "class": ("class", "token"),
+        "date": ("date", "date"),
+    },
+    "Observation": {
+        **_COMMON,
+        "patient": ("patient", "ref"),
+        "subject": ("patient", "ref"),
+        "encounter": ("encounter", "ref"),
+        "code": ("code", "token"),
+        "date": ("date", "date"),
+        "value-quantity": ("value", "number"),
+    },
+    "Condition": {
+        **_COMMON,
+        "patient": ("patient", "ref"),
+        "subject": ("patient", "ref"),
+        "encounter": ("encounter", "ref"),
+        "code": ("code", "token"),
+        "clinical-status": ("status", "token"),
+        "onset-date": ("date", "date"),
+    },
+    "MedicationRequest": {
+        **_COMMON,
+        "patient": ("patient", "ref"),
+        "subject": ("patient", "ref"),
+        "encounter": ("encounter", "ref"),
+        "code": ("code", "token"),
+        "status": ("status", "token"),
+        "authoredon": ("date", "date"),
+    },
 }
 RESULT_PARAMS = ("_sort", "_count")  # _sort: date or -date; _count: at most that many results
-FORWARD = {"Encounter": {"subject": "Patient"}, "Observation": {"subject": "Patient", "encounter": "Encounter"},
-           "Condition": {"subject": "Patient", "encounter": "Encounter"},
-           "MedicationRequest": {"subject": "Patient", "encounter": "Encounter"}}
+FORWARD = {
+    "Encounter": {"subject": "Patient"},
+    "Observation": {"subject": "Patient", "encounter": "Encounter"},
+    "Condition": {"subject": "Patient", "encounter": "Encounter"},
+    "MedicationRequest": {"subject": "Patient", "encounter": "Encounter"},
+}
 # resource type -> the types that point back at it -> their search parameter naming it
-REVERSE = {"Patient": {t: "patient" for t in RESOURCE_TYPES if t != "Patient"},
-           "Encounter": {"Observation": "encounter", "Condition": "encounter", "MedicationRequest": "encounter"}}
+REVERSE = {
+    "Patient": {t: "patient" for t in RESOURCE_TYPES if t != "Patient"},
+    "Encounter": {"Observation": "encounter", "Condition": "encounter", "MedicationRequest": "encounter"},
+}
 _PREFIXES = {"eq": "=", "ne": "!=", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}
 
 TOOL_DOCS = """search(resource_type, **params) -> list of resources (dicts) of the current patient.
@@ -139,13 +168,16 @@ class PatientTools:
         valid = SEARCH_PARAMS[kind]
         bad = sorted(set(params) - set(valid) - set(RESULT_PARAMS))
         if bad:
-            self._refuse("search", f"unsupported search parameter(s) {bad} for {kind}; valid: "
-                         f"{', '.join([*valid, *RESULT_PARAMS])}")
+            self._refuse(
+                "search",
+                f"unsupported search parameter(s) {bad} for {kind}; valid: {', '.join([*valid, *RESULT_PARAMS])}",
+            )
         params = {k: str(v) for k, v in params.items()}
         for key in ("patient", "subject"):
             if key in params and params[key].rsplit("/", 1)[-1] != self.patient:
-                self._refuse("search", f"{key}={params[key]!r} is outside the current patient's record "
-                             f"(Patient/{self.patient})")
+                self._refuse(
+                    "search", f"{key}={params[key]!r} is outside the current patient's record (Patient/{self.patient})"
+                )
             params.pop(key, None)
         if kind == "Patient":
             if params.get("_id", self.patient) != self.patient:

@@ -17,6 +17,7 @@ item (spec: "drops every train item linked to any eval item"). :meth:`Contaminat
 writes ``audit.json`` (format: AUDIT_SCHEMA, read by ``reasonrl report``), ``pairs.jsonl`` (one
 flagged pair per line: stage, train_id, eval_id, score, label when judged, linked) and the cleaned set.
 """
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,12 @@ class JudgeStage:
         if not pairs:  # nothing flagged: no model to load
             return []
         fn = make_judge(self.judge)
-        return [parse_verdict(fn(train.texts[p["i"]], evals.texts[p["j"]]),
-                              f"train id {p['train_id']!r} / eval id {p['eval_id']!r}") for p in pairs]
+        return [
+            parse_verdict(
+                fn(train.texts[p["i"]], evals.texts[p["j"]]), f"train id {p['train_id']!r} / eval id {p['eval_id']!r}"
+            )
+            for p in pairs
+        ]
 
 
 def _check_threshold(stage: str, value: float) -> None:
@@ -135,7 +140,9 @@ class ContaminationAuditor:
         """All stages on ``train`` x ``evals`` (items, ``[(id, text)]`` or a source spec for load_items)."""
         train, evals = _items(train, "train"), _items(evals, "eval")
         names = [s.name for s in self.stages]
-        res = AuditResult(train, evals, names, {s.name: s.threshold for s in self.stages if hasattr(s, "threshold")}, [])
+        res = AuditResult(
+            train, evals, names, {s.name: s.threshold for s in self.stages if hasattr(s, "threshold")}, []
+        )
         t_all = time.perf_counter()
         for stage in self.stages:
             t0 = time.perf_counter()
@@ -147,8 +154,17 @@ class ContaminationAuditor:
             else:
                 exclude = {(p["i"], p["j"]) for p in res.pairs}
                 found = stage.find(train, evals, exclude) if stage.name == "embed" else stage.find(train, evals)
-                res.pairs += [{"i": i, "j": j, "stage": stage.name, "train_id": train.ids[i], "eval_id": evals.ids[j],
-                               "score": round(s, 6)} for i, j, s in found]
+                res.pairs += [
+                    {
+                        "i": i,
+                        "j": j,
+                        "stage": stage.name,
+                        "train_id": train.ids[i],
+                        "eval_id": evals.ids[j],
+                        "score": round(s, 6),
+                    }
+                    for i, j, s in found
+                ]
             res.seconds[stage.name] = round(time.perf_counter() - t0, 3)
         judged = "judge" in names
         for p in res.pairs:
@@ -164,10 +180,16 @@ class ContaminationAuditor:
             for p in res.pairs:
                 fh.write(json.dumps({k: v for k, v in p.items() if k not in ("i", "j")}) + "\n")
         cleaned = write_cleaned(res.train, res.linked_train, out)
-        summary = {"train": {"source": res.train.source, "n": len(res.train)},
-                   "eval": {"source": res.eval.source, "n": len(res.eval)},
-                   "stages": res.stages, "thresholds": res.thresholds, "counts": res.counts, "seconds": res.seconds,
-                   "pairs_file": "pairs.jsonl", "cleaned_file": cleaned}
+        summary = {
+            "train": {"source": res.train.source, "n": len(res.train)},
+            "eval": {"source": res.eval.source, "n": len(res.eval)},
+            "stages": res.stages,
+            "thresholds": res.thresholds,
+            "counts": res.counts,
+            "seconds": res.seconds,
+            "pairs_file": "pairs.jsonl",
+            "cleaned_file": cleaned,
+        }
         (out / "audit.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         return out / "audit.json"
 

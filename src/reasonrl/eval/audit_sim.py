@@ -27,6 +27,7 @@ Choices where the spec is silent (or where this module departs from it, and why)
   re-scored with the exact Jaccard, so no false positive survives; misses are possible (a test
   measures recall on planted pairs).
 """
+
 from __future__ import annotations
 
 import re
@@ -64,7 +65,7 @@ def shingles(text: str, k: int = 5) -> frozenset[str]:
         return frozenset()
     if len(words) < k:
         return frozenset([" ".join(words)])
-    return frozenset(" ".join(words[i:i + k]) for i in range(len(words) - k + 1))
+    return frozenset(" ".join(words[i : i + k]) for i in range(len(words) - k + 1))
 
 
 def jaccard(a: Iterable[str], b: Iterable[str]) -> float:
@@ -104,8 +105,14 @@ class EvalShingleIndex:
         return np.repeat(rows, lens), self.indices[offs]
 
 
-def jaccard_pairs(train_texts: Sequence[str], eval_texts: Sequence[str], threshold: float = 0.4, k: int = 5,
-                  block: int = 512, max_hits: int = 4_000_000) -> list[Pair]:
+def jaccard_pairs(
+    train_texts: Sequence[str],
+    eval_texts: Sequence[str],
+    threshold: float = 0.4,
+    k: int = 5,
+    block: int = 512,
+    max_hits: int = 4_000_000,
+) -> list[Pair]:
     """Every (train i, eval j, J) with J >= ``threshold``, exact, via the inverted eval index.
 
     Train items are scored in blocks of at most ``block`` items, a block closing early once its
@@ -132,8 +139,14 @@ def jaccard_pairs(train_texts: Sequence[str], eval_texts: Sequence[str], thresho
     return out
 
 
-def _score_block(index: EvalShingleIndex, base: int, sizes_a: np.ndarray, rows: list[np.ndarray],
-                 sids: list[np.ndarray], threshold: float) -> list[Pair]:
+def _score_block(
+    index: EvalShingleIndex,
+    base: int,
+    sizes_a: np.ndarray,
+    rows: list[np.ndarray],
+    sids: list[np.ndarray],
+    threshold: float,
+) -> list[Pair]:
     """J = |A & B| / (|A| + |B| - |A & B|) for every (train, eval) pair of one block sharing a shingle."""
     r, e = index.gather(np.concatenate(rows), np.concatenate(sids))  # (hits,), (hits,)
     m = len(index.sizes)
@@ -144,8 +157,15 @@ def _score_block(index: EvalShingleIndex, base: int, sizes_a: np.ndarray, rows: 
     return [(int(a) + base, int(b), float(s)) for a, b, s in zip(r[keep], e[keep], jac[keep])]
 
 
-def minhash_pairs(train_texts: Sequence[str], eval_texts: Sequence[str], threshold: float = 0.4, k: int = 5,
-                  num_perm: int = 128, lsh_threshold: float | None = None, seed: int = 1) -> list[Pair]:
+def minhash_pairs(
+    train_texts: Sequence[str],
+    eval_texts: Sequence[str],
+    threshold: float = 0.4,
+    k: int = 5,
+    num_perm: int = 128,
+    lsh_threshold: float | None = None,
+    seed: int = 1,
+) -> list[Pair]:
     """Stage 1 through ``datasketch`` MinHash/LSH: candidates at ``lsh_threshold`` (default
     ``threshold - 0.1``), each re-scored exactly, kept when J >= ``threshold``."""
     try:
@@ -160,7 +180,7 @@ def minhash_pairs(train_texts: Sequence[str], eval_texts: Sequence[str], thresho
             lsh.insert(j, mh, check_duplication=False)
     out: list[Pair] = []
     for start in range(0, len(train_texts), 2048):  # blocks of train items: bounded memory
-        block = [shingles(t, k) for t in train_texts[start:start + 2048]]
+        block = [shingles(t, k) for t in train_texts[start : start + 2048]]
         sketches = MinHash.bulk([[s.encode() for s in sh] for sh in block], num_perm=num_perm, seed=seed)
         for off, (sh, mh) in enumerate(zip(block, sketches)):
             if not sh:
@@ -172,8 +192,13 @@ def minhash_pairs(train_texts: Sequence[str], eval_texts: Sequence[str], thresho
     return out
 
 
-def cosine_pairs(train_emb: np.ndarray, eval_emb: np.ndarray, threshold: float = 0.85,
-                 exclude: set[tuple[int, int]] | None = None, block: int = 1024) -> list[Pair]:
+def cosine_pairs(
+    train_emb: np.ndarray,
+    eval_emb: np.ndarray,
+    threshold: float = 0.85,
+    exclude: set[tuple[int, int]] | None = None,
+    block: int = 1024,
+) -> list[Pair]:
     """Every (train i, eval j, cos) with cosine >= ``threshold`` and (i, j) not in ``exclude`` (the
     pairs stage 1 already flagged), computed ``block`` train rows at a time."""
     a, b = _unit_rows(train_emb, "train"), _unit_rows(eval_emb, "eval")  # (N, d), (M, d)
@@ -182,7 +207,7 @@ def cosine_pairs(train_emb: np.ndarray, eval_emb: np.ndarray, threshold: float =
     exclude = exclude or set()
     out: list[Pair] = []
     for start in range(0, len(a), block):
-        sims = a[start:start + block] @ b.T  # (block, M)
+        sims = a[start : start + block] @ b.T  # (block, M)
         for i, j in zip(*np.nonzero(sims >= threshold)):
             if (start + int(i), int(j)) not in exclude:
                 out.append((start + int(i), int(j), float(sims[i, j])))

@@ -18,12 +18,18 @@ The grouping and the vote are pure and live in :mod:`reasonrl.eval.metrics` (re-
 
 Pure functions over strings; no torch (math_verify and sympy load on first use).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from ..rewards.mathverify import MathVerify
-from .metrics import Equivalence, exact_equal, group_answers, majority_vote_grouped  # the grouping and vote: pure, in metrics
+from .metrics import (
+    Equivalence,
+    exact_equal,
+    group_answers,
+    majority_vote_grouped,
+)  # the grouping and vote: pure, in metrics
 
 __all__ = ["Equivalence", "MathEquivalence", "exact_equal", "group_answers", "majority_vote_grouped"]
 
@@ -31,10 +37,10 @@ __all__ = ["Equivalence", "MathEquivalence", "exact_equal", "group_answers", "ma
 class MathEquivalence:
     """``math_verify`` equivalence of two extracted answers, each parsed once (cached).
 
-    Answers are parsed as :class:`reasonrl.rewards.MathVerify` parses a gold answer (a bare
-    ``1/2`` is read as math), with its timeout rules (``timeout_seconds``, whole seconds, only in
-    the main thread). Text that is not math (``@@``) is kept by math_verify as a string and so
-matches the same string only; an answer it rejects outright matches the identical string only.
+        Answers are parsed as :class:`reasonrl.rewards.MathVerify` parses a gold answer (a bare
+        ``1/2`` is read as math), with its timeout rules (``timeout_seconds``, whole seconds, only in
+        the main thread). Text that is not math (``@@``) is kept by math_verify as a string and so
+    matches the same string only; an answer it rejects outright matches the identical string only.
     """
 
     def __init__(self, timeout_seconds: float | None = 5):

@@ -12,6 +12,7 @@ different lengths. Aggregates are unweighted means over problems.
 
 Pure functions; numpy only (scipy is imported lazily by :func:`welch_t_test`).
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@k needs 0 <= c <= n, got c={c}, n={n}")
     if k > n:
         raise ValueError(
-            f"pass@k needs at least k samples per problem: k={k} > n={n}; "
-            "sample more completions or lower k"
+            f"pass@k needs at least k samples per problem: k={k} > n={n}; sample more completions or lower k"
         )
     if n - c < k:
         return 1.0
@@ -129,8 +129,9 @@ def group_answers(answers: Sequence[str | None], equivalent: Equivalence = exact
     return labels
 
 
-def majority_vote_grouped(answers: Sequence[str | None], correct: Sequence[bool],
-                          equivalent: Equivalence = exact_equal) -> tuple[str | None, bool]:
+def majority_vote_grouped(
+    answers: Sequence[str | None], correct: Sequence[bool], equivalent: Equivalence = exact_equal
+) -> tuple[str | None, bool]:
     """``(winning answer, vote correct)`` of one problem's samples.
 
     The winning answer is the first-seen form of the biggest group (ties: the group seen first);
@@ -169,9 +170,7 @@ def _winner(labels: Sequence[int | None]) -> int | None:
     return next(lab for lab, size in sizes.items() if size == best)
 
 
-def maj_at_k(
-    answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]
-) -> float:
+def maj_at_k(answers: Sequence[Sequence[str | None]], correct: Sequence[Sequence[bool]]) -> float:
     """maj@k: fraction of problems whose majority-vote answer is correct.
 
     Args:
@@ -187,16 +186,12 @@ def maj_at_k(
         ValueError: if the outer or any inner lengths differ, or there are no problems/samples.
     """
     if len(answers) != len(correct):
-        raise ValueError(
-            f"maj_at_k: {len(answers)} problems of answers but {len(correct)} of correctness flags"
-        )
+        raise ValueError(f"maj_at_k: {len(answers)} problems of answers but {len(correct)} of correctness flags")
     _check_problems(correct, "maj_at_k")
     hits = []
     for p, (ans, ok) in enumerate(zip(answers, correct)):
         if len(ans) != len(ok):
-            raise ValueError(
-                f"maj_at_k: problem {p} has {len(ans)} answers but {len(ok)} correctness flags"
-            )
+            raise ValueError(f"maj_at_k: problem {p} has {len(ans)} answers but {len(ok)} correctness flags")
         hits.append(majority_vote_grouped(ans, ok)[1])
     return float(np.mean(hits))
 
@@ -226,15 +221,11 @@ def welch_t_test(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
         ValueError: if either sample has fewer than two values.
     """
     if len(x) < 2 or len(y) < 2:
-        raise ValueError(
-            f"welch_t_test needs at least 2 values per sample, got {len(x)} and {len(y)}"
-        )
+        raise ValueError(f"welch_t_test needs at least 2 values per sample, got {len(x)} and {len(y)}")
     if len(set(x)) == 1 and len(set(y)) == 1:  # both constant, e.g. every seed at 0.300
         diff = float(x[0]) - float(y[0])
         return (math.nan, math.nan) if diff == 0 else (math.copysign(math.inf, diff), 0.0)
     from scipy import stats
 
-    res = stats.ttest_ind(
-        np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), equal_var=False
-    )
+    res = stats.ttest_ind(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64), equal_var=False)
     return float(res.statistic), float(res.pvalue)

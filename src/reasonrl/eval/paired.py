@@ -19,6 +19,7 @@ bootstrap (B = 10,000, seed 0) [0.0508, 0.2881] as a fraction, i.e. [5.08, 28.81
 Pure functions; numpy only (no torch, no model). Seed reporting (mean ± sample std, ddof=1) stays
 :func:`reasonrl.eval.metrics.mean_std` (not imported here: the two are siblings of one layer).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,9 +30,18 @@ import numpy as np
 
 from ..errors import UserError
 
-__all__ = ["discordant", "sign_test", "mcnemar_exact", "paired_bootstrap_ci", "paired_bootstrap_values_ci", "BootstrapCI",
-           "paired_tests",
-           "paired_by_key", "pair_by_key", "load_item_results"]
+__all__ = [
+    "discordant",
+    "sign_test",
+    "mcnemar_exact",
+    "paired_bootstrap_ci",
+    "paired_bootstrap_values_ci",
+    "BootstrapCI",
+    "paired_tests",
+    "paired_by_key",
+    "pair_by_key",
+    "load_item_results",
+]
 
 ALTERNATIVES = ("greater", "less", "two-sided")
 
@@ -112,8 +122,9 @@ class BootstrapCI(NamedTuple):
     high: float
 
 
-def paired_bootstrap_ci(x: Sequence[Any], y: Sequence[Any], B: int = 10_000, seed: int = 0,
-                        level: float = 0.95) -> BootstrapCI:
+def paired_bootstrap_ci(
+    x: Sequence[Any], y: Sequence[Any], B: int = 10_000, seed: int = 0, level: float = 0.95
+) -> BootstrapCI:
     """Percentile bootstrap CI of ``mean(x) - mean(y)`` over per-item 0/1 correctness.
 
     Each of ``B`` resamples draws ``n`` item indices with replacement from
@@ -129,8 +140,9 @@ def paired_bootstrap_ci(x: Sequence[Any], y: Sequence[Any], B: int = 10_000, see
     return _bootstrap(xa.astype(np.float64) - ya.astype(np.float64), B, seed, level)  # (n,) differences in {-1, 0, 1}
 
 
-def paired_bootstrap_values_ci(x: Sequence[float], y: Sequence[float], B: int = 10_000, seed: int = 0,
-                               level: float = 0.95) -> BootstrapCI:
+def paired_bootstrap_values_ci(
+    x: Sequence[float], y: Sequence[float], B: int = 10_000, seed: int = 0, level: float = 0.95
+) -> BootstrapCI:
     """:func:`paired_bootstrap_ci` of ``mean(x) - mean(y)`` over per-item values in [0, 1] (a problem's
     pass@k estimated from its n samples), resampled the same way (same seed, same indices)."""
     xa, ya = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -153,7 +165,7 @@ def _bootstrap(d: np.ndarray, B: int, seed: int, level: float) -> BootstrapCI:
     for start in range(0, B, rows):
         m = min(rows, B - start)
         idx = rng.integers(0, n, (m, n))  # (m, n) item indices
-        means[start:start + m] = d[idx].mean(axis=1)
+        means[start : start + m] = d[idx].mean(axis=1)
     alpha = (1.0 - level) / 2.0
     low, high = np.percentile(means, [100.0 * alpha, 100.0 * (1.0 - alpha)])
     return BootstrapCI(float(d.mean()), float(low), float(high))
@@ -165,13 +177,25 @@ def paired_tests(x: Sequence[Any], y: Sequence[Any], B: int = 10_000, seed: int 
     xa, ya = _paired_flags(x, y)
     b, c = discordant(xa, ya)
     ci = paired_bootstrap_ci(xa, ya, B=B, seed=seed)
-    return {"n_items": int(xa.size), "acc_x": float(xa.mean()), "acc_y": float(ya.mean()), "b": b, "c": c,
-            "sign_p_greater": sign_test(b, c, "greater"), "mcnemar_p": mcnemar_exact(b, c),
-            "diff": ci.diff, "ci_low": ci.low, "ci_high": ci.high, "bootstrap_B": B, "bootstrap_seed": seed}
+    return {
+        "n_items": int(xa.size),
+        "acc_x": float(xa.mean()),
+        "acc_y": float(ya.mean()),
+        "b": b,
+        "c": c,
+        "sign_p_greater": sign_test(b, c, "greater"),
+        "mcnemar_p": mcnemar_exact(b, c),
+        "diff": ci.diff,
+        "ci_low": ci.low,
+        "ci_high": ci.high,
+        "bootstrap_B": B,
+        "bootstrap_seed": seed,
+    }
 
 
-def paired_by_key(mine: Mapping[str, bool], other: Mapping[str, bool], B: int = 10_000,
-                  seed: int = 0) -> dict[str, Any]:
+def paired_by_key(
+    mine: Mapping[str, bool], other: Mapping[str, bool], B: int = 10_000, seed: int = 0
+) -> dict[str, Any]:
     """:func:`paired_tests` of two ``{problem key: correct}`` maps over the same keys (x = ``mine``).
 
     Raises:
@@ -192,7 +216,8 @@ def pair_by_key(mine: Mapping[str, bool], other: Mapping[str, bool]) -> tuple[li
         raise UserError(
             f"paired tests need the same problems on both sides: {len(only_other)} missing from this "
             f"evaluation {only_other[:5]}, {len(only_mine)} missing from the other {only_mine[:5]}; "
-            "evaluate both with the same task, number of problems and eval seed")
+            "evaluate both with the same task, number of problems and eval seed"
+        )
     keys = sorted(mine)
     return [bool(mine[k]) for k in keys], [bool(other[k]) for k in keys]
 
@@ -215,13 +240,16 @@ def load_item_results(path: str | Path) -> dict[str, bool]:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as err:
-            raise UserError(f"{path}:{line_no}: not a JSON record ({err.msg}); give a file `reasonrl eval "
-                            "--samples` wrote") from err
+            raise UserError(
+                f"{path}:{line_no}: not a JSON record ({err.msg}); give a file `reasonrl eval --samples` wrote"
+            ) from err
         if rec.get("mode", "greedy") != "greedy":
             continue
         if "key" not in rec or "correct" not in rec:
-            raise UserError(f"{path}:{line_no}: a record without 'key' and 'correct'; re-run `reasonrl eval "
-                            "--samples` with this version (records now carry the problem key)")
+            raise UserError(
+                f"{path}:{line_no}: a record without 'key' and 'correct'; re-run `reasonrl eval "
+                "--samples` with this version (records now carry the problem key)"
+            )
         if rec["key"] in out:
             raise UserError(f"{path}:{line_no}: problem key {rec['key']!r} appears twice among the greedy records")
         out[rec["key"]] = bool(rec["correct"])

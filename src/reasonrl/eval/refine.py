@@ -13,6 +13,7 @@ The verifier is pluggable and, for the headline number, never sees the gold answ
 reported under keys of its own (``refine_oracle_upper_bound/...``), never as the loop's result. Gold
 answers are used by every verifier only to *score* the answers of each round.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,11 +24,15 @@ from ..rollout import Generator, SamplingParams
 from ..tasks import Item, Task, is_correct
 from ..models.chat import PLAIN
 
-VERIFY_TEMPLATE = ("{prompt}{attempt}\nVerify the solution above step by step. Is it correct? Answer yes or no, "
-                   "then name the first wrong step.\n")
+VERIFY_TEMPLATE = (
+    "{prompt}{attempt}\nVerify the solution above step by step. Is it correct? Answer yes or no, "
+    "then name the first wrong step.\n"
+)
 # ends with the task's prompt again, as the training refine prompts do, so a small model answers in its own format
-REFINE_TEMPLATE = ("{prompt}Previous answer:\n{attempt}\nVerifier report:\n{report}\n"
-                   "Fix the errors and give a refined full solution.\n{prompt}")
+REFINE_TEMPLATE = (
+    "{prompt}Previous answer:\n{attempt}\nVerifier report:\n{report}\n"
+    "Fix the errors and give a refined full solution.\n{prompt}"
+)
 _YES = re.compile(r"\s*(yes|correct)\b", re.IGNORECASE)
 
 
@@ -50,8 +55,9 @@ class SelfVerifier:
     oracle = False
     template: str = VERIFY_TEMPLATE
 
-    def __call__(self, engine: Generator, task: Task, items: Sequence[Item], attempts: Sequence[str],
-                 budget: int) -> list[Verdict]:
+    def __call__(
+        self, engine: Generator, task: Task, items: Sequence[Item], attempts: Sequence[str], budget: int
+    ) -> list[Verdict]:
         fmt = getattr(engine, "formatter", PLAIN)  # a chat model: the attempt as its turn, the check as the user's
         prompts = [fmt.follow_up(it.prompt, self.template, a) for it, a in zip(items, attempts)]
         texts = engine.generate(prompts, 1, SamplingParams(temperature=0, max_new_tokens=budget)).texts
@@ -77,22 +83,34 @@ class OracleVerifier:
     oracle = True
 
     def __call__(self, engine, task: Task, items, attempts, budget) -> list[Verdict]:
-        return [Verdict(is_correct(task.verify(a, it.answer, it.meta)), "the final answer is wrong")
-                for it, a in zip(items, attempts)]
+        return [
+            Verdict(is_correct(task.verify(a, it.answer, it.meta)), "the final answer is wrong")
+            for it, a in zip(items, attempts)
+        ]
 
 
 VERIFIERS = {"self": SelfVerifier, "format": FormatVerifier, "oracle": OracleVerifier}
 
 
-def refine_loop(engine: Generator, task: Task, items: Sequence[Item], attempts: Sequence[str], rounds: int,
-                verifier: Any, budget: int, template: str = REFINE_TEMPLATE) -> tuple[list[str], list[dict]]:
+def refine_loop(
+    engine: Generator,
+    task: Task,
+    items: Sequence[Item],
+    attempts: Sequence[str],
+    rounds: int,
+    verifier: Any,
+    budget: int,
+    template: str = REFINE_TEMPLATE,
+) -> tuple[list[str], list[dict]]:
     """Final answers after up to ``rounds`` verify -> refine rounds (greedy), and one record per item:
     its answer after each round (``answers[0]`` the first), refines used, whether it was accepted."""
     current, accepted, history = list(attempts), [False] * len(items), [[a] for a in attempts]
     refines = [0] * len(items)
     for _ in range(rounds):
         open_ = [i for i in range(len(items)) if not accepted[i]]
-        verdicts = verifier(engine, task, [items[i] for i in open_], [current[i] for i in open_], budget) if open_ else []
+        verdicts = (
+            verifier(engine, task, [items[i] for i in open_], [current[i] for i in open_], budget) if open_ else []
+        )
         todo = []
         for i, v in zip(open_, verdicts):
             accepted[i] = v.ok
@@ -106,8 +124,10 @@ def refine_loop(engine: Generator, task: Task, items: Sequence[Item], attempts: 
                 current[i], refines[i] = t, refines[i] + 1
         for i in range(len(items)):
             history[i].append(current[i])
-    records = [{"key": it.key, "answers": h, "refines": n, "accepted": a}
-               for it, h, n, a in zip(items, history, refines, accepted)]
+    records = [
+        {"key": it.key, "answers": h, "refines": n, "accepted": a}
+        for it, h, n, a in zip(items, history, refines, accepted)
+    ]
     return current, records
 
 
@@ -116,12 +136,18 @@ def refine_summary(task: Task, items: Sequence[Item], records: list[dict], verif
     number of refines; keys under ``refine/`` or, for the gold oracle, ``refine_oracle_upper_bound/``."""
     prefix = "refine_oracle_upper_bound" if verifier.oracle else "refine"
     n_rounds = len(records[0]["answers"]) if records else 0
-    correct = [[is_correct(task.verify(r["answers"][k], it.answer, it.meta)) for it, r in zip(items, records)]
-               for k in range(n_rounds)]
+    correct = [
+        [is_correct(task.verify(r["answers"][k], it.answer, it.meta)) for it, r in zip(items, records)]
+        for k in range(n_rounds)
+    ]
     out = {f"{prefix}/pass@1_round{k}": sum(c) / len(c) for k, c in enumerate(correct)}
-    out.update({f"{prefix}/pass@1": out[f"{prefix}/pass@1_round{n_rounds - 1}"],
-                f"{prefix}/accept_rate": sum(r["accepted"] for r in records) / len(records),
-                f"{prefix}/mean_refines": sum(r["refines"] for r in records) / len(records)})
+    out.update(
+        {
+            f"{prefix}/pass@1": out[f"{prefix}/pass@1_round{n_rounds - 1}"],
+            f"{prefix}/accept_rate": sum(r["accepted"] for r in records) / len(records),
+            f"{prefix}/mean_refines": sum(r["refines"] for r in records) / len(records),
+        }
+    )
     for r, ok in zip(records, correct[-1]):
         r["correct"] = ok
     return out

@@ -3,6 +3,7 @@ problem, unbiased pass@k for several k <= n, avg@n and maj@k (spec envs-selfplay
 
 Both passes go through the same Generator as training, so what eval measures is what RL sees.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,8 +43,10 @@ class EvalConfig:
     def __post_init__(self) -> None:
         bad = [k for k in self.ks if not 1 <= k <= self.samples_per_problem]
         if bad:
-            raise UserError(f"EvalConfig.ks: k={bad[0]} needs 1 <= k <= samples_per_problem = "
-                            f"{self.samples_per_problem} (pass@k is estimated from n >= k samples per problem)")
+            raise UserError(
+                f"EvalConfig.ks: k={bad[0]} needs 1 <= k <= samples_per_problem = "
+                f"{self.samples_per_problem} (pass@k is estimated from n >= k samples per problem)"
+            )
 
     @property
     def k_values(self) -> tuple[int, ...]:
@@ -69,14 +72,34 @@ def _records(items: list[Item], texts, reasons, lengths, task: Task, n: int, mod
     for r, text in enumerate(texts):
         item = items[r // n]
         score = task.verify(text, item.answer, item.meta)
-        out.append({"problem": r // n, "key": item.key, "mode": mode, "prompt": item.prompt, "answer": item.answer,
-                    "completion": text, "extracted": task.extract_answer(text), "score": score,
-                    "correct": is_correct(score), "length": int(lengths[r]), "finish": reasons[r]})
+        out.append(
+            {
+                "problem": r // n,
+                "key": item.key,
+                "mode": mode,
+                "prompt": item.prompt,
+                "answer": item.answer,
+                "completion": text,
+                "extracted": task.extract_answer(text),
+                "score": score,
+                "correct": is_correct(score),
+                "length": int(lengths[r]),
+                "finish": reasons[r],
+            }
+        )
     return out
 
 
-def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, mode, progress,
-              formatter: PromptFormatter | None = None) -> list[dict]:
+def _generate(
+    engine: Generator,
+    items,
+    n: int,
+    sampling: SamplingParams,
+    task,
+    mode,
+    progress,
+    formatter: PromptFormatter | None = None,
+) -> list[dict]:
     """Records of ``n`` samples per item. Sampled rows are keyed by ``sampling.seed`` and the
     problem's index, so the result does not depend on ``max_rows`` or on ranks sharing the work.
     Prompts are rendered by ``formatter`` (the run's), else by the engine's own. A task with
@@ -84,12 +107,20 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
     recs, step = [], max(1, getattr(engine, "max_rows", 512) // n)
     keyed = sampling.temperature > 0 and sampling.seed is not None
     for s in range(0, len(items), step):
-        chunk = items[s:s + step]
+        chunk = items[s : s + step]
         extra = {"seeds": [stable_seed(sampling.seed, "eval", s + i) for i in range(len(chunk))]} if keyed else {}
         if is_episodic(task):  # an agent task: each row is an episode, its text the episode's answer
             seeds = extra.get("seeds") or [stable_seed(0, "eval", s + i) for i in range(len(chunk))]
-            ro = environment_rollouts(engine, task, chunk, n, sampling, seeds, formatter or engine.formatter,
-                                      task.episode_options if provides(task, Episodic) else EpisodeOptions())
+            ro = environment_rollouts(
+                engine,
+                task,
+                chunk,
+                n,
+                sampling,
+                seeds,
+                formatter or engine.formatter,
+                task.episode_options if provides(task, Episodic) else EpisodeOptions(),
+            )
         else:
             prompts = [it.prompt for it in chunk]
             ro = engine.generate(formatter.render_all(prompts) if formatter else prompts, n, sampling, **extra)
@@ -102,24 +133,37 @@ def _generate(engine: Generator, items, n: int, sampling: SamplingParams, task, 
     return recs
 
 
-def evaluate_model(model, tokenizer, task: Task, cfg: EvalConfig = EvalConfig(),
-                   progress: Callable[[int], None] | None = None,
-                   formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict]]:
+def evaluate_model(
+    model,
+    tokenizer,
+    task: Task,
+    cfg: EvalConfig = EvalConfig(),
+    progress: Callable[[int], None] | None = None,
+    formatter: PromptFormatter | None = None,
+) -> tuple[dict[str, Any], list[dict]]:
     """:func:`evaluate` with the in-process engine of ``model`` (the diffusion sampler for a masked-diffusion LM)."""
     return evaluate(engine_for(model, tokenizer, max_rows=cfg.max_rows, formatter=formatter), task, cfg, progress)
 
 
-def evaluate(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
-             progress: Callable[[int], None] | None = None,
-             formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict]]:
+def evaluate(
+    engine: Generator,
+    task: Task,
+    cfg: EvalConfig = EvalConfig(),
+    progress: Callable[[int], None] | None = None,
+    formatter: PromptFormatter | None = None,
+) -> tuple[dict[str, Any], list[dict]]:
     """Summary dict (keys as ``reasonrl eval --json`` writes) and one record per sample."""
     summary, records, _ = evaluate_items(engine, task, cfg, progress, formatter)
     return summary, records
 
 
-def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig(),
-                   progress: Callable[[int], None] | None = None,
-                   formatter: PromptFormatter | None = None) -> tuple[dict[str, Any], list[dict], list[dict]]:
+def evaluate_items(
+    engine: Generator,
+    task: Task,
+    cfg: EvalConfig = EvalConfig(),
+    progress: Callable[[int], None] | None = None,
+    formatter: PromptFormatter | None = None,
+) -> tuple[dict[str, Any], list[dict], list[dict]]:
     """:func:`evaluate`, plus one row per problem (:func:`item_rows`, what ``NAME.items.jsonl`` holds).
     ``formatter``: the run's prompt formatter (None: the engine renders prompts with its own).
 
@@ -136,32 +180,49 @@ def evaluate_items(engine: Generator, task: Task, cfg: EvalConfig = EvalConfig()
         return _evaluate_items(engine, task, cfg, progress, formatter)
 
 
-def _evaluate_items(engine: Generator, task: Task, cfg: EvalConfig, progress: Callable[[int], None] | None,
-                    formatter: PromptFormatter | None) -> tuple[dict[str, Any], list[dict], list[dict]]:
+def _evaluate_items(
+    engine: Generator,
+    task: Task,
+    cfg: EvalConfig,
+    progress: Callable[[int], None] | None,
+    formatter: PromptFormatter | None,
+) -> tuple[dict[str, Any], list[dict], list[dict]]:
     items = take_items(task, "test", cfg.n_problems, seed=cfg.seed)
     budget = cfg.max_new_tokens or task_max_new_tokens(task)
-    greedy = _generate(engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress,
-                       formatter)
+    greedy = _generate(
+        engine, items, 1, SamplingParams(temperature=0, max_new_tokens=budget), task, "greedy", progress, formatter
+    )
     summary: dict[str, Any] = {"pass@1": sum(r["correct"] for r in greedy) / len(items), "n_problems": len(items)}
     n, sampled = cfg.samples_per_problem, []
     if n > 0:
-        sp = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, min_p=cfg.min_p, max_new_tokens=budget,
-                            seed=cfg.seed if cfg.sample_seed is None else cfg.sample_seed)
+        sp = SamplingParams(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            min_p=cfg.min_p,
+            max_new_tokens=budget,
+            seed=cfg.seed if cfg.sample_seed is None else cfg.sample_seed,
+        )
         sampled = _generate(engine, items, n, sp, task, "sampled", progress, formatter)
     rows = item_rows(greedy, sampled, n, cfg.k_values, MathEquivalence() if cfg.maj_equiv else exact_equal)
     if n > 0:
         summary["samples_per_problem"] = n
-        summary.update({key: float(np.mean([r[key] for r in rows]))
-                        for key in (*map(pass_key, cfg.k_values), f"avg@{n}", *(f"maj@{k}" for k in cfg.k_values))})
+        summary.update(
+            {
+                key: float(np.mean([r[key] for r in rows]))
+                for key in (*map(pass_key, cfg.k_values), f"avg@{n}", *(f"maj@{k}" for k in cfg.k_values))
+            }
+        )
     summary.update(_shape_stats(greedy, sampled))
     if provides(task, WithDiagnostics):  # task-specific rates (e.g. TEMPO's leakage)
-        summary.update(task.diagnostics([r["completion"] for r in greedy], [it.meta for it in items],
-                                   [r["score"] for r in greedy]))
+        summary.update(
+            task.diagnostics([r["completion"] for r in greedy], [it.meta for it in items], [r["score"] for r in greedy])
+        )
     return summary, greedy + sampled, rows
 
 
-def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ...],
-              equivalent: Equivalence = exact_equal) -> list[dict]:
+def item_rows(
+    greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ...], equivalent: Equivalence = exact_equal
+) -> list[dict]:
     """One row per problem from its greedy record and its ``n`` sampled records (problem-major).
 
     Row: problem, key, prompt, answer, greedy ``correct`` and ``extracted`` (so the file serves
@@ -178,14 +239,23 @@ def item_rows(greedy: list[dict], sampled: list[dict], n: int, ks: tuple[int, ..
     for p, g in enumerate(greedy):
         row = {k: g[k] for k in ("problem", "key", "prompt", "answer", "correct", "extracted", "completion", "finish")}
         if n > 0:
-            mine = sampled[p * n:(p + 1) * n]
+            mine = sampled[p * n : (p + 1) * n]
             c = sum(bool(r["correct"]) for r in mine)
-            row.update({"sample": mine[0]["completion"], "sample_correct": bool(mine[0]["correct"]),
-                        "n": n, "c": c, f"avg@{n}": c / n, **distinct_correct(mine)})
+            row.update(
+                {
+                    "sample": mine[0]["completion"],
+                    "sample_correct": bool(mine[0]["correct"]),
+                    "n": n,
+                    "c": c,
+                    f"avg@{n}": c / n,
+                    **distinct_correct(mine),
+                }
+            )
             row.update({pass_key(k): pass_at_k(n, c, k) for k in ks})
             for k in ks:
-                answer, ok = majority_vote_grouped([r["extracted"] for r in mine[:k]],
-                                                   [r["correct"] for r in mine[:k]], equivalent)
+                answer, ok = majority_vote_grouped(
+                    [r["extracted"] for r in mine[:k]], [r["correct"] for r in mine[:k]], equivalent
+                )
                 row.update({f"maj@{k}": int(ok), f"maj_answer@{k}": answer})
         rows.append(row)
     return rows
@@ -197,16 +267,20 @@ def distinct_correct(samples: list[dict]) -> dict[str, int]:
     over), and ``correct_answers``, distinct extracted answers among them (1 when the task has one
     answer)."""
     right = [r for r in samples if r["correct"]]
-    return {"correct_chains": len({r["completion"] for r in right}),
-            "correct_answers": len({r["extracted"] for r in right})}
+    return {
+        "correct_chains": len({r["completion"] for r in right}),
+        "correct_answers": len({r["extracted"] for r in right}),
+    }
 
 
 def _shape_stats(greedy: list[dict], sampled: list[dict]) -> dict[str, float]:
     """Length, format (an answer could be extracted) and truncation rates of the greedy pass."""
     n = len(greedy)
-    out = {"mean_length": sum(r["length"] for r in greedy) / n,
-           "format_rate": sum(r["extracted"] is not None for r in greedy) / n,
-           "truncation_rate": sum(r["finish"] == "length" for r in greedy) / n}
+    out = {
+        "mean_length": sum(r["length"] for r in greedy) / n,
+        "format_rate": sum(r["extracted"] is not None for r in greedy) / n,
+        "truncation_rate": sum(r["finish"] == "length" for r in greedy) / n,
+    }
     if sampled:
         out["sampled_mean_length"] = sum(r["length"] for r in sampled) / len(sampled)
     return out
@@ -221,9 +295,12 @@ def item_lines(records: list[dict]) -> str:
     for r in records:
         if r["mode"] == "sampled":
             first.setdefault(r["problem"], r["completion"])
-    return "".join(json.dumps({**{k: r[k] for k in keep}, **({"sample": first[r["problem"]]}
-                                                            if r["problem"] in first else {})}) + "\n"
-                   for r in records if r["mode"] == "greedy")
+    return "".join(
+        json.dumps({**{k: r[k] for k in keep}, **({"sample": first[r["problem"]]} if r["problem"] in first else {})})
+        + "\n"
+        for r in records
+        if r["mode"] == "greedy"
+    )
 
 
 def write_jsonl(rows: Iterable[dict], path: str | Path) -> Path:

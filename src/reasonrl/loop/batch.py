@@ -4,6 +4,7 @@ Kept apart from the optimisation loop (:mod:`reasonrl.loop.trainer`), and just a
 dynamic sampling is the recipe's ``group_filter`` part, shaping its ``shapers`` and
 ``extra_rewards``, overlong filtering its ``mask_truncated`` flag.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,8 +33,18 @@ from ..tasks.protocols import Fitting, provides
 class BatchMaker(BatchScoring):
     # rewards, advantages, the loss mask and the selector (reward, prepare, select, ...) are the mixin's:
     # loop/batch_score.py
-    def __init__(self, task: Task, recipe: Recipe, engine: HFEngine, budget: int, seed: int, ref_model=None,
-                 micro_batch_size: int = 64, pool: int = 0, formatter: PromptFormatter | None = None):
+    def __init__(
+        self,
+        task: Task,
+        recipe: Recipe,
+        engine: HFEngine,
+        budget: int,
+        seed: int,
+        ref_model=None,
+        micro_batch_size: int = 64,
+        pool: int = 0,
+        formatter: PromptFormatter | None = None,
+    ):
         # no RNG of its own: every rollout's randomness is keyed by the task position (``_generate``)
         self.task, self.recipe, self.engine, self.budget = task, recipe, engine, budget
         self.formatter = formatter or getattr(engine, "formatter", None) or PLAIN  # renders what reaches the engine
@@ -88,8 +99,10 @@ class BatchMaker(BatchScoring):
         truncate_left; one that would be dropped stops the run (the part's roles are per item)."""
         fitted = self.task.fit(item, "train") if provides(self.task, Fitting) else item
         if fitted is None:
-            raise UserError(f"self-play prompt {item.key!r} is longer than the prompt limit ({self.task.cap} tokens); "
-                            "raise prompt.max_tokens, lower sampling.max_new_tokens or use prompt.overflow=truncate_left")
+            raise UserError(
+                f"self-play prompt {item.key!r} is longer than the prompt limit ({self.task.cap} tokens); "
+                "raise prompt.max_tokens, lower sampling.max_new_tokens or use prompt.overflow=truncate_left"
+            )
         return fitted
 
     def _draw_admitted(self, n: int) -> list[Item]:
@@ -111,9 +124,19 @@ class BatchMaker(BatchScoring):
         return items, ro
 
     def _request(self, items: list[Item], first: int) -> GenRequest:
-        return GenRequest(items=items, first=first, engine=self.engine, task=self.task, group_size=self.recipe.group_size,
-                          sampling=self._sampling_params(), seed=self.seed, step=self.step, total_steps=self.total_steps,
-                          cache=self.parts.cache(self.strategy_key), formatter=self.formatter)
+        return GenRequest(
+            items=items,
+            first=first,
+            engine=self.engine,
+            task=self.task,
+            group_size=self.recipe.group_size,
+            sampling=self._sampling_params(),
+            seed=self.seed,
+            step=self.step,
+            total_steps=self.total_steps,
+            cache=self.parts.cache(self.strategy_key),
+            formatter=self.formatter,
+        )
 
     def _generate(self, items: list[Item], first: int) -> Rollouts:
         """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...) by the recipe's
@@ -125,8 +148,9 @@ class BatchMaker(BatchScoring):
     def _sampling_params(self) -> SamplingParams:
         s = self.recipe.sampling
         needs = {k: v for fn, _ in self.recipe.extra_rewards for k, v in getattr(fn, "sampling_needs", {}).items()}
-        return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p,
-                              max_new_tokens=self.budget, **needs)  # needs: statistics a reward reads (CorR-PO)
+        return SamplingParams(
+            temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, min_p=s.min_p, max_new_tokens=self.budget, **needs
+        )  # needs: statistics a reward reads (CorR-PO)
 
     def upcoming(self, n_prompts: int) -> tuple[list[str], int, SamplingParams, list[int]] | None:
         """The ``generate`` request (prompts, group size, sampling, seeds) of the next ``rollout(n_prompts)``
@@ -144,11 +168,18 @@ class BatchMaker(BatchScoring):
         """``n`` (default G) plain samples for each of ``prompts`` (one per item: its own prompt, or a
         context the formatter built), keyed by the item's task position ``first + i`` and ``tag``."""
         req = self._request(items, first)
-        return self.engine.generate(self.formatter.render_all(prompts), n or self.recipe.group_size, req.sampling,
-                                    seeds=req.seeds(tag))
+        return self.engine.generate(
+            self.formatter.render_all(prompts), n or self.recipe.group_size, req.sampling, seeds=req.seeds(tag)
+        )
 
-    def branch(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
-               contexts: list[str] | None = None) -> Rollouts:
+    def branch(
+        self,
+        source: Rollouts,
+        rows: list[int],
+        cuts: list[int],
+        generator: torch.Generator,
+        contexts: list[str] | None = None,
+    ) -> Rollouts:
         """Continuations of ``source``'s ``rows`` from their first ``cuts`` tokens, under ``contexts`` (STRIDE)."""
         contexts = None if contexts is None else self.formatter.render_all(contexts)
         return branch(self.engine, source, rows, cuts, self._sampling_params(), generator, contexts=contexts)
@@ -156,20 +187,47 @@ class BatchMaker(BatchScoring):
     def score_under(self, contexts: list, ro: Rollouts, rows: torch.Tensor, **reduce) -> ContextScores:
         """The policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
         ids, mask = encode_contexts(self.engine.tok, self.formatter.render_all(contexts))
-        return score_under_context(self.engine.model, ids, mask, ro.completion_ids[rows], ro.completion_mask[rows],
-                                   temperature=self.recipe.sampling.temperature or 1.0, chunk_rows=self.micro,
-                                   **reduce)
+        return score_under_context(
+            self.engine.model,
+            ids,
+            mask,
+            ro.completion_ids[rows],
+            ro.completion_mask[rows],
+            temperature=self.recipe.sampling.temperature or 1.0,
+            chunk_rows=self.micro,
+            **reduce,
+        )
 
     def round_context(self, key: str, batch: Batch | None) -> RoundContext:
         """What the part ``key`` sees in ``extend`` (``batch``: the first round), ``draw`` and ``before_step``
         (None)."""
-        return self.parts.grant(key, RoundContext(
-            batch=batch, task=self.task, tok=self.engine.tok, seed=self.seed, step=self.step, position=self.items_drawn,
-            group_size=self.recipe.group_size, pool=self.pool, state=self.parts.state(key), cache=self.parts.cache(key),
-            sampling=self._sampling_params(), micro=self.micro, policy=self.engine.model,
-            in_process=getattr(self.engine, "push_weights", None) is None, device=self.engine.device, sample=self.sample,
-            branch=self.branch, reward=self.reward, score_under=self.score_under, advantage=self.recipe.advantage,
-            reference=None if self.ref is None else self.ref.scoring, formatter=self.formatter))
+        return self.parts.grant(
+            key,
+            RoundContext(
+                batch=batch,
+                task=self.task,
+                tok=self.engine.tok,
+                seed=self.seed,
+                step=self.step,
+                position=self.items_drawn,
+                group_size=self.recipe.group_size,
+                pool=self.pool,
+                state=self.parts.state(key),
+                cache=self.parts.cache(key),
+                sampling=self._sampling_params(),
+                micro=self.micro,
+                policy=self.engine.model,
+                in_process=getattr(self.engine, "push_weights", None) is None,
+                device=self.engine.device,
+                sample=self.sample,
+                branch=self.branch,
+                reward=self.reward,
+                score_under=self.score_under,
+                advantage=self.recipe.advantage,
+                reference=None if self.ref is None else self.ref.scoring,
+                formatter=self.formatter,
+            ),
+        )
 
     def collect(self, n_prompts: int) -> Batch:
         """Generate and reward ``n_prompts`` groups; with a group filter, drop the groups it rejects
@@ -184,30 +242,50 @@ class BatchMaker(BatchScoring):
             rewards, correct, metrics, terms = self.reward_terms(items, ro)
             scores = self.selector.observe(items, correct) if self.selector else torch.full((len(items),), float("nan"))
             rounds, generated = rounds + 1, generated + len(items)
-            stats.append((float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics,
-                                                 **ro.extras.get("metrics", {})}))
+            stats.append(
+                (float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics, **ro.extras.get("metrics", {})})
+            )
             keep = f.keep(rewards, correct) if f else torch.ones(len(items), dtype=torch.bool)
             groups = keep.nonzero().squeeze(-1).tolist()[: n_prompts - n_kept]
             if groups:
                 rows = [g * G + j for g in groups for j in range(G)]
-                kept.append(([items[g] for g in groups], select_rows(ro, rows), rewards[groups], correct[groups],
-                             scores[groups], {k: v[rows] for k, v in terms.items()}))
+                kept.append(
+                    (
+                        [items[g] for g in groups],
+                        select_rows(ro, rows),
+                        rewards[groups],
+                        correct[groups],
+                        scores[groups],
+                        {k: v[rows] for k, v in terms.items()},
+                    )
+                )
                 n_kept += len(groups)
         out = merge_metrics(stats, additive=lambda key: key.startswith("tokens/"))  # token counts add up
         if f:
             _check_refill(f, n_kept, n_prompts, rounds, generated)
             self.short_batches += int(n_kept < n_prompts)
-            out.update({"dynamic/rounds": rounds, "dynamic/prompts_generated": generated,
-                        "dynamic/groups_kept": n_kept, "dynamic/groups_dropped": generated - n_kept,
-                        "dynamic/batch_short": float(n_kept < n_prompts),
-                        "dynamic/short_batches_total": float(self.short_batches)})
+            out.update(
+                {
+                    "dynamic/rounds": rounds,
+                    "dynamic/prompts_generated": generated,
+                    "dynamic/groups_kept": n_kept,
+                    "dynamic/groups_dropped": generated - n_kept,
+                    "dynamic/batch_short": float(n_kept < n_prompts),
+                    "dynamic/short_batches_total": float(self.short_batches),
+                }
+            )
         if not kept:  # every group filtered out: an empty batch (the update then has nothing to do)
             return Batch([], select_rows(ro, []), torch.zeros(0, G), torch.zeros(0, G), metrics=out)
         ro = concat_rollouts([k[1] for k in kept], self.engine.tok.pad_token_id)
-        return Batch(sum((k[0] for k in kept), []), ro, torch.cat([k[2] for k in kept]),
-                     torch.cat([k[3] for k in kept]), metrics=out,
-                     scores=torch.cat([k[4] for k in kept]) if self.selector else None,
-                     reward_terms={name: torch.cat([k[5][name] for k in kept]) for name in kept[0][5]})
+        return Batch(
+            sum((k[0] for k in kept), []),
+            ro,
+            torch.cat([k[2] for k in kept]),
+            torch.cat([k[3] for k in kept]),
+            metrics=out,
+            scores=torch.cat([k[4] for k in kept]) if self.selector else None,
+            reward_terms={name: torch.cat([k[5][name] for k in kept]) for name in kept[0][5]},
+        )
 
     def extend(self, b: Batch) -> Batch:
         """The recipe's second rounds (corrections, redirections, a teacher's round), each built from the
@@ -228,8 +306,11 @@ class BatchMaker(BatchScoring):
         return b
 
     def make(self, n_prompts: int) -> Batch:
-        pre = {k: v for key, part in self.recipe.hooked("before_step")  # parts that prepare the step (D2Evo's estimation)
-               for k, v in hook_result(key, "before_step", part.before_step(self.round_context(key, None)))[1].items()}
+        pre = {
+            k: v
+            for key, part in self.recipe.hooked("before_step")  # parts that prepare the step (D2Evo's estimation)
+            for k, v in hook_result(key, "before_step", part.before_step(self.round_context(key, None)))[1].items()
+        }
         b = self.select(self.prepare(self.extend(self.collect(n_prompts))))
         b.metrics.update(pre)
         return b
@@ -251,8 +332,10 @@ def _check_pool(recipe: Recipe, pool: list[Item] | None, task: str) -> None:
     """A part that keeps per-prompt state across epochs needs prompts that recur (``needs`` "pool")."""
     if "pool" in recipe.needs and pool is None:
         owner = next(k for k, p in recipe.hooked() if "pool" in part_needs(p))
-        raise UserError(f"recipe {recipe.name!r}: its part {owner!r} keeps per-prompt state across epochs, so it "
-                        f"needs prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})")
+        raise UserError(
+            f"recipe {recipe.name!r}: its part {owner!r} keeps per-prompt state across epochs, so it "
+            f"needs prompts that recur: set data.pool=N (the first N distinct train problems of {task!r})"
+        )
 
 
 def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -> None:
@@ -264,4 +347,5 @@ def _check_refill(f, n_kept: int, n_prompts: int, rounds: int, generated: int) -
             f"after {rounds} rounds, the cap group_filter.max_rounds_cap={f.max_rounds_cap} ({generated} prompts "
             f"generated; every other group's {f.metric} was the same for all its samples): the prompts are too easy "
             f"or too hard for the model. Raise group_filter.max_rounds_cap, set a finite group_filter.max_rounds to "
-            f"accept short batches, or train on prompts of matching difficulty.")
+            f"accept short batches, or train on prompts of matching difficulty."
+        )

@@ -6,6 +6,7 @@ Apart from loop/batch.py (drawing, generation, rounds) to keep each module under
 maker's attributes (recipe, task, engine, reward_fn, parts, ref, micro, owns, seconds, selector, step, seed,
 formatter).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,24 +27,28 @@ from ..tasks import Item, is_correct, reward_columns
 
 
 class BatchScoring:
-
     def reward(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(B, n) total rewards, (B, n) raw correctness, reward metrics, for ``ro`` holding n rows per item
         (G for a round; DISA's offline stage samples N proposals)."""
         return self.reward_terms(items, ro)[:3]
 
-
-    def reward_terms(self, items: list[Item], ro: Rollouts) -> tuple[torch.Tensor, torch.Tensor, dict[str, float],
-                                                                      dict[str, torch.Tensor]]:
+    def reward_terms(
+        self, items: list[Item], ro: Rollouts
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float], dict[str, torch.Tensor]]:
         """:meth:`reward` and each reward's own (R,) values by name, unweighted (completions.jsonl)."""
         G = len(ro.texts) // max(len(items), 1)
         t0, rows = time.perf_counter(), [it for it in items for _ in range(G)]
         # lengths are the policy's own tokens, against an episode's whole budget (issue 41: an episode's
         # observations counted against one turn's budget gave an answered episode DAPO's -1)
         budget = int(ro.extras.get("token_budget", self.budget))
-        cols = {**reward_columns(rows), "completion_lengths": ro.policy_lengths.tolist(), "truncated": ro.truncated.tolist(),
-                "completion_ids": ro.completion_ids.tolist(), "max_new_tokens": [budget] * len(rows),
-                "rollouts": ro}  # token-level statistics for rewards that need them (CorR-PO); not per row
+        cols = {
+            **reward_columns(rows),
+            "completion_lengths": ro.policy_lengths.tolist(),
+            "truncated": ro.truncated.tolist(),
+            "completion_ids": ro.completion_ids.tolist(),
+            "max_new_tokens": [budget] * len(rows),
+            "rollouts": ro,
+        }  # token-level statistics for rewards that need them (CorR-PO); not per row
         res = score_rewards(self.reward_fn, ro.prompts, ro.texts, cols, task=self.task.name)
         correct = torch.tensor([float(is_correct(v)) for v in res.values])
         cols["correct"] = [bool(c) for c in correct]  # raw task correctness, for shaping terms (CorR-PO correct_only)
@@ -68,14 +73,16 @@ class BatchScoring:
         self.seconds["score"] += time.perf_counter() - t0
         return total, correct.view(-1, G), metrics, terms
 
-
     def batch_context(self, b: Batch, excluded: list[torch.Tensor]) -> BatchContext:
         """What ``score_batch`` and ``shape_advantages`` see of ``b`` (``data``/``state``/``modules`` set per part);
         rows a part excludes (``exclude_rows``) are collected in ``excluded``, for the loss mask."""
         G = self.recipe.group_size
-        answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G:(i + 1) * G]] for i in range(len(b.items))]
-        contexts = (torch.zeros(b.rewards.shape, dtype=torch.long) if b.ro.context_ids is None
-                    else b.ro.context_ids.view(b.rewards.shape))  # (B, G) sub-group of each row
+        answers = [[self.task.extract_answer(t) for t in b.ro.texts[i * G : (i + 1) * G]] for i in range(len(b.items))]
+        contexts = (
+            torch.zeros(b.rewards.shape, dtype=torch.long)
+            if b.ro.context_ids is None
+            else b.ro.context_ids.view(b.rewards.shape)
+        )  # (B, G) sub-group of each row
 
         def set_extra_labels(ids: torch.Tensor) -> None:
             if b.extra_labels is not None:
@@ -83,19 +90,38 @@ class BatchScoring:
             b.extra_labels = ids
 
         return BatchContext(
-            rewards=b.rewards, correct=b.correct, answers=answers, rollouts=b.ro, items=b.items, task=self.task,
-            contexts=contexts, kinds=b.group_kinds(), step=self.step, temperature=self.recipe.sampling.temperature or 1.0,
-            policy=getattr(self.engine, "model", None), tok=getattr(self.engine, "tok", None), micro=self.micro,
-            score_under=self.score_under, set_extra_labels=set_extra_labels, channels=b.parts, exclude_rows=excluded.append,
-            char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, :int(b.ro.lengths[r])]),
-            data=Channel(), state={}, formatter=self.formatter, seed=self.seed,
-            reference=None if self.ref is None else self.ref.scoring)
-
+            rewards=b.rewards,
+            correct=b.correct,
+            answers=answers,
+            rollouts=b.ro,
+            items=b.items,
+            task=self.task,
+            contexts=contexts,
+            kinds=b.group_kinds(),
+            step=self.step,
+            temperature=self.recipe.sampling.temperature or 1.0,
+            policy=getattr(self.engine, "model", None),
+            tok=getattr(self.engine, "tok", None),
+            micro=self.micro,
+            score_under=self.score_under,
+            set_extra_labels=set_extra_labels,
+            channels=b.parts,
+            exclude_rows=excluded.append,
+            char_offsets=lambda r: token_char_offsets(self.engine.tok, b.ro.completion_ids[r, : int(b.ro.lengths[r])]),
+            data=Channel(),
+            state={},
+            formatter=self.formatter,
+            seed=self.seed,
+            reference=None if self.ref is None else self.ref.scoring,
+        )
 
     def _for_part(self, base: BatchContext, b: Batch, key: str) -> BatchContext:
-        return self.parts.grant(key, dataclasses.replace(base, data=b.channel(key), state=self.parts.state(key),
-                                                         modules=self.parts.modules_of(key)))
-
+        return self.parts.grant(
+            key,
+            dataclasses.replace(
+                base, data=b.channel(key), state=self.parts.state(key), modules=self.parts.modules_of(key)
+            ),
+        )
 
     def prepare(self, b: Batch) -> Batch:
         """Advantages (estimator, then shapers), the loss mask and reference log-probs, in place."""
@@ -129,18 +155,23 @@ class BatchScoring:
         self.seconds["score"] += time.perf_counter() - t0
         return b
 
-
     def _reference_logp(self, b: Batch) -> None:
         """The reference's log-probs of the rows this rank trains on (the update reads no other)."""
         G = self.recipe.group_size
         rows = (self.owns(torch.arange(len(b.ro.texts)) // G)).nonzero().squeeze(-1)
         b.ref_logp = torch.zeros(b.ro.completion_ids.shape)
         with torch.no_grad(), self.ref.scoring() as ref:  # a frozen copy, or the policy with adapters off
-            mine, _ = score_completions(ref, b.ro.prompt_ids[rows], b.ro.prompt_mask[rows], b.ro.completion_ids[rows],
-                                        b.ro.completion_mask[rows], temperature=self.recipe.sampling.temperature or 1.0,
-                                        chunk_rows=self.micro, entropies=False)
+            mine, _ = score_completions(
+                ref,
+                b.ro.prompt_ids[rows],
+                b.ro.prompt_mask[rows],
+                b.ro.completion_ids[rows],
+                b.ro.completion_mask[rows],
+                temperature=self.recipe.sampling.temperature or 1.0,
+                chunk_rows=self.micro,
+                entropies=False,
+            )
         b.ref_logp[rows] = mine.to(b.ref_logp)
-
 
     def select(self, b: Batch) -> Batch:
         """The selector's post-advantage hook: only the whole groups it keeps stay in the batch."""
@@ -149,10 +180,16 @@ class BatchScoring:
         G, B = self.recipe.group_size, len(b.items)
         scores = torch.full((B,), float("nan")) if b.scores is None else b.scores
         scores = torch.cat([scores, torch.full((B - len(scores),), float("nan"))])  # groups a round added
-        ctx = SelectContext(items=b.items, correct=b.correct, advantages=b.advantages.reshape(B, G, *b.advantages.shape[1:]),
-                            scores=scores, kinds=b.group_kinds(), tokens=group_tokens(b.ro.completion_mask, G),
-                            n_params=sum(p.numel() for p in self.engine.model.parameters()),
-                            minibatches=self.recipe.optim.minibatches)
+        ctx = SelectContext(
+            items=b.items,
+            correct=b.correct,
+            advantages=b.advantages.reshape(B, G, *b.advantages.shape[1:]),
+            scores=scores,
+            kinds=b.group_kinds(),
+            tokens=group_tokens(b.ro.completion_mask, G),
+            n_params=sum(p.numel() for p in self.engine.model.parameters()),
+            minibatches=self.recipe.optim.minibatches,
+        )
         keep, metrics = self.selector.select(ctx)
         b.metrics.update(metrics)
         return keep_groups(b, keep.nonzero().squeeze(-1).tolist(), G)
@@ -163,4 +200,6 @@ def _failed(res, n: int) -> torch.Tensor:  # -> (n,) bool
 
 
 def _values(res, n: int) -> torch.Tensor:  # -> (n,) float: a reward's own values, NaN where it declined or failed
-    return torch.tensor([float("nan") if v is None else float(v) for v in res.values]).masked_fill(_failed(res, n), float("nan"))
+    return torch.tensor([float("nan") if v is None else float(v) for v in res.values]).masked_fill(
+        _failed(res, n), float("nan")
+    )

@@ -7,6 +7,7 @@ LoRA the adapter weights alone, as peft's ``adapter_model.safetensors``), the
 optimiser and scheduler, every RNG state and the trainer's own counters (step, task position), and
 the parts' own modules (a critic: ``modules/<part>.<name>.safetensors``, float32 as trained).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,9 +62,18 @@ def atomic_write_text(path: Path, text: str) -> Path:
     return atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
 
 
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict[str, Any],
-                    keep_last: int = 2, weights: dict[str, torch.Tensor] | None = None,
-                    optimizer_state: dict[str, Any] | None = None, modules: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model,
+    optimizer,
+    scheduler,
+    state: dict[str, Any],
+    keep_last: int = 2,
+    weights: dict[str, torch.Tensor] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
+    modules: dict[str, Any] | None = None,
+) -> Path:
     """``weights`` / ``optimizer_state``: what to write instead of the model's and the optimiser's own
     state dicts (a sharded model's, gathered whole: :mod:`reasonrl.dist.fsdp`); ``modules``: the parts'
     own modules (``modules/<key>.<name>.safetensors``)."""
@@ -75,8 +85,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     model.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
     save_modules(tmp / "modules", modules or {})
     optimizer_state = optimizer.state_dict() if optimizer_state is None else optimizer_state
-    torch.save({"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "state": state},
-               tmp / "trainer_state.pt")
+    torch.save(
+        {"optimizer": optimizer_state, "scheduler": scheduler.state_dict(), "state": state}, tmp / "trainer_state.pt"
+    )
     _fsync_dir(tmp)
     if final.exists():  # re-saving the same step (after a resume): replace it whole
         shutil.rmtree(final)
@@ -141,21 +152,27 @@ def _load_adapter(path: Path, model) -> None:
     from safetensors.torch import load_file
 
     if not hasattr(model, "peft_config"):
-        raise RuntimeError(f"checkpoint {path} holds LoRA adapters but the model has none: resume with the run's "
-                           "lora.* settings (config.yaml records them)")
+        raise RuntimeError(
+            f"checkpoint {path} holds LoRA adapters but the model has none: resume with the run's "
+            "lora.* settings (config.yaml records them)"
+        )
     for name in model.peft_config:
         folder = Path(path) if name == "default" else Path(path) / name
         if not (folder / "adapter_model.safetensors").exists():
-            raise RuntimeError(f"checkpoint {path} has no weights for the model's adapter {name!r} "
-                               f"(expected {folder / 'adapter_model.safetensors'})")
+            raise RuntimeError(
+                f"checkpoint {path} has no weights for the model's adapter {name!r} "
+                f"(expected {folder / 'adapter_model.safetensors'})"
+            )
         weights = load_file(str(folder / "adapter_model.safetensors"))
         result = set_peft_model_state_dict(model, weights, adapter_name=name)
         adapters = {k for k in model.state_dict() if "lora_" in k and f".{name}." in k}
         missing = {k for k in result.missing_keys if "lora_" in k and f".{name}." in k}
         if missing or result.unexpected_keys or len(weights) != len(adapters):
-            raise RuntimeError(f"checkpoint {path} does not match the model's adapter {name!r}: missing "
-                               f"{sorted(missing)}, unexpected {result.unexpected_keys}, {len(weights)} saved vs "
-                               f"{len(adapters)} in the model")
+            raise RuntimeError(
+                f"checkpoint {path} does not match the model's adapter {name!r}: missing "
+                f"{sorted(missing)}, unexpected {result.unexpected_keys}, {len(weights)} saved vs "
+                f"{len(adapters)} in the model"
+            )
 
 
 def save_modules(folder: Path, modules: dict[str, Any]) -> None:
@@ -177,10 +194,14 @@ def load_modules(folder: Path, modules: dict[str, Any]) -> None:
 
     saved = {p.name.removesuffix(".safetensors") for p in folder.glob("*.safetensors")} if folder.is_dir() else set()
     if saved != set(modules):
-        raise UserError(f"checkpoint {folder.parent} holds the part modules {sorted(saved)} but this run has "
-                        f"{sorted(modules)}: resume with the run's recipe")
+        raise UserError(
+            f"checkpoint {folder.parent} holds the part modules {sorted(saved)} but this run has "
+            f"{sorted(modules)}: resume with the run's recipe"
+        )
     for name, module in modules.items():
         missing, unexpected = load_model(module, str(folder / f"{name}.safetensors"), strict=False)
         if missing or unexpected:
-            raise UserError(f"checkpoint {folder.parent}: part module {name!r} does not match (missing {missing}, "
-                            f"unexpected {unexpected}); resume with the run's settings")
+            raise UserError(
+                f"checkpoint {folder.parent}: part module {name!r} does not match (missing {missing}, "
+                f"unexpected {unexpected}); resume with the run's settings"
+            )

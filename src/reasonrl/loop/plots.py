@@ -4,6 +4,7 @@ Figures are built with ``matplotlib.figure.Figure`` rather than ``pyplot`` so no
 global backend or opens a window: saving goes through the Agg canvas, which works headless and
 leaves the caller's matplotlib state (e.g. a notebook backend) alone.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ def _series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[fl
 
 def _not_logged(ax, title: str, keys: list[str]) -> None:
     ax.set_title(title)
-    ax.text(0.5, 0.5, f"{NOT_LOGGED}\n({', '.join(keys)})", ha="center", va="center",
-            transform=ax.transAxes, color="gray")
+    ax.text(
+        0.5, 0.5, f"{NOT_LOGGED}\n({', '.join(keys)})", ha="center", va="center", transform=ax.transAxes, color="gray"
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 
@@ -62,13 +64,15 @@ def _reward_panel(ax, records: list[dict[str, Any]]) -> None:
         return
     ax.plot(steps, means, label="reward/mean", marker="." if len(steps) < 30 else None)
     # The band only covers records that logged both mean and std, so the two lists stay aligned.
-    band = [(r["step"], float(r["reward/mean"]), float(r["reward/std"])) for r in records
-            if isinstance(r.get("reward/mean"), numbers.Real) and isinstance(r.get("reward/std"), numbers.Real)]
+    band = [
+        (r["step"], float(r["reward/mean"]), float(r["reward/std"]))
+        for r in records
+        if isinstance(r.get("reward/mean"), numbers.Real) and isinstance(r.get("reward/std"), numbers.Real)
+    ]
     band.sort(key=lambda b: b[0])
     if band:
         xs = [b[0] for b in band]
-        ax.fill_between(xs, [b[1] - b[2] for b in band], [b[1] + b[2] for b in band],
-                        alpha=0.2, label="± reward/std")
+        ax.fill_between(xs, [b[1] - b[2] for b in band], [b[1] + b[2] for b in band], alpha=0.2, label="± reward/std")
     ax.set_title("reward")
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
@@ -97,8 +101,7 @@ def _has_numeric(records: list[dict[str, Any]], key: str) -> bool:
     return any(isinstance(r.get(key), numbers.Real) and not math.isnan(float(r[key])) for r in records)
 
 
-def plot_curves(records: list[dict[str, Any]], out_png: Path,
-                eval_records: list[dict[str, Any]] | None = None) -> Path:
+def plot_curves(records: list[dict[str, Any]], out_png: Path, eval_records: list[dict[str, Any]] | None = None) -> Path:
     """Write a 5-panel PNG (reward, accuracy, completion length, KL, entropy) against step.
 
     A panel whose keys were never logged shows "not logged" instead of failing, so the same call

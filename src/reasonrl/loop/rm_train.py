@@ -10,6 +10,7 @@ on prompts never trained on; it is reported before and after training and writte
 ``rm_metrics.json`` beside the model. The output directory loads as a reward
 (:class:`reasonrl.models.reward_model.RMReward`, ``rewards.rm.model=DIR``).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,10 +63,11 @@ def new_reward_model(name: str | None, seed: int) -> HFRewardModel:
 def score_pairs(rm: HFRewardModel, pairs: list[dict], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(P,) chosen and (P,) rejected scores of ``pairs`` from one forward (grad when enabled)."""
     prompts = [p["prompt"] for p in pairs]
-    ids, mask = encode_pairs(rm.tok, prompts * 2, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs],
-                             max_length)
+    ids, mask = encode_pairs(
+        rm.tok, prompts * 2, [p["chosen"] for p in pairs] + [p["rejected"] for p in pairs], max_length
+    )
     scores = rm.forward(ids, mask)  # (2P,)
-    return scores[:len(pairs)], scores[len(pairs):]
+    return scores[: len(pairs)], scores[len(pairs) :]
 
 
 @torch.no_grad()
@@ -75,19 +77,22 @@ def pairwise_accuracy(rm: HFRewardModel, pairs: list[dict], max_length: int, bat
         return None
     right = 0
     for s in range(0, len(pairs), batch):
-        c, r = score_pairs(rm, pairs[s:s + batch], max_length)
+        c, r = score_pairs(rm, pairs[s : s + batch], max_length)
         right += int((c > r).sum())
     return right / len(pairs)
 
 
-def train_rm(pairs: list[dict[str, Any]], cfg: RMConfig, out: str | Path,
-             log: Callable[[dict], None] = lambda m: None) -> dict[str, Any]:
+def train_rm(
+    pairs: list[dict[str, Any]], cfg: RMConfig, out: str | Path, log: Callable[[dict], None] = lambda m: None
+) -> dict[str, Any]:
     """Train on ``pairs`` (:func:`reasonrl.data.preferences.read_pairs`), save the model to ``out``,
     return (and write as ``out/rm_metrics.json``) the held-out accuracies and the run's numbers."""
     train, held = split_pairs(pairs, cfg.eval_frac, cfg.seed)
     if not train:
-        raise UserError(f"all {len(pairs)} pairs fell in the held-out split (eval_frac={cfg.eval_frac}): give pairs "
-                        "of more prompts or a smaller --eval-frac")
+        raise UserError(
+            f"all {len(pairs)} pairs fell in the held-out split (eval_frac={cfg.eval_frac}): give pairs "
+            "of more prompts or a smaller --eval-frac"
+        )
     rm = new_reward_model(cfg.model, cfg.seed)
     before = pairwise_accuracy(rm, held, cfg.max_length)
     params = [p for p in rm.model.parameters() if p.requires_grad]
@@ -97,7 +102,7 @@ def train_rm(pairs: list[dict[str, Any]], cfg: RMConfig, out: str | Path,
     for step in range(1, cfg.steps + 1):
         if len(order) < cfg.batch_size:  # a fresh seeded permutation per pass over the training pairs
             order += rng.sample(range(len(train)), len(train))
-        batch, order = [train[i] for i in order[:cfg.batch_size]], order[cfg.batch_size:]
+        batch, order = [train[i] for i in order[: cfg.batch_size]], order[cfg.batch_size :]
         c, r = score_pairs(rm, batch, cfg.max_length)
         margin = torch.tensor([p["margin"] for p in batch], device=c.device) + cfg.margin
         loss, metrics = bt_loss(c, r, margin=margin, center_coef=cfg.center_coef)
@@ -109,10 +114,16 @@ def train_rm(pairs: list[dict[str, Any]], cfg: RMConfig, out: str | Path,
         recent = (recent + [metrics["rm/accuracy"]])[-50:]
         log({"step": step, **metrics})
     rm.model.eval()
-    result = {"pairs": len(pairs), "train_pairs": len(train), "heldout_pairs": len(held),
-              "heldout_accuracy_before": before, "heldout_accuracy": pairwise_accuracy(rm, held, cfg.max_length),
-              "train_accuracy_last50": sum(recent) / max(len(recent), 1), "seconds": time.perf_counter() - t0,
-              "config": asdict(cfg)}
+    result = {
+        "pairs": len(pairs),
+        "train_pairs": len(train),
+        "heldout_pairs": len(held),
+        "heldout_accuracy_before": before,
+        "heldout_accuracy": pairwise_accuracy(rm, held, cfg.max_length),
+        "train_accuracy_last50": sum(recent) / max(len(recent), 1),
+        "seconds": time.perf_counter() - t0,
+        "config": asdict(cfg),
+    }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rm.model.save_pretrained(out, safe_serialization=True)

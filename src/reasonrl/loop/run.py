@@ -17,6 +17,7 @@ wrong greedy completions of that evaluation, for ``reasonrl report``), ``curves.
 resumed process continued, how many steps it trained). Every small file is written atomically, so
 a kill at any moment after ``config.yaml`` exists leaves a run that ``--resume`` continues.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -61,21 +62,30 @@ def check_fresh(run_dir: Path, resume: bool) -> None:
         raise ExistingPathError(f"the run folder {run_dir} is a file; give a folder with --out")
     has_ckpt = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     if resume and not (run_dir / "config.yaml").exists():
-        raise MissingPathError(f"--resume: {run_dir} holds no run (no config.yaml); give the folder of an "
-                               "earlier run with --out, or drop --resume to start a new run there")
+        raise MissingPathError(
+            f"--resume: {run_dir} holds no run (no config.yaml); give the folder of an "
+            "earlier run with --out, or drop --resume to start a new run there"
+        )
     if not resume and has_ckpt:
         raise ExistingPathError(f"{run_dir} already holds checkpoints: pass --resume to continue it, or another --out")
 
 
-def _final_eval(trainer: Trainer, cfg: TrainConfig, on_progress: Callable[[int, int], None] = lambda done, total: None
-                ) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
+def _final_eval(
+    trainer: Trainer, cfg: TrainConfig, on_progress: Callable[[int, int], None] = lambda done, total: None
+) -> tuple[dict[str, Any] | None, list[dict], list[dict]]:
     """The before/after evaluation, through the trainer's engine (split over ranks or workers):
     its summary, its per-sample records and its per-problem rows. ``on_progress(done, total)`` counts the
     completions generated (problems x (1 greedy + final_eval_k samples)), for a progress bar with an ETA."""
     if cfg.final_eval_problems <= 0:
         return None, [], []
-    ev_cfg = EvalConfig(n_problems=cfg.final_eval_problems, samples_per_problem=cfg.final_eval_k, seed=cfg.eval_seed,
-                        max_new_tokens=trainer.budget, max_rows=cfg.max_rows, temperature=cfg.final_eval_temperature)
+    ev_cfg = EvalConfig(
+        n_problems=cfg.final_eval_problems,
+        samples_per_problem=cfg.final_eval_k,
+        seed=cfg.eval_seed,
+        max_new_tokens=trainer.budget,
+        max_rows=cfg.max_rows,
+        temperature=cfg.final_eval_temperature,
+    )
     total, done = cfg.final_eval_problems * (1 + cfg.final_eval_k), [0]
 
     def advance(n: int) -> None:
@@ -90,13 +100,29 @@ def prompt_reward_lines(step: int, batch) -> str:
     """One JSON line per first-round group of a step's batch: the prompt's key, its group's mean
     reward and accuracy (the per-prompt training reward of spec distill-and-data 12)."""
     first = batch.group_kinds() == 0  # (B,) rounds' added groups (corrections) are not the prompt as drawn
-    return "".join(json.dumps({"step": step, "key": item.key, "reward": float(batch.rewards[b].mean()),
-                               "accuracy": float(batch.correct[b].float().mean())}) + "\n"
-                   for b, item in enumerate(batch.items) if first[b])
+    return "".join(
+        json.dumps(
+            {
+                "step": step,
+                "key": item.key,
+                "reward": float(batch.rewards[b].mean()),
+                "accuracy": float(batch.correct[b].float().mean()),
+            }
+        )
+        + "\n"
+        for b, item in enumerate(batch.items)
+        if first[b]
+    )
 
 
-def _write_final(run_dir: Path, model, tok, summary: dict[str, Any], after_records: list[dict],
-                 weights: dict[str, torch.Tensor] | None = None) -> None:
+def _write_final(
+    run_dir: Path,
+    model,
+    tok,
+    summary: dict[str, Any],
+    after_records: list[dict],
+    weights: dict[str, torch.Tensor] | None = None,
+) -> None:
     """The end of a run folder: the model (``weights``: a sharded model's, gathered whole), the
     per-item results of the final eval, summary, curves."""
     save_model(model, tok, run_dir / "final", state_dict=weights)
@@ -124,8 +150,9 @@ def _on_batch(run_dir: Path, tracker, trainer: Trainer, step: int, b) -> None:
     rate, tok = trainer.cfg.log_completions, trainer.tok
     if rate and len(b.ro.texts):
         rows = chosen_rows(rate, len(b.ro.texts), trainer.cfg.seed, step)
-        tracker.log_completions(completion_rows(step, b, lambda ids: tok.decode(ids, skip_special_tokens=False), rows),
-                                step)
+        tracker.log_completions(
+            completion_rows(step, b, lambda ids: tok.decode(ids, skip_special_tokens=False), rows), step
+        )
 
 
 def _open_run_dir(run_dir: Path, resume: bool, config: dict[str, Any]) -> None:
@@ -152,8 +179,10 @@ def log_event(run_dir: Path, event: str, **fields: Any) -> None:
 def _start_message(trainer: Trainer, run_dir: Path, resume: bool) -> str:
     where = trainer.resumed_from
     if where is not None:
-        return (f"resumed from {where.relative_to(run_dir)} (step {trainer.step}): continuing at step "
-                f"{trainer.step + 1} of {trainer.cfg.steps}")
+        return (
+            f"resumed from {where.relative_to(run_dir)} (step {trainer.step}): continuing at step "
+            f"{trainer.step + 1} of {trainer.cfg.steps}"
+        )
     return "no checkpoint in the run folder yet: starting at step 1" if resume else "starting at step 1"
 
 
@@ -171,8 +200,10 @@ def prompt_note(report: dict[str, Any]) -> str:
     if "max_prompt_tokens" not in report:
         return f"prompts: {shape} ({report['why']}); no length limit"
     fate = "dropped" if report["overflow"] == "drop" else "cut from the left"
-    return (f"prompts: {shape} ({report['why']}); at most {report['max_prompt_tokens']} tokens each, longer ones "
-            f"{fate} (counted in summary.json)")
+    return (
+        f"prompts: {shape} ({report['why']}); at most {report['max_prompt_tokens']} tokens each, longer ones "
+        f"{fate} (counted in summary.json)"
+    )
 
 
 def with_rewards(recipe: Recipe, funcs: Sequence[Any], weights: Sequence[float] | None) -> Recipe:
@@ -184,8 +215,10 @@ def with_rewards(recipe: Recipe, funcs: Sequence[Any], weights: Sequence[float] 
         return recipe
     weights = [1.0] * (len(funcs) + 1) if weights is None else list(weights)
     if len(weights) != len(funcs) + 1:
-        raise UserError(f"reward_weights has {len(weights)} numbers for {len(funcs) + 1} rewards: the task's verifier "
-                        f"first, then one per reward function ({len(funcs)} given)")
+        raise UserError(
+            f"reward_weights has {len(weights)} numbers for {len(funcs) + 1} rewards: the task's verifier "
+            f"first, then one per reward function ({len(funcs)} given)"
+        )
     taken = {"correct", *(reward_name(fn) for fn, _ in recipe.extra_rewards)}  # the verifier logs as reward/correct/*
     added = []
     for fn, weight in zip(funcs, weights[1:]):
@@ -195,15 +228,23 @@ def with_rewards(recipe: Recipe, funcs: Sequence[Any], weights: Sequence[float] 
             term.name, k = f"{base}_{k}", k + 1
         taken.add(term.name)
         added.append((term, float(weight)))
-    return dataclasses.replace(recipe, task_reward_weight=recipe.task_reward_weight * float(weights[0]),
-                               extra_rewards=tuple(recipe.extra_rewards) + tuple(added))
+    return dataclasses.replace(
+        recipe,
+        task_reward_weight=recipe.task_reward_weight * float(weights[0]),
+        extra_rewards=tuple(recipe.extra_rewards) + tuple(added),
+    )
 
 
-def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
-              on_step: Callable[[dict], None] = lambda m: None,
-              on_phase: Callable[[str], None] = lambda s: None,
-              on_note: Callable[[str], None] = lambda s: None,
-              on_eval: Callable[[int, int], None] = lambda done, total: None) -> dict[str, Any]:
+def train_run(
+    cfg: TrainConfig,
+    recipe: Recipe,
+    *,
+    resume: bool = False,
+    on_step: Callable[[dict], None] = lambda m: None,
+    on_phase: Callable[[str], None] = lambda s: None,
+    on_note: Callable[[str], None] = lambda s: None,
+    on_eval: Callable[[int, int], None] = lambda done, total: None,
+) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) a training run; ``on_note`` receives one-off messages
     such as where a resumed run continues, ``on_eval(done, total)`` the before/after evaluations' progress
     (completions generated of all), after an ``on_phase`` naming which."""
@@ -215,8 +256,10 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
     group, device = init_group(resolve_device(cfg.device), cfg.dist.backend)
     if group.world > 1 and cfg.rollout.workers > 0:
         group.close()
-        raise UserError(f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
-                        "start its own Ray workers; use one of the two (data parallelism or rollout workers)")
+        raise UserError(
+            f"rollout.workers={cfg.rollout.workers} with {group.world} torchrun processes: each rank would "
+            "start its own Ray workers; use one of the two (data parallelism or rollout workers)"
+        )
     try:
         with requiring(cfg.sandbox.require):  # every model-written program of the run: at least this level
             return _train(cfg, recipe, task, group, device, resume, on_step, on_phase, on_note, on_eval)
@@ -224,7 +267,9 @@ def train_run(cfg: TrainConfig, recipe: Recipe, *, resume: bool = False,
         group.close()
 
 
-def _before(trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase, on_eval) -> dict[str, Any] | None:
+def _before(
+    trainer: Trainer, cfg: TrainConfig, run_dir: Path, group: Single, on_phase, on_eval
+) -> dict[str, Any] | None:
     """The starting model's evaluation: read from before.json when a previous process wrote it,
     else run (and written, with its per-problem rows, by rank 0)."""
     before_path = run_dir / "before.json"
@@ -244,13 +289,32 @@ def _announce(trainer: Trainer, run_dir: Path, resume: bool, group: Single, on_n
     message, cfg = _start_message(trainer, run_dir, resume), trainer.cfg
     on_note(message)
     on_note(prompt_note(prompt_report(trainer)))
-    log_event(run_dir, "start", message=message, first_step=trainer.step + 1, world=group.world,
-              items_drawn=trainer.batches.items_drawn, max_rows=cfg.max_rows, micro_batch_size=cfg.micro_batch_size,
-              resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name, **trainer.resume_info)
+    log_event(
+        run_dir,
+        "start",
+        message=message,
+        first_step=trainer.step + 1,
+        world=group.world,
+        items_drawn=trainer.batches.items_drawn,
+        max_rows=cfg.max_rows,
+        micro_batch_size=cfg.micro_batch_size,
+        resumed_from=None if trainer.resumed_from is None else trainer.resumed_from.name,
+        **trainer.resume_info,
+    )
 
 
-def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, resume: bool, on_step, on_phase,
-           on_note, on_eval) -> dict[str, Any]:
+def _train(
+    cfg: TrainConfig,
+    recipe: Recipe,
+    task,
+    group: Single,
+    device: str,
+    resume: bool,
+    on_step,
+    on_phase,
+    on_note,
+    on_eval,
+) -> dict[str, Any]:
     """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
     state, so it is all there is to write)."""
     main = group.is_main
@@ -269,8 +333,13 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
     if main:
         _announce(trainer, run_dir, resume, group, on_note)
     drawn_at_start = trainer.batches.items_drawn
-    tracker = make_tracker(cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start,
-                           completions=cfg.log_completions > 0) if main else None
+    tracker = (
+        make_tracker(
+            cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start, completions=cfg.log_completions > 0
+        )
+        if main
+        else None
+    )
     t0 = time.perf_counter()
 
     def log(m: dict) -> None:
@@ -289,17 +358,32 @@ def _train(cfg: TrainConfig, recipe: Recipe, task, group: Single, device: str, r
                 tracker.close()
         seconds = time.perf_counter() - t0
         on_phase("evaluating the trained model")
-        after, after_records, after_rows = _final_eval(trainer, cfg, on_eval)  # on the engine, so it closes after (issue 43)
+        after, after_records, after_rows = _final_eval(
+            trainer, cfg, on_eval
+        )  # on the engine, so it closes after (issue 43)
     finally:
         if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0), vLLM are stopped
             trainer.engine.close()
-    summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds,
-               "nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world,
-               "prompts": prompt_report(trainer)}
+    summary = {
+        "recipe": recipe.name,
+        "task": task.name,
+        "steps": trainer.step,
+        "train_seconds": seconds,
+        "nonfinite_total": trainer.nonfinite_total,
+        "before": before,
+        "after": after,
+        "world": group.world,
+        "prompts": prompt_report(trainer),
+    }
     weights = trainer.dist.full_weights(model)  # FSDP: gathered to rank 0 (every rank takes part); else None
     if main:
-        log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
-                  items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start)
+        log_event(
+            run_dir,
+            "trained",
+            last_step=trainer.step,
+            steps_this_process=trainer.steps_this_process,
+            items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start,
+        )
         _write_final(run_dir, model, tok, summary, after_records, weights)
         if after_rows:
             write_jsonl(after_rows, run_dir / "after.items.jsonl")

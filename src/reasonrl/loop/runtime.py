@@ -5,6 +5,7 @@ A part's state is a plain dict the part fills (CIPO's replay ratio, SU-01's buff
 cursor, VPD's beta), or, for the recipe's selector part, the object its ``build(seed)`` made (LZE's
 per-prompt energies, D2Evo's pool), saved through its ``state_dict`` / ``load_state_dict``.
 """
+
 from __future__ import annotations
 
 from typing import Any, TypeVar
@@ -57,8 +58,11 @@ class PartRuntime:
 
     def state_dict(self) -> dict[str, Any]:
         """Every part state worth keeping (empty dicts are not), by part key."""
-        return {k: v.state_dict() if hasattr(v, "state_dict") else v for k, v in self.states.items()
-                if v or hasattr(v, "state_dict")}
+        return {
+            k: v.state_dict() if hasattr(v, "state_dict") else v
+            for k, v in self.states.items()
+            if v or hasattr(v, "state_dict")
+        }
 
     def load_state_dict(self, saved: dict[str, Any], known: dict[str, str] | None) -> None:
         """Restore from a checkpoint: every saved key must be a part of this recipe, and a selector's
@@ -66,11 +70,15 @@ class PartRuntime:
         keys = {k for k, _ in self.recipe.hooked()}
         foreign = sorted(set(saved) - keys)
         if foreign:
-            raise UserError(f"the checkpoint holds the state of part(s) {foreign} that recipe {self.recipe.name!r} "
-                            f"does not have: resume with the run's recipe")
+            raise UserError(
+                f"the checkpoint holds the state of part(s) {foreign} that recipe {self.recipe.name!r} "
+                f"does not have: resume with the run's recipe"
+            )
         if self.selector_key is not None and self.selector_key not in saved:
-            raise UserError(f"the checkpoint has no state for the selector part {self.selector_key!r} of recipe "
-                            f"{self.recipe.name!r}: it was written by a run without it; resume with the run's recipe")
+            raise UserError(
+                f"the checkpoint has no state for the selector part {self.selector_key!r} of recipe "
+                f"{self.recipe.name!r}: it was written by a run without it; resume with the run's recipe"
+            )
         for key, value in saved.items():
             if key == self.selector_key:
                 self.states[key].load_state_dict(value, known)
@@ -82,8 +90,10 @@ class PartRuntime:
         checked against this run's pool, ``known``); returns what the resume restored beyond the step."""
         st = checkpoint_state
         if "parts" not in st and (st.get("rounds") or st.get("selector")):
-            raise UserError("the checkpoint was written before the part protocol (its part state is in 'rounds' / "
-                            "'selector'): this version cannot resume it exactly; start a new run")
+            raise UserError(
+                "the checkpoint was written before the part protocol (its part state is in 'rounds' / "
+                "'selector'): this version cannot resume it exactly; start a new run"
+            )
         self.load_state_dict(st.get("parts", {}), known)
         if self.selector_key is None:
             return {}

@@ -1,5 +1,6 @@
 """The optimiser-step schedule of the RL loop: the learning-rate factor, and how a batch's rows are
 split into minibatches (kept out of :mod:`reasonrl.loop.trainer` so that it stays small)."""
+
 from __future__ import annotations
 
 import math
@@ -60,12 +61,22 @@ def param_groups(policy_params: list, modules: dict[str, dict], optim) -> list[d
         for name, pm in mods.items():
             params = [p for p in pm.module.parameters() if p.requires_grad]
             if any(id(p) in seen for p in params):
-                raise ValueError(f"part module '{key}.{name}' shares parameters with the policy or another part "
-                                 "module: a module a part owns must hold its own parameters")
+                raise ValueError(
+                    f"part module '{key}.{name}' shares parameters with the policy or another part "
+                    "module: a module a part owns must hold its own parameters"
+                )
             seen.update(id(p) for p in params)
-            groups.append({"params": params, "name": f"{key}.{name}", "lr": pm.lr, "weight_decay": pm.weight_decay,
-                           "betas": pm.betas or (optim.beta1, optim.beta2),
-                           "max_grad_norm": pm.max_grad_norm or optim.max_grad_norm, "scheduled": pm.schedule})
+            groups.append(
+                {
+                    "params": params,
+                    "name": f"{key}.{name}",
+                    "lr": pm.lr,
+                    "weight_decay": pm.weight_decay,
+                    "betas": pm.betas or (optim.beta1, optim.beta2),
+                    "max_grad_norm": pm.max_grad_norm or optim.max_grad_norm,
+                    "scheduled": pm.schedule,
+                }
+            )
     return groups
 
 
@@ -91,7 +102,9 @@ def clip_groups(groups: list[dict]) -> dict[str, float] | None:
     return norms
 
 
-def make_optimizer(groups: list[dict], optim, total: int) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+def make_optimizer(
+    groups: list[dict], optim, total: int
+) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW over ``groups`` (:func:`param_groups`; the recipe's ``optim`` gives the defaults) and its
     LR schedule over ``total`` optimiser steps, applied to the groups that follow it."""
     opt = torch.optim.AdamW(groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), weight_decay=optim.weight_decay)

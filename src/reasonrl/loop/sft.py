@@ -4,6 +4,7 @@ The loss is next-token cross-entropy on the completion only (demonstration + EOS
 completion tokens. Periodic greedy evaluation can stop training as soon as held-out pass@1
 reaches ``until_pass``: that is how the shipped base is put in the RL learning zone (0.30-0.55).
 """
+
 from __future__ import annotations
 
 import time
@@ -17,7 +18,6 @@ from ..eval.runner import EvalConfig, evaluate_model
 from ..data.sft_rows import IGNORE, sft_batch  # noqa: F401 - re-exported
 from ..tasks import Item, Task
 from .schedule import lr_lambda
-
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,12 @@ def demo_nll(model, tokenizer, items: list[Item], batch_size: int = 256) -> list
     model.eval()
     device = next(model.parameters()).device
     for s in range(0, len(items), batch_size):
-        b = {k: v.to(device) for k, v in sft_batch(items[s:s + batch_size], tokenizer).items()}
+        b = {k: v.to(device) for k, v in sft_batch(items[s : s + batch_size], tokenizer).items()}
         logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], use_cache=False).logits[:, :-1]
         labels = b["labels"][:, 1:]  # (r, L-1): position p predicts token p+1
-        nll = torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), labels, ignore_index=IGNORE,
-                                                reduction="none")  # (r, L-1), 0 where ignored
+        nll = torch.nn.functional.cross_entropy(
+            logits.float().transpose(1, 2), labels, ignore_index=IGNORE, reduction="none"
+        )  # (r, L-1), 0 where ignored
         out += (nll.sum(-1) / (labels != IGNORE).sum(-1).clamp(min=1)).tolist()
     model.train(was_training)
     return out
@@ -107,13 +108,20 @@ def sft(model, tokenizer, task: Task, cfg: SFTConfig, log: Callable[[dict], None
         opt.step()
         sched.step()
         elapsed = time.perf_counter() - start
-        metrics = {"step": step + 1, "loss": loss.item(), "grad_norm": float(gnorm), "lr": sched.get_last_lr()[0],
-                   "seconds": elapsed}
+        metrics = {
+            "step": step + 1,
+            "loss": loss.item(),
+            "grad_norm": float(gnorm),
+            "lr": sched.get_last_lr()[0],
+            "seconds": elapsed,
+        }
         if ppl:  # the curriculum's position: this batch's mean perplexity under the starting model
-            metrics["curriculum/ppl"] = sum(ppl[step * cfg.batch_size:(step + 1) * cfg.batch_size]) / cfg.batch_size
+            metrics["curriculum/ppl"] = sum(ppl[step * cfg.batch_size : (step + 1) * cfg.batch_size]) / cfg.batch_size
         out_of_time = cfg.seconds is not None and elapsed >= cfg.seconds
         if cfg.eval_every and ((step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps or out_of_time):
-            last_eval, _ = evaluate_model(model, tokenizer, task, EvalConfig(n_problems=cfg.eval_problems, samples_per_problem=0, seed=cfg.seed))
+            last_eval, _ = evaluate_model(
+                model, tokenizer, task, EvalConfig(n_problems=cfg.eval_problems, samples_per_problem=0, seed=cfg.seed)
+            )
             metrics["eval/pass@1"] = last_eval["pass@1"]
         log(metrics)
         if out_of_time or (cfg.until_pass is not None and last_eval.get("pass@1", -1.0) >= cfg.until_pass):

@@ -1,6 +1,7 @@
 """One step's data: the pure operations on the :class:`~reasonrl.rollout.batch.Batch` of groups the
 batch maker builds and the trainer updates on (join a round's groups, keep some groups, step statistics, metric
 merging). No model, no method names."""
+
 from __future__ import annotations
 
 import math
@@ -23,17 +24,26 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
         raise RuntimeError("a round's groups joined a batch whose channels already hold per-row data")
     nan = lambda n: torch.full((n, G), float("nan"))  # noqa: E731
     ones = lambda n: torch.ones(n)  # noqa: E731
-    return Batch(items=b.items + list(g.items), ro=concat_rollouts([b.ro, g.ro], pad_id),
-                 rewards=torch.cat([b.rewards, g.rewards]), correct=torch.cat([b.correct, g.correct]),
-                 metrics={**b.metrics, **g.metrics}, parts=b.parts,
-                 reward_terms={k: torch.cat([v, torch.full((len(g.ro.texts),), float("nan"))])
-                               for k, v in b.reward_terms.items()},  # a round's rows: its own rewards only
-                 kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
-                 preset=torch.cat([nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]),
-                 weight=torch.cat([ones(R) if b.weight is None else b.weight,
-                                   ones(len(g.ro.texts)) if g.weight is None else g.weight]),
-                 # the selector's scores of the first groups; a round's groups have none (NaN)
-                 scores=None if b.scores is None else torch.cat([b.scores, torch.full((len(g.items),), float("nan"))]))
+    return Batch(
+        items=b.items + list(g.items),
+        ro=concat_rollouts([b.ro, g.ro], pad_id),
+        rewards=torch.cat([b.rewards, g.rewards]),
+        correct=torch.cat([b.correct, g.correct]),
+        metrics={**b.metrics, **g.metrics},
+        parts=b.parts,
+        reward_terms={
+            k: torch.cat([v, torch.full((len(g.ro.texts),), float("nan"))]) for k, v in b.reward_terms.items()
+        },  # a round's rows: its own rewards only
+        kinds=torch.cat([b.group_kinds(), torch.full((len(g.items),), kind, dtype=torch.long)]),
+        preset=torch.cat(
+            [nan(B) if b.preset is None else b.preset, nan(len(g.items)) if g.preset is None else g.preset]
+        ),
+        weight=torch.cat(
+            [ones(R) if b.weight is None else b.weight, ones(len(g.ro.texts)) if g.weight is None else g.weight]
+        ),
+        # the selector's scores of the first groups; a round's groups have none (NaN)
+        scores=None if b.scores is None else torch.cat([b.scores, torch.full((len(g.items),), float("nan"))]),
+    )
 
 
 def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> dict[str, float]:
@@ -42,12 +52,17 @@ def step_stats(rewards: torch.Tensor, correct: torch.Tensor, ro: Rollouts) -> di
     the policy's own tokens (an episode's observations and turn markers are not its: issue 41)."""
     lengths, mask = ro.policy_lengths.float(), policy_tokens(ro).float()
     ent = {} if ro.entropies is None else {"entropy/mean": float((ro.entropies * mask).sum() / mask.sum().clamp(min=1))}
-    return {**ent, "reward/mean": float(rewards.mean()),
-            "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
-            "accuracy": float(correct.mean()),
-            "frac_zero_var_groups": float((rewards.std(-1, unbiased=False) == 0).float().mean()),
-            "length/mean": float(lengths.mean()), "length/max": float(lengths.max()),
-            "truncation_rate": float(ro.truncated.float().mean()), "tokens/generated": float(lengths.sum())}
+    return {
+        **ent,
+        "reward/mean": float(rewards.mean()),
+        "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
+        "accuracy": float(correct.mean()),
+        "frac_zero_var_groups": float((rewards.std(-1, unbiased=False) == 0).float().mean()),
+        "length/mean": float(lengths.mean()),
+        "length/max": float(lengths.max()),
+        "truncation_rate": float(ro.truncated.float().mean()),
+        "tokens/generated": float(lengths.sum()),
+    }
 
 
 def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
@@ -55,19 +70,30 @@ def keep_groups(b: Batch, groups: list[int], G: int) -> Batch:
     rows = torch.tensor([g * G + j for g in groups for j in range(G)], dtype=torch.long)
     g = torch.tensor(groups, dtype=torch.long)
     pick = lambda x, idx: None if x is None else x[idx]  # noqa: E731
-    return Batch(items=[b.items[i] for i in groups], ro=select_rows(b.ro, rows.tolist()), rewards=b.rewards[g],
-                 correct=b.correct[g], advantages=pick(b.advantages, rows), loss_mask=pick(b.loss_mask, rows),
-                 ref_logp=pick(b.ref_logp, rows), metrics=b.metrics, kinds=pick(b.kinds, g), preset=pick(b.preset, g),
-                 weight=pick(b.weight, rows), scores=pick(b.scores, g),
-                 extra_labels=pick(b.extra_labels, rows), reward_terms={k: v[rows] for k, v in b.reward_terms.items()},
-                 # per-row channel data (teacher scores) cut with the rows; the rest as it is (FEST's pairs find
-                 # their anchor rows from the sliced loss mask when they train)
-                 parts={k: Channel(rows={n: v[rows] for n, v in c.rows.items()}, values=c.values)
-                        for k, c in b.parts.items()})
+    return Batch(
+        items=[b.items[i] for i in groups],
+        ro=select_rows(b.ro, rows.tolist()),
+        rewards=b.rewards[g],
+        correct=b.correct[g],
+        advantages=pick(b.advantages, rows),
+        loss_mask=pick(b.loss_mask, rows),
+        ref_logp=pick(b.ref_logp, rows),
+        metrics=b.metrics,
+        kinds=pick(b.kinds, g),
+        preset=pick(b.preset, g),
+        weight=pick(b.weight, rows),
+        scores=pick(b.scores, g),
+        extra_labels=pick(b.extra_labels, rows),
+        reward_terms={k: v[rows] for k, v in b.reward_terms.items()},
+        # per-row channel data (teacher scores) cut with the rows; the rest as it is (FEST's pairs find
+        # their anchor rows from the sliced loss mask when they train)
+        parts={k: Channel(rows={n: v[rows] for n, v in c.rows.items()}, values=c.values) for k, c in b.parts.items()},
+    )
 
 
-def merge_metrics(parts: list[tuple[float, dict[str, float]]],
-                  additive: Callable[[str], bool] = lambda key: False) -> dict[str, float]:
+def merge_metrics(
+    parts: list[tuple[float, dict[str, float]]], additive: Callable[[str], bool] = lambda key: False
+) -> dict[str, float]:
     """Combine weighted metric dicts: ``additive`` keys add up, keys with 'max' take the maximum,
     everything else is a weighted mean (keys in sorted order, so logs are stable across runs)."""
     out: dict[str, float] = {}
@@ -112,11 +138,24 @@ def completion_rows(step: int, b: Batch, decode: Callable[[list[int]], str], row
         g = r // G
         ids = b.ro.prompt_ids[r][b.ro.prompt_mask[r].bool()].tolist()
         terms = {name: None if math.isnan(v[r]) else float(v[r]) for name, v in b.reward_terms.items()}
-        out.append({"step": step, "group": g, "sample": r % G, "kind": int(kinds[g]), "key": b.items[g].key,
-                    "prompt": decode(ids), "completion": b.ro.texts[r], "answer": b.items[g].answer,
-                    "reward": float(b.rewards[g, r % G]), "rewards": terms, "correct": bool(b.correct[g, r % G]),
-                    "advantage": row_advantage(b, r), "length": int(b.ro.policy_lengths[r]),  # the policy's tokens
-                    "finish": b.ro.finish_reasons[r]})
+        out.append(
+            {
+                "step": step,
+                "group": g,
+                "sample": r % G,
+                "kind": int(kinds[g]),
+                "key": b.items[g].key,
+                "prompt": decode(ids),
+                "completion": b.ro.texts[r],
+                "answer": b.items[g].answer,
+                "reward": float(b.rewards[g, r % G]),
+                "rewards": terms,
+                "correct": bool(b.correct[g, r % G]),
+                "advantage": row_advantage(b, r),
+                "length": int(b.ro.policy_lengths[r]),  # the policy's tokens
+                "finish": b.ro.finish_reasons[r],
+            }
+        )
     return out
 
 
@@ -128,7 +167,7 @@ def row_advantage(b: Batch, r: int) -> float | None:
     adv = b.advantages[r]
     if adv.dim() == 0:
         return float(adv)
-    mask = b.loss_mask[r, :adv.shape[0]] if b.loss_mask is not None else b.ro.completion_mask[r, :adv.shape[0]]
+    mask = b.loss_mask[r, : adv.shape[0]] if b.loss_mask is not None else b.ro.completion_mask[r, : adv.shape[0]]
     if not mask.any():
-        mask = b.ro.completion_mask[r, :adv.shape[0]]
+        mask = b.ro.completion_mask[r, : adv.shape[0]]
     return float((adv * mask).sum() / mask.sum().clamp(min=1))

@@ -9,6 +9,7 @@ Non-finite floats are written with Python's default ``json.dumps`` behaviour (``
 ``-Infinity``). That is not strict JSON, but Python's ``json`` reads it back and, unlike ``null``, it
 keeps "the loss diverged" distinguishable from "the metric was not logged".
 """
+
 from __future__ import annotations
 
 import difflib
@@ -57,16 +58,22 @@ def tracking_problems(value: Any) -> list[str]:
     optional package that is not installed. The run's checks (:mod:`reasonrl.config.validate`) call this
     before anything loads, so a typo fails in a second, not after the model and the first evaluation."""
     if not isinstance(value, (str, list, tuple)) or not all(isinstance(k, str) for k in tracking_kinds(value)):
-        return [f"config key 'tracking' must be a sink name or a list of them ({', '.join(VALID_KINDS)}), got {value!r}"]
+        return [
+            f"config key 'tracking' must be a sink name or a list of them ({', '.join(VALID_KINDS)}), got {value!r}"
+        ]
     out = []
     for kind in dict.fromkeys(tracking_kinds(value)):
         if kind not in VALID_KINDS:
             near = difflib.get_close_matches(kind, VALID_KINDS, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            out.append(f"config key 'tracking' names the unknown sink {kind!r}{hint}; valid sinks: {', '.join(VALID_KINDS)}")
+            out.append(
+                f"config key 'tracking' names the unknown sink {kind!r}{hint}; valid sinks: {', '.join(VALID_KINDS)}"
+            )
         elif kind in _PACKAGE_FOR_KIND and importlib.util.find_spec(_PACKAGE_FOR_KIND[kind]) is None:
-            out.append(f"config key 'tracking' asks for {kind!r}, whose package {_PACKAGE_FOR_KIND[kind]!r} is not "
-                       f"installed: pip install {_PACKAGE_FOR_KIND[kind]} (or drop {kind} from tracking)")
+            out.append(
+                f"config key 'tracking' asks for {kind!r}, whose package {_PACKAGE_FOR_KIND[kind]!r} is not "
+                f"installed: pip install {_PACKAGE_FOR_KIND[kind]} (or drop {kind} from tracking)"
+            )
     return out
 
 
@@ -232,8 +239,14 @@ class WandbSink:
             run_id = secrets.token_hex(4)  # 8 characters of [0-9a-f], as wandb's own ids
             id_path.write_text(run_id + "\n", encoding="utf-8")
         self.run_id = run_id
-        self._run = wandb.init(project=PROJECT, name=run_name, config=config, dir=str(run_dir), id=run_id,
-                               resume="allow" if resume_from_step is not None else None)
+        self._run = wandb.init(
+            project=PROJECT,
+            name=run_name,
+            config=config,
+            dir=str(run_dir),
+            id=run_id,
+            resume="allow" if resume_from_step is not None else None,
+        )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._run.log(numeric_only(metrics), step=step)
@@ -249,8 +262,9 @@ class TrackioSink:
         _require_package("trackio")
         self._trackio = importlib.import_module("trackio")
         # trackio names its runs: a resumed training run continues the run of its folder's name
-        self._trackio.init(project=PROJECT, name=run_name, config=config,
-                           resume="allow" if resume_from_step is not None else "never")
+        self._trackio.init(
+            project=PROJECT, name=run_name, config=config, resume="allow" if resume_from_step is not None else "never"
+        )
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._trackio.log(numeric_only(metrics), step=step)
@@ -344,8 +358,7 @@ def make_tracker(
     return Tracker(sinks, metrics_path, done)
 
 
-def _open_sink(kind: str, run_dir: Path, config: dict[str, Any], run_name: str,
-               resume_from_step: int | None) -> Sink:
+def _open_sink(kind: str, run_dir: Path, config: dict[str, Any], run_name: str, resume_from_step: int | None) -> Sink:
     if kind == "jsonl":
         return JsonlSink(run_dir / METRICS_FILE, resume_from_step)
     if kind == "tensorboard":

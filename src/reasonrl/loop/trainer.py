@@ -8,6 +8,7 @@ so the LR schedule spans ``steps * mu * minibatches`` optimiser steps either way
 is normalised by the *global* token / sequence count of its minibatch, so micro-batching changes
 memory use and nothing else.
 """
+
 from __future__ import annotations
 
 import time
@@ -36,8 +37,10 @@ from ..tasks import Task
 from ..tasks.limits import prepare_prompts
 from ..tasks.base import stable_seed
 
-ZERO_LOSS_HINT = ("loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
-                  "so the surrogate's value is ~0 while its gradient is not.")
+ZERO_LOSS_HINT = (
+    "loss/policy ~ 0 is expected with mu=1 and no KL: the ratio is 1 and advantages are centred, "
+    "so the surrogate's value is ~0 while its gradient is not."
+)
 
 
 class NonFiniteError(RuntimeError):
@@ -46,8 +49,17 @@ class NonFiniteError(RuntimeError):
 
 class Trainer(UpdateSteps):
     # the update (update, _optimizer_step, _micro_loss, _rows_with_gradient) is the mixin's: loop/update.py
-    def __init__(self, model, tokenizer, task: Task, recipe: Recipe, cfg: TrainConfig, run_dir: Path,
-                 log: Callable[[dict], None] = lambda m: None, group: Single = Single()):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: Task,
+        recipe: Recipe,
+        cfg: TrainConfig,
+        run_dir: Path,
+        log: Callable[[dict], None] = lambda m: None,
+        group: Single = Single(),
+    ):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
         for _, setup in recipe.calls("setup_model"):  # parts that add trainable modules (a second adapter) first
             model = setup(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer))
@@ -56,7 +68,9 @@ class Trainer(UpdateSteps):
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
         budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)
         # prompts as the model sees them (prompt.*: the chat template or plain text), only those that fit its context
-        self.formatter, task = prepare_prompts(task, tokenizer, model, cfg.prompt, budget, cfg.model or "the shipped base")
+        self.formatter, task = prepare_prompts(
+            task, tokenizer, model, cfg.prompt, budget, cfg.model or "the shipped base"
+        )
         cfg = resolve_rows(cfg, model, tokenizer, task, needs_reference="reference" in recipe.needs, new_tokens=budget)
         self.engine = make_engine(model, tokenizer, cfg)  # in-process, or Ray rollout workers (rollout.workers)
         if hasattr(self.engine, "formatter"):  # in-process: items' prompts (beam, steering) rendered as the run's
@@ -69,8 +83,10 @@ class Trainer(UpdateSteps):
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log, o = Path(run_dir), log, recipe.optim
         # the parts' own trainable modules (a critic): their own parameter groups, clips and checkpoint files
-        self.modules = {key: dict(make(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer)))
-                        for key, make in recipe.calls("setup_modules")}
+        self.modules = {
+            key: dict(make(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer)))
+            for key, make in recipe.calls("setup_modules")
+        }
         # the policy's trainable parameters (FSDP: this rank's shards), then each part module's group
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.opt, self.sched = make_optimizer(param_groups(self.dist.trainable, self.modules, o), o, total)
@@ -85,8 +101,17 @@ class Trainer(UpdateSteps):
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
         self.budget = budget  # max new tokens per completion (the limit prompts were held to above)
         self.correction = EngineCorrection.of(cfg.rollout)  # issue 43: vLLM's rollouts weighted to the trainer's policy
-        self.batches = BatchMaker(task, recipe, self.engine, self.budget, cfg.seed, self.ref,
-                                  cfg.micro_batch_size, pool=cfg.data.pool, formatter=self.formatter)
+        self.batches = BatchMaker(
+            task,
+            recipe,
+            self.engine,
+            self.budget,
+            cfg.seed,
+            self.ref,
+            cfg.micro_batch_size,
+            pool=cfg.data.pool,
+            formatter=self.formatter,
+        )
         self.batches.owns = group.owns  # reference log-probs of this rank's groups only
         self.batches.parts.modules = self.modules
         self.step, self.nonfinite_total, self.nonfinite_streak = 0, 0, 0
@@ -99,18 +124,34 @@ class Trainer(UpdateSteps):
 
     # ---------------------------------------------------------------- state
     def state(self) -> dict[str, Any]:
-        return {"step": self.step, "items_drawn": self.batches.items_drawn, "nonfinite_total": self.nonfinite_total,
-                "nonfinite_streak": self.nonfinite_streak, "rng": rng_state(self.sampler), "stage": self.stage,
-                "loss_rng": self.loss_rng.get_state(), "short_batches": self.batches.short_batches,
-                "parts": self.batches.parts.state_dict()}  # each part's state (buffers, pools, ratings, selector)
+        return {
+            "step": self.step,
+            "items_drawn": self.batches.items_drawn,
+            "nonfinite_total": self.nonfinite_total,
+            "nonfinite_streak": self.nonfinite_streak,
+            "rng": rng_state(self.sampler),
+            "stage": self.stage,
+            "loss_rng": self.loss_rng.get_state(),
+            "short_batches": self.batches.short_batches,
+            "parts": self.batches.parts.state_dict(),
+        }  # each part's state (buffers, pools, ratings, selector)
 
     def save(self) -> Path:
         """Rank 0 writes (the ranks hold the same state, FSDP's gathered whole); every rank gets the path."""
         path, (weights, optim) = None, self.dist.full_state(self.model, self.opt)  # every rank takes part
         if self.group.is_main:
-            path = save_checkpoint(self.run_dir, self.step, self.model, self.opt, self.sched, self.state(),
-                                   self.cfg.keep_last, weights=weights, optimizer_state=optim,
-                                   modules=self.batches.parts.named_modules())
+            path = save_checkpoint(
+                self.run_dir,
+                self.step,
+                self.model,
+                self.opt,
+                self.sched,
+                self.state(),
+                self.cfg.keep_last,
+                weights=weights,
+                optimizer_state=optim,
+                modules=self.batches.parts.named_modules(),
+            )
         return self.group.broadcast(path)
 
     def resume(self) -> int | None:
@@ -118,10 +159,18 @@ class Trainer(UpdateSteps):
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return None
-        st = self.dist.load_checkpoint(path, self.model, self.opt, self.sched, modules=self.batches.parts.named_modules())
+        st = self.dist.load_checkpoint(
+            path, self.model, self.opt, self.sched, modules=self.batches.parts.named_modules()
+        )
         if self.ref is not None and self.ref.has_weights:  # the run's *initial* model, saved beside the checkpoints
-            self.ref.frozen.load_state_dict(torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True))
-        self.step, self.nonfinite_total, self.nonfinite_streak = st["step"], st["nonfinite_total"], st["nonfinite_streak"]
+            self.ref.frozen.load_state_dict(
+                torch.load(self.run_dir / "checkpoints" / "reference.pt", weights_only=True)
+            )
+        self.step, self.nonfinite_total, self.nonfinite_streak = (
+            st["step"],
+            st["nonfinite_total"],
+            st["nonfinite_streak"],
+        )
         self.batches.seek(st["items_drawn"])  # the task position
         self.stage = st.get("stage")  # a stage's buffer resumes where it stopped
         self.batches.short_batches = st.get("short_batches", 0)  # the cumulative short-batch count continues
@@ -154,8 +203,11 @@ class Trainer(UpdateSteps):
         per_epoch, per_step = st["steps"] * M, len(orders) * M
         js = range(st["pos"] * per_step, (st["pos"] + 1) * per_step)
         minibatches = [group_rows(split_even(orders[j // per_epoch], per_epoch)[j % per_epoch], G) for j in js]
-        info = {"stage/staleness": (js[0] + js[-1]) / 2, "stage/staleness_max": float(js[-1]),
-                "stage/fresh": float(st["pos"] == 0)}  # staleness: policy versions since the stage's generation
+        info = {
+            "stage/staleness": (js[0] + js[-1]) / 2,
+            "stage/staleness_max": float(js[-1]),
+            "stage/fresh": float(st["pos"] == 0),
+        }  # staleness: policy versions since the stage's generation
         st["pos"] += 1
         return st["batch"], minibatches, info
 
@@ -163,8 +215,10 @@ class Trainer(UpdateSteps):
         """Generate a stage's buffer with the current (frozen) policy and draw its epochs' orders."""
         steps = min(per_stage, self.cfg.steps - self.step)  # the last stage may be shorter
         batch = self.batches.make(self.cfg.prompts_per_step * steps)
-        orders = [torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
-                  for _ in range(self.recipe.optim.mu)]
+        orders = [
+            torch.randperm(len(batch.items), generator=self.sampler, device=self.sampler.device).cpu()
+            for _ in range(self.recipe.optim.mu)
+        ]
         return {"batch": batch, "order": torch.stack(orders), "pos": 0, "steps": steps}
 
     def train_step(self) -> dict[str, float]:
@@ -184,18 +238,32 @@ class Trainer(UpdateSteps):
         metrics, rows = batch.metrics, None
         if minibatches is not None:  # the stats of the groups this step trains on; the buffer's own once, when fresh
             G = self.recipe.group_size
-            groups = torch.tensor(list(dict.fromkeys(g for mb in minibatches for g in (mb[::G] // G).tolist())),
-                                  dtype=torch.long)  # each once, in first-trained order
+            groups = torch.tensor(
+                list(dict.fromkeys(g for mb in minibatches for g in (mb[::G] // G).tolist())), dtype=torch.long
+            )  # each once, in first-trained order
             rows = group_rows(groups, G)
-            share = step_stats(batch.rewards[groups], batch.correct[groups], select_rows(batch.ro, rows.tolist())) \
-                if len(groups) else {}
+            share = (
+                step_stats(batch.rewards[groups], batch.correct[groups], select_rows(batch.ro, rows.tolist()))
+                if len(groups)
+                else {}
+            )
             metrics = {**(batch.metrics if stage_info["stage/fresh"] else {}), **share}
         tokens = float(batch.ro.lengths.sum()) if rows is None else float(batch.ro.lengths[rows].sum())
-        m = {"step": self.step, **metrics, **stage_info, **upd, "lr": self.sched.get_last_lr()[0],
-             "time/generate": gen_s, "time/score": t1 - t0 - gen_s, "time/update": t2 - t1,
-             "time/comm": self.group.seconds - comm0,  # in collectives (gathers, the gradient sum): 0 in one process
-             "tokens_per_s/generate": float(batch.metrics.get("tokens/generated", 0.0)) / max(gen_s, 1e-9) if gen_s else 0.0,
-             "tokens_per_s/step": tokens / max(t2 - t0, 1e-9)}
+        m = {
+            "step": self.step,
+            **metrics,
+            **stage_info,
+            **upd,
+            "lr": self.sched.get_last_lr()[0],
+            "time/generate": gen_s,
+            "time/score": t1 - t0 - gen_s,
+            "time/update": t2 - t1,
+            "time/comm": self.group.seconds - comm0,  # in collectives (gathers, the gradient sum): 0 in one process
+            "tokens_per_s/generate": float(batch.metrics.get("tokens/generated", 0.0)) / max(gen_s, 1e-9)
+            if gen_s
+            else 0.0,
+            "tokens_per_s/step": tokens / max(t2 - t0, 1e-9),
+        }
         self._guard_nonfinite(upd.get("nonfinite", 0.0))
         m["nonfinite_total"] = self.nonfinite_total
         return m
@@ -204,8 +272,13 @@ class Trainer(UpdateSteps):
         """The parts' ``after_step`` hooks (EMA copies, population updates), after the optimiser steps."""
         out: dict[str, float] = {}
         for key, hook in self.recipe.calls("after_step"):
-            ctx = UpdateContext(model=self.model, optimizer=self.opt, step=self.step + 1, seed=self.cfg.seed,
-                                state=self.batches.parts.state(key))
+            ctx = UpdateContext(
+                model=self.model,
+                optimizer=self.opt,
+                step=self.step + 1,
+                seed=self.cfg.seed,
+                state=self.batches.parts.state(key),
+            )
             out.update(hook_result(key, "after_step", hook(self.batches.parts.grant(key, ctx)))[1])
         return out
 
@@ -219,13 +292,17 @@ class Trainer(UpdateSteps):
             path = self.save()
             raise NonFiniteError(
                 f"{self.nonfinite_streak} steps in a row had a NaN/inf loss or gradient (last at step {self.step}); "
-                f"stopped. State saved to {path}. Lower optim.lr, check the rewards, or raise max_nonfinite.")
+                f"stopped. State saved to {path}. Lower optim.lr, check the rewards, or raise max_nonfinite."
+            )
 
     def train(self) -> None:
-        if self.step == 0 and self.ref is not None and self.ref.has_weights and self.group.is_main:  # LoRA: the base itself
+        if (
+            self.step == 0 and self.ref is not None and self.ref.has_weights and self.group.is_main
+        ):  # LoRA: the base itself
             (self.run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-            atomic_write(self.run_dir / "checkpoints" / "reference.pt",
-                         lambda tmp: torch.save(self.ref.frozen.state_dict(), tmp))
+            atomic_write(
+                self.run_dir / "checkpoints" / "reference.pt", lambda tmp: torch.save(self.ref.frozen.state_dict(), tmp)
+            )
         while self.step < self.cfg.steps:
             drawn = self.batches.items_drawn
             try:
@@ -233,10 +310,18 @@ class Trainer(UpdateSteps):
             except WorkerError as err:
                 raise self._stop_on_worker_error(err, drawn) from err
             if self.cfg.eval_every and (self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps):
-                ev, _ = evaluate(self.engine, self.task,  # the trainer's engine: split over ranks or workers
-                                 EvalConfig(n_problems=self.cfg.eval_problems, samples_per_problem=0, seed=self.cfg.eval_seed,
-                                            max_new_tokens=self.budget, max_rows=self.cfg.max_rows),
-                                 formatter=self.formatter)
+                ev, _ = evaluate(
+                    self.engine,
+                    self.task,  # the trainer's engine: split over ranks or workers
+                    EvalConfig(
+                        n_problems=self.cfg.eval_problems,
+                        samples_per_problem=0,
+                        seed=self.cfg.eval_seed,
+                        max_new_tokens=self.budget,
+                        max_rows=self.cfg.max_rows,
+                    ),
+                    formatter=self.formatter,
+                )
                 m["eval/pass@1"] = ev["pass@1"]
             self.log(m)
             if self.cfg.save_every and (self.step % self.cfg.save_every == 0 or self.step == self.cfg.steps):
@@ -275,5 +360,7 @@ class Trainer(UpdateSteps):
         """Save the state after the last finished step (the task position as it was) and say so."""
         self.batches.seek(drawn)
         path = self.save()
-        return WorkerError(f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
-                           "(or set rollout.workers=0) and continue the run with --resume.")
+        return WorkerError(
+            f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
+            "(or set rollout.workers=0) and continue the run with --resume."
+        )

@@ -6,6 +6,7 @@ Apart from loop/trainer.py (set-up, state, the step loop) to keep each module un
 the trainer's attributes (model, tok, recipe, cfg, opt, sched, params, dist, group, batches, correction,
 sampler, loss_rng, budget, step, formatter, ref, optimizer_steps, total_optimizer_steps, _push_weights).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,13 +22,13 @@ from .stepdata import Batch, additive_metric, merge_metrics
 
 
 class UpdateSteps:
-
     def _micro_loss(self, b: Batch, rows: torch.Tensor, n_tokens: float, n_seqs: int, draws=None):
         ro, r = b.ro, self.recipe
         extra = None if b.extra_labels is None else b.extra_labels[rows]  # a part's second label set (TGPO)
         hidden = "hidden" in r.needs  # a part reads the policy's last hidden states (a value head)
-        logp, ent, *more = score_rows(self.model, ro, rows, temperature=r.sampling.temperature or 1.0,
-                                      extra_labels=extra, hidden=hidden)  # (n, T) each, T without padding columns
+        logp, ent, *more = score_rows(
+            self.model, ro, rows, temperature=r.sampling.temperature or 1.0, extra_labels=extra, hidden=hidden
+        )  # (n, T) each, T without padding columns
         c_len = logp.shape[1]
         dev = logp.device  # rollouts live on the CPU; the loss is computed where the model is
         mask = b.loss_mask[rows, :c_len].to(dev, logp.dtype)
@@ -38,24 +39,45 @@ class UpdateSteps:
         agg = {**loss_agg(r.loss, self.budget), "n_tokens": n_tokens, "n_seqs": n_seqs}
         if b.ref_logp is not None:
             mine = {k: v[rows.to(v.device), :c_len] for k, v in (draws or {}).items()}  # this micro-batch's noise
-            kl, m = kl_term(logp, b.ref_logp[rows, :c_len].to(dev), mask, r.kl, entropy=ent.detach(),
-                            step=self.optimizer_steps, max_steps=self.total_optimizer_steps, draws=mine, **agg)
+            kl, m = kl_term(
+                logp,
+                b.ref_logp[rows, :c_len].to(dev),
+                mask,
+                r.kl,
+                entropy=ent.detach(),
+                step=self.optimizer_steps,
+                max_steps=self.total_optimizer_steps,
+                draws=mine,
+                **agg,
+            )
             loss, metrics = loss + kl, {**metrics, **m}
         if r.entropy_coef:
             eb, m = entropy_term(ent, mask, r.entropy_coef, **agg)
             loss, metrics = loss + eb, {**metrics, **m}
         parts = self.batches.parts
         for key, term in r.calls("loss_term"):  # auxiliary terms; teacher terms score rows under other prompts
-            ctx = LossContext(logp=logp, mask=mask, rows=rows, batch=b, model=self.model, tok=self.tok,
-                              temperature=r.sampling.temperature or 1.0, extra_logp=more[0] if extra is not None else None,
-                              train_step=self.step + 1, **agg, data=b.channel(key),  # train_step: the step being trained
-                              state=parts.state(key), kind=parts.kind_of(key), formatter=self.formatter,
-                              reference=None if self.ref is None else self.ref.scoring,
-                              modules=parts.modules_of(key), hidden=more[-1] if hidden else None)
+            ctx = LossContext(
+                logp=logp,
+                mask=mask,
+                rows=rows,
+                batch=b,
+                model=self.model,
+                tok=self.tok,
+                temperature=r.sampling.temperature or 1.0,
+                extra_logp=more[0] if extra is not None else None,
+                train_step=self.step + 1,
+                **agg,
+                data=b.channel(key),  # train_step: the step being trained
+                state=parts.state(key),
+                kind=parts.kind_of(key),
+                formatter=self.formatter,
+                reference=None if self.ref is None else self.ref.scoring,
+                modules=parts.modules_of(key),
+                hidden=more[-1] if hidden else None,
+            )
             a, m = hook_result(key, "loss_term", term(parts.grant(key, ctx)))
             loss, metrics = loss + a, {**metrics, **m}
         return loss, {**metrics, **m_engine}
-
 
     def _optimizer_step(self, b: Batch, rows: torch.Tensor) -> dict[str, float]:
         """Accumulate micro-batch gradients over ``rows`` and take one (guarded) optimiser step."""
@@ -65,7 +87,9 @@ class UpdateSteps:
         self.opt.zero_grad(set_to_none=True)
         total, parts = 0.0, []
         every = self._rows_with_gradient(b, rows)
-        live = every[self.group.owns(every // self.recipe.group_size)]  # this rank's groups (all of them in one process)
+        live = every[
+            self.group.owns(every // self.recipe.group_size)
+        ]  # this rank's groups (all of them in one process)
         # micro-batches of similar lengths pad less; the global normalisers keep the sum exact
         live = live[torch.argsort(b.ro.completion_mask[live].sum(-1), stable=True)]
         # a stochastic loss term's noise, drawn once for the whole batch: the micro-batch split cannot change it
@@ -90,8 +114,21 @@ class UpdateSteps:
         finite = norms is not None
         if not parts:  # no row to train on: the loss's own metrics for an empty batch, so every step logs them
             z = torch.zeros(0, 1)
-            parts = [(1.0, policy_term(self.recipe.loss, z, z, torch.zeros(0), z, n_tokens=n_tokens, n_seqs=n_seqs,
-                                       norm_len=self.budget)[1])]
+            parts = [
+                (
+                    1.0,
+                    policy_term(
+                        self.recipe.loss,
+                        z,
+                        z,
+                        torch.zeros(0),
+                        z,
+                        n_tokens=n_tokens,
+                        n_seqs=n_seqs,
+                        norm_len=self.budget,
+                    )[1],
+                )
+            ]
         out = merge_metrics(parts, additive=additive_metric)
         out["loss/total"] = total
         out["update/rows_skipped_frac"] = 1.0 - n_live / max(len(rows), 1)
@@ -103,7 +140,6 @@ class UpdateSteps:
         out["nonfinite"] = 0.0 if finite else 1.0
         self.sched.step()
         return out
-
 
     def _rows_with_gradient(self, b: Batch, rows: torch.Tensor) -> torch.Tensor:
         """Rows whose loss can have a gradient. With only the policy loss (no KL, entropy or
@@ -117,7 +153,6 @@ class UpdateSteps:
         adv = b.advantages[rows]
         nonzero = adv != 0 if adv.dim() == 1 else (adv != 0).any(-1)
         return rows[nonzero]
-
 
     def update(self, b: Batch, minibatches: list[torch.Tensor] | None = None) -> dict[str, float]:
         """Optimiser steps over ``b``: ``mu`` passes of ``minibatches`` random minibatches, or the given

@@ -10,6 +10,7 @@ default template of the recipe part that uses it, so the contexts the model lear
 the recipes show it. The target is always the task's own demonstration (for a redirect, the part
 after the kept prefix).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,5 +76,6 @@ def with_context(task: Any, item: Item, kind: str, rng: random.Random) -> Item:
     prefix, cut = g.prefix_before_step(task, wrong, crit.first_error)
     if demo[:cut] != prefix:  # the corruption lies at or after the first error, so the kept steps are right
         raise AssertionError(f"kept prefix {prefix!r} is not a prefix of the demonstration {demo!r}")
-    return dataclasses.replace(item, prompt=x + Redirect().template.format(critique=crit.text) + prefix,
-                               demo=demo[cut:])
+    return dataclasses.replace(
+        item, prompt=x + Redirect().template.format(critique=crit.text) + prefix, demo=demo[cut:]
+    )

@@ -3,6 +3,7 @@ reference policy, SAGE's shaped-anchor KL, the entropy bonus, token divergences 
 CorR-PO's entropy/gradient correlation (a reward regulariser), and the self-teacher token weights of
 SSOPD / EGRSD. Every loss returns ``(loss, metrics)``.
 """
+
 from __future__ import annotations
 
 from .aggregate import AGG_MODES, aggregate, masked_mean

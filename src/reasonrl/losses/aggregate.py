@@ -16,6 +16,7 @@ the whole optimiser batch makes the micro-batch aggregates add up exactly to the
 aggregate: gradient accumulation over 4 micro-batches of 1 equals one batch of 4 (the invariant
 TRL tests; verl and SkyRL normalise by the global token count for the same reason).
 """
+
 from __future__ import annotations
 
 from typing import Union
@@ -36,8 +37,10 @@ def check_agg(agg: str, norm_len: Count | None = None) -> None:
         raise ValueError(f"unknown aggregation {agg!r}; valid values: {', '.join(AGG_MODES)}")
     if agg == "seq-mean-token-sum-norm":
         if norm_len is None:
-            raise ValueError("agg='seq-mean-token-sum-norm' (Dr. GRPO) needs norm_len, "
-                             "the constant length to divide by (e.g. the max completion length)")
+            raise ValueError(
+                "agg='seq-mean-token-sum-norm' (Dr. GRPO) needs norm_len, "
+                "the constant length to divide by (e.g. the max completion length)"
+            )
         if float(norm_len) <= 0:
             raise ValueError(f"norm_len must be > 0, got {float(norm_len)}")
 

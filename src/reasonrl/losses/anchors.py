@@ -23,6 +23,7 @@ Their random numbers are either drawn from a ``generator`` or passed in as ``dra
 (:func:`guide_draws`), so a trainer can draw them once per optimiser step for the whole batch and
 hand each micro-batch its slice: the guide then does not depend on how the batch is split.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -33,9 +34,22 @@ from torch import Tensor
 
 from .aggregate import Count, aggregate, check_agg, masked_mean
 
-__all__ = ["SAGE_GUIDES", "SURPRISAL_NORMS", "SCHEDULE_UPPER", "SCHEDULE_LOWER", "cyclic_cosine", "guide_schedule",
-           "guide_draws", "branch_guide", "surprisal_weights", "token_guide", "random_guide", "shaped_kl",
-           "sage_guide", "sage_kl_loss"]
+__all__ = [
+    "SAGE_GUIDES",
+    "SURPRISAL_NORMS",
+    "SCHEDULE_UPPER",
+    "SCHEDULE_LOWER",
+    "cyclic_cosine",
+    "guide_schedule",
+    "guide_draws",
+    "branch_guide",
+    "surprisal_weights",
+    "token_guide",
+    "random_guide",
+    "shaped_kl",
+    "sage_guide",
+    "sage_kl_loss",
+]
 
 SAGE_GUIDES = ("branch", "token", "random")
 SURPRISAL_NORMS = ("minmax", "rank", "zscore")
@@ -56,8 +70,15 @@ def _check_q_range(q_min: float, q_max: float) -> None:
         raise ValueError(f"need 0 <= q_min <= q_max, got q_min={q_min}, q_max={q_max}")
 
 
-def cyclic_cosine(step: int, *, max_steps: int, upper: tuple[float, float], lower: tuple[float, float],
-                  n_cycles: int = 8, decay: float = 0.9) -> tuple[float, float]:
+def cyclic_cosine(
+    step: int,
+    *,
+    max_steps: int,
+    upper: tuple[float, float],
+    lower: tuple[float, float],
+    n_cycles: int = 8,
+    decay: float = 0.9,
+) -> tuple[float, float]:
     """The official cyclic cosine schedule of two values at ``step`` (0-based loss calls).
 
     The run is split into ``n_cycles`` cycles of ``max_steps // n_cycles`` steps. Within a cycle
@@ -72,21 +93,38 @@ def cyclic_cosine(step: int, *, max_steps: int, upper: tuple[float, float], lowe
     return tuple(lo + (hi * decay**cycle - lo) * anneal for hi, lo in zip(upper, lower))  # type: ignore[return-value]
 
 
-def guide_schedule(guide: str, step: int, max_steps: int | None, *, n_cycles: int = 8, decay: float = 0.9,
-                   upper: tuple[float, float] | None = None,
-                   lower: tuple[float, float] | None = None) -> tuple[float, float]:
+def guide_schedule(
+    guide: str,
+    step: int,
+    max_steps: int | None,
+    *,
+    n_cycles: int = 8,
+    decay: float = 0.9,
+    upper: tuple[float, float] | None = None,
+    lower: tuple[float, float] | None = None,
+) -> tuple[float, float]:
     """``(alpha, sigma)`` (token guide) or ``(eps, sigma)`` (random guide) at ``step`` of ``max_steps``;
     ``upper`` / ``lower`` default to the official values of that guide."""
     if guide not in SCHEDULE_UPPER:
         raise ValueError(f"only the token and random guides have a schedule, got {guide!r}")
     if max_steps is None:
         raise ValueError(f"the {guide} guide's schedule needs max_steps (the run's number of optimiser steps)")
-    return cyclic_cosine(step, max_steps=max_steps, upper=tuple(upper or SCHEDULE_UPPER[guide]),
-                         lower=tuple(lower or SCHEDULE_LOWER[guide]), n_cycles=n_cycles, decay=decay)
+    return cyclic_cosine(
+        step,
+        max_steps=max_steps,
+        upper=tuple(upper or SCHEDULE_UPPER[guide]),
+        lower=tuple(lower or SCHEDULE_LOWER[guide]),
+        n_cycles=n_cycles,
+        decay=decay,
+    )
 
 
-def guide_draws(guide: str, shape: tuple[int, ...], generator: torch.Generator | None = None,
-                device: torch.device | str | None = None) -> dict[str, Tensor]:
+def guide_draws(
+    guide: str,
+    shape: tuple[int, ...],
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> dict[str, Tensor]:
     """The random numbers guide ``guide`` consumes for a (N, T) batch: ``{}`` for the branch guide,
     ``{"normal"}`` (token) or ``{"uniform", "normal"}`` (random, drawn in that order), float32."""
     if guide not in SAGE_GUIDES:
@@ -101,21 +139,25 @@ def guide_draws(guide: str, shape: tuple[int, ...], generator: torch.Generator |
     return out
 
 
-def _draws_for(guide: str, mask: Tensor, draws: dict[str, Tensor] | None,
-               generator: torch.Generator | None) -> dict[str, Tensor]:
+def _draws_for(
+    guide: str, mask: Tensor, draws: dict[str, Tensor] | None, generator: torch.Generator | None
+) -> dict[str, Tensor]:
     """``draws`` checked against ``mask`` (N, T), or fresh ones from ``generator``."""
     if draws is None:
         return guide_draws(guide, tuple(mask.shape), generator, mask.device if generator is None else None)
     need = set(guide_draws(guide, (0,)))
     if set(draws) != need or any(d.shape != mask.shape for d in draws.values()):
-        raise ValueError(f"the {guide} guide needs draws {sorted(need)} of shape {tuple(mask.shape)}, got "
-                         f"{ {k: tuple(v.shape) for k, v in draws.items()} }")
+        raise ValueError(
+            f"the {guide} guide needs draws {sorted(need)} of shape {tuple(mask.shape)}, got "
+            f"{ {k: tuple(v.shape) for k, v in draws.items()} }"
+        )
     return draws
 
 
 @torch.no_grad()
-def branch_guide(entropy: Tensor, mask: Tensor, *, ratio: float = 0.3, threshold: float = 1.2,
-                 q_min: float = 0.6, q_max: float = 1.4) -> Tensor:  # (N, T) -> (N, T)
+def branch_guide(
+    entropy: Tensor, mask: Tensor, *, ratio: float = 0.3, threshold: float = 1.2, q_min: float = 0.6, q_max: float = 1.4
+) -> Tensor:  # (N, T) -> (N, T)
     """SAGE branch guide ``clamp(1 + ratio * relu(H - threshold), q_min, q_max)``.
 
     High-entropy tokens are the forks of a reasoning chain; letting the policy exceed the
@@ -152,9 +194,18 @@ def surprisal_weights(logp: Tensor, mask: Tensor, norm: str = "minmax") -> Tenso
 
 
 @torch.no_grad()
-def token_guide(logp: Tensor, mask: Tensor, *, alpha: float, sigma: float, norm: str = "minmax",
-                q_min: float = 0.6, q_max: float = 1.4, generator: torch.Generator | None = None,
-                normal: Tensor | None = None) -> Tensor:  # (N, T) -> (N, T)
+def token_guide(
+    logp: Tensor,
+    mask: Tensor,
+    *,
+    alpha: float,
+    sigma: float,
+    norm: str = "minmax",
+    q_min: float = 0.6,
+    q_max: float = 1.4,
+    generator: torch.Generator | None = None,
+    normal: Tensor | None = None,
+) -> Tensor:  # (N, T) -> (N, T)
     """SAGE token guide ``clamp(1 + alpha w + sigma w N(0,1), q_min, q_max)``, w = normalised surprisal.
 
     ``logp`` are the token log-probs of the policy (official default ``use_source="new"``) or of
@@ -169,9 +220,16 @@ def token_guide(logp: Tensor, mask: Tensor, *, alpha: float, sigma: float, norm:
 
 
 @torch.no_grad()
-def random_guide(mask: Tensor, *, eps: float, sigma: float, q_min: float = 0.6, q_max: float = 1.4,
-                 generator: torch.Generator | None = None,
-                 draws: dict[str, Tensor] | None = None) -> Tensor:  # (N, T) -> (N, T)
+def random_guide(
+    mask: Tensor,
+    *,
+    eps: float,
+    sigma: float,
+    q_min: float = 0.6,
+    q_max: float = 1.4,
+    generator: torch.Generator | None = None,
+    draws: dict[str, Tensor] | None = None,
+) -> Tensor:  # (N, T) -> (N, T)
     """SAGE random guide: ``q = 1 + sigma N(0,1)`` with probability ``eps``, else 1, clamped.
 
     The control that tells whether the entropy signal matters; schedule (eps, sigma) from
@@ -193,8 +251,10 @@ def shaped_kl(logp: Tensor, ref_logp: Tensor, q: Tensor) -> Tensor:  # (N, T) ->
     code's (a q of 0 would make the target -inf).
     """
     if not logp.shape == ref_logp.shape == q.shape:
-        raise ValueError(f"logp, ref_logp and q must have one shape; got {tuple(logp.shape)}, "
-                         f"{tuple(ref_logp.shape)}, {tuple(q.shape)}")
+        raise ValueError(
+            f"logp, ref_logp and q must have one shape; got {tuple(logp.shape)}, "
+            f"{tuple(ref_logp.shape)}, {tuple(q.shape)}"
+        )
     u = ref_logp.detach() + torch.log(q.detach().clamp(min=1e-8)) - logp  # (N, T)
     return torch.expm1(u) - u  # = exp(u) - u - 1 without cancellation
 
@@ -241,8 +301,9 @@ def sage_guide(
         raise ValueError(f"surprisal_source must be 'new' or 'ref', got {surprisal_source!r}")
     source = logp if surprisal_source == "new" else ref_logp
     normal = None if draws is None else _draws_for("token", mask, draws, None)["normal"]
-    return token_guide(source, mask, alpha=a, sigma=b, norm=norm, q_min=q_min, q_max=q_max,
-                       generator=generator, normal=normal)
+    return token_guide(
+        source, mask, alpha=a, sigma=b, norm=norm, q_min=q_min, q_max=q_max, generator=generator, normal=normal
+    )
 
 
 @torch.no_grad()
@@ -314,7 +375,11 @@ def sage_kl_loss(
     metrics = _sage_metrics(loss, kl, q, mask)
     if built and guide in _SCHEDULE_NAMES:  # the schedule's values at this step: the log shows the annealing
         keys = ("n_cycles", "decay", "upper", "lower")
-        values = guide_schedule(guide, guide_options.get("step", 0), guide_options.get("max_steps"),
-                                **{k: guide_options[k] for k in keys if k in guide_options})
+        values = guide_schedule(
+            guide,
+            guide_options.get("step", 0),
+            guide_options.get("max_steps"),
+            **{k: guide_options[k] for k in keys if k in guide_options},
+        )
         metrics.update({f"sage/{name}": v for name, v in zip(_SCHEDULE_NAMES[guide], values)})
     return loss, metrics

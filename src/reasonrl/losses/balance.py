@@ -18,6 +18,7 @@ for a masked-diffusion LM, an ELBO surrogate). Everything here is a pure functio
 * :func:`draw_masks` / :func:`elbo_estimate` -- TraFL's masked-token likelihood surrogate (LLaDA's
   ELBO, arXiv 2502.09992; d1's one-step estimate is its t = 1 case, arXiv 2504.12216).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,16 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["WEIGHTS", "draw_masks", "elbo_estimate", "ess", "log_partition_is", "sequence_weight",
-           "token_mean", "trajectory_balance"]
+__all__ = [
+    "WEIGHTS",
+    "draw_masks",
+    "elbo_estimate",
+    "ess",
+    "log_partition_is",
+    "sequence_weight",
+    "token_mean",
+    "trajectory_balance",
+]
 
 # FlowRL's variants of w (verl recipe/flowrl/flowrl_actor.py): "clip" = clamp(w, 1 - lo, 1 + hi)
 # (flowrl_clip), "cap" = min(w, cap) (the TIS variant's cap of 10), "none" = the raw ratio (vanilla),
@@ -41,8 +50,15 @@ def token_mean(logp: Tensor, mask: Tensor) -> Tensor:
     return (logp * m).sum(-1) / m.sum(-1).clamp(min=1)
 
 
-def sequence_weight(logp: Tensor, old_logp: Tensor, mask: Tensor, mode: str = "clip", clip_low: float = 0.2,
-                    clip_high: float = 0.2, cap: float = 10.0) -> Tensor:
+def sequence_weight(
+    logp: Tensor,
+    old_logp: Tensor,
+    mask: Tensor,
+    mode: str = "clip",
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    cap: float = 10.0,
+) -> Tensor:
     """(N, T) policy and behaviour log-probs, (N, T) mask -> (N,) detached ``w``.
 
     The raw weight is the sequence ratio ``exp(sum_t m (l - l_old))`` (a product of token ratios, as
@@ -59,8 +75,9 @@ def sequence_weight(logp: Tensor, old_logp: Tensor, mask: Tensor, mode: str = "c
     return w.clamp(max=cap) if mode == "cap" else w
 
 
-def trajectory_balance(log_z: Tensor, lbar: Tensor, lbar_ref: Tensor, reward: Tensor, weight: Tensor,
-                       beta: float, n_seqs: int) -> tuple[Tensor, dict[str, float]]:
+def trajectory_balance(
+    log_z: Tensor, lbar: Tensor, lbar_ref: Tensor, reward: Tensor, weight: Tensor, beta: float, n_seqs: int
+) -> tuple[Tensor, dict[str, float]]:
     """The trajectory-balance loss of n rows of a minibatch of ``n_seqs`` rows.
 
     Inputs are (n,): ``log_z`` (a head's output with grad, or a frozen table's value), ``lbar`` (the
@@ -73,11 +90,15 @@ def trajectory_balance(log_z: Tensor, lbar: Tensor, lbar_ref: Tensor, reward: Te
     n = max(int(n_seqs), 1)
     loss = (weight.detach() * delta.pow(2)).sum() / n
     d = delta.detach()
-    metrics = {"balance/loss_term": float(loss.detach()), "balance/delta_term": float(d.sum()) / n,
-               "balance/delta_abs_term": float(d.abs().sum()) / n, "balance/log_z_term": float(log_z.detach().sum()) / n,
-               "balance/w_term": float(weight.sum()) / n,
-               "balance/logp_gap_term": float((lbar - lbar_ref).detach().sum()) / n,
-               "balance/delta_std": float(d.std()) if d.numel() > 1 else 0.0}
+    metrics = {
+        "balance/loss_term": float(loss.detach()),
+        "balance/delta_term": float(d.sum()) / n,
+        "balance/delta_abs_term": float(d.abs().sum()) / n,
+        "balance/log_z_term": float(log_z.detach().sum()) / n,
+        "balance/w_term": float(weight.sum()) / n,
+        "balance/logp_gap_term": float((lbar - lbar_ref).detach().sum()) / n,
+        "balance/delta_std": float(d.std()) if d.numel() > 1 else 0.0,
+    }
     return loss, metrics
 
 
@@ -96,17 +117,24 @@ def log_partition_is(lbar_ref: Tensor, lbar_mu: Tensor, reward: Tensor, beta: fl
     ``ess_tilted``, that of the terms ``exp(L_ref - L_mu + beta r)`` the estimate sums (with a large
     beta it falls to the number of rewarded proposals: the estimate rests on those)."""
     if not (lbar_ref.shape == lbar_mu.shape == reward.shape) or lbar_ref.dim() != 1 or not len(lbar_ref):
-        raise ValueError(f"log_partition_is needs three (N,) tensors, N >= 1; got {tuple(lbar_ref.shape)}, "
-                         f"{tuple(lbar_mu.shape)}, {tuple(reward.shape)}")
+        raise ValueError(
+            f"log_partition_is needs three (N,) tensors, N >= 1; got {tuple(lbar_ref.shape)}, "
+            f"{tuple(lbar_mu.shape)}, {tuple(reward.shape)}"
+        )
     log_is = (lbar_ref - lbar_mu).double()  # (N,) log pi_ref / mu
     terms = log_is + beta * reward.double()  # (N,)
     log_z = float(torch.logsumexp(terms, 0)) - math.log(len(terms))
-    return log_z, {"ess": ess(log_is), "ess_tilted": ess(terms), "n": float(len(terms)),
-                   "reward_mean": float(reward.double().mean())}
+    return log_z, {
+        "ess": ess(log_is),
+        "ess_tilted": ess(terms),
+        "n": float(len(terms)),
+        "reward_mean": float(reward.double().mean()),
+    }
 
 
-def draw_masks(rows: int, k: int, length: int, generator: torch.Generator, t: float | None = None,
-               t_min: float = 1e-3) -> tuple[Tensor, Tensor]:
+def draw_masks(
+    rows: int, k: int, length: int, generator: torch.Generator, t: float | None = None, t_min: float = 1e-3
+) -> tuple[Tensor, Tensor]:
     """TraFL's noise for ``rows`` sequences of ``length`` positions, ``k`` Monte Carlo draws each:
     (rows, k) mask levels and (rows, k, length) bool masks, each position masked with probability t.
 

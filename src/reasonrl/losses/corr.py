@@ -20,15 +20,26 @@ The per-response score is ``c_i = Pearson_t(H, g)`` (Spearman optional), 0 when 
 fewer than ``min_tokens`` tokens or either series is constant; the reward becomes
 ``r'_i = r_i + bonus_i`` with ``bonus_i = -coef * c_i`` by default. No gradient flows through c.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["CORR_METHODS", "CORR_SIGNS", "token_stats", "logit_grad_norm", "hidden_grad_norm",
-           "hidden_grad_norm_from_probs", "defined_rows", "pearson_per_row", "spearman_per_row", "inversion_score",
-           "corr_po_bonus"]
+__all__ = [
+    "CORR_METHODS",
+    "CORR_SIGNS",
+    "token_stats",
+    "logit_grad_norm",
+    "hidden_grad_norm",
+    "hidden_grad_norm_from_probs",
+    "defined_rows",
+    "pearson_per_row",
+    "spearman_per_row",
+    "inversion_score",
+    "corr_po_bonus",
+]
 
 CORR_METHODS = ("pearson", "spearman")
 CORR_SIGNS = ("inversion", "alignment")
@@ -48,8 +59,9 @@ def token_stats(logits: Tensor, tokens: Tensor, temperature: float = 1.0) -> tup
     These two extra floats per token are all the correlation needs; store them in the scoring pass.
     """
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"need logits (N, T, V) and tokens (N, T); got {tuple(logits.shape)} and "
-                         f"{tuple(tokens.shape)}")
+        raise ValueError(
+            f"need logits (N, T, V) and tokens (N, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}"
+        )
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     logq = F.log_softmax(_at_least_f32(logits) / temperature, dim=-1)  # (N, T, V)
@@ -70,8 +82,9 @@ def logit_grad_norm(p_y: Tensor, sum_p2: Tensor) -> Tensor:  # (N, T), (N, T) ->
 
 
 @torch.no_grad()
-def hidden_grad_norm(logits: Tensor, tokens: Tensor, unembed: Tensor,
-                     temperature: float = 1.0) -> Tensor:  # (N, T, V), (N, T), (V, d) -> (N, T)
+def hidden_grad_norm(
+    logits: Tensor, tokens: Tensor, unembed: Tensor, temperature: float = 1.0
+) -> Tensor:  # (N, T, V), (N, T), (V, d) -> (N, T)
     """``||W_U^T (e_y - p)||_2 = ||W_U[y] - p W_U||``: the gradient norm w.r.t. the final hidden state.
 
     ``unembed`` is the (V, d) output embedding (``lm_head.weight``). The spec's ``"hidden"`` variant.
@@ -79,15 +92,17 @@ def hidden_grad_norm(logits: Tensor, tokens: Tensor, unembed: Tensor,
     if unembed.dim() != 2 or unembed.shape[0] != logits.shape[-1]:
         raise ValueError(f"unembed must be (V, d) with V = {logits.shape[-1]}, got {tuple(unembed.shape)}")
     if logits.dim() != 3 or tokens.shape != logits.shape[:2]:
-        raise ValueError(f"need logits (N, T, V) and tokens (N, T); got {tuple(logits.shape)} and "
-                         f"{tuple(tokens.shape)}")
+        raise ValueError(
+            f"need logits (N, T, V) and tokens (N, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}"
+        )
     p = F.softmax(_at_least_f32(logits) / temperature, dim=-1)  # (N, T, V)
     return hidden_grad_norm_from_probs(p, tokens, unembed.to(p.dtype))
 
 
 @torch.no_grad()
-def hidden_grad_norm_from_probs(probs: Tensor, tokens: Tensor,
-                                unembed: Tensor) -> Tensor:  # (..., V), (...), (V, d) -> (...)
+def hidden_grad_norm_from_probs(
+    probs: Tensor, tokens: Tensor, unembed: Tensor
+) -> Tensor:  # (..., V), (...), (V, d) -> (...)
     """``||W_U^T (e_y - p)||_2`` from the distribution ``probs`` itself (what a sampler holds).
 
     ``e_y - p`` is formed in ``probs``' dtype first, so nothing cancels when p_y ~ 1; the product
@@ -95,8 +110,10 @@ def hidden_grad_norm_from_probs(probs: Tensor, tokens: Tensor,
     decoding step; GPUs accumulate it in float32), the norm in ``probs``' dtype.
     """
     if unembed.dim() != 2 or unembed.shape[0] != probs.shape[-1] or tokens.shape != probs.shape[:-1]:
-        raise ValueError(f"need probs (..., V), tokens (...) and unembed (V, d); got {tuple(probs.shape)}, "
-                         f"{tuple(tokens.shape)}, {tuple(unembed.shape)}")
+        raise ValueError(
+            f"need probs (..., V), tokens (...) and unembed (V, d); got {tuple(probs.shape)}, "
+            f"{tuple(tokens.shape)}, {tuple(unembed.shape)}"
+        )
     diff = (-probs).scatter_add(-1, tokens.long().unsqueeze(-1), torch.ones_like(probs[..., :1]))  # (..., V) e_y - p
     return (diff.to(unembed.dtype) @ unembed).to(probs.dtype).norm(dim=-1)
 
@@ -109,8 +126,9 @@ def _row_constant(x: Tensor, on: Tensor) -> Tensor:  # (N, T) -> (N,) bool
 
 def _check_xy(x: Tensor, y: Tensor, mask: Tensor) -> None:
     if not x.shape == y.shape == mask.shape or x.dim() != 2:
-        raise ValueError("x, y and mask must all be (N, T); got "
-                         f"{tuple(x.shape)}, {tuple(y.shape)}, {tuple(mask.shape)}")
+        raise ValueError(
+            f"x, y and mask must all be (N, T); got {tuple(x.shape)}, {tuple(y.shape)}, {tuple(mask.shape)}"
+        )
 
 
 def defined_rows(x: Tensor, y: Tensor, mask: Tensor, min_tokens: int = 3) -> Tensor:  # -> (N,) bool
@@ -160,8 +178,9 @@ def spearman_per_row(x: Tensor, y: Tensor, mask: Tensor, min_tokens: int = 3) ->
     return pearson_per_row(rx, ry, mask, min_tokens)
 
 
-def inversion_score(entropy: Tensor, grad_norm: Tensor, mask: Tensor, *, method: str = "pearson",
-                    min_tokens: int = 3) -> Tensor:  # (N, T) x3 -> (N,)
+def inversion_score(
+    entropy: Tensor, grad_norm: Tensor, mask: Tensor, *, method: str = "pearson", min_tokens: int = 3
+) -> Tensor:  # (N, T) x3 -> (N,)
     """``c_i = corr_t(H_{i,t}, g_{i,t})`` over the masked tokens of each response (no gradient)."""
     if method not in CORR_METHODS:
         raise ValueError(f"unknown correlation method {method!r}; valid values: {', '.join(CORR_METHODS)}")
@@ -202,17 +221,23 @@ def corr_po_bonus(
     if sign not in CORR_SIGNS:
         raise ValueError(f"unknown sign {sign!r}; valid values: {', '.join(CORR_SIGNS)}")
     if correct_only and (correct is None or correct.shape != entropy.shape[:1]):
-        raise ValueError(f"correct_only=True needs correct of shape (N,) = {tuple(entropy.shape[:1])}, "
-                         f"got {None if correct is None else tuple(correct.shape)}")
+        raise ValueError(
+            f"correct_only=True needs correct of shape (N,) = {tuple(entropy.shape[:1])}, "
+            f"got {None if correct is None else tuple(correct.shape)}"
+        )
     c = inversion_score(entropy, grad_norm, mask, method=method, min_tokens=min_tokens)  # (N,)
     bonus = (-coef if sign == "inversion" else coef) * c  # (N,)
     if correct_only:
         bonus = torch.where(correct.to(torch.bool).to(bonus.device), bonus, torch.zeros_like(bonus))
     defined = defined_rows(entropy, grad_norm, mask, min_tokens)  # (N,)
     n = max(c.numel(), 1)
-    return c, bonus, {
-        "corr/mean": float(c[defined].mean()) if bool(defined.any()) else 0.0,
-        "corr/frac_defined": float(defined.sum()) / n,
-        "corr/frac_negative": float((c < 0).sum()) / n,
-        "corr/bonus_mean": float(bonus.mean()) if c.numel() else 0.0,
-    }
+    return (
+        c,
+        bonus,
+        {
+            "corr/mean": float(c[defined].mean()) if bool(defined.any()) else 0.0,
+            "corr/frac_defined": float(defined.sum()) / n,
+            "corr/frac_negative": float((c < 0).sum()) / n,
+            "corr/bonus_mean": float(bonus.mean()) if c.numel() else 0.0,
+        },
+    )

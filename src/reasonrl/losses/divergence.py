@@ -19,6 +19,7 @@ there (the truncated variant; memory for a large vocabulary is the caller's conc
 :mod:`reasonrl.distill.context`). ``clip``: D_t <- min(D_t, clip) per token (a clipped token gives
 no gradient), as OPSD-style methods bound outlier positions.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,17 +40,28 @@ def _restrict(logp_s: Tensor, logp_t: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return s - s.logsumexp(-1, keepdim=True), t - t.logsumexp(-1, keepdim=True)
 
 
-def per_token_divergence(student_logits: Tensor, teacher_logits: Tensor, *, kind: str = "forward_kl",
-                         beta: float = 0.5, temperature: float = 1.0, top_k: int | None = None) -> Tensor:
+def per_token_divergence(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    *,
+    kind: str = "forward_kl",
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+) -> Tensor:
     """(N, T, V) student logits (with grad), (N, T, V) teacher logits -> (N, T) divergence per position."""
     if kind not in DIVERGENCES:
         raise ValueError(f"unknown divergence {kind!r}; valid: {', '.join(DIVERGENCES)}")
     if not 0 <= beta <= 1 or temperature <= 0 or (top_k is not None and top_k < 1):
-        raise ValueError(f"token_divergence: beta must be in [0, 1], temperature > 0, top_k >= 1 or None; "
-                         f"got beta={beta}, temperature={temperature}, top_k={top_k}")
+        raise ValueError(
+            f"token_divergence: beta must be in [0, 1], temperature > 0, top_k >= 1 or None; "
+            f"got beta={beta}, temperature={temperature}, top_k={top_k}"
+        )
     if student_logits.shape != teacher_logits.shape:
-        raise ValueError(f"student and teacher logits differ in shape: {tuple(student_logits.shape)} vs "
-                         f"{tuple(teacher_logits.shape)} (same tokenizer and positions needed)")
+        raise ValueError(
+            f"student and teacher logits differ in shape: {tuple(student_logits.shape)} vs "
+            f"{tuple(teacher_logits.shape)} (same tokenizer and positions needed)"
+        )
     logp_s = (student_logits.float() / temperature).log_softmax(-1)  # (N, T, V)
     logp_t = (teacher_logits.detach().float() / temperature).log_softmax(-1)  # (N, T, V) a target: no grad
     if top_k is not None and top_k < logp_s.shape[-1]:
@@ -63,12 +75,21 @@ def per_token_divergence(student_logits: Tensor, teacher_logits: Tensor, *, kind
     return beta * _kl(logp_t, log_m) + (1 - beta) * _kl(logp_s, log_m)
 
 
-def token_divergence(student_logits: Tensor, teacher_logits: Tensor, mask: Tensor, *, kind: str = "forward_kl",
-                     beta: float = 0.5, temperature: float = 1.0, top_k: int | None = None,
-                     clip: float | None = None) -> tuple[Tensor, dict[str, float]]:
+def token_divergence(
+    student_logits: Tensor,
+    teacher_logits: Tensor,
+    mask: Tensor,
+    *,
+    kind: str = "forward_kl",
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    clip: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """Token-mean divergence over ``mask`` (N, T) and its metrics; see the module docstring."""
-    d = per_token_divergence(student_logits, teacher_logits, kind=kind, beta=beta, temperature=temperature,
-                             top_k=top_k)  # (N, T)
+    d = per_token_divergence(
+        student_logits, teacher_logits, kind=kind, beta=beta, temperature=temperature, top_k=top_k
+    )  # (N, T)
     m = mask.to(d.dtype)
     n = m.sum().clamp(min=1)
     clipped = torch.zeros_like(d, dtype=torch.bool) if clip is None else (d > clip) & (m > 0)
@@ -76,6 +97,10 @@ def token_divergence(student_logits: Tensor, teacher_logits: Tensor, mask: Tenso
         d = torch.minimum(d, torch.full_like(d, clip))
     loss = (d * m).sum() / n
     raw = d.detach() * m
-    metrics = {"distill/divergence": float(raw.sum() / n), "distill/divergence_max": float(raw.max()) if raw.numel() else 0.0,
-               "distill/clip_frac": float(clipped.sum() / n), "distill/tokens": float(m.sum())}
+    metrics = {
+        "distill/divergence": float(raw.sum() / n),
+        "distill/divergence_max": float(raw.max()) if raw.numel() else 0.0,
+        "distill/clip_frac": float(clipped.sum() / n),
+        "distill/tokens": float(m.sum()),
+    }
     return loss, metrics

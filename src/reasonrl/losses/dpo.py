@@ -15,6 +15,7 @@ shared/specs/distill-and-data.md section 5) adds ``alpha_e * L_sup`` to the RL l
 The DPO metrics follow TRL's DPOTrainer naming: implicit rewards ``beta * (l - ref)`` of each side,
 their margin, and the accuracy (chosen reward above the rejected one).
 """
+
 from __future__ import annotations
 
 import math
@@ -23,8 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ALL_CORRECT", "DECAY_SCHEDULES", "NEGATIVES", "demo_weight", "dpo_sigmoid", "pick_rejected",
-           "sequence_logp", "sft_nll"]
+__all__ = [
+    "ALL_CORRECT",
+    "DECAY_SCHEDULES",
+    "NEGATIVES",
+    "demo_weight",
+    "dpo_sigmoid",
+    "pick_rejected",
+    "sequence_logp",
+    "sft_nll",
+]
 
 DECAY_SCHEDULES = ("exponential", "linear", "cosine")
 NEGATIVES = ("one", "all")  # rejected rollouts per demonstration: the first incorrect one, or every incorrect one
@@ -39,8 +48,9 @@ def sequence_logp(logp: Tensor, mask: Tensor, length_norm: bool = False) -> Tens
     return total / m.sum(-1).clamp(min=1) if length_norm else total  # (N,)
 
 
-def dpo_sigmoid(policy_chosen: Tensor, ref_chosen: Tensor, policy_rejected: Tensor, ref_rejected: Tensor,
-                beta: float = 0.1) -> tuple[Tensor, dict[str, Tensor]]:
+def dpo_sigmoid(
+    policy_chosen: Tensor, ref_chosen: Tensor, policy_rejected: Tensor, ref_rejected: Tensor, beta: float = 0.1
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Sigmoid DPO per pair: four (N,) sequence log-probs -> (N,) losses and (N,) detached metrics.
 
     ``z = beta * ((l_c - ref_c) - (l_r - ref_r))``, loss ``-log sigmoid(z)`` = softplus(-z), computed
@@ -57,8 +67,12 @@ def dpo_sigmoid(policy_chosen: Tensor, ref_chosen: Tensor, policy_rejected: Tens
     rejected = beta * (policy_rejected - ref_rejected)  # (N,)
     z = chosen - rejected  # (N,)
     loss = -F.logsigmoid(z)  # (N,)
-    metrics = {"chosen_reward": chosen.detach(), "rejected_reward": rejected.detach(), "margin": z.detach(),
-               "accuracy": (chosen > rejected).to(z.dtype).detach()}  # (N,) each
+    metrics = {
+        "chosen_reward": chosen.detach(),
+        "rejected_reward": rejected.detach(),
+        "margin": z.detach(),
+        "accuracy": (chosen > rejected).to(z.dtype).detach(),
+    }  # (N,) each
     return loss, metrics
 
 
@@ -68,8 +82,9 @@ def sft_nll(logp: Tensor, mask: Tensor) -> Tensor:
     return -sequence_logp(logp, mask, length_norm=True)  # (N,)
 
 
-def demo_weight(passes: int, alpha0: float = 1.0, gamma: float = 0.5, schedule: str = "exponential",
-                total_passes: int = 8) -> float:
+def demo_weight(
+    passes: int, alpha0: float = 1.0, gamma: float = 0.5, schedule: str = "exponential", total_passes: int = 8
+) -> float:
     """``alpha_e`` after ``passes`` completed passes over the demonstrations.
 
     ``exponential``: ``alpha0 * gamma**e`` (the spec's default: 1, 0.5, 0.125 after 0, 1, 3 passes);
@@ -78,7 +93,7 @@ def demo_weight(passes: int, alpha0: float = 1.0, gamma: float = 0.5, schedule: 
     if passes < 0 or total_passes < 1:
         raise ValueError(f"demo_weight: passes must be >= 0 and total_passes >= 1, got {passes}, {total_passes}")
     if schedule == "exponential":
-        return alpha0 * gamma ** passes
+        return alpha0 * gamma**passes
     if schedule == "linear":
         return alpha0 * max(0.0, 1.0 - passes / total_passes)
     if schedule == "cosine":
@@ -86,9 +101,9 @@ def demo_weight(passes: int, alpha0: float = 1.0, gamma: float = 0.5, schedule: 
     raise ValueError(f"unknown demo weight schedule {schedule!r}; valid: {', '.join(DECAY_SCHEDULES)}")
 
 
-
-def pick_rejected(correct: Tensor, seq_logp: Tensor, negatives: str = "one",
-                  all_correct: str = "skip") -> tuple[Tensor, Tensor]:
+def pick_rejected(
+    correct: Tensor, seq_logp: Tensor, negatives: str = "one", all_correct: str = "skip"
+) -> tuple[Tensor, Tensor]:
     """The rejected side of each demonstration's pairs from its own rollouts (spec (b): "prefer an
     incorrect one; if all are correct, skip or use the lowest-likelihood one").
 
@@ -98,11 +113,15 @@ def pick_rejected(correct: Tensor, seq_logp: Tensor, negatives: str = "one",
     ``"all"`` every incorrect one; a demo without an incorrect rollout gets no pair (``skip``) or one
     with its least likely rollout (``lowest_likelihood``, the first on ties)."""
     if negatives not in NEGATIVES or all_correct not in ALL_CORRECT:
-        raise ValueError(f"pick_rejected: negatives must be one of {NEGATIVES} and all_correct one of {ALL_CORRECT}, "
-                         f"got {negatives!r}, {all_correct!r}")
+        raise ValueError(
+            f"pick_rejected: negatives must be one of {NEGATIVES} and all_correct one of {ALL_CORRECT}, "
+            f"got {negatives!r}, {all_correct!r}"
+        )
     if correct.shape != seq_logp.shape or correct.dim() != 2:
-        raise ValueError(f"pick_rejected: correct and seq_logp must be (B, G) alike, got {tuple(correct.shape)} "
-                         f"and {tuple(seq_logp.shape)}")
+        raise ValueError(
+            f"pick_rejected: correct and seq_logp must be (B, G) alike, got {tuple(correct.shape)} "
+            f"and {tuple(seq_logp.shape)}"
+        )
     demo, col = [], []
     for b in range(correct.shape[0]):
         wrong = (correct[b] == 0).nonzero().squeeze(-1).tolist()  # columns of incorrect rollouts

@@ -8,6 +8,7 @@ KL divergence", 2020), with ``d = l - l_ref`` (l = log pi of the sampled token):
 * ``k3 = exp(-d) + d - 1``: unbiased and >= 0; the one GRPO uses (DeepSeekMath eq. 4). Its
   gradient in l is ``1 - exp(l_ref - l)``, which pulls l toward l_ref.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -41,7 +42,9 @@ def kl_penalty(logp: Tensor, ref_logp: Tensor, estimator: str = "k3") -> Tensor:
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"unknown KL estimator {estimator!r}; valid values: {', '.join(KL_ESTIMATORS)}")
     if logp.shape != ref_logp.shape:
-        raise ValueError(f"logp and ref_logp must have the same shape; got {tuple(logp.shape)} and {tuple(ref_logp.shape)}")
+        raise ValueError(
+            f"logp and ref_logp must have the same shape; got {tuple(logp.shape)} and {tuple(ref_logp.shape)}"
+        )
     # the reference is a fixed target: no gradient goes into it
     return KL_ESTIMATORS[estimator](logp - ref_logp.detach())
 

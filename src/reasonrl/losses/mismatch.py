@@ -15,6 +15,7 @@ replays vLLM's truncation on the trainer's logits and gives ``log S``, which put
 the trainer's support: ``log p_T(y) = log q_trunc(y) + log S`` (the tempered, untruncated log-prob the
 Generator contract asks for). Pure functions, shapes commented.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,8 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_LOG_RATIO", "engine_correction", "kept_log_mass", "mismatch_metrics", "tis_weights",
-           "vllm_support"]
+__all__ = ["MAX_LOG_RATIO", "engine_correction", "kept_log_mass", "mismatch_metrics", "tis_weights", "vllm_support"]
 
 MAX_LOG_RATIO = 20.0  # exp(20) ~ 5e8: a padded or wildly stale token cannot make an inf weight
 
@@ -49,8 +49,9 @@ def mismatch_metrics(learner_logp: Tensor, engine_logp: Tensor, mask: Tensor, ca
     return out
 
 
-def engine_correction(mode: str, cap: float, logp: Tensor, engine_logp: Tensor, learner_logp: Tensor | None,
-                      adv: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, dict[str, float]]:
+def engine_correction(
+    mode: str, cap: float, logp: Tensor, engine_logp: Tensor, learner_logp: Tensor | None, adv: Tensor, mask: Tensor
+) -> tuple[Tensor, Tensor, dict[str, float]]:
     """The policy loss's old log-probs and advantages for rollouts an engine sampled: (N, T) trainer
     log-probs ``logp`` (with grad), (N, T) engine log-probs, (N, T) trainer log-probs at sampling time
     (None: ``logp`` itself, exact on a batch's first optimiser step), (N,) or (N, T) advantages, (N, T)

@@ -14,6 +14,7 @@
 
 ``loss = -aggregate(token_mask * S)``; the function returns ``(loss, metrics)``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,17 +31,26 @@ TRUST_REGIONS = ("clip", "cispo")
 _MAX_LOG_RATIO = 20.0
 
 
-def _check_args(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, ratio: str,
-                clip_low: float, clip_high: float, dual_clip: float | None, agg: str,
-                norm_len: Count | None, trust_region: str = "clip",
-                token_mask: Tensor | None = None) -> None:
+def _check_args(
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    ratio: str,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+    agg: str,
+    norm_len: Count | None,
+    trust_region: str = "clip",
+    token_mask: Tensor | None = None,
+) -> None:
     if ratio not in RATIO_LEVELS:
         raise ValueError(f"unknown ratio level {ratio!r}; valid values: {', '.join(RATIO_LEVELS)}")
     if trust_region not in TRUST_REGIONS:
         raise ValueError(f"unknown trust region {trust_region!r}; valid values: {', '.join(TRUST_REGIONS)}")
     if trust_region == "cispo" and dual_clip is not None:
-        raise ValueError("dual_clip only applies to trust_region='clip'; CISPO's clipped weight is "
-                         "already bounded")
+        raise ValueError("dual_clip only applies to trust_region='clip'; CISPO's clipped weight is already bounded")
     if token_mask is not None and token_mask.shape != logp.shape:
         raise ValueError(f"token_mask must have the shape of logp {tuple(logp.shape)}, got {tuple(token_mask.shape)}")
     check_agg(agg, norm_len)
@@ -50,8 +60,10 @@ def _check_args(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         if t.shape != logp.shape:
             raise ValueError(f"{name} must have the shape of logp {tuple(logp.shape)}, got {tuple(t.shape)}")
     if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(f"advantages must be (N,) = {tuple(logp.shape[:1])} or (N, T) = {tuple(logp.shape)}, "
-                         f"got {tuple(advantages.shape)}")
+        raise ValueError(
+            f"advantages must be (N,) = {tuple(logp.shape[:1])} or (N, T) = {tuple(logp.shape)}, "
+            f"got {tuple(advantages.shape)}"
+        )
     if not 0 <= clip_low < 1 or clip_high < 0:
         raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got clip_low={clip_low}, clip_high={clip_high}")
     if dual_clip is not None and dual_clip <= 1:
@@ -78,8 +90,9 @@ def _log_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor, level: str) -> Tens
     return token.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
 
 
-def _surrogate(rho: Tensor, adv: Tensor, clip_low: float, clip_high: float,
-               dual_clip: float | None) -> Tensor:  # (N, T) -> (N, T)
+def _surrogate(
+    rho: Tensor, adv: Tensor, clip_low: float, clip_high: float, dual_clip: float | None
+) -> Tensor:  # (N, T) -> (N, T)
     """PPO-clip objective per token (to be maximised)."""
     unclipped = rho * adv
     clipped = rho.clamp(1.0 - clip_low, 1.0 + clip_high) * adv
@@ -91,8 +104,9 @@ def _surrogate(rho: Tensor, adv: Tensor, clip_low: float, clip_high: float,
     return s
 
 
-def _cispo(rho: Tensor, adv: Tensor, logp: Tensor, mask: Tensor, clip_low: float,
-           clip_high: float) -> Tensor:  # (N, T) -> (N, T)
+def _cispo(
+    rho: Tensor, adv: Tensor, logp: Tensor, mask: Tensor, clip_low: float, clip_high: float
+) -> Tensor:  # (N, T) -> (N, T)
     """CISPO objective per token ``sg[clip(rho)] * A * l`` (MiniMax-M1, arXiv 2506.13585, eq. 4).
 
     PPO-clip zeroes the gradient of tokens outside the band; CISPO clips the importance weight
@@ -106,9 +120,17 @@ def _cispo(rho: Tensor, adv: Tensor, logp: Tensor, mask: Tensor, clip_low: float
 
 
 @torch.no_grad()
-def _metrics(loss: Tensor, rho: Tensor, log_ratio: Tensor, adv: Tensor, mask: Tensor,
-             clip_low: float, clip_high: float, dual_clip: float | None,
-             trust_region: str = "clip") -> dict[str, float]:
+def _metrics(
+    loss: Tensor,
+    rho: Tensor,
+    log_ratio: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float | None,
+    trust_region: str = "clip",
+) -> dict[str, float]:
     """Token-averaged diagnostics over the mask, local to this call."""
     m = mask.to(rho.dtype)
     on = m != 0
@@ -177,8 +199,9 @@ def policy_loss(
     (A<0, rho>c), ``loss/ratio_mean``, ``loss/ratio_max``, ``loss/approx_kl`` (mean of
     ``exp(l_old - l) - (l_old - l) - 1``, the k3 estimator between behaviour and current policy).
     """
-    _check_args(logp, old_logp, advantages, mask, ratio, clip_low, clip_high, dual_clip, agg, norm_len,
-                trust_region, token_mask)
+    _check_args(
+        logp, old_logp, advantages, mask, ratio, clip_low, clip_high, dual_clip, agg, norm_len, trust_region, token_mask
+    )
     adv = advantages.detach().to(logp.dtype)
     adv = adv.unsqueeze(-1).expand_as(logp) if adv.dim() == 1 else adv  # (N, T)
     log_ratio = _log_ratio(logp, old_logp, mask, ratio)  # (N, T)

@@ -13,6 +13,7 @@ privileged context; its forward pass (and the divergence of SSOPD, :mod:`.diverg
   (three-factor structure, floor and lookahead: abstract; every functional form below: [inferred]
   with the spec's defaults ``M = 5``, ``g_min = 0.1``, ``tau = 1`` nat, CL window ``K = 8``).
 """
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,17 @@ import math
 import torch
 from torch import Tensor
 
-__all__ = ["FRONTIER_FORMS", "MAGNITUDE_FORMS", "DIRECTIONS", "ssopd_pairs", "frontier_weight", "egrsd_gate",
-           "lookahead_entropy", "egrsd_magnitude", "egrsd_token_weights"]
+__all__ = [
+    "FRONTIER_FORMS",
+    "MAGNITUDE_FORMS",
+    "DIRECTIONS",
+    "ssopd_pairs",
+    "frontier_weight",
+    "egrsd_gate",
+    "lookahead_entropy",
+    "egrsd_magnitude",
+    "egrsd_token_weights",
+]
 
 FRONTIER_FORMS = ("4p(1-p)", "mixed")
 MAGNITUDE_FORMS = ("abs", "ratio")
@@ -31,8 +41,10 @@ DIRECTIONS = ("advantage", "sign")
 def _binary(correct: Tensor, name: str = "correct") -> Tensor:  # (B, G) -> (B, G) bool
     """Validate a (B, G) 0/1 (or bool) tensor and return it as bool."""
     if not isinstance(correct, Tensor) or correct.dim() != 2:
-        raise ValueError(f"{name} must be a (B, G) tensor of 0/1, got "
-                         f"{tuple(correct.shape) if isinstance(correct, Tensor) else type(correct).__name__}")
+        raise ValueError(
+            f"{name} must be a (B, G) tensor of 0/1, got "
+            f"{tuple(correct.shape) if isinstance(correct, Tensor) else type(correct).__name__}"
+        )
     if correct.dtype != torch.bool and not bool(((correct == 0) | (correct == 1)).all()):
         raise ValueError(f"{name} must hold only 0 and 1 (binary verifier rewards); threshold them first")
     return correct.bool()
@@ -60,8 +72,10 @@ def ssopd_pairs(correct: Tensor, lengths: Tensor, eligible: Tensor | None = None
     """
     ok = _binary(correct)  # (B, G)
     if lengths.shape != ok.shape or (eligible is not None and eligible.shape != ok.shape):
-        raise ValueError(f"lengths {tuple(lengths.shape)} and eligible "
-                         f"{None if eligible is None else tuple(eligible.shape)} must match correct {tuple(ok.shape)}")
+        raise ValueError(
+            f"lengths {tuple(lengths.shape)} and eligible "
+            f"{None if eligible is None else tuple(eligible.shape)} must match correct {tuple(ok.shape)}"
+        )
     wrong = ~ok if eligible is None else ~ok & eligible.bool()  # (B, G) candidates for w*
     lens = lengths.to(torch.float64)  # (B, G) exact for any realistic integer length
     c_idx = torch.where(ok, lens, torch.full_like(lens, math.inf)).argmin(dim=1)  # (B,)
@@ -133,8 +147,9 @@ def lookahead_entropy(entropy: Tensor, mask: Tensor, window: int = 8) -> Tensor:
     return torch.where(real, out, entropy)
 
 
-def egrsd_magnitude(teacher_logp: Tensor, student_logp: Tensor, mask: Tensor, form: str = "abs",
-                    cap: float = 5.0) -> Tensor:
+def egrsd_magnitude(
+    teacher_logp: Tensor, student_logp: Tensor, mask: Tensor, form: str = "abs", cap: float = 5.0
+) -> Tensor:
     """EGRSD disagreement magnitude on the sampled token (arXiv 2605.13255; forms [inferred]).
 
     (N, T) teacher log-prob q, (N, T) student log-prob s, (N, T) mask -> (N, T), detached:
@@ -156,9 +171,20 @@ def egrsd_magnitude(teacher_logp: Tensor, student_logp: Tensor, mask: Tensor, fo
     return torch.where(real, mag, torch.zeros_like(mag))
 
 
-def egrsd_token_weights(adv: Tensor, teacher_logp: Tensor, student_logp: Tensor, entropy: Tensor, mask: Tensor, *,
-                        direction: str = "advantage", magnitude: str = "abs", cap: float = 5.0,
-                        g_min: float = 0.1, tau: float = 1.0, lookahead: int = 0) -> tuple[Tensor, dict[str, float]]:
+def egrsd_token_weights(
+    adv: Tensor,
+    teacher_logp: Tensor,
+    student_logp: Tensor,
+    entropy: Tensor,
+    mask: Tensor,
+    *,
+    direction: str = "advantage",
+    magnitude: str = "abs",
+    cap: float = 5.0,
+    g_min: float = 0.1,
+    tau: float = 1.0,
+    lookahead: int = 0,
+) -> tuple[Tensor, dict[str, float]]:
     """EGRSD / CL-EGRSD detached token weights ``a_{i,t} = d_i * m_t * g_t`` and their metrics.
 
     (arXiv 2605.13255; the product of three factors is the paper's, every form is [inferred].)
@@ -197,6 +223,7 @@ def egrsd_token_weights(adv: Tensor, teacher_logp: Tensor, student_logp: Tensor,
 
     def mean(x: Tensor, where: Tensor = real) -> float:
         return float(torch.where(where, x, torch.zeros_like(x)).sum() / where.sum().clamp(min=1))
+
     metrics = {
         "egrsd/gate_mean": mean(gate),
         "egrsd/magnitude_mean": mean(mag),

@@ -20,6 +20,7 @@ as the rest of :mod:`reasonrl.losses`):
   writes ``pg_loss - beta * KL`` into the *loss*, which minimised *raises* the KL; we follow the
   docstring (the test checks that a gradient step lowers the KL).
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,8 +29,14 @@ from torch import Tensor
 from .aggregate import Count, aggregate, masked_mean
 from .kl import kl_penalty
 
-__all__ = ["kdrl_loss", "rkl_opd_advantages", "teacher_agreement", "teacher_coef", "tgpo_adv_advantages",
-           "tgpo_reg_loss"]
+__all__ = [
+    "kdrl_loss",
+    "rkl_opd_advantages",
+    "teacher_agreement",
+    "teacher_coef",
+    "tgpo_adv_advantages",
+    "tgpo_reg_loss",
+]
 
 
 def teacher_coef(step: int, coef: float, decay: float, min_coef: float = 0.0) -> float:
@@ -40,9 +47,16 @@ def teacher_coef(step: int, coef: float, decay: float, min_coef: float = 0.0) ->
     return max(coef - (step - 1) * decay, min_coef)
 
 
-def tgpo_reg_loss(teacher_token_logp: Tensor, mask: Tensor, *, coef: float, agg: str = "token-mean",
-                  norm_len: Count | None = None, n_tokens: Count | None = None,
-                  n_seqs: Count | None = None) -> tuple[Tensor, dict[str, float]]:
+def tgpo_reg_loss(
+    teacher_token_logp: Tensor,
+    mask: Tensor,
+    *,
+    coef: float,
+    agg: str = "token-mean",
+    norm_len: Count | None = None,
+    n_tokens: Count | None = None,
+    n_seqs: Count | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """TGPO-reg's term ``coef * agg(-l^T)``: (N, T) student log-probs of the teacher's ids, (N, T)
     mask -> scalar. ``agg`` and the global counts as the policy loss's, so micro-batches add up."""
     if teacher_token_logp.shape != mask.shape:
@@ -50,9 +64,11 @@ def tgpo_reg_loss(teacher_token_logp: Tensor, mask: Tensor, *, coef: float, agg:
     nll = -teacher_token_logp  # (N, T) cross-entropy to the teacher's greedy token
     loss = coef * aggregate(nll, mask, agg, norm_len=norm_len, n_tokens=n_tokens, n_seqs=n_seqs)
     with torch.no_grad():
-        metrics = {"teacher/tgpo_nll": float(masked_mean(nll, mask)),  # local token mean
-                   "teacher/tgpo_prob": float(masked_mean(teacher_token_logp.exp(), mask)),
-                   "teacher/tgpo_term": float(loss)}
+        metrics = {
+            "teacher/tgpo_nll": float(masked_mean(nll, mask)),  # local token mean
+            "teacher/tgpo_prob": float(masked_mean(teacher_token_logp.exp(), mask)),
+            "teacher/tgpo_term": float(loss),
+        }
     return loss, metrics
 
 
@@ -64,8 +80,15 @@ def tgpo_adv_advantages(seq_adv: Tensor, old_teacher_logp: Tensor, mask: Tensor,
     return (seq_adv[:, None].to(m.dtype) + bonus) * m  # (R, T)
 
 
-def rkl_opd_advantages(teacher_logp: Tensor, old_logp: Tensor, mask: Tensor, *, coef: float = 1.0,
-                       seq_adv: Tensor | None = None, grpo_weight: float = 0.0) -> Tensor:
+def rkl_opd_advantages(
+    teacher_logp: Tensor,
+    old_logp: Tensor,
+    mask: Tensor,
+    *,
+    coef: float = 1.0,
+    seq_adv: Tensor | None = None,
+    grpo_weight: float = 0.0,
+) -> Tensor:
     """RKL-OPD token advantages ``coef (log pi_T(y_t) - log pi_old(y_t)) + grpo_weight A_i``: (R, T),
     (R, T), (R, T) mask [, (R,)] -> (R, T). ``grpo_weight=0`` is the released ``compute_rkl_advantage``
     (distillation alone); ``grpo_weight=1, coef=0.002`` its ``grpo_merge_rkl`` variant."""
@@ -78,9 +101,18 @@ def rkl_opd_advantages(teacher_logp: Tensor, old_logp: Tensor, mask: Tensor, *, 
     return adv * m
 
 
-def kdrl_loss(logp: Tensor, teacher_logp: Tensor, mask: Tensor, *, coef: float, estimator: str = "k2",
-              agg: str = "token-mean", norm_len: Count | None = None, n_tokens: Count | None = None,
-              n_seqs: Count | None = None) -> tuple[Tensor, dict[str, float]]:
+def kdrl_loss(
+    logp: Tensor,
+    teacher_logp: Tensor,
+    mask: Tensor,
+    *,
+    coef: float,
+    estimator: str = "k2",
+    agg: str = "token-mean",
+    norm_len: Count | None = None,
+    n_tokens: Count | None = None,
+    n_seqs: Count | None = None,
+) -> tuple[Tensor, dict[str, float]]:
     """KDRL's term ``+coef * agg(k(logp - teacher_logp))`` (see the module's sign convention): (N, T)
     student log-probs of the sampled tokens (with grad), (N, T) teacher's, (N, T) mask -> scalar.
     ``estimator`` k2 = ``0.5 (log pi_T - log pi_theta)^2`` is the released code's; k1, k3 as :mod:`.kl`."""

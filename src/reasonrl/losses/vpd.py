@@ -13,6 +13,7 @@ distilled on its own rollouts); every form below is [inferred] with the spec's d
 * M-step: per-token divergence of the student from the frozen teacher on the student's rollouts,
   reverse KL ``KL(pi_theta || sg q_phi)`` by default (:func:`m_step_token_loss`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,19 @@ from torch import Tensor
 
 from .divergence import per_token_divergence
 
-__all__ = ["M_DIVERGENCES", "E_KL_ESTIMATORS", "optimal_posterior", "categorical_kl", "elbo", "adapt_beta",
-           "exact_token_kl", "k3_token_kl", "sampled_kl", "row_token_mean", "m_step_token_loss"]
+__all__ = [
+    "M_DIVERGENCES",
+    "E_KL_ESTIMATORS",
+    "optimal_posterior",
+    "categorical_kl",
+    "elbo",
+    "adapt_beta",
+    "exact_token_kl",
+    "k3_token_kl",
+    "sampled_kl",
+    "row_token_mean",
+    "m_step_token_loss",
+]
 
 M_DIVERGENCES = ("reverse_kl", "forward_kl", "sampled")
 E_KL_ESTIMATORS = ("exact", "k3")
@@ -52,8 +64,10 @@ def adapt_beta(beta: float, measured_kl: float, target: float, factor: float = 2
     above ``band * target`` multiplies ``beta`` by ``factor``, one below ``target / band`` divides it,
     anything between leaves it. (delta 0.05: KL 0.1 -> 0.1 becomes 0.2; 0.02 -> 0.05; 0.05 -> 0.1.)"""
     if beta <= 0 or target <= 0 or factor < 1 or band < 1:
-        raise ValueError(f"adapt_beta needs beta > 0, target > 0, factor >= 1, band >= 1; "
-                         f"got beta={beta}, target={target}, factor={factor}, band={band}")
+        raise ValueError(
+            f"adapt_beta needs beta > 0, target > 0, factor >= 1, band >= 1; "
+            f"got beta={beta}, target={target}, factor={factor}, band={band}"
+        )
     if measured_kl > band * target:
         return beta * factor
     if measured_kl < target / band:
@@ -88,9 +102,15 @@ def row_token_mean(values: Tensor, mask: Tensor) -> Tensor:
     return (values * m).sum(-1) / m.sum(-1).clamp(min=1)  # (N,)
 
 
-def m_step_token_loss(kind: str, *, student_logits: Tensor | None = None, teacher_logits: Tensor | None = None,
-                      student_logp: Tensor | None = None, teacher_logp: Tensor | None = None,
-                      temperature: float = 1.0) -> Tensor:
+def m_step_token_loss(
+    kind: str,
+    *,
+    student_logits: Tensor | None = None,
+    teacher_logits: Tensor | None = None,
+    student_logp: Tensor | None = None,
+    teacher_logp: Tensor | None = None,
+    temperature: float = 1.0,
+) -> Tensor:
     """The M-step's per-token loss (N, T), the gradient through the student only.
 
     ``reverse_kl`` (default): ``KL(pi_theta || sg q_phi)`` from (N, T, V) logits of both;

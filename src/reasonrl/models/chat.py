@@ -21,6 +21,7 @@ prompt it came from (``source``), so a rollout row's prompt can be rewritten int
 context. Text derived from rendered text (a concatenation) is no longer marked: build contexts
 through the formatter's methods.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -63,12 +64,12 @@ def check_messages(prompt: Any, where: str) -> list[dict[str, str]]:
     out = []
     for i, m in enumerate(prompt):
         if not isinstance(m, Mapping) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
-            raise UserError(f"{where}: message {i} must be {{\"role\": one of {'|'.join(ROLES)}, \"content\": text}}, "
-                            f"got {m!r:.120}")
+            raise UserError(
+                f'{where}: message {i} must be {{"role": one of {"|".join(ROLES)}, "content": text}}, got {m!r:.120}'
+            )
         out.append({"role": m["role"], "content": m["content"]})
     if out[-1]["role"] != "user":
-        raise UserError(f"{where}: the last message must be the user's (the model answers it), got "
-                        f"{out[-1]['role']!r}")
+        raise UserError(f"{where}: the last message must be the user's (the model answers it), got {out[-1]['role']!r}")
     return out
 
 
@@ -122,7 +123,7 @@ def turn_end_id(tok: Any) -> int | None:
         text = tok.apply_chat_template(convo, tokenize=False)
     except TemplateError:  # a template that refuses this conversation shows no end token: auto says so
         return None
-    tail = text[text.index(_MARK) + len(_MARK):] if _MARK in text else ""
+    tail = text[text.index(_MARK) + len(_MARK) :] if _MARK in text else ""
     added = getattr(tok, "added_tokens_decoder", {}) or {}
     return next((i for i in tok(tail, add_special_tokens=False)["input_ids"] if i in added), None)
 
@@ -137,8 +138,10 @@ def is_chat_model(tok: Any, model: Any) -> tuple[bool, str]:
     name = tok.convert_ids_to_tokens(end)
     if end in stops:
         return True, f"the tokenizer has a chat template and the model stops at its end-of-turn token {name!r}"
-    return False, (f"the model's end ids {stops} miss the chat template's end-of-turn token {name!r}: a base model "
-                   "(prompt.format=chat applies the template anyway)")
+    return False, (
+        f"the model's end ids {stops} miss the chat template's end-of-turn token {name!r}: a base model "
+        "(prompt.format=chat applies the template anyway)"
+    )
 
 
 @dataclass(frozen=True)
@@ -154,16 +157,23 @@ class PromptFormatter:
     _strip: str = ""  # text the tokenizer adds itself (a BOS), cut from the template's output
 
     @staticmethod
-    def build(tok: Any, model: Any = None, format: str = "auto", system_prompt: str | None = None,
-              chat_template_kwargs: Mapping[str, Any] | None = None) -> "PromptFormatter":
+    def build(
+        tok: Any,
+        model: Any = None,
+        format: str = "auto",
+        system_prompt: str | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> "PromptFormatter":
         """The formatter for ``tok`` and ``model`` under the ``prompt.*`` settings; a setting that
         cannot apply (chat without a template, a system prompt on plain prompts) is a UserError."""
         if format not in FORMATS:
             raise UserError(f"prompt.format={format!r}: must be one of {', '.join(FORMATS)}")
         has_template = bool(getattr(tok, "chat_template", None))
         if format == "chat" and not has_template:
-            raise UserError("prompt.format=chat: the model's tokenizer has no chat template (tokenizer_config.json / "
-                            "chat_template.jinja); use prompt.format=plain or a model that ships one")
+            raise UserError(
+                "prompt.format=chat: the model's tokenizer has no chat template (tokenizer_config.json / "
+                "chat_template.jinja); use prompt.format=plain or a model that ships one"
+            )
         chat, why = (True, "prompt.format=chat") if format == "chat" else (False, "prompt.format=plain")
         if format == "auto":
             chat, why = is_chat_model(tok, model)
@@ -171,8 +181,10 @@ class PromptFormatter:
         kwargs = dict(chat_template_kwargs or {})
         if not chat and (system_prompt or kwargs):
             given = "prompt.system_prompt" if system_prompt else "prompt.chat_template_kwargs"
-            raise UserError(f"{given} needs the chat template, but prompts are plain here ({why}); set prompt.format=chat "
-                            f"or drop {given}")
+            raise UserError(
+                f"{given} needs the chat template, but prompts are plain here ({why}); set prompt.format=chat "
+                f"or drop {given}"
+            )
         out = PromptFormatter(tok, chat, system_prompt, kwargs, why)
         return out._checked() if chat else out
 
@@ -181,13 +193,17 @@ class PromptFormatter:
         try:
             self._template([{"role": "user", "content": "x"}])
         except TemplateError as err:  # the model's template, or the kwargs given to it
-            raise UserError(f"the chat template failed with prompt.chat_template_kwargs={dict(self.template_kwargs)}: "
-                            f"{type(err).__name__}: {err}") from err
+            raise UserError(
+                f"the chat template failed with prompt.chat_template_kwargs={dict(self.template_kwargs)}: "
+                f"{type(err).__name__}: {err}"
+            ) from err
         bare, with_specials = (self.tok("x", add_special_tokens=s)["input_ids"] for s in (False, True))
-        if with_specials[len(with_specials) - len(bare):] != bare:  # it appends (an EOS): a prompt would end early
-            raise UserError(f"the tokenizer appends {with_specials[-1]} to every text, so a templated prompt cannot "
-                            "be encoded as apply_chat_template does; use prompt.format=plain")
-        added = "".join(self.tok.convert_ids_to_tokens(with_specials[:len(with_specials) - len(bare)]))
+        if with_specials[len(with_specials) - len(bare) :] != bare:  # it appends (an EOS): a prompt would end early
+            raise UserError(
+                f"the tokenizer appends {with_specials[-1]} to every text, so a templated prompt cannot "
+                "be encoded as apply_chat_template does; use prompt.format=plain"
+            )
+        added = "".join(self.tok.convert_ids_to_tokens(with_specials[: len(with_specials) - len(bare)]))
         return PromptFormatter(self.tok, True, self.system_prompt, self.template_kwargs, self.why, added)
 
     # ------------------------------------------------------------------ rendering
@@ -202,7 +218,7 @@ class PromptFormatter:
     def _template(self, turns: list[dict[str, str]]) -> str:
         text = self.tok.apply_chat_template(turns, tokenize=False, add_generation_prompt=True, **self.template_kwargs)
         # the tokenizer adds its own BOS when it encodes; the template wrote one too: keep one
-        return text[len(self._strip):] if self._strip and text.startswith(self._strip) else text
+        return text[len(self._strip) :] if self._strip and text.startswith(self._strip) else text
 
     def render(self, prompt: Any, where: str = "prompt") -> Rendered:
         """The model's input text for ``prompt`` (a string, messages, or text already rendered)."""
@@ -210,8 +226,10 @@ class PromptFormatter:
             return prompt
         if not self.chat:
             if not isinstance(prompt, str):
-                raise UserError(f"{where} is conversational (a list of messages) but prompts are plain here "
-                                f"({self.why}); set prompt.format=chat with a model whose tokenizer has a chat template")
+                raise UserError(
+                    f"{where} is conversational (a list of messages) but prompts are plain here "
+                    f"({self.why}); set prompt.format=chat with a model whose tokenizer has a chat template"
+                )
             return Rendered.of(prompt, prompt)
         return Rendered.of(self._template(self.messages(prompt, where)), prompt)
 
@@ -242,18 +260,23 @@ class PromptFormatter:
         after = template.split("{attempt}", 1)[1] if "{attempt}" in template else template
         reply = fill_slots(after, prompt=user_text(turns), **slots).strip()
         if not reply:
-            raise UserError(f"template {template!r} has no text after {{attempt}}: with the chat template that text "
-                            "is the user's next turn; add an instruction after {attempt}")
-        return Rendered.of(self._template([*turns, {"role": "assistant", "content": attempt},
-                                           {"role": "user", "content": reply}]))
+            raise UserError(
+                f"template {template!r} has no text after {{attempt}}: with the chat template that text "
+                "is the user's next turn; add an instruction after {attempt}"
+            )
+        return Rendered.of(
+            self._template([*turns, {"role": "assistant", "content": attempt}, {"role": "user", "content": reply}])
+        )
 
     def _source(self, prompt: Any) -> Any:
         """What a context is built from: the prompt itself, or (chat) the prompt a rendered one came from."""
         if not (self.chat and isinstance(prompt, Rendered)):
             return prompt
         if prompt.source is None:
-            raise TypeError("a context is built from a prompt (an item's, or a rollout row's), not from a context "
-                            "the formatter composed")
+            raise TypeError(
+                "a context is built from a prompt (an item's, or a rollout row's), not from a context "
+                "the formatter composed"
+            )
         return prompt.source
 
     def n_tokens(self, prompt: Any) -> int:

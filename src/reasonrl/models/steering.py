@@ -9,6 +9,7 @@ steered rollouts. The training forward passes never carry the hook, and by defau
 the behaviour log-probs are re-scored without it: the steered samples are treated as samples of
 the unsteered policy (VSPO's self-distillation reading).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -94,8 +95,9 @@ def steering_vector(model, tokenizer, positive: Sequence[str], negative: Sequenc
 
 
 @contextmanager
-def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[float],
-          steer_prompt: bool = False) -> Iterator[None]:
+def steer(
+    model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[float], steer_prompt: bool = False
+) -> Iterator[None]:
     """Add ``alphas[j] * scale * unit`` at generated positions of sample j of every group.
 
     Rows are prompt-major (row r is sample r % n), so a batch of b rows gets ``alphas`` tiled
@@ -111,7 +113,9 @@ def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[
         if h.shape[1] != 1 and not steer_prompt:  # prefill: prompt positions are not steered
             return output
         if h.shape[0] % len(per_sample):
-            raise RuntimeError(f"steered batch of {h.shape[0]} rows is not a whole number of groups of {len(per_sample)}")
+            raise RuntimeError(
+                f"steered batch of {h.shape[0]} rows is not a whole number of groups of {len(per_sample)}"
+            )
         alpha = per_sample.to(h.device).repeat(h.shape[0] // len(per_sample))  # (b,)
         h = add_steering(h, unit.to(h.device), scale, alpha)
         return (h, *output[1:]) if isinstance(output, tuple) else h
@@ -123,9 +127,19 @@ def steer(model, layer: int, unit: torch.Tensor, scale: float, alphas: Sequence[
         handle.remove()
 
 
-def generate_steered(engine, prompts: Sequence[str], sampling, *, unit: torch.Tensor, scale: float,
-                     layer: int, alphas: Sequence[float], generator: torch.Generator | None = None,
-                     is_correction: bool = False, steer_prompt: bool = False):
+def generate_steered(
+    engine,
+    prompts: Sequence[str],
+    sampling,
+    *,
+    unit: torch.Tensor,
+    scale: float,
+    layer: int,
+    alphas: Sequence[float],
+    generator: torch.Generator | None = None,
+    is_correction: bool = False,
+    steer_prompt: bool = False,
+):
     """One group of ``len(alphas)`` samples per prompt, sample j at intensity ``alphas[j]``, from an
     :class:`~reasonrl.rollout.HFEngine` (its Rollouts come back, with ``extras["alpha"]``).
 
@@ -150,8 +164,15 @@ def generate_steered(engine, prompts: Sequence[str], sampling, *, unit: torch.Te
         engine.compact_below, engine.max_rows = saved
     if not is_correction:
         with torch.no_grad():
-            lp, _ = score_completions(engine.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                      ro.completion_mask, temperature=sampling.temperature or 1.0, entropies=False)
+            lp, _ = score_completions(
+                engine.model,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.completion_ids,
+                ro.completion_mask,
+                temperature=sampling.temperature or 1.0,
+                entropies=False,
+            )
         ro.logprobs = lp.cpu()
     ro.extras["alpha"] = torch.tensor(list(alphas) * len(prompts))  # (R,)
     return ro

@@ -3,6 +3,7 @@
 Using a stock architecture (not a custom module) means the model directory is an ordinary HF
 checkpoint and every code path (generation, scoring, LoRA, vLLM later) is the one real models use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,10 +36,18 @@ def tiny_config(size: str = "small", max_positions: int = 512) -> LlamaConfig:
         raise ValueError(f"unknown tiny-model size {size!r}; valid sizes: {sorted(SIZES)}")
     s, tok = SIZES[size], build_char_tokenizer()
     return LlamaConfig(
-        vocab_size=len(tok), hidden_size=s.hidden, num_hidden_layers=s.layers,
-        num_attention_heads=s.heads, num_key_value_heads=s.heads, intermediate_size=s.intermediate,
-        max_position_embeddings=max_positions, rope_theta=10000.0, tie_word_embeddings=True,
-        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None,
+        vocab_size=len(tok),
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.heads,
+        intermediate_size=s.intermediate,
+        max_position_embeddings=max_positions,
+        rope_theta=10000.0,
+        tie_word_embeddings=True,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        bos_token_id=None,
     )
 
 

@@ -5,6 +5,7 @@ and saved as an ordinary ``tokenizer.json``, so ``AutoTokenizer.from_pretrained(
 with no reasonrl code. Every printable ASCII character plus newline and tab is a token, so
 reasoning-gym prompts and user files tokenise without unknowns in the common case.
 """
+
 from __future__ import annotations
 
 import string
@@ -28,7 +29,11 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     core.add_special_tokens(SPECIALS)
     core.decoder = decoders.Fuse()  # join characters back without separators
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK,
-        padding_side="left", model_max_length=4096,
+        tokenizer_object=core,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="left",
+        model_max_length=4096,
     )
     return tok

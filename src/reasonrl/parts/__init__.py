@@ -10,6 +10,7 @@ Every module of this package is imported (:mod:`.registry`): a part is registere
 ``@register_part`` alone, and the order its hooks run in is the one its class declares (``PHASE``,
 ``AFTER``), not the order of the imports below (those only keep the package's public names).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -26,6 +27,7 @@ from ..rewards.options import reward_options
 from ..config.rules import Rule
 from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
 from .registry import import_all, order_parts
+
 # the public names (the hook order is declared by the parts: .registry)
 from .generation import BeamSampling, GroupFilter, Optim, Sampling, Stages, Steering
 from .episodes import Episodes  # multi-turn agent episodes: a rollout strategy
@@ -46,15 +48,72 @@ from .populora import PopuLoRA
 from .prompt_policy import PromptPolicy
 from .balance import TrajectoryBalance
 from .diffusion import Diffusion
-from .objective import EDAS, KL, Advantage, CorrBonus, PolicyLoss, StepCredit, Veto, entropy_term, kl_term, loss_agg, \
-    policy_term
+from .objective import (
+    EDAS,
+    KL,
+    Advantage,
+    CorrBonus,
+    PolicyLoss,
+    StepCredit,
+    Veto,
+    entropy_term,
+    kl_term,
+    loss_agg,
+    policy_term,
+)
 from .strategy import GenRequest, Groups, PlainSampling, Round, RolloutStrategy, one_strategy
 
-__all__ = ["Critic", "D2Evo", "Diffusion", "EDAS", "EGRSD", "FEST", "SSOPD", "KL", "Advantage", "BeamSampling", "CorrBonus",
-           "Correction", "Drafts", "Episodes", "GenRequest", "GroupFilter", "Groups", "HintSampling", "Optim", "PART_TYPES", "Parts",
-           "PlainSampling", "Smoke", "PolicyLoss", "Recipe", "Redirect", "RefineReplay", "RolloutStrategy", "Round", "Sampling",
-           "Stages", "Steering", "StepCredit", "TrajectoryBalance", "VPD", "Veto", "entropy_term", "kl_term", "loss_agg",
-           "policy_term", "register_part", "KDRL", "RKLOPD", "TGPO", "Teacher", "AZR", "EvoEnv", "PopuLoRA", "PromptPolicy"]
+__all__ = [
+    "Critic",
+    "D2Evo",
+    "Diffusion",
+    "EDAS",
+    "EGRSD",
+    "FEST",
+    "SSOPD",
+    "KL",
+    "Advantage",
+    "BeamSampling",
+    "CorrBonus",
+    "Correction",
+    "Drafts",
+    "Episodes",
+    "GenRequest",
+    "GroupFilter",
+    "Groups",
+    "HintSampling",
+    "Optim",
+    "PART_TYPES",
+    "Parts",
+    "PlainSampling",
+    "Smoke",
+    "PolicyLoss",
+    "Recipe",
+    "Redirect",
+    "RefineReplay",
+    "RolloutStrategy",
+    "Round",
+    "Sampling",
+    "Stages",
+    "Steering",
+    "StepCredit",
+    "TrajectoryBalance",
+    "VPD",
+    "Veto",
+    "entropy_term",
+    "kl_term",
+    "loss_agg",
+    "policy_term",
+    "register_part",
+    "KDRL",
+    "RKLOPD",
+    "TGPO",
+    "Teacher",
+    "AZR",
+    "EvoEnv",
+    "PopuLoRA",
+    "PromptPolicy",
+]
 
 import_all(sys.modules[__name__])  # every part module, so each @register_part has run
 order_parts(PART_TYPES)  # the hook order the parts declare (a bad AFTER or a cycle fails here, at import)
@@ -69,6 +128,7 @@ class Smoke(NamedTuple):
     """What the recipe's two-step smoke test runs on (tests/test_every_recipe.py): the task and its
     options, the metric keys the recipe's own parts log at every step, and the dotted keys (as on the
     command line: ``hints.per_hint``, ``data.pool``) that make its parts small enough for two CPU steps."""
+
     task: str = "arithmetic"
     task_options: tuple[tuple[str, Any], ...] = ()
     metrics: tuple[str, ...] = POLICY_METRICS
@@ -81,8 +141,10 @@ def _min_group(values) -> int:
 
 def _group_text(values) -> str:
     if _min_group(values) == 2:
-        return (f">= 2 (estimator {values.get('advantage.estimator')!r} compares the samples of a prompt; a group "
-                "of 1 learns nothing)")
+        return (
+            f">= 2 (estimator {values.get('advantage.estimator')!r} compares the samples of a prompt; a group "
+            "of 1 learns nothing)"
+        )
     return ">= 1"
 
 
@@ -196,8 +258,13 @@ class Recipe:
 
     def describe(self) -> dict[str, Any]:
         """Every option of the recipe as plain data (``reasonrl recipes``, the run's config)."""
-        out: dict[str, Any] = {"name": self.name, "paper": self.paper, "summary": self.summary, "doc": self.doc,
-                               "inferred": list(self.inferred)}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "paper": self.paper,
+            "summary": self.summary,
+            "doc": self.doc,
+            "inferred": list(self.inferred),
+        }
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name in IDENTITY:
@@ -232,8 +299,10 @@ def _init(self, *args: Any, parts: Any = (), **kwargs: Any) -> None:
     named = {k: kwargs.pop(k) for k in list(kwargs) if k not in names}
     unknown = [k for k in named if k not in PART_TYPES]
     if unknown:
-        raise TypeError(f"Recipe got unknown keyword {unknown[0]!r}: neither a field ({', '.join(sorted(names))}) nor "
-                        f"a registered part ({', '.join(PART_TYPES)})")
+        raise TypeError(
+            f"Recipe got unknown keyword {unknown[0]!r}: neither a field ({', '.join(sorted(names))}) nor "
+            f"a registered part ({', '.join(PART_TYPES)})"
+        )
     _generated_init(self, *args, parts=Parts(parts).merged(named) if named else Parts(parts), **kwargs)
 
 

@@ -15,6 +15,7 @@ envs-selfplay-eval.md section 1). One shared policy plays both roles every step:
 The buffers are the part's state (checkpointed, resumed exactly); each starts with AZR's identity
 program. Nothing a proposal contains ever runs outside the sandbox.
 """
+
 from __future__ import annotations
 
 import ast
@@ -42,14 +43,19 @@ def initial_buffers(n_inputs: int) -> dict[str, list[dict]]:
     """Each type's buffer with AZR's seed: the identity program (induction: on inputs 1..n)."""
     ins = [str(i) for i in range(1, n_inputs + 1)]
     one = {"program": IDENTITY, "input": "3", "output": "3"}
-    return {"deduction": [dict(one)], "abduction": [dict(one)],
-            "induction": [{"program": IDENTITY, "inputs": ins, "outputs": list(ins)}]}
+    return {
+        "deduction": [dict(one)],
+        "abduction": [dict(one)],
+        "induction": [{"program": IDENTITY, "inputs": ins, "outputs": list(ins)}],
+    }
 
 
 def ast_depth(code: str) -> int:
     """Nesting depth of a program's syntax tree (how the proposed tasks grow; a module alone is 1)."""
+
     def depth(node: ast.AST) -> int:
         return 1 + max((depth(c) for c in ast.iter_child_nodes(node)), default=0)
+
     return depth(ast.parse(code))
 
 
@@ -57,6 +63,7 @@ def ast_depth(code: str) -> int:
 @dataclass(frozen=True)
 class AZR:
     """AZR's self-play (every field [inferred] for the tiny model unless noted)."""
+
     PHASE = "selfplay"  # the hook order (parts/registry.py)
 
     proposals: int = 2  # proposal prompts per task type per step, G proposals each
@@ -66,9 +73,13 @@ class AZR:
     min_inputs: int = 4  # an induction proposal needs this many distinct inputs (its shown + held pairs)
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "proposals": at_least(1), "estimate_samples": at_least(1), "capacity": at_least(1), "min_inputs": at_least(2),
-        "types": Rule(lambda v, _: bool(v) and all(t in TYPES for t in v.split(",")),
-                      f"a comma list of {', '.join(TYPES)}"),
+        "proposals": at_least(1),
+        "estimate_samples": at_least(1),
+        "capacity": at_least(1),
+        "min_inputs": at_least(2),
+        "types": Rule(
+            lambda v, _: bool(v) and all(t in TYPES for t in v.split(",")), f"a comma list of {', '.join(TYPES)}"
+        ),
     }
 
     @property
@@ -76,8 +87,9 @@ class AZR:
         return self.types.split(",")
 
     def _task(self, ctx: Any) -> AZRTask:
-        return played_task(ctx.task, AZRTask, "recipe part 'azr' plays AZR's program world: train it on --task azr, "
-                           "not {name}")
+        return played_task(
+            ctx.task, AZRTask, "recipe part 'azr' plays AZR's program world: train it on --task azr, not {name}"
+        )
 
     def _buffers(self, ctx: Any) -> dict[str, list[dict]]:
         c = self._task(ctx).config
@@ -104,10 +116,12 @@ class AZR:
         rows = [(items[r // G], ro.texts[r]) for r in range(len(ro.texts))]
         entries, verdicts = check_proposals(rows, task, self.min_inputs)
         p_hat = estimate_solve_rates(ctx.sample, f"azr-estimate-{ctx.step}", task, entries, self.estimate_samples)
-        rewards = torch.tensor([azr_proposal_reward(v != "format", v == "", p_hat.get(r)) for r, v in enumerate(verdicts)])
+        rewards = torch.tensor(
+            [azr_proposal_reward(v != "format", v == "", p_hat.get(r)) for r, v in enumerate(verdicts)]
+        )
         for kind, entry in entries.values():
             buffers[kind].append(entry)
-            del buffers[kind][:-self.capacity]
+            del buffers[kind][: -self.capacity]
         metrics = proposal_metrics(rows, verdicts, entries, p_hat, rewards, buffers)
         valid = torch.tensor([float(v == "") for v in verdicts])
         return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
@@ -122,8 +136,14 @@ class AZR:
                 else:
                     refs = rng.sample(buffers[kind], min(k_refs, len(buffers[kind])))
                 prompt = propose_prompt(kind, refs)
-                items.append(Item(key=f"azr:propose:{kind}:{ctx.position}:{j}", prompt=prompt, answer="",
-                                  meta={"role": "propose", "type": kind, "program": refs[0]["program"]}))
+                items.append(
+                    Item(
+                        key=f"azr:propose:{kind}:{ctx.position}:{j}",
+                        prompt=prompt,
+                        answer="",
+                        meta={"role": "propose", "type": kind, "program": refs[0]["program"]},
+                    )
+                )
         return items
 
     def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
@@ -134,8 +154,9 @@ class AZR:
         return out, {"azr/buckets": float(len(set(keys)))}
 
 
-def check_proposals(rows: list[tuple[Item, str]], task: AZRTask,
-                    min_inputs: int) -> tuple[dict[int, tuple[str, dict]], list[str]]:
+def check_proposals(
+    rows: list[tuple[Item, str]], task: AZRTask, min_inputs: int
+) -> tuple[dict[int, tuple[str, dict]], list[str]]:
     """Each proposal's verdict (``""`` valid, ``"format"``, or the validation stage that failed) and
     the (type, buffer entry) of the valid ones, by row (AZR's proposer round and PopuLoRA's teachers')."""
     verdicts, triplets, inductions = [], [], []
@@ -164,8 +185,9 @@ def check_proposals(rows: list[tuple[Item, str]], task: AZRTask,
     return entries, verdicts
 
 
-def estimate_solve_rates(sample: Sample, tag: str, task: AZRTask, entries: dict[int, tuple[str, dict]],
-                         n: int) -> dict[int, float]:
+def estimate_solve_rates(
+    sample: Sample, tag: str, task: AZRTask, entries: dict[int, tuple[str, dict]], n: int
+) -> dict[int, float]:
     """p_hat of each valid proposal: ``n`` solver answers sampled by ``sample`` under ``tag``, graded (no gradient)."""
     if not entries:
         return {}
@@ -175,11 +197,17 @@ def estimate_solve_rates(sample: Sample, tag: str, task: AZRTask, entries: dict[
     metas = [p.meta for p in probs for _ in range(n)]
     task.prepare(ro.texts, metas)
     scores = [task.verify(t, "", m) for t, m in zip(ro.texts, metas)]
-    return {r: sum(scores[i * n:(i + 1) * n]) / n for i, r in enumerate(order)}
+    return {r: sum(scores[i * n : (i + 1) * n]) / n for i, r in enumerate(order)}
 
 
-def proposal_metrics(rows: list[tuple[Item, str]], verdicts: list[str], entries: dict[int, tuple[str, dict]],
-                     p_hat: dict[int, float], rewards: torch.Tensor, buffers: dict[str, list[dict]]) -> dict[str, float]:
+def proposal_metrics(
+    rows: list[tuple[Item, str]],
+    verdicts: list[str],
+    entries: dict[int, tuple[str, dict]],
+    p_hat: dict[int, float],
+    rewards: torch.Tensor,
+    buffers: dict[str, list[dict]],
+) -> dict[str, float]:
     """The proposer round's metrics (AZR and PopuLoRA): buffer sizes, validity per type, rejections, p_hat."""
     out = {f"azr/buffer_{k}": float(len(v)) for k, v in buffers.items()}
     out["azr/proposer_reward"] = float(rewards.mean())

@@ -18,6 +18,7 @@ part's ``loss_term`` is the objective. Through the protocol's hooks:
 * ``loss_term`` -- the policy's side with grad, ``w`` (FlowRL's clipped sequence ratio), the loss.
 * ``after_step`` -- with a table: each prompt's mean residual so far (the frozen Z's diagnostic).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,17 @@ from typing import Callable, ClassVar
 import torch
 from torch import Tensor
 
-from ..data.partition import (ZRow, ZTable, estimate_rows, mismatches, missing_error, read_header, read_table,
-                              sequence_scores, summary)
+from ..data.partition import (
+    ZRow,
+    ZTable,
+    estimate_rows,
+    mismatches,
+    missing_error,
+    read_header,
+    read_table,
+    sequence_scores,
+    summary,
+)
 from ..errors import UserError
 from ..losses.balance import WEIGHTS, draw_masks, elbo_estimate, sequence_weight, trajectory_balance
 from ..models.diffusion import is_diffusion
@@ -53,7 +63,9 @@ def _table_problem(path: str, c) -> str:
         return f"null: log_z={c.get('log_z')} reads no table"
     header = read_header(path) if Path(path).is_file() else None
     if header is None:
-        return "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one over the run's pool"
+        return (
+            "a table file that exists (reasonrl disa estimate --out FILE), or null to estimate one over the run's pool"
+        )
     bad = mismatches(header, c.get("beta"), c.get("length_norm"), c.get("sampling.temperature") or 1.0)
     return f"a table of this run's settings ({'; '.join(bad)}): re-estimate it or match them" if bad else ""
 
@@ -62,6 +74,7 @@ def _table_problem(path: str, c) -> str:
 @dataclass(frozen=True)
 class TrajectoryBalance:
     """The trajectory-balance objective; each field is FlowRL's / the spec's default unless marked."""
+
     PHASE = "objective"  # the hook order (parts/registry.py)
 
     beta: float = 15.0  # FlowRL's hard-coded beta (FlowRLActor.flowrl_beta_coef)
@@ -85,14 +98,29 @@ class TrajectoryBalance:
     t_min: float = 1e-3  # LLaDA's eps
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "beta": above(0), "reward": one_of(REWARDS), "weight": one_of(WEIGHTS), "clip_low": within(0, 1, open_hi=True),
-        "clip_high": at_least(0), "cap": above(0), "log_z": one_of(SOURCES), "z_lr": above(0), "z_layers": at_least(1),
-        "z_dropout": within(0, 1, open_hi=True), "proposals": at_least(1), "missing": one_of(MISSING),
+        "beta": above(0),
+        "reward": one_of(REWARDS),
+        "weight": one_of(WEIGHTS),
+        "clip_low": within(0, 1, open_hi=True),
+        "clip_high": at_least(0),
+        "cap": above(0),
+        "log_z": one_of(SOURCES),
+        "z_lr": above(0),
+        "z_layers": at_least(1),
+        "z_dropout": within(0, 1, open_hi=True),
+        "proposals": at_least(1),
+        "missing": one_of(MISSING),
         "table": Rule(lambda v, c: v is None or not _table_problem(v, c), lambda c: _table_problem(c.get("table"), c)),
-        "surrogate": Rule(lambda v, c: v in SURROGATES and (v == "token" or c.get("log_z") == "head"),
-                          lambda c: f"one of {', '.join(SURROGATES)}; elbo needs log_z=head (here log_z="
-                          f"{c.get('log_z')}: a table is estimated with token scores)"),
-        "mc": at_least(1), "mask_t": within(0, 1, open_lo=True), "t_min": within(0, 1, open_lo=True),
+        "surrogate": Rule(
+            lambda v, c: v in SURROGATES and (v == "token" or c.get("log_z") == "head"),
+            lambda c: (
+                f"one of {', '.join(SURROGATES)}; elbo needs log_z=head (here log_z="
+                f"{c.get('log_z')}: a table is estimated with token scores)"
+            ),
+        ),
+        "mc": at_least(1),
+        "mask_t": within(0, 1, open_lo=True),
+        "t_min": within(0, 1, open_lo=True),
     }
 
     @property
@@ -108,8 +136,10 @@ class TrajectoryBalance:
         schedule (the head trains beside the policy, as verl's recipe puts it in the actor's optimiser)."""
         model = ctx.model
         if self.surrogate == "elbo" and not is_diffusion(model):
-            raise UserError("balance.surrogate=elbo (TraFL) needs a masked-diffusion policy: --model builtin:diffusion "
-                            "(or a folder `reasonrl pretrain --arch diffusion` wrote)")
+            raise UserError(
+                "balance.surrogate=elbo (TraFL) needs a masked-diffusion policy: --model builtin:diffusion "
+                "(or a folder `reasonrl pretrain --arch diffusion` wrote)"
+            )
         if self.log_z != "head":
             return {}
         device = next(model.parameters()).device
@@ -125,7 +155,9 @@ class TrajectoryBalance:
         if self.table is not None:
             table = read_table(self.table)
         else:  # proposals of the initial policy
-            table = ZTable.of(self.table_header(ctx, "the initial policy", "the initial policy"), self.offline_rows(ctx))
+            table = ZTable.of(
+                self.table_header(ctx, "the initial policy", "the initial policy"), self.offline_rows(ctx)
+            )
         table.check(self.beta, self.length_norm, ctx.sampling.temperature or 1.0)  # the residual's scoring temperature
         ctx.state["table"] = table.state()
         ctx.state["table_summary"] = summary(list(table.rows.values()))
@@ -133,8 +165,14 @@ class TrajectoryBalance:
 
     def table_header(self, ctx: RoundContext, proposal: str, reference: str) -> dict:
         """A table's settings: what the residual must share with it (``ZTable.check``), and its models."""
-        return {"beta": self.beta, "length_norm": self.length_norm, "proposals": self.proposals,
-                "temperature": ctx.sampling.temperature or 1.0, "proposal": proposal, "reference": reference}
+        return {
+            "beta": self.beta,
+            "length_norm": self.length_norm,
+            "proposals": self.proposals,
+            "temperature": ctx.sampling.temperature or 1.0,
+            "proposal": proposal,
+            "reference": reference,
+        }
 
     def offline_rows(self, ctx: RoundContext, on_chunk: Callable[[int], None] = lambda k: None) -> list[ZRow]:
         """DISA's offline stage over the run's pool: one table row per prompt at ``self.beta``."""
@@ -150,8 +188,8 @@ class TrajectoryBalance:
             raise UserError("DISA's offline stage estimates log Z over the run's pool: set data.pool (e.g. 128)")
         out = []
         for s in range(0, len(ctx.pool), 32):
-            out.append(self._scores(ctx, list(ctx.pool[s:s + 32]), s))
-            on_chunk(len(ctx.pool[s:s + 32]))
+            out.append(self._scores(ctx, list(ctx.pool[s : s + 32]), s))
+            on_chunk(len(ctx.pool[s : s + 32]))
         return tuple(torch.cat([o[i] for o in out]) for i in range(3))
 
     def _scores(self, ctx: RoundContext, items: list, first: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -159,8 +197,16 @@ class TrajectoryBalance:
         ro = ctx.sample(items, [it.prompt for it in items], tag="disa", first=first, n=n)
         rewards, _, _ = ctx.reward(items, ro)  # (B, N) the recipe's rewards (raw: no group normalisation)
         with torch.no_grad(), ctx.reference() as ref:
-            lp, _ = score_completions(ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                      temperature=temp, chunk_rows=ctx.micro, entropies=False)
+            lp, _ = score_completions(
+                ref,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.completion_ids,
+                ro.completion_mask,
+                temperature=temp,
+                chunk_rows=ctx.micro,
+                entropies=False,
+            )
         own = policy_tokens(ro)  # (R, T) the sequence is the policy's tokens (an episode's observations are not)
         lbar_ref = sequence_scores(lp.cpu(), own, self.length_norm).view(-1, n)
         lbar_mu = sequence_scores(ro.logprobs, own, self.length_norm).view(-1, n)
@@ -175,8 +221,16 @@ class TrajectoryBalance:
             if self.surrogate == "elbo":
                 rows.update(self._reference_elbo(ctx, ref))
             else:
-                lp, _ = score_completions(ref, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                                          temperature=ctx.temperature, chunk_rows=ctx.micro, entropies=False)
+                lp, _ = score_completions(
+                    ref,
+                    ro.prompt_ids,
+                    ro.prompt_mask,
+                    ro.completion_ids,
+                    ro.completion_mask,
+                    temperature=ctx.temperature,
+                    chunk_rows=ctx.micro,
+                    entropies=False,
+                )
                 rows["ref_logp"] = lp.cpu()  # (R, T)
         if self.log_z == "table":
             metrics.update(self._table_rows(ctx))
@@ -187,8 +241,12 @@ class TrajectoryBalance:
         ro, L = ctx.rollouts, ctx.policy.config.canvas
         gen = torch.Generator().manual_seed(stable_seed(ctx.seed, "balance-elbo", ctx.step))
         t, masks = draw_masks(len(ro.texts), self.mc, L, gen, self.mask_t, self.t_min)
-        lbar = torch.cat([self._elbo(ref, ro, idx, t[idx], masks[idx], ctx.temperature).cpu()
-                          for idx in torch.arange(len(ro.texts)).split(ctx.micro)])
+        lbar = torch.cat(
+            [
+                self._elbo(ref, ro, idx, t[idx], masks[idx], ctx.temperature).cpu()
+                for idx in torch.arange(len(ro.texts)).split(ctx.micro)
+            ]
+        )
         return {"elbo_t": t, "elbo_mask": masks, "lbar_ref": lbar}
 
     def _elbo(self, model, ro, idx: Tensor, t: Tensor, masks: Tensor, temperature: float) -> Tensor:
@@ -197,7 +255,7 @@ class TrajectoryBalance:
         c_ids, c_mask = ro.completion_ids[idx], ro.completion_mask[idx]
         logp = model.masked_token_logp(p_ids, p_mask, c_ids, c_mask, masks, temperature)  # (n, K, L)
         scored = torch.zeros(len(idx), masks.shape[-1])
-        scored[:, :c_mask.shape[1]] = c_mask  # the response's positions on the canvas
+        scored[:, : c_mask.shape[1]] = c_mask  # the response's positions on the canvas
         lbar = elbo_estimate(logp, masks.to(logp.device), t.to(logp.device), scored.to(logp.device))
         return lbar if self.length_norm else lbar * scored.sum(-1).to(lbar)
 
@@ -213,8 +271,13 @@ class TrajectoryBalance:
         ctx.data.rows["log_z"] = torch.nan_to_num(values, nan=0.0).repeat_interleave(G)  # (R,)
         known = values[~values.isnan()]
         st = ctx.state["table_summary"]
-        return {"disa/missing": float(len(missing)), "disa/log_z_batch": float(known.mean()) if len(known) else 0.0,
-                "disa/ess_mean": st["ess_mean"], "disa/ess_min": st["ess_min"], "disa/ess_tilted_mean": st["ess_tilted_mean"]}
+        return {
+            "disa/missing": float(len(missing)),
+            "disa/log_z_batch": float(known.mean()) if len(known) else 0.0,
+            "disa/ess_mean": st["ess_mean"],
+            "disa/ess_min": st["ess_min"],
+            "disa/ess_tilted_mean": st["ess_tilted_mean"],
+        }
 
     # ------------------------------------------------------------------ the policy's side, per micro-batch
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
@@ -227,8 +290,9 @@ class TrajectoryBalance:
         else:
             lbar = sequence_scores(ctx.logp, ctx.mask, self.length_norm)  # (n,)
             lbar_ref = sequence_scores(data["ref_logp"][rows, :T].to(dev), ctx.mask, self.length_norm)
-        w = sequence_weight(ctx.logp, b.ro.logprobs[rows, :T].to(dev), ctx.mask, self.weight, self.clip_low,
-                            self.clip_high, self.cap)
+        w = sequence_weight(
+            ctx.logp, b.ro.logprobs[rows, :T].to(dev), ctx.mask, self.weight, self.clip_low, self.clip_high, self.cap
+        )
         log_z, reward = self._log_z(ctx, rows), self._reward(ctx, rows, T)
         loss, metrics = trajectory_balance(log_z, lbar, lbar_ref, reward, w, self.beta, ctx.n_seqs)
         if self.log_z == "table":  # the frozen Z's diagnostic: each prompt's residual
@@ -269,5 +333,8 @@ class TrajectoryBalance:
         if not acc:
             return None, {}
         means = torch.tensor([s / n for s, n in acc.values()])
-        return None, {"disa/residual_prompts": float(len(means)), "disa/residual_prompt_mean": float(means.mean()),
-                "disa/residual_prompt_abs": float(means.abs().mean())}
+        return None, {
+            "disa/residual_prompts": float(len(means)),
+            "disa/residual_prompt_mean": float(means.mean()),
+            "disa/residual_prompt_abs": float(means.abs().mean()),
+        }

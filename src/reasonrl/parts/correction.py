@@ -9,6 +9,7 @@ group, ``weight`` (lambda_c) multiplies them, and the loss's token mean runs ove
 An adaptive replay ratio ``rho`` caps the correction groups per batch and shrinks while corrections
 fail. Every threshold and constant is [inferred] (the paper publishes no code): see the fields.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,8 +30,10 @@ from .strategy import Groups
 # only their task's prompt format, so the default repeats the prompt at the end: the correction prompt
 # ends exactly as the task's own prompt does (arithmetic: "347+85=?\n") and the model answers as usual.
 # The spec's "ending in \boxed{}" is dropped: each task's verifier has its own answer format.
-DEFAULT_TEMPLATE = ("{prompt}Previous attempt:\n{attempt}\n"
-                    "The attempt above may be wrong. Find the error and give a corrected full solution.\n{prompt}")
+DEFAULT_TEMPLATE = (
+    "{prompt}Previous attempt:\n{attempt}\n"
+    "The attempt above may be wrong. Find the error and give a corrected full solution.\n{prompt}"
+)
 
 
 def correction_prompt(template: str, prompt: str, attempt: str) -> str:
@@ -43,8 +46,9 @@ def replay_cap(rho_eff: float, n_main: int) -> int:
     return int(math.floor(rho_eff * n_main + 1e-9))
 
 
-def next_rho(rho_eff: float, accuracy: float | None, *, rho: float, rho_min: float, acc_floor: float,
-             factor: float) -> float:
+def next_rho(
+    rho_eff: float, accuracy: float | None, *, rho: float, rho_min: float, acc_floor: float, factor: float
+) -> float:
     """Adaptive replay [inferred]: correction accuracy below ``acc_floor`` divides the ratio by
     ``factor`` (not below ``rho_min``); at or above it the ratio grows by ``factor`` back to ``rho``.
     A step without corrections (``accuracy`` None) leaves it as it is."""
@@ -57,7 +61,7 @@ def keep_at_most(candidates: torch.Tensor, k: int, generator: torch.Generator) -
     """(B,) bool: ``k`` of the True entries of ``candidates`` (B,) chosen uniformly (all when fewer).
     The permutation is drawn every time, so the generator's stream does not depend on the count."""
     order = torch.randperm(len(candidates), generator=generator)  # (B,)
-    ranked = order[candidates[order]][:max(k, 0)]  # the first k candidates in permuted order
+    ranked = order[candidates[order]][: max(k, 0)]  # the first k candidates in permuted order
     out = torch.zeros_like(candidates, dtype=torch.bool)
     out[ranked] = True
     return out
@@ -77,6 +81,7 @@ class Correction:
     part's checkpointed state). ``template``: the correction prompt, with
     ``{prompt}`` and ``{attempt}`` slots; end it with ``{prompt}`` so that it ends as the task's prompt.
     """
+
     AFTER = ("hints",)  # the order it ran in before the order was declared (parts/registry.py)
 
     p_max: float = 0.75
@@ -98,8 +103,10 @@ class Correction:
         "rho_min": Rule(lambda v, c: 0 <= v <= c.get("rho", 1), lambda c: f"in [0, correction.rho = {c.get('rho')}]"),
         "acc_floor": within(0, 1),
         "factor": Rule(lambda v, _: v >= 1, ">= 1 (1: a fixed replay ratio)"),
-        "template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
-                         "text with the slots {prompt} and {attempt} (end it with {prompt})"),
+        "template": Rule(
+            lambda v, _: "{prompt}" in v and "{attempt}" in v,
+            "text with the slots {prompt} and {attempt} (end it with {prompt})",
+        ),
     }
 
     def extend(self, ctx: RoundContext) -> Groups:
@@ -118,8 +125,13 @@ class Correction:
         idx = chosen.nonzero().squeeze(-1).tolist()
         metrics = {"cipo/selected": float(selected.sum()), "cipo/groups": float(len(idx)), "cipo/rho": st["rho_eff"]}
         if not idx:
-            return Groups(items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G),
-                          metrics=metrics)
+            return Groups(
+                items=[],
+                ro=select_rows(batch.ro, []),
+                rewards=torch.zeros(0, G),
+                correct=torch.zeros(0, G),
+                metrics=metrics,
+            )
         groups = [int(first[k]) for k in idx]
         items = [batch.items[g] for g in groups]
         failed = [batch.ro.texts[g * G + int(pick[k])] for g, k in zip(groups, idx)]
@@ -127,16 +139,32 @@ class Correction:
         # each correction prompt keyed by its group's task position (first-round groups end at items_drawn)
         ro = _generate(ctx, items, prompts, [ctx.position - len(first) + k for k in idx])
         rewards, ok, _ = ctx.reward(items, ro)  # (B', G) each; the reward metrics stay the first round's
-        shaped, m = self.shape(ok, [[ctx.task.extract_answer(t) for t in ro.texts[i * G:(i + 1) * G]]
-                                    for i in range(len(items))], [ctx.task.extract_answer(y) for y in failed])
-        st["rho_eff"] = next_rho(st["rho_eff"], m["cipo/accuracy"], rho=self.rho, rho_min=self.rho_min,
-                                 acc_floor=self.acc_floor, factor=self.factor)
+        shaped, m = self.shape(
+            ok,
+            [[ctx.task.extract_answer(t) for t in ro.texts[i * G : (i + 1) * G]] for i in range(len(items))],
+            [ctx.task.extract_answer(y) for y in failed],
+        )
+        st["rho_eff"] = next_rho(
+            st["rho_eff"],
+            m["cipo/accuracy"],
+            rho=self.rho,
+            rho_min=self.rho_min,
+            acc_floor=self.acc_floor,
+            factor=self.factor,
+        )
         # preset None: the recipe's estimator (GRPO within each correction group); weight: lambda_c per row
-        return Groups(items=items, ro=ro, rewards=rewards + shaped, correct=ok,
-                      weight=torch.full((len(items) * G,), float(self.weight)), metrics={**metrics, **m})
+        return Groups(
+            items=items,
+            ro=ro,
+            rewards=rewards + shaped,
+            correct=ok,
+            weight=torch.full((len(items) * G,), float(self.weight)),
+            metrics={**metrics, **m},
+        )
 
-    def shape(self, correct: torch.Tensor, answers: list[list[str | None]],
-              failed_answers: list[str | None]) -> tuple[torch.Tensor, dict[str, float]]:
+    def shape(
+        self, correct: torch.Tensor, answers: list[list[str | None]], failed_answers: list[str | None]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """The risk-averse term added to the verifier's reward: (B', G) ``-kappa`` where a wrong correction
         repeats its failed attempt's final answer, else 0 (:func:`cipo_rewards` less the 0/1 correctness,
         so a recipe's other reward terms are kept). Metrics: correction accuracy and the repeat rate
@@ -146,8 +174,10 @@ class Correction:
         wrong = correct == 0  # (B', G)
         repeat = torch.tensor([[a is not None and a == f for a in row] for row, f in zip(answers, failed_answers)])
         repeats = (repeat & wrong).sum()
-        return shaped, {"cipo/accuracy": float(correct.mean()),
-                        "cipo/repeat_rate": float(repeats / wrong.sum()) if wrong.any() else 0.0}
+        return shaped, {
+            "cipo/accuracy": float(correct.mean()),
+            "cipo/repeat_rate": float(repeats / wrong.sum()) if wrong.any() else 0.0,
+        }
 
 
 def _generate(ctx: RoundContext, items: list, prompts: list[str], positions: list[int]) -> Rollouts:

@@ -25,6 +25,7 @@ so the policy loss has no gradient and, with ``optim.weight_decay = 0``, AdamW l
 weights exactly as they were (its moments stay 0) while the critic learns; a value head reads
 detached hidden states then, so the shared backbone does not move either.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ SOURCES = ("policy", "head")  # or a directory
 class Critic:
     """A learned value model with GAE. Defaults are verl's (gamma 1, lam 1, value clip 0.5, whitened
     advantages) with the tiny reasoner's critic lr (10x grpo's actor lr 5e-5, GRLO's ratio)."""
+
     PHASE = "estimate"  # its GAE replaces the estimator: every later part shapes its advantages
 
     model: str = "policy"  # policy (a separate copy) | head (on the policy) | an HF directory
@@ -65,15 +67,19 @@ class Critic:
     max_grad_norm: float = 1.0  # the critic's own clip (the actor keeps optim.max_grad_norm)
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "model": Rule(lambda v, _: v in SOURCES or (Path(v) / "config.json").is_file(),
-                      "policy, head, or an HF model directory (a folder with config.json)"),
+        "model": Rule(
+            lambda v, _: v in SOURCES or (Path(v) / "config.json").is_file(),
+            "policy, head, or an HF model directory (a folder with config.json)",
+        ),
         "lr": above(0),
         "gamma": within(0, 1),
         "lam": within(0, 1),
         "value_clip": Rule(lambda v, _: v > 0, "> 0 (verl: 0.5), or null for no clip"),
         "vf_coef": above(0),
-        "warmup_steps": Rule(lambda v, c: v >= 0 and (v == 0 or not c.get("optim.weight_decay")),
-                             ">= 0; > 0 needs optim.weight_decay = 0 (decay would move the waiting actor)"),
+        "warmup_steps": Rule(
+            lambda v, c: v >= 0 and (v == 0 or not c.get("optim.weight_decay")),
+            ">= 0; > 0 needs optim.weight_decay = 0 (decay would move the waiting actor)",
+        ),
         "weight_decay": at_least(0),
         "max_grad_norm": above(0),
     }
@@ -92,15 +98,18 @@ class Critic:
             module = critic_from_policy(ctx.model, seed)
         else:
             module = load_critic(self.model, seed, device)
-        return {"value": PartModule(module, lr=self.lr, weight_decay=self.weight_decay,
-                                    max_grad_norm=self.max_grad_norm)}
+        return {
+            "value": PartModule(module, lr=self.lr, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm)
+        }
 
     def values(self, module, policy, ro, rows: Tensor, grad: bool = False, hidden: Tensor | None = None) -> Tensor:
         """(n, t) values of ``rows`` (completions trimmed to their longest row), from the policy's
         ``hidden`` states when given (a value head), else from a forward of the critic or the policy."""
         if hidden is not None:  # padding gets the head's bias: the loss's mask drops it
             return module(hidden)
-        tokens = trim_padding(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows])
+        tokens = trim_padding(
+            ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows]
+        )
         with torch.set_grad_enabled(grad):
             if self.model == "head":
                 return module(policy_hidden(policy, *tokens)) * tokens[3].to(module.linear.weight)
@@ -112,7 +121,7 @@ class Critic:
         out = torch.zeros(ro.completion_ids.shape)  # (R, T) V(s_t), 0 on padding
         for rows in torch.arange(R).split(max(ctx.micro, 1)):
             v = self.values(ctx.modules["value"], ctx.policy, ro, rows).float().cpu()  # (r, t)
-            out[rows, :v.shape[1]] = v
+            out[rows, : v.shape[1]] = v
         ctx.data.rows["values"] = out
         mask = train_mask(ro)
         return None, {"critic/values_mean": float((out * mask).sum() / mask.sum().clamp(min=1))}
@@ -143,8 +152,9 @@ class Critic:
         dev = v.device
         old = ctx.data.rows["values"][rows_cpu, :T].to(dev)
         ret = ctx.data.rows["returns"][rows_cpu, :T].to(dev)
-        loss, metrics = value_loss(v, old, ret, ctx.mask.to(dev, v.dtype), clip=self.value_clip, agg="token-mean",
-                                   n_tokens=ctx.n_tokens)
+        loss, metrics = value_loss(
+            v, old, ret, ctx.mask.to(dev, v.dtype), clip=self.value_clip, agg="token-mean", n_tokens=ctx.n_tokens
+        )
         loss = self.vf_coef * loss
         return loss, {**metrics, "critic/value_loss_term": float(loss.detach())}
 
@@ -162,5 +172,8 @@ def gae_metrics(adv: Tensor, returns: Tensor, values: Tensor, mask: Tensor) -> d
     mean = lambda x: float((x * mask).sum() / n)  # noqa: E731
     var = lambda x: float((((x - (x * mask).sum() / n) * mask) ** 2).sum() / n)  # noqa: E731
     var_r = var(returns)
-    return {"critic/adv_mean": mean(adv), "critic/returns_mean": mean(returns),
-            "critic/explained_var": 1.0 - var(returns - values) / var_r if var_r > 0 else 0.0}
+    return {
+        "critic/adv_mean": mean(adv),
+        "critic/returns_mean": mean(returns),
+        "critic/explained_var": 1.0 - var(returns - values) / var_r if var_r > 0 else 0.0,
+    }

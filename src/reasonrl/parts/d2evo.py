@@ -21,6 +21,7 @@ One recipe part, :class:`D2Evo`, plays the paper's three steps through the loop'
 
 Every constant is [inferred] by the spec (distill-and-data.md section 11 (b)): see the fields.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -65,6 +66,7 @@ class D2Evo:
     ``parse``: how a question is read from the Questioner's text (``prefix`` | ``line``) [ours].
     ``weight``: loss weight of the Questioner's rows (1: as the Solver's) [ours].
     """
+
     AFTER = ("egrsd",)  # the order it ran in before the order was declared (parts/registry.py)
 
     iteration_steps: int = 10
@@ -86,11 +88,16 @@ class D2Evo:
 
     task_needs: ClassVar[tuple[type, ...]] = (ReadsGenerated,)  # the questioner's problems read back as items
     RULES: ClassVar[dict[str, Rule]] = {
-        **{k: at_least(1) for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step",
-                                    "ngram")},
+        **{
+            k: at_least(1)
+            for k in ("iteration_steps", "estimate_samples", "solver_samples", "anchors_per_step", "ngram")
+        },
         "p_lo": within(0, 1),
         "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [d2evo.p_lo = {c.get('p_lo')}, 1]"),
-        "p_star": within(0, 1), "eta": at_least(0), "floor": within(0, 1), "weight": at_least(0),
+        "p_star": within(0, 1),
+        "eta": at_least(0),
+        "floor": within(0, 1),
+        "weight": at_least(0),
         "parse": one_of(("prefix", "line")),
         "template": Rule(lambda v, _: "{prompt}" in v, "text containing {prompt} (the anchor's prompt)"),
     }
@@ -108,16 +115,20 @@ class D2Evo:
         real = list(ctx.pool)
         p = self.estimate(ctx, real, it)  # (N,)
         st.rebuild(it, real, p, self.p_lo, self.p_hi)
-        st.pending = {"d2evo/est_pass_rate_mean": float(p.mean()),
-                      "d2evo/est_rows": float(len(real) * self.estimate_samples)}  # logged with the step's selection
+        st.pending = {
+            "d2evo/est_pass_rate_mean": float(p.mean()),
+            "d2evo/est_rows": float(len(real) * self.estimate_samples),
+        }  # logged with the step's selection
         return None, {}
 
     def estimate(self, ctx: RoundContext, items: list[Any], iteration: int) -> torch.Tensor:
         """p_hat of each item (N,) from ``estimate_samples`` Solver samples against its gold answer."""
         n = self.estimate_samples
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"d2evo_est{iteration}", first=0, n=n)
-        ok = [[is_correct(ctx.task.verify(t, it.answer, it.meta)) for t in ro.texts[i * n:(i + 1) * n]]
-              for i, it in enumerate(items)]
+        ok = [
+            [is_correct(ctx.task.verify(t, it.answer, it.meta)) for t in ro.texts[i * n : (i + 1) * n]]
+            for i, it in enumerate(items)
+        ]
         return pass_rates(torch.tensor(ok, dtype=torch.float).view(len(items), n))  # (N,)
 
     # ---------------------------------------------------------------- every step: a round of two roles
@@ -135,12 +146,21 @@ class D2Evo:
         if gen is not None:
             parts.append(gen)
         if not parts:
-            return Groups(items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G),
-                          metrics=metrics)
-        return Groups(items=[i for g in parts for i in g.items],
-                      ro=concat_rollouts([g.ro for g in parts], ctx.tok.pad_token_id),
-                      rewards=torch.cat([g.rewards for g in parts]), correct=torch.cat([g.correct for g in parts]),
-                      weight=torch.cat([g.weight for g in parts]), metrics=metrics)
+            return Groups(
+                items=[],
+                ro=select_rows(batch.ro, []),
+                rewards=torch.zeros(0, G),
+                correct=torch.zeros(0, G),
+                metrics=metrics,
+            )
+        return Groups(
+            items=[i for g in parts for i in g.items],
+            ro=concat_rollouts([g.ro for g in parts], ctx.tok.pad_token_id),
+            rewards=torch.cat([g.rewards for g in parts]),
+            correct=torch.cat([g.correct for g in parts]),
+            weight=torch.cat([g.weight for g in parts]),
+            metrics=metrics,
+        )
 
     def questioner_groups(self, ctx: RoundContext, st: D2EvoState, G: int, metrics: dict[str, float]) -> Groups:
         """``anchors_per_step`` anchors (cycling through the anchor list), G questions each, R_Q."""
@@ -183,13 +203,15 @@ class D2Evo:
         ro = ctx.sample(questions, [q.prompt for q in questions], tag=f"d2evo_solve{ctx.step}", first=0, n=n)
         out = []
         for i, q in enumerate(questions):
-            texts = ro.texts[i * n:(i + 1) * n]
+            texts = ro.texts[i * n : (i + 1) * n]
             answers = [ctx.task.extract_answer(t) for t in texts]
             correct = [is_correct(ctx.task.verify(t, q.answer, q.meta)) for t in texts]
             out.append(judge(answers, correct, q.answer, self.use_gold, self.floor))
         return out
 
-    def generated_groups(self, ctx: RoundContext, st: D2EvoState, n_first: int, metrics: dict[str, float]) -> Groups | None:
+    def generated_groups(
+        self, ctx: RoundContext, st: D2EvoState, n_first: int, metrics: dict[str, float]
+    ) -> Groups | None:
         """Solver groups on the pool's generated problems: as many per step as their share of the pool
         gives next to the ``n_first`` anchor groups (round(n_first * generated / anchors), at most all)."""
         keys = list(st.generated)
@@ -214,10 +236,13 @@ def _generated_item(task: Any, rec: dict[str, Any]) -> Any:
 
 
 def _pool_metrics(st: D2EvoState) -> dict[str, float]:
-    return {"d2evo/iteration": float(st.iteration), "d2evo/anchors": float(len(st.anchors)),
-            "d2evo/pool_generated": float(len(st.generated)),
-            "d2evo/pool_size": float(len(st.anchors) + len(st.generated)),
-            "d2evo/pool_fallback": float(not st.anchors)}  # no anchor: the Solver draws the whole real pool
+    return {
+        "d2evo/iteration": float(st.iteration),
+        "d2evo/anchors": float(len(st.anchors)),
+        "d2evo/pool_generated": float(len(st.generated)),
+        "d2evo/pool_size": float(len(st.anchors) + len(st.generated)),
+        "d2evo/pool_fallback": float(not st.anchors),
+    }  # no anchor: the Solver draws the whole real pool
 
 
 def _question_metrics(r_q, valid, p_hat, sim, ok, n_parsed, held, verdicts) -> dict[str, float]:
@@ -225,9 +250,13 @@ def _question_metrics(r_q, valid, p_hat, sim, ok, n_parsed, held, verdicts) -> d
     valid ones, and how often a majority label was the true answer (a diagnostic, never trained on)."""
     K, nv = len(r_q), int(valid.sum())
     truth = [v.label_true for v in verdicts if v.valid and v.label_true is not None]
-    out = {"d2evo/q_reward_mean": float(r_q.mean()), "d2evo/q_parsed_frac": n_parsed / K,
-           "d2evo/q_valid_frac": nv / K, "d2evo/q_accepted_frac": float(ok.float().mean()),
-           "d2evo/q_held_out": float(held.sum())}
+    out = {
+        "d2evo/q_reward_mean": float(r_q.mean()),
+        "d2evo/q_parsed_frac": n_parsed / K,
+        "d2evo/q_valid_frac": nv / K,
+        "d2evo/q_accepted_frac": float(ok.float().mean()),
+        "d2evo/q_held_out": float(held.sum()),
+    }
     if nv:
         out.update({"d2evo/q_p_hat_mean": float(p_hat[valid].mean()), "d2evo/q_sim_mean": float(sim[valid].mean())})
     if truth:

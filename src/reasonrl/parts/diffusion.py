@@ -8,6 +8,7 @@ part's ``setup_model`` refuses a causal policy (a clear error instead of silentl
 writes its sampler options into the model's config, where the engine reads them for training and
 evaluation alike (and the saved ``final/`` keeps them).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,20 +27,26 @@ class Diffusion:
     """LLaDA's sampler settings for the run; None keeps the model's own (its config: ``steps`` =
     canvas / 2, blocks of 8, ``low_confidence`` remasking, as ``reasonrl pretrain --arch diffusion``
     writes them)."""
+
     PHASE = "model"  # the hook order (parts/registry.py)
 
     steps: int | None = None  # denoising steps over the whole canvas (split evenly over its blocks)
     block_length: int | None = None  # semi-autoregressive blocks (LLaDA: 32 of 256 at 7B)
     remasking: str | None = None  # low_confidence | random
 
-    RULES: ClassVar[dict[str, Rule]] = {"steps": at_least(1), "block_length": at_least(1),
-                                        "remasking": one_of(REMASKING)}
+    RULES: ClassVar[dict[str, Rule]] = {
+        "steps": at_least(1),
+        "block_length": at_least(1),
+        "remasking": one_of(REMASKING),
+    }
 
     def setup_model(self, ctx: ModelSetup):
         model = ctx.model
         if not is_diffusion(model):
-            raise UserError("recipe part 'diffusion' (trafl, diffu_grpo) trains a masked-diffusion LM: give --model "
-                            "builtin:diffusion or a folder `reasonrl pretrain --arch diffusion` wrote")
+            raise UserError(
+                "recipe part 'diffusion' (trafl, diffu_grpo) trains a masked-diffusion LM: give --model "
+                "builtin:diffusion or a folder `reasonrl pretrain --arch diffusion` wrote"
+            )
         for name in ("steps", "block_length", "remasking"):
             value = getattr(self, name)
             if value is not None:

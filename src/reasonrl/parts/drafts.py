@@ -5,6 +5,7 @@ A dataset transform, no loop change (spec 9 (c)): the part wraps the run's task
 draft per ``mode`` and held-out prompts the ``N/A`` template, and it reports what the batch's
 prompts showed (:meth:`Drafts.score_batch`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ class Drafts:
     ``drafts.seed``: the derangement's and the tier choice's seed (spec: 0); ``drafts.max_prompt_tokens``:
     the prompt cap met by cutting the draft alone (spec: 3072; null: no cap); ``drafts.template``:
     the prompt, with the fields {problem} and {draft} (spec's exact text by default)."""
+
     AFTER = ("fest",)  # the order it ran in before the order was declared (parts/registry.py)
     mode: str = "mismatched_wrong"
     file: str | None = None
@@ -38,22 +40,38 @@ class Drafts:
         "mode": one_of(MODES),
         "seed": SEED,
         "max_prompt_tokens": Rule(lambda v, _: v >= 1, ">= 1, or null for no cap"),
-        "template": Rule(lambda v, _: template_problem(v) is None,
-                         lambda c: "a format string with {problem} and {draft} and no other field "
-                                   f"(this one {template_problem(c.get('template'))})"),
+        "template": Rule(
+            lambda v, _: template_problem(v) is None,
+            lambda c: (
+                "a format string with {problem} and {draft} and no other field "
+                f"(this one {template_problem(c.get('template'))})"
+            ),
+        ),
     }
 
     def wrap_task(self, ctx: TaskSetup) -> DraftTask:
         """The task with drafts; the tokenizer counts (and cuts) the prompt's tokens (None: characters)."""
         task, tokenizer = ctx.task, ctx.tokenizer
-        codec = {} if tokenizer is None else {
-            "encode": lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
-            "decode": lambda ids: tokenizer.decode(ids, skip_special_tokens=True)}
+        codec = (
+            {}
+            if tokenizer is None
+            else {
+                "encode": lambda s: tokenizer(s, add_special_tokens=False)["input_ids"],
+                "decode": lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
+            }
+        )
         drafts = self.file
         if drafts is None and self.mode != "no_draft":  # the built-in drafter, in memory (its own seed stream)
             drafts = draft_table(builtin_drafts(task, seed=self.seed))
-        return DraftTask(task, drafts, self.mode, seed=self.seed, max_prompt_tokens=self.max_prompt_tokens,
-                         template=self.template, **codec)
+        return DraftTask(
+            task,
+            drafts,
+            self.mode,
+            seed=self.seed,
+            max_prompt_tokens=self.max_prompt_tokens,
+            template=self.template,
+            **codec,
+        )
 
     def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         """The batch's draft statistics (:func:`draft_metrics`)."""

@@ -10,6 +10,7 @@ scores; "" when none). An episode cut by the turn cap or the context cap gets ``
 ``overflow_reward`` as its reward, whatever the task says. The batch maker and the trainer see ordinary
 rollouts: GRPO broadcasts the episode's reward to its trainable tokens, and every loss reads the mask.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class Episodes:
     text of an answered row, what the task's verifier reads (``{answer}``: the environment's answer; "" when
     none); ``workers``: environments stepped at once; ``max_live``: episodes run together, in waves (a CodeAct
     episode holds one of the sandbox's per-process uids from its first cell to its end: at most 64)."""
+
     PHASE = "rollout"
     AFTER = ("beam",)  # the order it ran in before the order was declared (one rollout strategy per recipe)
 
@@ -55,20 +57,32 @@ class Episodes:
 
     task_needs: ClassVar[tuple[type, ...]] = (WithEnvironments,)  # each row is an episode in a task's environment
     RULES: ClassVar[dict[str, Rule]] = {
-        "max_turns": at_least(1), "max_obs_tokens": at_least(1), "max_context_tokens": at_least(2),
+        "max_turns": at_least(1),
+        "max_obs_tokens": at_least(1),
+        "max_context_tokens": at_least(2),
         "max_turn_tokens": Rule(lambda v, _: v is None or v >= 1, ">= 1, or null for sampling.max_new_tokens"),
         "observation_template": Rule(lambda v, _: str(v).count("{observation}") == 1, "holding {observation} once"),
-        "workers": at_least(1), "max_live": within(1, UID_SLOTS),
+        "workers": at_least(1),
+        "max_live": within(1, UID_SLOTS),
         "answer_format": Rule(lambda v, _: str(v).count("{answer}") == 1, "holding {answer} once"),
     }
     needs = frozenset({"in_process"})  # turns continue from token ids on the trainer's own engine
 
     @property
     def options(self) -> EpisodeOptions:
-        limits = EpisodeLimits(self.max_turns, self.max_turn_tokens, self.max_obs_tokens, self.max_context_tokens,
-                               self.marker)
-        return EpisodeOptions(limits, self.overflow_reward, self.turn_limit_reward, self.role,
-                              self.observation_template, self.answer_format, self.workers, self.max_live)
+        limits = EpisodeLimits(
+            self.max_turns, self.max_turn_tokens, self.max_obs_tokens, self.max_context_tokens, self.marker
+        )
+        return EpisodeOptions(
+            limits,
+            self.overflow_reward,
+            self.turn_limit_reward,
+            self.role,
+            self.observation_template,
+            self.answer_format,
+            self.workers,
+            self.max_live,
+        )
 
     def wrap_task(self, ctx: TaskSetup) -> Any:
         """The task, carrying these options: the run's evaluation runs its episodes as training does."""
@@ -76,8 +90,16 @@ class Episodes:
         return EpisodicTask(ctx.task, self.options)
 
     def generate(self, req: GenRequest) -> Rollouts:
-        return environment_rollouts(req.engine, req.task, req.items, req.group_size, req.sampling,
-                                    req.seeds("episode"), req.formatter, self.options)
+        return environment_rollouts(
+            req.engine,
+            req.task,
+            req.items,
+            req.group_size,
+            req.sampling,
+            req.seeds("episode"),
+            req.formatter,
+            self.options,
+        )
 
 
 class EpisodicTask(TaskWrapper):
@@ -95,6 +117,8 @@ def episodic_problems(task: Any, recipe: Any) -> list[str]:
     Refused rather than given the part with its defaults: turn caps and budgets are the recipe's choice."""
     if not is_episodic(task) or any(isinstance(p, Episodes) for _, p in recipe.hooked("generate")):
         return []
-    return [f"task {task.name!r} hands out environments (multi-turn episodes), but recipe "
-            f"{recipe.name!r} has no episodes part, so it would train on single completions: add it "
-            "(episodes.max_turns=4, docs/agents.md) or train recipe codeact"]
+    return [
+        f"task {task.name!r} hands out environments (multi-turn episodes), but recipe "
+        f"{recipe.name!r} has no episodes part, so it would train on single completions: add it "
+        "(episodes.max_turns=4, docs/agents.md) or train recipe codeact"
+    ]

@@ -19,6 +19,7 @@ The pool is the part's state (checkpointed, resumed exactly); it starts from the
 environments (the ten seeds [paper], and for the tiny model the grammar catalogue). Nothing an
 environment contains ever runs outside the sandbox.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,8 +46,21 @@ from .strategy import Groups
 
 __all__ = ["EvoEnv", "env_name"]
 
-STAGES = ("parse", "size", "banned", "interface", "run", "determinism", "diversity", "consistency", "degenerate",
-          "leak", "novelty", "review", "calibration")
+STAGES = (
+    "parse",
+    "size",
+    "banned",
+    "interface",
+    "run",
+    "determinism",
+    "diversity",
+    "consistency",
+    "degenerate",
+    "leak",
+    "novelty",
+    "review",
+    "calibration",
+)
 
 
 def env_name(code: str) -> str:
@@ -56,10 +70,17 @@ def env_name(code: str) -> str:
             for stmt in node.body:
                 if isinstance(stmt, ast.Assign):
                     for target in stmt.targets:
-                        pairs = (zip(target.elts, stmt.value.elts) if isinstance(target, ast.Tuple)
-                                 and isinstance(stmt.value, ast.Tuple) else [(target, stmt.value)])
+                        pairs = (
+                            zip(target.elts, stmt.value.elts)
+                            if isinstance(target, ast.Tuple) and isinstance(stmt.value, ast.Tuple)
+                            else [(target, stmt.value)]
+                        )
                         for t, v in pairs:
-                            if getattr(t, "id", "") == "name" and isinstance(v, ast.Constant) and isinstance(v.value, str):
+                            if (
+                                getattr(t, "id", "") == "name"
+                                and isinstance(v, ast.Constant)
+                                and isinstance(v.value, str)
+                            ):
                                 return v.value
             return node.name
     return "?"
@@ -69,6 +90,7 @@ def env_name(code: str) -> str:
 @dataclass(frozen=True)
 class EvoEnv:
     """EvoEnv's generator/solver self-play (thresholds [inferred], the spec's defaults)."""
+
     PHASE = "selfplay"
 
     proposals: int = 2  # generator prompts per step, G environments each
@@ -77,7 +99,9 @@ class EvoEnv:
     p_lo: float = 0.1
     p_hi: float = 0.8
     reward: str = "learnability"  # or band
-    paid: str = "admitted"  # learnability paid to admitted environments only (spec 2 (b)); calibrated: any p_hat (pre-#41)
+    paid: str = (
+        "admitted"  # learnability paid to admitted environments only (spec 2 (b)); calibrated: any p_hat (pre-#41)
+    )
     review: str = "policy"  # L4 by the policy itself, by a judge callable, or off
     review_samples: int = 3
     judge: str = ""  # review=judge: "file.py:function", (code, two rendered instances) -> bool
@@ -89,27 +113,43 @@ class EvoEnv:
     patience: int = 3
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "proposals": at_least(1), "estimate_instances": at_least(1), "estimate_samples": at_least(1),
+        "proposals": at_least(1),
+        "estimate_instances": at_least(1),
+        "estimate_samples": at_least(1),
         "p_lo": within(0, 1),
         "p_hi": Rule(lambda v, c: c.get("p_lo", 0) <= v <= 1, lambda c: f"in [evoenv.p_lo = {c.get('p_lo')}, 1]"),
-        "reward": one_of(GENERATOR_REWARDS), "paid": one_of(PAID),
-        "review": one_of(("policy", "judge", "off")), "review_samples": at_least(1),
+        "reward": one_of(GENERATOR_REWARDS),
+        "paid": one_of(PAID),
+        "review": one_of(("policy", "judge", "off")),
+        "review_samples": at_least(1),
         "judge": Rule(lambda v, c: c.get("review") != "judge" or ":" in v, "'file.py:function' when review=judge"),
-        "novelty_tau": within(0, 1, open_lo=True), "embed_tau": within(0, 1, open_lo=True),
-        "capacity": at_least(1), "ema": within(0, 1, open_lo=True), "patience": at_least(1),
+        "novelty_tau": within(0, 1, open_lo=True),
+        "embed_tau": within(0, 1, open_lo=True),
+        "capacity": at_least(1),
+        "ema": within(0, 1, open_lo=True),
+        "patience": at_least(1),
     }
 
     def _task(self, ctx: Any) -> EvoEnvTask:
-        return played_task(ctx.task, EvoEnvTask, "recipe part 'evoenv' plays EvoEnv's environment world: train it on "
-                           "--task evoenv, not {name}")
+        return played_task(
+            ctx.task,
+            EvoEnvTask,
+            "recipe part 'evoenv' plays EvoEnv's environment world: train it on --task evoenv, not {name}",
+        )
 
     def _pool(self, ctx: Any) -> EnvPool:
         if "pool" not in ctx.state:
             ctx.state["pool"] = []
-            pool = EnvPool(ctx.state["pool"], capacity=10 ** 9)
+            pool = EnvPool(ctx.state["pool"], capacity=10**9)
             for env in self._task(ctx).envs:
-                pool.add(env["code"], name=env["name"], seed=True, step=0, p_hat=None,
-                         difficulty=self._task(ctx).config.difficulty)
+                pool.add(
+                    env["code"],
+                    name=env["name"],
+                    seed=True,
+                    step=0,
+                    p_hat=None,
+                    difficulty=self._task(ctx).config.difficulty,
+                )
         return EnvPool(ctx.state["pool"], capacity=self.capacity, ema=self.ema, p_hi=self.p_hi, patience=self.patience)
 
     # ---------------------------------------------------------------- the solver's instances
@@ -124,8 +164,9 @@ class EvoEnv:
             if r is None:
                 env = picks[k][0]
                 if env["seed"]:
-                    raise RuntimeError(f"evoenv: the starting environment {env['name']!r} failed to render seed "
-                                       f"{picks[k][1]}")
+                    raise RuntimeError(
+                        f"evoenv: the starting environment {env['name']!r} failed to render seed {picks[k][1]}"
+                    )
                 if pool.get(env["id"]) is not None:
                     pool.entries.remove(env)
                 ctx.state["draw_failures"] = ctx.state.get("draw_failures", 0) + 1
@@ -146,15 +187,25 @@ class EvoEnv:
         elif self.review == "judge":
             self._judge(ctx, codes, reports)
         p_hat = self._calibrate(ctx, task, codes, reports)
-        rewards = torch.tensor([evoenv_generator_reward(rep.level, p_hat.get(r), self.reward, self.p_lo, self.p_hi,
-                                                        self.paid) for r, rep in enumerate(reports)])
+        rewards = torch.tensor(
+            [
+                evoenv_generator_reward(rep.level, p_hat.get(r), self.reward, self.p_lo, self.p_hi, self.paid)
+                for r, rep in enumerate(reports)
+            ]
+        )
         admitted = [r for r in sorted(p_hat) if in_band(p_hat[r], self.p_lo, self.p_hi)]
         for r in sorted(p_hat):
             if r not in admitted:
                 reports[r] = EnvReport(False, "calibration", f"p_hat {p_hat[r]:.2f} outside the band")
         for r in admitted:
-            pool.add(codes[r], name=env_name(codes[r]), seed=False, step=ctx.step + 1, p_hat=p_hat[r],
-                     difficulty=task.config.difficulty)
+            pool.add(
+                codes[r],
+                name=env_name(codes[r]),
+                seed=False,
+                step=ctx.step + 1,
+                p_hat=p_hat[r],
+                difficulty=task.config.difficulty,
+            )
         metrics = self._metrics(reports, p_hat, admitted, rewards, pool, ctx.state)
         ok = torch.tensor([float(r in admitted) for r in range(len(codes))])
         return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=ok.view(-1, G), metrics=metrics)
@@ -165,8 +216,14 @@ class EvoEnv:
         for j in range(self.proposals):
             rng = random.Random(stable_seed(ctx.seed, "evoenv-refs", ctx.position, j))
             refs = rng.sample(short, min(task.config.refs, len(short)))
-            items.append(Item(key=f"evoenv:generate:{ctx.position}:{j}", prompt=generate_prompt(refs), answer="",
-                              meta={"role": "generate"}))
+            items.append(
+                Item(
+                    key=f"evoenv:generate:{ctx.position}:{j}",
+                    prompt=generate_prompt(refs),
+                    answer="",
+                    meta={"role": "generate"},
+                )
+            )
         return items
 
     def _novelty(self, ctx: RoundContext, codes: list[str], reports: list[EnvReport], pool: EnvPool) -> None:
@@ -176,8 +233,13 @@ class EvoEnv:
             if "embedder" not in ctx.cache:  # loaded once per run
                 ctx.cache["embedder"] = make_embedder(None if self.embed == "minilm" else self.embed)
             embed = ctx.cache["embedder"]
-        verdicts = novel([codes[r] for r in live], [e["code"] for e in pool.entries], tau=self.novelty_tau,
-                         embed=embed, cos_tau=self.embed_tau)
+        verdicts = novel(
+            [codes[r] for r in live],
+            [e["code"] for e in pool.entries],
+            tau=self.novelty_tau,
+            embed=embed,
+            cos_tau=self.embed_tau,
+        )
         for r, (fresh, top) in zip(live, verdicts):
             if not fresh:
                 reports[r] = EnvReport(False, "novelty", f"similarity {top:.2f}")
@@ -199,25 +261,36 @@ class EvoEnv:
         live = [r for r, rep in enumerate(reports) if rep.ok]
         if not live:
             return
-        items = [Item(key=f"evoenv:review:{r}", prompt=review_prompt(codes[r], reports[r].samples[:2]), answer="",
-                      meta={"role": "review"}) for r in live]
+        items = [
+            Item(
+                key=f"evoenv:review:{r}",
+                prompt=review_prompt(codes[r], reports[r].samples[:2]),
+                answer="",
+                meta={"role": "review"},
+            )
+            for r in live
+        ]
         n = self.review_samples
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"evoenv-review-{ctx.step}", first=0, n=n)
         for i, r in enumerate(live):
-            votes = [parse_review(t) for t in ro.texts[i * n:(i + 1) * n]]
+            votes = [parse_review(t) for t in ro.texts[i * n : (i + 1) * n]]
             if sum(v is True for v in votes) * 2 <= n:
                 reports[r] = EnvReport(False, "review", f"{sum(v is True for v in votes)} of {n} reviews say yes")
         ctx.state["reviews"] = ctx.state.get("reviews", 0) + len(live)
 
-    def _calibrate(self, ctx: RoundContext, task: EvoEnvTask, codes: list[str],
-                   reports: list[EnvReport]) -> dict[int, float]:
+    def _calibrate(
+        self, ctx: RoundContext, task: EvoEnvTask, codes: list[str], reports: list[EnvReport]
+    ) -> dict[int, float]:
         """L5: p_hat of every environment still standing, from m instances x n solver answers."""
         live = [r for r, rep in enumerate(reports) if rep.ok]
         if not live:
             return {}
         m, n = self.estimate_instances, self.estimate_samples
-        probs = [solve_item({"id": f"candidate{r}", "code": codes[r]}, s, k)
-                 for r in live for k, s in enumerate(reports[r].samples[:m])]
+        probs = [
+            solve_item({"id": f"candidate{r}", "code": codes[r]}, s, k)
+            for r in live
+            for k, s in enumerate(reports[r].samples[:m])
+        ]
         ro = ctx.sample(probs, [p.prompt for p in probs], tag=f"evoenv-calibrate-{ctx.step}", first=0, n=n)
         metas = [p.meta for p in probs for _ in range(n)]
         task.prepare(ro.texts, metas)
@@ -225,7 +298,7 @@ class EvoEnv:
         out, start = {}, 0
         for r in live:
             count = min(m, len(reports[r].samples)) * n
-            out[r] = sum(scores[start:start + count]) / count
+            out[r] = sum(scores[start : start + count]) / count
             start += count
         return out
 
@@ -240,8 +313,11 @@ class EvoEnv:
             pool.observe(eid, float(torch.cat([r.view(-1) for r in rows]).float().mean()))
         gone = pool.rotate()
         ctx.state["retired"] = ctx.state.get("retired", 0) + len(gone)
-        return None, {**pool.stats(), "evoenv/retired_total": float(ctx.state["retired"]),
-                "evoenv/draw_failures": float(ctx.state.get("draw_failures", 0))}
+        return None, {
+            **pool.stats(),
+            "evoenv/retired_total": float(ctx.state["retired"]),
+            "evoenv/draw_failures": float(ctx.state.get("draw_failures", 0)),
+        }
 
     def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         """TRR++ per role: REINFORCE++ within the solve rows and within the generate rows."""
@@ -251,8 +327,14 @@ class EvoEnv:
 
     def _metrics(self, reports, p_hat, admitted, rewards, pool, state) -> dict[str, float]:
         out = {f"evoenv/rejected_{s}": float(sum(rep.stage == s for rep in reports)) for s in STAGES}
-        out.update({"evoenv/generated": float(len(reports)), "evoenv/admitted": float(len(admitted)),
-                    "evoenv/generator_reward": float(rewards.mean()), **pool.stats()})
+        out.update(
+            {
+                "evoenv/generated": float(len(reports)),
+                "evoenv/admitted": float(len(admitted)),
+                "evoenv/generator_reward": float(rewards.mean()),
+                **pool.stats(),
+            }
+        )
         state["admitted"] = state.get("admitted", 0) + len(admitted)
         out["evoenv/admitted_total"] = float(state["admitted"])
         if p_hat:

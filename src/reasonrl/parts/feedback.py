@@ -14,6 +14,7 @@ text); :func:`register_feedback` adds one.
 * ``verdict``: only the verifier's outcome ("The final answer is correct." / "... is wrong."),
   the weakest feedback (still from the verifier, which knows the gold answer).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -51,8 +52,10 @@ def feedback_fn(spec: str | FeedbackFn) -> FeedbackFn:
     if callable(spec):
         return spec
     if spec not in FEEDBACK:
-        raise ValueError(f"unknown feedback {spec!r}; valid: {', '.join(FEEDBACK)} (or a callable "
-                         "fn(task, item, attempt, correct) -> str)")
+        raise ValueError(
+            f"unknown feedback {spec!r}; valid: {', '.join(FEEDBACK)} (or a callable "
+            "fn(task, item, attempt, correct) -> str)"
+        )
     return FEEDBACK[spec]
 
 

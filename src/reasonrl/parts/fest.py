@@ -19,6 +19,7 @@ distill-and-data.md section 5). :class:`FEST` takes part in the loop twice, thro
 Maths: :mod:`reasonrl.losses.dpo`. Every choice the abstract leaves open is a field with the spec's
 default; the ones the spec is silent on are marked [inferred here].
 """
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,16 @@ from torch import Tensor
 from ..data.demos import load_demos
 from ..distill import encode_contexts
 from ..errors import UserError
-from ..losses.dpo import ALL_CORRECT, DECAY_SCHEDULES, NEGATIVES, demo_weight, dpo_sigmoid, pick_rejected, \
-    sequence_logp, sft_nll
+from ..losses.dpo import (
+    ALL_CORRECT,
+    DECAY_SCHEDULES,
+    NEGATIVES,
+    demo_weight,
+    dpo_sigmoid,
+    pick_rejected,
+    sequence_logp,
+    sft_nll,
+)
 from ..models.scoring import score_completions, trim_padding
 from ..config.rules import Rule, above, at_least, one_of, within
 from ..rollout import select_rows
@@ -58,11 +67,18 @@ class Tokens:
     prompt_mask: Tensor
     completion_ids: Tensor
     completion_mask: Tensor  # (N, T) what the forward attends to
-    score_mask: Tensor | None = None  # (N, T) what a sequence score sums: the policy's own tokens; None: completion_mask
+    score_mask: Tensor | None = (
+        None  # (N, T) what a sequence score sums: the policy's own tokens; None: completion_mask
+    )
 
     def rows(self, idx: Tensor) -> "Tokens":
-        return Tokens(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx], self.completion_mask[idx],
-                      None if self.score_mask is None else self.score_mask[idx])
+        return Tokens(
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.completion_ids[idx],
+            self.completion_mask[idx],
+            None if self.score_mask is None else self.score_mask[idx],
+        )
 
 
 @dataclass
@@ -112,15 +128,23 @@ def encode_demos(tok, prompts: list[str], completions: list[str]) -> Tokens:
 def _trimmed(t: Tokens) -> Tokens:
     """The rows without the padding columns none of them uses."""
     trimmed = trim_padding(t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask)
-    return Tokens(*trimmed, None if t.score_mask is None else t.score_mask[:, :trimmed[3].shape[1]])
+    return Tokens(*trimmed, None if t.score_mask is None else t.score_mask[:, : trimmed[3].shape[1]])
 
 
 def _logp(model, t: Tokens, temperature: float, chunk_rows: int) -> tuple[Tensor, Tensor]:
     """(N, T) token log-probs of ``t``'s completions under ``model`` (grad as the caller's mode) and
     the (N, T) mask a sequence score sums (``score_mask``, else the completion's), padding columns trimmed."""
     t = _trimmed(t)
-    lp, _ = score_completions(model, t.prompt_ids, t.prompt_mask, t.completion_ids, t.completion_mask,
-                              temperature=temperature, chunk_rows=chunk_rows, entropies=False)
+    lp, _ = score_completions(
+        model,
+        t.prompt_ids,
+        t.prompt_mask,
+        t.completion_ids,
+        t.completion_mask,
+        temperature=temperature,
+        chunk_rows=chunk_rows,
+        entropies=False,
+    )
     return lp, (t.completion_mask if t.score_mask is None else t.score_mask).to(lp.device)
 
 
@@ -150,6 +174,7 @@ class FEST:
     (:mod:`reasonrl.data.demos`; None: the task's own ``Item.demo`` of ``n_demos`` train items),
     ``negatives`` one | all incorrect rollouts per demo, ``all_correct`` skip | lowest_likelihood,
     ``temperature`` of the log-probs (1: the untempered policy, as DPO and SFT are defined)."""
+
     AFTER = ("kdrl",)  # the order it ran in before the order was declared (parts/registry.py)
 
     coef: float = 1.0
@@ -201,19 +226,26 @@ class FEST:
             items = take_items(task, "train", self.n_demos, seed=stable_seed(seed, "fest-demos"))
             missing = [it.key for it in items if not it.demo]
             if missing:
-                raise UserError(f"fest: task {task.name!r} has no demonstration for item {missing[0]!r}; "
-                                "give your own with fest.demos=FILE.jsonl (schema: reasonrl.data.demos)")
+                raise UserError(
+                    f"fest: task {task.name!r} has no demonstration for item {missing[0]!r}; "
+                    "give your own with fest.demos=FILE.jsonl (schema: reasonrl.data.demos)"
+                )
             return items
         rows = load_demos(self.demos)
-        keep = range(len(rows)) if len(rows) <= self.n_demos else \
-            sorted(random.Random(stable_seed(seed, "fest-demos")).sample(range(len(rows)), self.n_demos))
+        keep = (
+            range(len(rows))
+            if len(rows) <= self.n_demos
+            else sorted(random.Random(stable_seed(seed, "fest-demos")).sample(range(len(rows)), self.n_demos))
+        )
         out = []
         for i in keep:
             d = rows[i]
             answer = d.answer if d.answer is not None else task.extract_answer(d.completion)
             if answer is None:
-                raise UserError(f"{self.demos}:{d.line}: the demonstration has no 'answer' and task {task.name!r} "
-                                f"finds none in its completion {d.completion[-60:]!r}; add an 'answer' field")
+                raise UserError(
+                    f"{self.demos}:{d.line}: the demonstration has no 'answer' and task {task.name!r} "
+                    f"finds none in its completion {d.completion[-60:]!r}; add an 'answer' field"
+                )
             out.append(Item(key=d.key or d.prompt, prompt=d.prompt, answer=answer, demo=d.completion))
         return out
 
@@ -237,8 +269,14 @@ class FEST:
             pairs = self._dpo_pairs(ctx, items, chosen, alpha, first)
         metrics.update({"fest/pairs": float(pairs.n_pairs), **pairs.metrics})
         empty = select_rows(ctx.batch.ro, [])
-        return Groups(items=[], ro=empty, rewards=torch.zeros(0, G), correct=torch.zeros(0, G), metrics=metrics,
-                      data={"pairs": pairs})
+        return Groups(
+            items=[],
+            ro=empty,
+            rewards=torch.zeros(0, G),
+            correct=torch.zeros(0, G),
+            metrics=metrics,
+            data={"pairs": pairs},
+        )
 
     def _dpo_pairs(self, ctx: RoundContext, items: list[Item], chosen: Tokens, alpha: Tensor, first: int) -> FestPairs:
         """G rollouts per demo prompt (keyed by the draw count and "fest"), the rejected side picked
@@ -250,10 +288,13 @@ class FEST:
         behaviour = sequence_logp(ro.logprobs, own, self.length_norm).view(-1, G)  # (k, G)
         demo, col = pick_rejected(correct, behaviour, self.negatives, self.all_correct)  # (P,), (P,)
         rows = demo * G + col  # (P,) rows of ro
-        rejected = Tokens(ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows],
-                          own[rows])
-        metrics = {"fest/demo_accuracy": float(correct.mean()),
-                   "fest/demos_all_correct": float((correct.min(-1).values > 0).sum())}
+        rejected = Tokens(
+            ro.prompt_ids[rows], ro.prompt_mask[rows], ro.completion_ids[rows], ro.completion_mask[rows], own[rows]
+        )
+        metrics = {
+            "fest/demo_accuracy": float(correct.mean()),
+            "fest/demos_all_correct": float((correct.min(-1).values > 0).sum()),
+        }
         pairs = FestPairs(chosen=chosen, alpha=alpha, demo=demo, rejected=rejected, metrics=metrics)
         if pairs.n_pairs:
             pairs.ref_chosen, pairs.ref_rejected = self._reference(ctx, chosen.rows(demo), rejected)
@@ -263,14 +304,18 @@ class FEST:
         """(P,) reference sequence log-probs of the chosen and rejected sides, without grad."""
         if self.reference == "initial":
             if ctx.reference is None:
-                raise RuntimeError("fest.reference=initial needs the trainer's reference model "
-                                   "(the part's needs include 'reference', so the trainer keeps one)")
+                raise RuntimeError(
+                    "fest.reference=initial needs the trainer's reference model "
+                    "(the part's needs include 'reference', so the trainer keeps one)"
+                )
             scope = ctx.reference()
         else:
             scope = _behaviour(ctx.policy)
         with torch.no_grad(), scope as ref:
-            out = [sequence_logp(*_logp(ref, t, self.temperature, ctx.micro), self.length_norm).cpu()
-                   for t in (chosen, rejected)]
+            out = [
+                sequence_logp(*_logp(ref, t, self.temperature, ctx.micro), self.length_norm).cpu()
+                for t in (chosen, rejected)
+            ]
         return out[0], out[1]
 
     # ------------------------------------------------------------ the loss term
@@ -293,8 +338,10 @@ class FEST:
         if self.sup_loss == "sft":
             per = sft_nll(lp_c, mask_c)  # (n,)
             loss = (alpha * per).sum() / n_pairs
-            return loss, {"fest/sup_term": float(loss.detach()),
-                          "fest/sft_nll_term": float(per.detach().sum()) / n_pairs}
+            return loss, {
+                "fest/sup_term": float(loss.detach()),
+                "fest/sft_nll_term": float(per.detach().sum()) / n_pairs,
+            }
         pol_c = sequence_logp(lp_c, mask_c, self.length_norm)  # (n,)
         pol_r = sequence_logp(*_logp(model, pairs.rejected.rows(j), self.temperature, len(j)), self.length_norm)  # (n,)
         per, m = dpo_sigmoid(pol_c, pairs.ref_chosen[j].to(device), pol_r, pairs.ref_rejected[j].to(device), self.beta)

@@ -1,5 +1,6 @@
 """Recipe parts of data and generation: dynamic sampling (DAPO's group filter), Mu-GRPO's stages,
 VSPO's steering, CodeThinker's beam, the sampling settings and the optimiser."""
+
 from __future__ import annotations
 
 import random
@@ -16,6 +17,7 @@ from ..seeds import stable_seed
 from ..tasks.protocols import Branching
 from .protocol import register_part
 from .strategy import GenRequest
+
 
 @dataclass(frozen=True)
 class GroupFilter:
@@ -79,6 +81,7 @@ class Steering:
     Spec options: ``alphas`` grid (0..alpha_max) or uniform (sample 0 at 0, the rest U[0, alpha_max]);
     ``anneal`` alpha_max to 0 at the last step; ``steer_prompt`` also steers prompt positions
     (functions in :mod:`reasonrl.models.steering`)."""
+
     PHASE = "rollout"  # the hook order (parts/registry.py)
 
     layer: int = 1
@@ -105,17 +108,33 @@ class Steering:
         or uniform draws seeded by the task position (so a resumed run draws the same). The vector
         is computed once, from the initial model, and kept in the request's cache."""
         if "steering" not in req.cache:  # a frozen direction (VSPO)
-            req.cache["steering"] = steering_vector(req.engine.model, req.engine.tok, self.positive, self.negative,
-                                                    self.layer)
+            req.cache["steering"] = steering_vector(
+                req.engine.model, req.engine.tok, self.positive, self.negative, self.layer
+            )
         (unit, scale), G = req.cache["steering"], req.group_size
         amax = annealed_alpha_max(self.alpha_max, self.anneal, req.step, req.total_steps)
-        alphas = (intensity_grid(G, amax) if self.alphas == "grid"
-                  else uniform_intensities(G, amax, stable_seed(req.seed, req.first + len(req.items), "alphas")))
-        ro = generate_steered(req.engine, [it.prompt for it in req.items], req.sampling, unit=unit, scale=scale,
-                              layer=self.layer, alphas=alphas, generator=req.generator(),
-                              is_correction=self.is_correction, steer_prompt=self.steer_prompt)
-        ro.extras["metrics"] = {**ro.extras.get("metrics", {}), "steer/alpha_max": amax,
-                                "steer/alpha_mean": sum(alphas) / len(alphas)}
+        alphas = (
+            intensity_grid(G, amax)
+            if self.alphas == "grid"
+            else uniform_intensities(G, amax, stable_seed(req.seed, req.first + len(req.items), "alphas"))
+        )
+        ro = generate_steered(
+            req.engine,
+            [it.prompt for it in req.items],
+            req.sampling,
+            unit=unit,
+            scale=scale,
+            layer=self.layer,
+            alphas=alphas,
+            generator=req.generator(),
+            is_correction=self.is_correction,
+            steer_prompt=self.steer_prompt,
+        )
+        ro.extras["metrics"] = {
+            **ro.extras.get("metrics", {}),
+            "steer/alpha_max": amax,
+            "steer/alpha_mean": sum(alphas) / len(alphas),
+        }
         return ro
 
 
@@ -126,6 +145,7 @@ class BeamSampling:
     of a group's G completions, ``round(G * first_frac)`` are sampled independently and the rest are
     branched from the ``k = min(k_max, rest)`` best prefixes, cut where the task says the reasoning
     first goes wrong (``task.branch_point``). The budget G is never exceeded."""
+
     PHASE = "rollout"
 
     first_frac: float = 0.5
@@ -143,8 +163,16 @@ class BeamSampling:
     def generate(self, req: GenRequest) -> Rollouts:
         # seeded by the task position, so a resumed run branches the same way
         rng = random.Random(stable_seed(req.seed, req.first + len(req.items)))
-        return beam_rollout(req.engine, req.task, req.items, req.group_size, req.sampling, self.plan(req.group_size),
-                            req.generator(), rng)
+        return beam_rollout(
+            req.engine,
+            req.task,
+            req.items,
+            req.group_size,
+            req.sampling,
+            self.plan(req.group_size),
+            req.generator(),
+            rng,
+        )
 
 
 @dataclass(frozen=True)

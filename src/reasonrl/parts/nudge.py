@@ -9,6 +9,7 @@ within-hint + lambda x between-hint ones, and ``loss_term`` adds the distillatio
 ``L_d = -mean_i [A_i (1/|y_i|) sum_t log pi(y_t | bare prompt, y_<t)]`` weighted by ``distill_coef``.
 The policy loss itself reads each row's own (hinted) prompt, as the trainer always does.
 """
+
 from __future__ import annotations
 
 import random
@@ -30,8 +31,10 @@ from .strategy import GenRequest
 # The spec's block (authors' code), placed BEFORE the problem here: the tiny reasoner answers what
 # follows the problem's own last line ("...=?\n"), so a hinted prompt must end as the bare one does.
 # The paper puts the block after the problem; set hints.template="{prompt}Context ...\n" for that.
-HINT_TEMPLATE = ("Context (exploration condition): Use this hint/approach: {hint}\n"
-                 "Follow this approach as your primary strategy.\n{prompt}")
+HINT_TEMPLATE = (
+    "Context (exploration condition): Use this hint/approach: {hint}\n"
+    "Follow this approach as your primary strategy.\n{prompt}"
+)
 SAMPLERS = ("sequential", "random")
 
 
@@ -60,16 +63,27 @@ class HintSampling:
     RULES: ClassVar[dict[str, Rule]] = {
         "n_hints": at_least(1),
         # a group is spent on M hints x K rollouts: G = M * K exactly
-        "per_hint": Rule(lambda v, c: v >= 1 and (c.get("n_hints", 1) < 1  # that one is reported on its own
-                                                  or v * c.get("n_hints", 1) == c.get("group_size")),
-                         lambda c: f">= 1 with hints.n_hints * hints.per_hint = group_size "
-                                   f"({c.get('n_hints')} * per_hint = {c.get('group_size')})"),
+        "per_hint": Rule(
+            lambda v, c: (
+                v >= 1
+                and (
+                    c.get("n_hints", 1) < 1  # that one is reported on its own
+                    or v * c.get("n_hints", 1) == c.get("group_size")
+                )
+            ),
+            lambda c: (
+                f">= 1 with hints.n_hints * hints.per_hint = group_size "
+                f"({c.get('n_hints')} * per_hint = {c.get('group_size')})"
+            ),
+        ),
         "p_drop": within(0, 1),
         "sampler": one_of(SAMPLERS),
         "adv_lambda": at_least(0),
         "distill_coef": at_least(0),
-        "template": Rule(lambda v, _: "{hint}" in v and "{prompt}" in v,
-                         "a text containing {hint} and {prompt} (the hinted prompt should end as the bare one)"),
+        "template": Rule(
+            lambda v, _: "{hint}" in v and "{prompt}" in v,
+            "a text containing {hint} and {prompt} (the hinted prompt should end as the bare one)",
+        ),
     }
 
     # ---------------------------------------------------------------- rollouts
@@ -79,8 +93,10 @@ class HintSampling:
         batch it came in nor on the other rows. ``ro.context_ids`` (R,): 0 = bare, j = hint j."""
         M, K, G = self.n_hints, self.per_hint, req.group_size
         if G != M * K:
-            raise ValueError(f"NudgeRL needs group_size = hints.n_hints * hints.per_hint, but group_size={G} and "
-                             f"hints.n_hints * hints.per_hint = {M} * {K} = {M * K}: set one to match the other")
+            raise ValueError(
+                f"NudgeRL needs group_size = hints.n_hints * hints.per_hint, but group_size={G} and "
+                f"hints.n_hints * hints.per_hint = {M} * {K} = {M * K}: set one to match the other"
+            )
         prompts, seeds, ctx = [], [], []
         for i, item in enumerate(req.items):
             pos = req.first + i  # the item's task position keys all its randomness
@@ -108,10 +124,12 @@ class HintSampling:
 
     def choose_hints(self, hints: list[str], pos: int, seed: int, item: Any) -> list[str]:
         if len(hints) < self.n_hints:
-            raise ValueError(f"item {getattr(item, 'key', item)!r} has {len(hints)} hints, hints.n_hints={self.n_hints} "
-                             "needs that many: lower hints.n_hints or give the task more hints")
+            raise ValueError(
+                f"item {getattr(item, 'key', item)!r} has {len(hints)} hints, hints.n_hints={self.n_hints} "
+                "needs that many: lower hints.n_hints or give the task more hints"
+            )
         if self.sampler == "sequential":  # the authors' sampler: the first M
-            return list(hints[:self.n_hints])
+            return list(hints[: self.n_hints])
         return random.Random(stable_seed(seed, "nudge_hints", pos)).sample(list(hints), self.n_hints)
 
     # ---------------------------------------------------------------- advantages
@@ -120,8 +138,10 @@ class HintSampling:
         keep theirs. Metrics: accuracy of hinted and bare rows (first-round groups)."""
         first = ctx.kinds == 0  # (B,)
         if adv.dim() != 2:
-            raise ValueError(f"NudgeRL's advantages are per rollout: the estimator gave shape {tuple(adv.shape)}, "
-                             "expected (B, G); use a sequence-level advantage estimator")
+            raise ValueError(
+                f"NudgeRL's advantages are per rollout: the estimator gave shape {tuple(adv.shape)}, "
+                "expected (B, G); use a sequence-level advantage estimator"
+            )
         contexts, correct = ctx.contexts[first], ctx.correct[first]  # (B', G)
         out = adv.clone()
         out[first] = nudge_advantages(ctx.rewards[first], contexts, lam=self.adv_lambda).to(adv.dtype)
@@ -146,10 +166,19 @@ class HintSampling:
         bare_logp = logp
         if hinted.any():
             sel = rows[hinted.cpu()]
-            ids, cmask = encode_contexts(ctx.tok, ctx.formatter.render_all([batch.items[int(r) // G].prompt for r in sel]))
-            scored = score_under_context(model, ids, cmask, batch.ro.completion_ids[sel, :c_len],
-                                         batch.ro.completion_mask[sel, :c_len], temperature=ctx.temperature, grad=True,
-                                         chunk_rows=len(sel)).logprobs.to(dev, logp.dtype)  # (h, c_len)
+            ids, cmask = encode_contexts(
+                ctx.tok, ctx.formatter.render_all([batch.items[int(r) // G].prompt for r in sel])
+            )
+            scored = score_under_context(
+                model,
+                ids,
+                cmask,
+                batch.ro.completion_ids[sel, :c_len],
+                batch.ro.completion_mask[sel, :c_len],
+                temperature=ctx.temperature,
+                grad=True,
+                chunk_rows=len(sel),
+            ).logprobs.to(dev, logp.dtype)  # (h, c_len)
             bare_logp = logp.clone()
             bare_logp[hinted] = scored
         adv = batch.advantages[rows].to(dev, logp.dtype)

@@ -3,6 +3,7 @@ veto), the KL anchor (SAGE guides included) and reward-side terms that need toke
 (CorR-PO). Each is a small frozen dataclass naming a pure function of :mod:`reasonrl.advantages` /
 :mod:`reasonrl.losses` and its knobs.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -23,6 +24,7 @@ from ..rewards.base import Reward, RewardResult
 from ..config.rules import Rule, at_least, one_of, within
 from ..tasks.protocols import WithStepRewards, require
 from .protocol import BatchContext
+
 
 @dataclass(frozen=True)
 class Advantage:
@@ -53,8 +55,15 @@ class EDAS:
     lambda_max: float | None = None
 
     def __call__(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
-        return edas(adv, ctx.answers, ctx.correct, gamma=self.gamma, none_policy=self.none_policy,
-                    lambda_min=self.lambda_min, lambda_max=self.lambda_max)
+        return edas(
+            adv,
+            ctx.answers,
+            ctx.correct,
+            gamma=self.gamma,
+            none_policy=self.none_policy,
+            lambda_min=self.lambda_min,
+            lambda_max=self.lambda_max,
+        )
 
 
 @dataclass(frozen=True)
@@ -113,21 +122,36 @@ class Veto:
     tau_cum: float | None = None
     include_trigger: bool = True
 
-    RULES: ClassVar[dict[str, Rule]] = {"trigger": one_of(VETO_TRIGGERS), "clip_low": at_least(0),
-                                        "clip_high": at_least(0)}
+    RULES: ClassVar[dict[str, Rule]] = {
+        "trigger": one_of(VETO_TRIGGERS),
+        "clip_low": at_least(0),
+        "clip_high": at_least(0),
+    }
 
     def band(self, loss_clip_low: float, loss_clip_high: float) -> tuple[float, float]:
         """(clip_low, clip_high) the trigger uses: this part's own where set, else the loss's."""
-        return (loss_clip_low if self.clip_low is None else self.clip_low,
-                loss_clip_high if self.clip_high is None else self.clip_high)
+        return (
+            loss_clip_low if self.clip_low is None else self.clip_low,
+            loss_clip_high if self.clip_high is None else self.clip_high,
+        )
 
-    def mask(self, logp, old_logp, adv, mask, *, loss_clip_low: float, loss_clip_high: float
-             ) -> tuple[torch.Tensor, dict[str, float]]:
+    def mask(
+        self, logp, old_logp, adv, mask, *, loss_clip_low: float, loss_clip_high: float
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         ratio = torch.exp((logp.detach() - old_logp) * mask)  # (N, T), 1 on padding
         clip_low, clip_high = self.band(loss_clip_low, loss_clip_high)
-        return negative_veto_mask(ratio, adv, mask, trigger=self.trigger, clip_low=clip_low,
-                                  clip_high=clip_high, tau_lo=self.tau_lo, tau_hi=self.tau_hi,
-                                  tau_cum=self.tau_cum, include_trigger=self.include_trigger)
+        return negative_veto_mask(
+            ratio,
+            adv,
+            mask,
+            trigger=self.trigger,
+            clip_low=clip_low,
+            clip_high=clip_high,
+            tau_lo=self.tau_lo,
+            tau_hi=self.tau_hi,
+            tau_cum=self.tau_cum,
+            include_trigger=self.include_trigger,
+        )
 
 
 @dataclass(frozen=True)
@@ -155,12 +179,27 @@ class PolicyLoss:
     }
 
     def __call__(self, logp, old_logp, adv, mask, *, n_tokens, n_seqs, norm_len):
-        token_mask, veto_metrics = (None, {}) if self.veto is None else self.veto.mask(
-            logp, old_logp, adv, mask, loss_clip_low=self.clip_low, loss_clip_high=self.clip_high)
-        loss, metrics = policy_loss(logp, old_logp, adv, mask, ratio=self.ratio, clip_low=self.clip_low,
-                                    clip_high=self.clip_high, dual_clip=self.dual_clip, agg=self.agg,
-                                    norm_len=self.norm_len or norm_len, n_tokens=n_tokens, n_seqs=n_seqs,
-                                    trust_region=self.trust_region, token_mask=token_mask)
+        token_mask, veto_metrics = (
+            (None, {})
+            if self.veto is None
+            else self.veto.mask(logp, old_logp, adv, mask, loss_clip_low=self.clip_low, loss_clip_high=self.clip_high)
+        )
+        loss, metrics = policy_loss(
+            logp,
+            old_logp,
+            adv,
+            mask,
+            ratio=self.ratio,
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            dual_clip=self.dual_clip,
+            agg=self.agg,
+            norm_len=self.norm_len or norm_len,
+            n_tokens=n_tokens,
+            n_seqs=n_seqs,
+            trust_region=self.trust_region,
+            token_mask=token_mask,
+        )
         return loss, {**metrics, **veto_metrics}
 
 
@@ -199,8 +238,10 @@ class KL:
         "coef": Rule(lambda v, _: v >= 0, ">= 0 (0: no KL term, no reference model)"),
         "estimator": one_of(KL_ESTIMATORS),
         # SAGE's anchor is defined with the k3 estimator
-        "guide": Rule(lambda v, c: v in SAGE_GUIDES and c.get("estimator") == "k3",
-                      f"one of {', '.join(sorted(SAGE_GUIDES))} with kl.estimator=k3 (SAGE's anchor is defined with k3)"),
+        "guide": Rule(
+            lambda v, c: v in SAGE_GUIDES and c.get("estimator") == "k3",
+            f"one of {', '.join(sorted(SAGE_GUIDES))} with kl.estimator=k3 (SAGE's anchor is defined with k3)",
+        ),
         "ratio": at_least(0),
         "q_min": at_least(0),
         "q_max": Rule(lambda v, c: v >= c.get("q_min", 0), lambda c: f">= kl.q_min = {c.get('q_min')}"),
@@ -208,8 +249,12 @@ class KL:
         "decay": within(0, 1, open_lo=True),
         "norm": one_of(SURPRISAL_NORMS),
         "source": one_of(("new", "ref")),
-        "schedule_upper": Rule(lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"),
-        "schedule_lower": Rule(lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"),
+        "schedule_upper": Rule(
+            lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"
+        ),
+        "schedule_lower": Rule(
+            lambda v, _: len(v) == 2, "a pair (alpha or eps, sigma), or null for the official values"
+        ),
     }
 
     def __post_init__(self):
@@ -256,32 +301,80 @@ class CorrBonus(Reward):
     def score(self, prompts, completions, **columns) -> RewardResult:
         ro = columns.get("rollouts")
         if ro is None or ro.entropies is None or ro.sum_p2 is None:
-            raise ValueError("CorrBonus needs the 'rollouts' column with entropies and sum_p2 (the HF engine records them)")
+            raise ValueError(
+                "CorrBonus needs the 'rollouts' column with entropies and sum_p2 (the HF engine records them)"
+            )
         mask, correct = ro.completion_mask.float(), columns.get("correct")
         if self.grad_norm == "hidden" and ro.hidden_grad_norm is None:
-            raise ValueError("CorrBonus(grad_norm='hidden') needs rollouts sampled with SamplingParams("
-                             "hidden_grad_norm=True) (the batch maker asks for it from sampling_needs)")
+            raise ValueError(
+                "CorrBonus(grad_norm='hidden') needs rollouts sampled with SamplingParams("
+                "hidden_grad_norm=True) (the batch maker asks for it from sampling_needs)"
+            )
         if self.correct_only and correct is None:
-            raise ValueError("CorrBonus(correct_only=True) needs the 'correct' column (each rollout's task correctness)")
+            raise ValueError(
+                "CorrBonus(correct_only=True) needs the 'correct' column (each rollout's task correctness)"
+            )
         p_y = torch.where(mask > 0, ro.logprobs.exp(), torch.zeros_like(mask))  # padding: p_y = sum p^2 = 0
         grad = (ro.hidden_grad_norm if self.grad_norm == "hidden" else logit_grad_norm(p_y, ro.sum_p2)) * mask  # (R, T)
-        _, bonus, metrics = corr_po_bonus(ro.entropies, grad, mask, coef=self.coef, sign=self.sign,
-                                          method=self.method, min_tokens=self.min_tokens, correct_only=self.correct_only,
-                                          correct=None if correct is None else torch.tensor([bool(c) for c in correct]))
+        _, bonus, metrics = corr_po_bonus(
+            ro.entropies,
+            grad,
+            mask,
+            coef=self.coef,
+            sign=self.sign,
+            method=self.method,
+            min_tokens=self.min_tokens,
+            correct_only=self.correct_only,
+            correct=None if correct is None else torch.tensor([bool(c) for c in correct]),
+        )
         return RewardResult([float(b) for b in bonus], metrics)
 
 
-def kl_term(logp, ref_logp, mask, kl: KL, entropy=None, *, step: int = 0, max_steps: int | None = None,
-            draws: dict[str, torch.Tensor] | None = None, **agg):
+def kl_term(
+    logp,
+    ref_logp,
+    mask,
+    kl: KL,
+    entropy=None,
+    *,
+    step: int = 0,
+    max_steps: int | None = None,
+    draws: dict[str, torch.Tensor] | None = None,
+    **agg,
+):
     """The KL part's loss and metrics. ``step`` / ``max_steps``: optimiser steps taken so far / in the
     run; ``draws``: this micro-batch's slice of :meth:`KL.draws` (all three for the stochastic guides)."""
     if kl.guide is None:
         return kl_loss(logp, ref_logp, mask, coef=kl.coef, estimator=kl.estimator, **agg)
-    stochastic = {} if kl.guide == "branch" else dict(
-        step=step, max_steps=max_steps, n_cycles=kl.n_cycles, decay=kl.decay, upper=kl.schedule_upper,
-        lower=kl.schedule_lower, norm=kl.norm, surprisal_source=kl.source, draws=draws)
-    return sage_kl_loss(logp, ref_logp, entropy, mask, coef=kl.coef, guide=kl.guide, ratio=kl.ratio,
-                        threshold=kl.threshold, q_min=kl.q_min, q_max=kl.q_max, **stochastic, **agg)
+    stochastic = (
+        {}
+        if kl.guide == "branch"
+        else dict(
+            step=step,
+            max_steps=max_steps,
+            n_cycles=kl.n_cycles,
+            decay=kl.decay,
+            upper=kl.schedule_upper,
+            lower=kl.schedule_lower,
+            norm=kl.norm,
+            surprisal_source=kl.source,
+            draws=draws,
+        )
+    )
+    return sage_kl_loss(
+        logp,
+        ref_logp,
+        entropy,
+        mask,
+        coef=kl.coef,
+        guide=kl.guide,
+        ratio=kl.ratio,
+        threshold=kl.threshold,
+        q_min=kl.q_min,
+        q_max=kl.q_max,
+        **stochastic,
+        **agg,
+    )
 
 
 def policy_term(loss: PolicyLoss | None, logp, old_logp, adv, mask, **norm):

@@ -22,6 +22,7 @@ base. Each step:
 State (checkpointed with the adapters and the optimiser): ratings, games, the teachers' buffers, the
 PBT log. Student ``s0`` is peft's ``default`` adapter, so the trainer's own evaluation reads it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,15 @@ import torch
 
 from ..advantages.buckets import role_task_advantages
 from ..errors import UserError
-from ..models.lora import (add_adapters, adapter_factors, adapter_parameters, is_lora, reset_optimizer_state,
-                           set_adapter_factors, use_adapter)
+from ..models.lora import (
+    add_adapters,
+    adapter_factors,
+    adapter_parameters,
+    is_lora,
+    reset_optimizer_state,
+    set_adapter_factors,
+    use_adapter,
+)
 from ..population.league import League
 from ..population.pbt import OPERATORS, make_offspring, pbt_plan
 from ..population.ratings import PFSP_MODES, RatingModel
@@ -67,6 +75,7 @@ def adapter_of(member: str) -> str:
 class PopuLoRA:
     """Options: the population (4 + 4: the paper's best), the AZR game, ratings (the spec's TrueSkill
     defaults), PFSP and PBT. All but the sizes and the rating defaults [inferred]; see the recipe."""
+
     PHASE = "selfplay"
 
     teachers: int = 4
@@ -91,14 +100,29 @@ class PopuLoRA:
     tau: float = 25.0 / 300.0
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "teachers": at_least(1), "students": at_least(1), "proposals": at_least(1), "estimate_samples": at_least(1),
-        "capacity": at_least(1), "min_inputs": at_least(2), "pfsp": one_of(PFSP_MODES), "pbt_every": at_least(0),
-        "pbt_frac": within(0, 1), "pbt_buffers": one_of(PBT_BUFFERS), "mutation_sigma": at_least(0),
-        "interp": within(0, 1), "offspring_sigma": above(0),
-        "sigma0": above(0), "beta": above(0), "tau": at_least(0),
-        "types": Rule(lambda v, _: bool(v) and all(t in TYPES for t in v.split(",")), f"a comma list of {', '.join(TYPES)}"),
-        "operators": Rule(lambda v, _: bool(v) and all(o in OPERATORS for o in v.split(",")),
-                          f"a comma list of {', '.join(OPERATORS)}"),
+        "teachers": at_least(1),
+        "students": at_least(1),
+        "proposals": at_least(1),
+        "estimate_samples": at_least(1),
+        "capacity": at_least(1),
+        "min_inputs": at_least(2),
+        "pfsp": one_of(PFSP_MODES),
+        "pbt_every": at_least(0),
+        "pbt_frac": within(0, 1),
+        "pbt_buffers": one_of(PBT_BUFFERS),
+        "mutation_sigma": at_least(0),
+        "interp": within(0, 1),
+        "offspring_sigma": above(0),
+        "sigma0": above(0),
+        "beta": above(0),
+        "tau": at_least(0),
+        "types": Rule(
+            lambda v, _: bool(v) and all(t in TYPES for t in v.split(",")), f"a comma list of {', '.join(TYPES)}"
+        ),
+        "operators": Rule(
+            lambda v, _: bool(v) and all(o in OPERATORS for o in v.split(",")),
+            f"a comma list of {', '.join(OPERATORS)}",
+        ),
     }
     # adapters switched on the trainer's model; the optimizer: PBT resets a replaced member's moments
     needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "own_engine", "optimizer"})
@@ -117,12 +141,18 @@ class PopuLoRA:
         return self.types.split(",")
 
     def league(self, state: dict) -> League:
-        return League(state, self.teacher_names, self.student_names,
-                      RatingModel(self.mu0, self.sigma0, self.beta, self.tau), self.pfsp)
+        return League(
+            state,
+            self.teacher_names,
+            self.student_names,
+            RatingModel(self.mu0, self.sigma0, self.beta, self.tau),
+            self.pfsp,
+        )
 
     def _task(self, ctx: Any) -> AZRTask:
-        return played_task(ctx.task, AZRTask, "recipe part 'populora' plays AZR's program world: train it on --task "
-                           "azr, not {name}")
+        return played_task(
+            ctx.task, AZRTask, "recipe part 'populora' plays AZR's program world: train it on --task azr, not {name}"
+        )
 
     def _buffers(self, ctx: Any) -> dict[str, dict[str, list[dict]]]:
         c = self._task(ctx).config
@@ -132,8 +162,10 @@ class PopuLoRA:
     # ---------------------------------------------------------------- the model: T + S adapters
     def setup_model(self, ctx: ModelSetup):
         if not is_lora(ctx.model):
-            raise UserError("recipe part 'populora' needs LoRA: its teachers and students are adapters on one "
-                            "backbone. Set lora.r > 0 (e.g. lora.r=8).")
+            raise UserError(
+                "recipe part 'populora' needs LoRA: its teachers and students are adapters on one "
+                "backbone. Set lora.r > 0 (e.g. lora.r=8)."
+            )
         names = [adapter_of(m) for m in self.teacher_names + self.student_names]
         return add_adapters(ctx.model, names, lambda n: stable_seed(ctx.seed, "populora-adapter", n))
 
@@ -164,7 +196,9 @@ class PopuLoRA:
         for member in dict.fromkeys(members):
             idx = [i for i, m in enumerate(members) if m == member]
             with use_adapter(model, adapter_of(member)):
-                ro = req.engine.generate([req.items[i].prompt for i in idx], G, req.sampling, seeds=[seeds[i] for i in idx])
+                ro = req.engine.generate(
+                    [req.items[i].prompt for i in idx], G, req.sampling, seeds=[seeds[i] for i in idx]
+                )
             ro.adapters = [adapter_of(member)] * len(ro.texts)
             parts.append(ro)
             order += idx
@@ -175,8 +209,10 @@ class PopuLoRA:
     # ---------------------------------------------------------------- the teachers' round
     def extend(self, ctx: RoundContext) -> Groups:
         if not ctx.in_process:
-            raise UserError("recipe part 'populora' switches adapters on the trainer's own model: use the in-process "
-                            "engine (rollout.workers=0)")
+            raise UserError(
+                "recipe part 'populora' switches adapters on the trainer's own model: use the in-process "
+                "engine (rollout.workers=0)"
+            )
         task, buffers, league, G = self._task(ctx), self._buffers(ctx), self.league(ctx.state), ctx.group_size
         self._first_round_games(ctx.batch, league)
         items, parts = [], []
@@ -190,22 +226,30 @@ class PopuLoRA:
         rows = [(items[r // G], ro.texts[r]) for r in range(len(ro.texts))]
         entries, verdicts = check_proposals(rows, task, self.min_inputs)  # AZR's validation in the sandbox
         s_hat = self._estimate(ctx, task, entries, rows)
-        rewards = torch.tensor([teacher_proposal_reward(v != "format", v == "", s_hat.get(r), self.zero_when_unsolved)
-                                for r, v in enumerate(verdicts)])
+        rewards = torch.tensor(
+            [
+                teacher_proposal_reward(v != "format", v == "", s_hat.get(r), self.zero_when_unsolved)
+                for r, v in enumerate(verdicts)
+            ]
+        )
         for r, (kind, entry) in entries.items():
             item = rows[r][0]
             league.play(item.meta["opponent"], item.meta["member"], self._outcomes(s_hat[r]))
             bucket = buffers[item.meta["member"]][kind]
             bucket.append({**entry, "by": item.meta["member"]})
-            del bucket[:-self.capacity]
+            del bucket[: -self.capacity]
         merged = {k: [e for b in buffers.values() for e in b[k]] for k in TYPES}
-        metrics = {**proposal_metrics(rows, verdicts, entries, s_hat, rewards, merged), **league.metrics(),
-                   **self._teacher_metrics(rows, rewards)}
+        metrics = {
+            **proposal_metrics(rows, verdicts, entries, s_hat, rewards, merged),
+            **league.metrics(),
+            **self._teacher_metrics(rows, rewards),
+        }
         valid = torch.tensor([float(v == "") for v in verdicts])
         return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
 
-    def _proposal_items(self, ctx: RoundContext, teacher: str, buffers: dict[str, list[dict]], league: League,
-                        k_refs: int) -> list[Item]:
+    def _proposal_items(
+        self, ctx: RoundContext, teacher: str, buffers: dict[str, list[dict]], league: League, k_refs: int
+    ) -> list[Item]:
         """``proposals`` prompts per type conditioned on the teacher's own tasks, each matched with a student."""
         items = []
         for kind in self.type_list:
@@ -216,10 +260,20 @@ class PopuLoRA:
                 else:
                     refs = rng.sample(buffers[kind], min(k_refs, len(buffers[kind])))
                 student = league.opponent(teacher, rng)
-                items.append(Item(key=f"populora:{teacher}:propose:{kind}:{ctx.position}:{j}",
-                                  prompt=propose_prompt(kind, refs), answer="",
-                                  meta={"role": "propose", "type": kind, "program": refs[0]["program"],
-                                        "member": teacher, "opponent": student}))
+                items.append(
+                    Item(
+                        key=f"populora:{teacher}:propose:{kind}:{ctx.position}:{j}",
+                        prompt=propose_prompt(kind, refs),
+                        answer="",
+                        meta={
+                            "role": "propose",
+                            "type": kind,
+                            "program": refs[0]["program"],
+                            "member": teacher,
+                            "opponent": student,
+                        },
+                    )
+                )
         return items
 
     def _estimate(self, ctx: RoundContext, task: AZRTask, entries: dict, rows: list) -> dict[int, float]:
@@ -230,8 +284,11 @@ class PopuLoRA:
             if not mine:
                 continue
             with use_adapter(ctx.policy, adapter_of(student)):
-                out.update(estimate_solve_rates(ctx.sample, f"azr-estimate-{ctx.step}-{student}", task, mine,
-                                                self.estimate_samples))
+                out.update(
+                    estimate_solve_rates(
+                        ctx.sample, f"azr-estimate-{ctx.step}-{student}", task, mine, self.estimate_samples
+                    )
+                )
         return out
 
     def _outcomes(self, s_hat: float) -> list[bool]:
@@ -245,7 +302,9 @@ class PopuLoRA:
         for g in first:
             item = batch.items[g]
             if item.meta.get("opponent") is not None:
-                league.play(item.meta["member"], item.meta["opponent"], [bool(c >= 1) for c in batch.correct[g].tolist()])
+                league.play(
+                    item.meta["member"], item.meta["opponent"], [bool(c >= 1) for c in batch.correct[g].tolist()]
+                )
 
     def _teacher_metrics(self, rows: list, rewards: torch.Tensor) -> dict[str, float]:
         out = {"populora/teacher_reward": float(rewards.mean())}
@@ -258,7 +317,9 @@ class PopuLoRA:
     def shape_advantages(self, adv: torch.Tensor, ctx: BatchContext) -> tuple[torch.Tensor, dict[str, float]]:
         """REINFORCE++ within each (member, role, task type) bucket of rows, never across them."""
         B, G = ctx.rewards.shape
-        keys = [(it.meta["member"], it.meta.get("role", "solve"), it.meta["type"]) for it in ctx.items for _ in range(G)]
+        keys = [
+            (it.meta["member"], it.meta.get("role", "solve"), it.meta["type"]) for it in ctx.items for _ in range(G)
+        ]
         out = role_task_advantages(ctx.rewards.reshape(-1), keys).view(B, G)
         return out, {"populora/buckets": float(len(set(keys)))}
 
@@ -272,14 +333,24 @@ class PopuLoRA:
         for side, names in (("teachers", self.teacher_names), ("students", self.student_names)):
             rng = np.random.default_rng(stable_seed(ctx.seed, "populora-pbt", ctx.step, side))
             plan = pbt_plan(league.sub_ratings(names), self.pbt_frac, ops, rng)
-            parents = {p: adapter_factors(ctx.model, adapter_of(p)) for r in plan for p in r.parents}  # before any write
+            parents = {
+                p: adapter_factors(ctx.model, adapter_of(p)) for r in plan for p in r.parents
+            }  # before any write
             for r in plan:
-                child = make_offspring(r.operator, [parents[p] for p in r.parents], rng, sigma=self.mutation_sigma,
-                                       interp=self.interp)
+                child = make_offspring(
+                    r.operator, [parents[p] for p in r.parents], rng, sigma=self.mutation_sigma, interp=self.interp
+                )
                 set_adapter_factors(ctx.model, adapter_of(r.child), child)
                 reset_optimizer_state(ctx.optimizer, adapter_parameters(ctx.model, adapter_of(r.child)).values())
-                log.append({"step": ctx.step, "child": r.child, "parents": list(r.parents), "operator": r.operator,
-                            **({"buffers": self.pbt_buffers} if side == "teachers" else {})})
+                log.append(
+                    {
+                        "step": ctx.step,
+                        "child": r.child,
+                        "parents": list(r.parents),
+                        "operator": r.operator,
+                        **({"buffers": self.pbt_buffers} if side == "teachers" else {}),
+                    }
+                )
             league.inherit(plan, self.offspring_sigma)
             if side == "teachers":
                 self._inherit_buffers(ctx.state, plan)
@@ -300,5 +371,7 @@ class PopuLoRA:
             if self.pbt_buffers == "fresh":
                 buffers[r.child] = initial_buffers(state["buffer_inputs"])
                 continue
-            buffers[r.child] = {kind: [{**e, "by": r.child} if "by" in e else e for e in entries]
-                                for kind, entries in before[r.parents[0]].items()}
+            buffers[r.child] = {
+                kind: [{**e, "by": r.child} if "by" in e else e for e in entries]
+                for kind, entries in before[r.parents[0]].items()
+            }

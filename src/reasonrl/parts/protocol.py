@@ -52,6 +52,7 @@ step's batch (``batch.parts[key]``; a round's ``Groups.data`` lands there). A pa
 part's channel only by that part's key (``ctx.channels["teacher"]``). A round's groups are marked
 with its kind (``ctx.kind``: 0 is the first round), so two rounds in one recipe each find their own.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -81,10 +82,33 @@ Prompt = Union[str, list[dict[str, str]]]  # a plain prompt or chat messages (mo
 # need the own decode loop on the trainer's model (forward hooks, adapters switched per row): not vLLM (issue 43)
 # (issue 43); branch, char_offsets, extra_labels, optimizer, exclude_rows: the context field of that name
 # (extra_labels: set_extra_labels and extra_logp) is given to the parts that declare it, None to the others
-NEEDS = ("reference", "pool", "lora", "in_process", "policy_in_loss", "hidden", "own_engine", "branch", "char_offsets",
-         "extra_labels", "optimizer", "exclude_rows")
-HOOKS = ("wrap_task", "setup_model", "setup_modules", "before_step", "draw", "generate", "extend", "score_batch",
-         "shape_advantages", "loss_term", "after_step")
+NEEDS = (
+    "reference",
+    "pool",
+    "lora",
+    "in_process",
+    "policy_in_loss",
+    "hidden",
+    "own_engine",
+    "branch",
+    "char_offsets",
+    "extra_labels",
+    "optimizer",
+    "exclude_rows",
+)
+HOOKS = (
+    "wrap_task",
+    "setup_model",
+    "setup_modules",
+    "before_step",
+    "draw",
+    "generate",
+    "extend",
+    "score_batch",
+    "shape_advantages",
+    "loss_term",
+    "after_step",
+)
 
 PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, in registration order
 
@@ -92,6 +116,7 @@ PART_TYPES: dict[str, type] = {}  # config section / recipe key -> part class, i
 def register_part(name: str) -> Callable[[type], type]:
     """Class decorator: ``@register_part("correction")`` makes the class the part behind the config
     section and recipe key ``name`` (``correction.p_max=0.5``, ``Recipe(correction=Correction())``)."""
+
     def deco(cls: type) -> type:
         if not dataclasses.is_dataclass(cls):
             raise TypeError(f"part {name!r}: {cls.__name__} must be a (frozen) dataclass")
@@ -99,6 +124,7 @@ def register_part(name: str) -> Callable[[type], type]:
             raise ValueError(f"part name {name!r} is taken by {PART_TYPES[name].__name__}")
         PART_TYPES[name] = cls
         return cls
+
     return deco
 
 
@@ -151,31 +177,48 @@ class Parts(Mapping):
 class Sample(Protocol):
     """``RoundContext.sample``: ``n`` (default G) plain samples for each of ``prompts`` (one per item: its
     own prompt, or a context the formatter built), keyed by the item's task position ``first + i`` and ``tag``."""
-    def __call__(self, items: Sequence[Item], prompts: Sequence[Prompt], tag: str, first: int,
-                 n: int | None = None) -> Rollouts: ...
+
+    def __call__(
+        self, items: Sequence[Item], prompts: Sequence[Prompt], tag: str, first: int, n: int | None = None
+    ) -> Rollouts: ...
 
 
 class Branch(Protocol):
     """``RoundContext.branch`` (needs "branch"): continuations of ``source``'s ``rows`` from their first
     ``cuts`` tokens, under ``contexts`` when given (STRIDE)."""
-    def __call__(self, source: Rollouts, rows: list[int], cuts: list[int], generator: torch.Generator,
-                 contexts: list[str] | None = None) -> Rollouts: ...
+
+    def __call__(
+        self,
+        source: Rollouts,
+        rows: list[int],
+        cuts: list[int],
+        generator: torch.Generator,
+        contexts: list[str] | None = None,
+    ) -> Rollouts: ...
 
 
 class ScoreUnder(Protocol):
     """``score_under``: the policy's scores of ``ro``'s completion tokens at ``rows`` under other prompts (no grad)."""
+
     def __call__(self, contexts: Sequence[Prompt], ro: Rollouts, rows: Tensor, **reduce: bool) -> ContextScores: ...
 
 
-Reward = Callable[[list[Item], Rollouts], tuple[Tensor, Tensor, dict[str, float]]]  # -> (B, n) rewards, correct, metrics
+Reward = Callable[
+    [list[Item], Rollouts], tuple[Tensor, Tensor, dict[str, float]]
+]  # -> (B, n) rewards, correct, metrics
 ReferenceScope = Callable[[], ContextManager[nn.Module]]  # the run's reference model, inside a `with`
 CharOffsets = Callable[[int], list[tuple[int, int]]]  # row -> each completion token's (start, end) characters
 PartState = Union[dict[str, Any], SelectorState]  # a part's state: its dict, or the selector object its build() made
 
 # a declared need -> the context fields it fills; a part that does not declare it finds them None (granted)
 ABILITIES: dict[str, tuple[str, ...]] = {
-    "reference": ("reference",), "hidden": ("hidden",), "branch": ("branch",), "char_offsets": ("char_offsets",),
-    "extra_labels": ("set_extra_labels", "extra_logp"), "optimizer": ("optimizer",), "exclude_rows": ("exclude_rows",),
+    "reference": ("reference",),
+    "hidden": ("hidden",),
+    "branch": ("branch",),
+    "char_offsets": ("char_offsets",),
+    "extra_labels": ("set_extra_labels", "extra_logp"),
+    "optimizer": ("optimizer",),
+    "exclude_rows": ("exclude_rows",),
 }
 
 
@@ -183,6 +226,7 @@ ABILITIES: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True)
 class TaskSetup:
     """``wrap_task``: the run's task (already wrapped by earlier parts), its tokenizer, the seed."""
+
     task: Task
     tokenizer: Tokenizer | None
     seed: int
@@ -192,6 +236,7 @@ class TaskSetup:
 class ModelSetup:
     """``setup_model``: the (LoRA-wrapped) policy and the run's seed; the run's task (as the parts
     present it) and tokenizer, for a part that warm-starts the modules it adds."""
+
     model: nn.Module
     seed: int
     task: Task | None = None
@@ -205,6 +250,7 @@ class PartModule:
     being per-parameter, an optimiser of its own) and clips its gradient norm on its own, so a large
     critic gradient never scales the policy's down (verl and OpenRLHF give the critic its own
     optimiser for the same reason). ``schedule=False``: a constant lr (no warm-up, no decay)."""
+
     module: nn.Module  # on the policy's device
     lr: float
     weight_decay: float = 0.0
@@ -219,6 +265,7 @@ class RoundContext:
     (``batch``, None before the step's rollouts), the run's facts, the part's own state and cache, and
     a narrow sampling surface. Randomness is keyed by task positions: ``position`` is the task position
     after this step's draws (a round's prompts take ``position - len(batch.items) + i``)."""
+
     batch: Batch | None  # the first round's Batch (kind-0 groups only), or None in before_step / draw
     task: Task
     tok: Tokenizer
@@ -246,6 +293,7 @@ class RoundContext:
 @dataclass(frozen=True)
 class BatchContext:
     """``score_batch`` and ``shape_advantages``: one step's groups after their rewards (B groups of G)."""
+
     rewards: Tensor  # (B, G) total reward
     correct: Tensor  # (B, G) raw task accuracy
     answers: list[list[str | None]]  # (B, G) the task's extracted answers
@@ -268,7 +316,9 @@ class BatchContext:
     seed: int = 0  # the run's seed (a part's per-batch noise: stable_seed(seed, tag, step))
     reference: ReferenceScope | None = None  # needs "reference"
     char_offsets: CharOffsets | None = None  # needs "char_offsets"
-    set_extra_labels: Callable[[Tensor], None] | None = None  # needs "extra_labels": (R, T) ids the training forward scores
+    set_extra_labels: Callable[[Tensor], None] | None = (
+        None  # needs "extra_labels": (R, T) ids the training forward scores
+    )
     exclude_rows: Callable[[Tensor], None] | None = None  # needs "exclude_rows": (r,) rows that leave the loss
 
 
@@ -277,6 +327,7 @@ class LossContext:
     """``loss_term``: one micro-batch (``rows`` of the batch, n of them) inside one optimiser step.
     Normalise by the minibatch-global counts (``n_tokens``, ``n_seqs``) so that any micro-batch split
     gives the same sum."""
+
     logp: Tensor  # (n, T) the policy's log-probs of the rows' tokens, with grad
     mask: Tensor  # (n, T) tokens the loss sees
     rows: Tensor  # (n,) rows of the batch
@@ -296,7 +347,9 @@ class LossContext:
     modules: Mapping[str, nn.Module] = field(default_factory=dict)  # this part's own modules, with grad
     reference: ReferenceScope | None = None  # needs "reference": the run's initial model
     extra_logp: Tensor | None = None  # needs "extra_labels": (n, T) log-probs at the batch's extra label ids
-    hidden: Tensor | None = None  # needs "hidden": (n, T, H) the policy's last hidden states before each token, with grad
+    hidden: Tensor | None = (
+        None  # needs "hidden": (n, T, H) the policy's last hidden states before each token, with grad
+    )
 
     def agg_kwargs(self) -> dict[str, str | int | float]:
         """The aggregation knobs every token-level term takes (``reasonrl.losses.aggregate``)."""
@@ -315,6 +368,7 @@ class LossContext:
 @dataclass(frozen=True)
 class UpdateContext:
     """``after_step``: the step's optimiser steps are done (EMA teachers, population training)."""
+
     model: nn.Module
     step: int  # steps done, 1-based
     seed: int

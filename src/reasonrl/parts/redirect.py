@@ -16,6 +16,7 @@ eta * 1[its redirect succeeded]`` and trained with group-relative advantages ove
 Groups hold G rows of one prompt: ``G // n_r`` redirections (or ``G // n_v`` critiqued trajectories)
 each; a prompt's redirections that do not fill a group are dropped (counted in ``stride/dropped``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,8 +52,9 @@ def pack_round_robin(counts: Sequence[int], chunk: int, cap: int) -> tuple[list[
     return taken, sum(c % chunk for c in counts)
 
 
-def suffix_is_weight(logp_plain: torch.Tensor, logp_behaviour: torch.Tensor, mask: torch.Tensor,
-                     clip: float) -> torch.Tensor:
+def suffix_is_weight(
+    logp_plain: torch.Tensor, logp_behaviour: torch.Tensor, mask: torch.Tensor, clip: float
+) -> torch.Tensor:
     """(N, T), (N, T), (N, T) -> (N,): ``clamp(exp(sum_t mask (logp_plain - logp_behaviour)), 0, clip)``,
     the suffix's sequence importance ratio pi(.|x, prefix) / pi(.|x, critique, prefix), detached."""
     log_ratio = ((logp_plain.float() - logp_behaviour.float()) * mask.float()).sum(-1)  # (N,)
@@ -96,10 +98,14 @@ class Redirect:
     RULES: ClassVar[dict[str, Rule]] = {
         "critic": one_of(CRITICS),
         # a group packs group_size // n_r redirections (group_size // n_v critiques)
-        "n_r": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
-                    lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
-        "n_v": Rule(lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
-                    lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)"),
+        "n_r": Rule(
+            lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+            lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)",
+        ),
+        "n_v": Rule(
+            lambda v, c: v >= 1 and c.get("group_size", v) % v == 0,
+            lambda c: f"a divisor of group_size = {c.get('group_size')} (>= 1)",
+        ),
         "clip": above(0),
         "lambda_r": at_least(0),
         "eta": at_least(0),
@@ -152,8 +158,9 @@ class Redirect:
                 units.append(_Unit(i, r, crit.text, cut))
         return units
 
-    def _model_units(self, ctx: RoundContext, batch: Any, failed: dict[int, list[int]], cap: int,
-                     metrics: dict) -> tuple[list[_Unit], dict]:
+    def _model_units(
+        self, ctx: RoundContext, batch: Any, failed: dict[int, list[int]], cap: int, metrics: dict
+    ) -> tuple[list[_Unit], dict]:
         """The policy critiques failed trajectories (``G // n_v`` per prompt at a time, about
         ``cap / n_v`` in all, so redirections stay near ``cap``); every parseable critique is a unit."""
         G = ctx.group_size
@@ -214,23 +221,34 @@ class Redirect:
         items = [batch.items[units[g * per].group] for g in range(len(units) // per)]
         rewards, correct, _ = ctx.reward(items, ro)  # (B', G): every group holds one prompt's units
         flat = rewards.view(-1)  # (N,) unit-major, n_r rows per unit
-        preset = torch.cat([harmless_advantage(flat[k * n_r:(k + 1) * n_r], float(batch.rewards[u.group].mean()),
-                                               self.harmless) for k, u in enumerate(units)]).view(-1, G)  # (B', G)
+        preset = torch.cat(
+            [
+                harmless_advantage(flat[k * n_r : (k + 1) * n_r], float(batch.rewards[u.group].mean()), self.harmless)
+                for k, u in enumerate(units)
+            ]
+        ).view(-1, G)  # (B', G)
         suffix = ro.train_mask.bool()  # (N, T)
         plain = ctx.score_under(list(ro.prompts), ro, torch.arange(len(rows))).logprobs.to(ro.logprobs)  # (N, T)
         w = suffix_is_weight(plain, ro.logprobs, suffix, self.clip) if self.ratio else torch.ones(len(rows))
         ro.logprobs = torch.where(suffix, plain, ro.logprobs)  # the loss's old policy: no critique, ratio 1 at first
         ok = correct.view(-1)
-        helped = {u.group for k, u in enumerate(units) if ok[k * n_r:(k + 1) * n_r].any()}
+        helped = {u.group for k, u in enumerate(units) if ok[k * n_r : (k + 1) * n_r].any()}
         zero = {u.group for u in units if not batch.correct[u.group].any()}
-        metrics.update({"stride/redirects": float(len(units)), "stride/success_rate": float(ok.float().mean()),
-                        "stride/zero_pass_prompts_helped": float(len(helped & zero)),
-                        "stride/is_weight_mean": float(w.mean()), "stride/advantage_mean": float(preset.mean())})
+        metrics.update(
+            {
+                "stride/redirects": float(len(units)),
+                "stride/success_rate": float(ok.float().mean()),
+                "stride/zero_pass_prompts_helped": float(len(helped & zero)),
+                "stride/is_weight_mean": float(w.mean()),
+                "stride/advantage_mean": float(preset.mean()),
+            }
+        )
         return Groups(items, ro, rewards, correct, preset=preset, weight=self.lambda_r * w)
 
     # ------------------------------------------------------------------ verifier
-    def _verifier_groups(self, ctx: RoundContext, units: list[_Unit], redirected: Groups | None, v: dict,
-                         metrics: dict) -> Groups | None:
+    def _verifier_groups(
+        self, ctx: RoundContext, units: list[_Unit], redirected: Groups | None, v: dict, metrics: dict
+    ) -> Groups | None:
         """The critiques as groups: reward = agreement with the outcome verifier (every critiqued
         trajectory failed) + eta x its redirection succeeded; advantages group-relative over each
         trajectory's ``n_v`` critiques (the recipe's estimator on (trajectories, n_v))."""
@@ -238,8 +256,14 @@ class Redirect:
         if ro_v is None:
             return None
         G, n_v = ctx.group_size, self.n_v
-        success = {u.vrow: bool(redirected.correct.view(-1)[k * self.n_r:(k + 1) * self.n_r].any())
-                   for k, u in enumerate(units)} if redirected is not None else {}
+        success = (
+            {
+                u.vrow: bool(redirected.correct.view(-1)[k * self.n_r : (k + 1) * self.n_r].any())
+                for k, u in enumerate(units)
+            }
+            if redirected is not None
+            else {}
+        )
         verdicts = [parse_verdict(t) for t in ro_v.texts]
         r = torch.tensor([verifier_reward(vd, False, success.get(k, False), self.eta) for k, vd in enumerate(verdicts)])
         agree = torch.tensor([float(vd == "incorrect") for vd in verdicts])
@@ -254,6 +278,12 @@ class Redirect:
 def _join(parts: list[Groups], pad_id: int, metrics: dict) -> Groups:
     R = [len(p.ro.texts) for p in parts]
     weight = torch.cat([p.weight if p.weight is not None else torch.ones(n) for p, n in zip(parts, R)])
-    return Groups(sum((p.items for p in parts), []), concat_rollouts([p.ro for p in parts], pad_id),
-                  torch.cat([p.rewards for p in parts]), torch.cat([p.correct for p in parts]),
-                  preset=torch.cat([p.preset for p in parts]), weight=weight, metrics=metrics)
+    return Groups(
+        sum((p.items for p in parts), []),
+        concat_rollouts([p.ro for p in parts], pad_id),
+        torch.cat([p.rewards for p in parts]),
+        torch.cat([p.correct for p in parts]),
+        preset=torch.cat([p.preset for p in parts]),
+        weight=weight,
+        metrics=metrics,
+    )

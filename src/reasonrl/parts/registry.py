@@ -12,6 +12,7 @@ Within those constraints, parts run in the order they are found: modules by name
 one module in the order they are defined there. An ``AFTER`` naming an unknown part, a part of a later
 phase or a cycle is an error naming it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -70,8 +71,10 @@ def hook_order(types: Mapping[str, type]) -> list[str]:
             if dep not in types:
                 raise ValueError(f"part {k!r}: AFTER names {dep!r}, not a registered part; parts: {', '.join(found)}")
             if rank[dep] > rank[k]:
-                raise ValueError(f"part {k!r} (phase {phase_of(types[k])!r}) is declared AFTER {dep!r}, which runs in "
-                                 f"the later phase {phase_of(types[dep])!r}")
+                raise ValueError(
+                    f"part {k!r} (phase {phase_of(types[k])!r}) is declared AFTER {dep!r}, which runs in "
+                    f"the later phase {phase_of(types[dep])!r}"
+                )
         # every part of an earlier phase comes first: the phases as edges, so one sort does both
         deps[k] = set(after_of(types[k])) | {d for d in found if rank[d] < rank[k]}
     out: list[str] = []
@@ -92,7 +95,7 @@ def _cycle(types: Mapping[str, type], left: list[str]) -> list[str]:
     while True:
         nxt = next(d for d in after_of(types[path[-1]]) if d in left)
         if nxt in path:
-            return path[path.index(nxt):] + [nxt]
+            return path[path.index(nxt) :] + [nxt]
         path.append(nxt)
 
 
@@ -105,5 +108,7 @@ def order_parts(types: dict[str, Any]) -> None:
 
 def declared_order(types: Mapping[str, type]) -> list[dict[str, Any]]:
     """The order as data (``reasonrl recipes --json``): key, class, phase and AFTER of every part."""
-    return [{"key": k, "part": types[k].__name__, "phase": phase_of(types[k]), "after": list(after_of(types[k]))}
-            for k in hook_order(types)]
+    return [
+        {"key": k, "part": types[k].__name__, "phase": phase_of(types[k]), "after": list(after_of(types[k]))}
+        for k in hook_order(types)
+    ]

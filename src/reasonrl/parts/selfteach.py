@@ -13,6 +13,7 @@ only choose rows, build the teacher's prompt and run the forward passes. Only th
 (SSOPD), the three-factor structure, floor and lookahead (EGRSD) come from the abstracts; every
 other choice is a field with the spec's default (shared/specs/distill-and-data.md sections 1-2).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,8 +28,14 @@ from ..distill.ema import WithWeights, ema_update, trainable_snapshot
 from ..losses.divergence import DIVERGENCES, token_divergence
 from ..models.chat import PLAIN, PromptFormatter
 from ..rollout.base import policy_tokens
-from ..losses.selfteach import (DIRECTIONS, FRONTIER_FORMS, MAGNITUDE_FORMS, egrsd_token_weights, frontier_weight,
-                                ssopd_pairs)
+from ..losses.selfteach import (
+    DIRECTIONS,
+    FRONTIER_FORMS,
+    MAGNITUDE_FORMS,
+    egrsd_token_weights,
+    frontier_weight,
+    ssopd_pairs,
+)
 from ..config.rules import Rule, above, at_least, one_of, within
 from ..tasks.guidance import reference_solution
 from ..tasks.protocols import WithSolutions
@@ -45,12 +52,16 @@ def template_problem(template: str) -> str | None:
     try:
         template.format(prompt="", solution="")
     except (KeyError, IndexError, ValueError) as err:
-        return (f"is not a valid format string with only {{prompt}} and {{solution}} ({err!r}); "
-                "write literal braces as {{ }}")
+        return (
+            f"is not a valid format string with only {{prompt}} and {{solution}} ({err!r}); "
+            "write literal braces as {{ }}"
+        )
     return None
 
 
-TEMPLATE = Rule(lambda v, _: template_problem(v) is None, "a format string with {prompt} and {solution} and no other field")
+TEMPLATE = Rule(
+    lambda v, _: template_problem(v) is None, "a format string with {prompt} and {solution} and no other field"
+)
 
 
 TEACHERS = ("live", "initial", "ema")
@@ -138,10 +149,15 @@ class SSOPD:
         weight = frontier_weight(correct, self.frontier)  # (B0,)
         mixed = w_star >= 0  # (B0,)
         wrong = correct == 0  # (B0, G)
-        return {"groups": first, "weight": weight, "c_rows": first[mixed] * G + c_star[mixed],
-                "w_rows": first[mixed] * G + w_star[mixed], "pair_weight": weight[mixed],
-                "w_truncated": truncated[mixed, w_star[mixed]],
-                "wrong_truncated": (truncated & wrong).sum() / wrong.sum().clamp(min=1)}
+        return {
+            "groups": first,
+            "weight": weight,
+            "c_rows": first[mixed] * G + c_star[mixed],
+            "w_rows": first[mixed] * G + w_star[mixed],
+            "pair_weight": weight[mixed],
+            "w_truncated": truncated[mixed, w_star[mixed]],
+            "wrong_truncated": (truncated & wrong).sum() / wrong.sum().clamp(min=1),
+        }
 
     @contextmanager
     def teacher_model(self, ctx: LossContext) -> Iterator[Any]:
@@ -154,13 +170,24 @@ class SSOPD:
             yield WithWeights(ctx.model, ctx.state["ema"])
         else:
             if ctx.reference is None:
-                raise RuntimeError("ssopd.teacher=initial needs the run's reference model (the part's needs "
-                                   "include 'reference', so the trainer keeps one)")
+                raise RuntimeError(
+                    "ssopd.teacher=initial needs the run's reference model (the part's needs "
+                    "include 'reference', so the trainer keeps one)"
+                )
             with ctx.reference() as ref:
                 yield ref
 
-    def teacher_student(self, batch: Any, c_rows: Tensor, w_rows: Tensor, model, tok, temperature: float,
-                        teacher_model: Any = None, formatter: PromptFormatter = PLAIN) -> tuple[Tensor, Tensor, Tensor]:
+    def teacher_student(
+        self,
+        batch: Any,
+        c_rows: Tensor,
+        w_rows: Tensor,
+        model,
+        tok,
+        temperature: float,
+        teacher_model: Any = None,
+        formatter: PromptFormatter = PLAIN,
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """Logits at w*'s completion positions: teacher (N, T, V) without grad (context: the template
         with c*'s text; on ``teacher_model``, default ``model``), student (N, T, V) with grad (the plain
         prompt's own tokens), and the (N, T) mask of the distilled tokens (the loss mask, capped at
@@ -176,12 +203,28 @@ class SSOPD:
             for c, w in zip(c_rows, w_rows)
         ]
         ctx_ids, ctx_mask = encode_contexts(tok, texts)  # (N, P') left-padded
-        teacher = score_under_context(model if teacher_model is None else teacher_model, ctx_ids, ctx_mask, comp,
-                                      cmask, temperature=temperature, grad=False, full=True,
-                                      chunk_rows=len(texts)).logits  # (N, T, V) no grad
-        student = score_under_context(model, ro.prompt_ids[w_rows], ro.prompt_mask[w_rows], comp, cmask,
-                                      temperature=temperature, grad=True, full=True,
-                                      chunk_rows=len(texts)).logits  # (N, T, V) with grad
+        teacher = score_under_context(
+            model if teacher_model is None else teacher_model,
+            ctx_ids,
+            ctx_mask,
+            comp,
+            cmask,
+            temperature=temperature,
+            grad=False,
+            full=True,
+            chunk_rows=len(texts),
+        ).logits  # (N, T, V) no grad
+        student = score_under_context(
+            model,
+            ro.prompt_ids[w_rows],
+            ro.prompt_mask[w_rows],
+            comp,
+            cmask,
+            temperature=temperature,
+            grad=True,
+            full=True,
+            chunk_rows=len(texts),
+        ).logits  # (N, T, V) with grad
         return teacher, student, mask[:, :T].to(student.device, student.dtype)
 
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
@@ -191,33 +234,61 @@ class SSOPD:
         n_x = max(len(p["groups"]), 1) * ctx.minibatch_share()
         n_pairs = len(p["w_rows"])
         here = torch.isin(p["w_rows"], rows.to(p["w_rows"].device))  # (n_pairs,) w* rows in this micro-batch
-        metrics = {"distill/pairs": float(n_pairs),
-                   "distill/frontier_weight": float(p["weight"].mean()) if len(p["weight"]) else 0.0,
-                   "distill/w_star_truncated_frac": float(p["w_truncated"].float().mean()) if n_pairs else 0.0,
-                   "distill/wrong_truncated_frac": float(p["wrong_truncated"])}
+        metrics = {
+            "distill/pairs": float(n_pairs),
+            "distill/frontier_weight": float(p["weight"].mean()) if len(p["weight"]) else 0.0,
+            "distill/w_star_truncated_frac": float(p["w_truncated"].float().mean()) if n_pairs else 0.0,
+            "distill/wrong_truncated_frac": float(p["wrong_truncated"]),
+        }
         loss = torch.zeros((), device=logp.device)
         sums = {"div": 0.0, "tokens": 0.0, "eos_t": 0.0, "eos_s": 0.0}
         if bool(here.any()):
             with self.teacher_model(ctx) as teacher_model:
-                teacher, student, mask = self.teacher_student(batch, p["c_rows"][here], p["w_rows"][here], ctx.model,
-                                                              ctx.tok, temperature, teacher_model, ctx.formatter)
+                teacher, student, mask = self.teacher_student(
+                    batch,
+                    p["c_rows"][here],
+                    p["w_rows"][here],
+                    ctx.model,
+                    ctx.tok,
+                    temperature,
+                    teacher_model,
+                    ctx.formatter,
+                )
             for i, w in enumerate(p["pair_weight"][here].tolist()):  # one token-mean per pair: 1/|y_w*| is per pair
-                d, m = token_divergence(student[i:i + 1], teacher[i:i + 1], mask[i:i + 1], kind=self.divergence,
-                                        beta=self.beta, temperature=temperature, top_k=self.top_k, clip=self.clip)
+                d, m = token_divergence(
+                    student[i : i + 1],
+                    teacher[i : i + 1],
+                    mask[i : i + 1],
+                    kind=self.divergence,
+                    beta=self.beta,
+                    temperature=temperature,
+                    top_k=self.top_k,
+                    clip=self.clip,
+                )
                 loss = loss + (self.coef * w / n_x) * d.to(loss.device)
-                sums["div"], sums["tokens"] = sums["div"] + m["distill/divergence"], sums["tokens"] + m["distill/tokens"]
+                sums["div"], sums["tokens"] = (
+                    sums["div"] + m["distill/divergence"],
+                    sums["tokens"] + m["distill/tokens"],
+                )
             eos_t, eos_s = last_token_eos(teacher, student, mask, ctx.tok.eos_token_id, temperature)
             sums["eos_t"], sums["eos_s"] = float(eos_t.sum()), float(eos_s.sum())
-        metrics.update({"distill/ssopd_term": float(loss.detach()), "distill/tokens_term": sums["tokens"],
-                        # means over the batch's pairs (micro-batches add up): each pair's token-mean
-                        # divergence, and the teacher's and student's p(EOS) at w*'s last distilled token
-                        "distill/divergence_term": sums["div"] / max(n_pairs, 1),
-                        "distill/p_eos_teacher_term": sums["eos_t"] / max(n_pairs, 1),
-                        "distill/p_eos_student_term": sums["eos_s"] / max(n_pairs, 1)})
+        metrics.update(
+            {
+                "distill/ssopd_term": float(loss.detach()),
+                "distill/tokens_term": sums["tokens"],
+                # means over the batch's pairs (micro-batches add up): each pair's token-mean
+                # divergence, and the teacher's and student's p(EOS) at w*'s last distilled token
+                "distill/divergence_term": sums["div"] / max(n_pairs, 1),
+                "distill/p_eos_teacher_term": sums["eos_t"] / max(n_pairs, 1),
+                "distill/p_eos_student_term": sums["eos_s"] / max(n_pairs, 1),
+            }
+        )
         return loss, metrics
 
 
-def last_token_eos(teacher: Tensor, student: Tensor, mask: Tensor, eos: int, temperature: float) -> tuple[Tensor, Tensor]:
+def last_token_eos(
+    teacher: Tensor, student: Tensor, mask: Tensor, eos: int, temperature: float
+) -> tuple[Tensor, Tensor]:
     """(N, T, V) teacher and student logits, (N, T) mask -> (N,), (N,): each side's probability of EOS
     at the row's last masked position (where w* stopped, or was cut off), tempered as the divergence
     is; 0 for a row without a masked token. A teacher that gives EOS less mass there than the student
@@ -230,6 +301,7 @@ def last_token_eos(teacher: Tensor, student: Tensor, mask: Tensor, eos: int, tem
     def p_eos(logits: Tensor) -> Tensor:
         probs = (logits.detach()[idx, last].float() / temperature).softmax(-1)[:, eos]  # (N,)
         return torch.where(has, probs, torch.zeros_like(probs))
+
     return p_eos(teacher), p_eos(student)
 
 
@@ -263,9 +335,10 @@ class EGRSD:
         "template": TEMPLATE,
         "direction": one_of(DIRECTIONS),
         "magnitude": one_of(MAGNITUDE_FORMS),
-        "cap": Rule(lambda v, c: v >= 1 if c.get("magnitude") == "ratio" else v > 0,
-                    lambda c: ">= 1 (magnitude 'ratio' clips to [1/cap, cap])" if c.get("magnitude") == "ratio"
-                    else "> 0"),
+        "cap": Rule(
+            lambda v, c: v >= 1 if c.get("magnitude") == "ratio" else v > 0,
+            lambda c: ">= 1 (magnitude 'ratio' clips to [1/cap, cap])" if c.get("magnitude") == "ratio" else "> 0",
+        ),
         "g_min": within(0, 1, open_lo=True),
         "tau": above(0),
         "lookahead": Rule(lambda v, _: v >= 0, ">= 0 (0: plain EGRSD, K >= 1: CL-EGRSD's window)"),
@@ -274,8 +347,10 @@ class EGRSD:
 
     def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         if adv.dim() != 2:
-            raise ValueError(f"egrsd needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part already "
-                             "made token-level advantages; use one token-level shaper per recipe")
+            raise ValueError(
+                f"egrsd needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part already "
+                "made token-level advantages; use one token-level shaper per recipe"
+            )
         ro, items, task = ctx.rollouts, ctx.items, ctx.task
         B, G = adv.shape
         flat = adv.reshape(-1)  # (R,)
@@ -293,9 +368,18 @@ class EGRSD:
             ]
             sc = ctx.score_under(texts, ro, rows, entropy=True)  # teacher, no grad: q (n, T), H (n, T)
             weights, m = egrsd_token_weights(
-                flat[rows], sc.logprobs.cpu(), ro.logprobs[rows].detach(), sc.entropy.cpu(), cmask[rows],
-                direction=self.direction, magnitude=self.magnitude, cap=self.cap, g_min=self.g_min, tau=self.tau,
-                lookahead=self.lookahead)  # (n, T)
+                flat[rows],
+                sc.logprobs.cpu(),
+                ro.logprobs[rows].detach(),
+                sc.entropy.cpu(),
+                cmask[rows],
+                direction=self.direction,
+                magnitude=self.magnitude,
+                cap=self.cap,
+                g_min=self.g_min,
+                tau=self.tau,
+                lookahead=self.lookahead,
+            )  # (n, T)
             out[rows] = weights.to(out.dtype)
             metrics.update(m)
         out = out + self.alpha * flat[:, None] * cmask.to(out.dtype)  # (R, T) optional plain GRPO share

@@ -6,6 +6,7 @@ round is rewarded, each :class:`Round` of the recipe (CIPO's corrections, STRIDE
 may add groups built from it. A new sampler or round is a new class with one method; the batch
 maker and the trainer stay as they are (the whole hook list: :mod:`.protocol`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -65,8 +66,9 @@ class PlainSampling:
     prefetchable = True
 
     def generate(self, req: GenRequest) -> Rollouts:
-        return req.engine.generate(req.formatter.render_all([it.prompt for it in req.items]), req.group_size,
-                                   req.sampling, seeds=req.seeds())
+        return req.engine.generate(
+            req.formatter.render_all([it.prompt for it in req.items]), req.group_size, req.sampling, seeds=req.seeds()
+        )
 
 
 @runtime_checkable

@@ -15,6 +15,7 @@ kinds of groups, each a fixed share of the final batch (spec distill-and-data se
 
 Buffers live in the part's state (checkpointed by the trainer), keyed by ``Item.key``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ from .strategy import Groups
 
 # The repo's refine template ends with the question again, as CIPO's correction prompt does, so that
 # a small model answers in its task's usual format (SU-01's own instruction asks for a rewritten proof).
-DEFAULT_TEMPLATE = ("{prompt}Previous answer:\n{attempt}\n"
-                    "Check the previous answer step by step, fix any error and give a refined full solution.\n{prompt}")
+DEFAULT_TEMPLATE = (
+    "{prompt}Previous answer:\n{attempt}\n"
+    "Check the previous answer step by step, fix any error and give a refined full solution.\n{prompt}"
+)
 
 
 @register_part("refine_replay")
@@ -43,6 +46,7 @@ class RefineReplay:
     samples feed the refine buffer); ``min_reward`` 0.0 (a replayed success must score above it);
     ``capacity`` [inferred] refine-buffer entries kept (oldest dropped); ``drop_zero_std`` [inferred]:
     the zero-std filter applies to the extra groups too; ``template``: the refine prompt."""
+
     AFTER = ("vpd",)  # the order it ran in before the order was declared (parts/registry.py)
 
     refine_share: float = 0.2
@@ -57,11 +61,14 @@ class RefineReplay:
     RULES: ClassVar[dict[str, Rule]] = {
         # shares of the final batch; the ordinary groups need the rest
         "refine_share": within(0, 1, open_hi=True),  # the sum of both: the replay_share rule
-        "replay_share": Rule(lambda v, c: 0 <= v and v + c.get("refine_share", 0) < 1,
-                             "in [0, 1 - refine_replay.refine_share)"),
+        "replay_share": Rule(
+            lambda v, c: 0 <= v and v + c.get("refine_share", 0) < 1, "in [0, 1 - refine_replay.refine_share)"
+        ),
         "capacity": at_least(1),
-        "template": Rule(lambda v, _: "{prompt}" in v and "{attempt}" in v,
-                         "text with the slots {prompt} and {attempt} (end it with {prompt})"),
+        "template": Rule(
+            lambda v, _: "{prompt}" in v and "{attempt}" in v,
+            "text with the slots {prompt} and {attempt} (end it with {prompt})",
+        ),
     }
 
     def extend(self, ctx: RoundContext) -> Groups:
@@ -75,8 +82,9 @@ class RefineReplay:
         first = (batch.group_kinds() == 0).nonzero().squeeze(-1).tolist()  # ordinary groups only: never re-collect
         n_ref, n_rep = extra_group_counts(len(first), self.refine_share, self.replay_share)
         in_batch = {batch.items[g].key for g in first}
-        parts = [p for p in (self._refine(ctx, st, n_ref, in_batch), self._replay(ctx, st, n_rep, in_batch))
-                 if p is not None]  # (items, rollouts, rewards, correct, kind, metrics) each
+        parts = [
+            p for p in (self._refine(ctx, st, n_ref, in_batch), self._replay(ctx, st, n_rep, in_batch)) if p is not None
+        ]  # (items, rollouts, rewards, correct, kind, metrics) each
         m = self._collect(st, batch, first)  # after using the buffers: this batch feeds later ones
         count = {kind: 0 for kind in ("refine", "replay")}
         for p in parts:
@@ -87,12 +95,18 @@ class RefineReplay:
         m.update({f"su01/{k}_frac": v / total for k, v in count.items()})  # share of the final batch
         parts = [p for p in parts if p[0]]
         if not parts:
-            return Groups(items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G),
-                          metrics=m)
+            return Groups(
+                items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G), metrics=m
+            )
         ro = concat_rollouts([p[1] for p in parts], ctx.tok.pad_token_id)
         ro.n = G
-        return Groups(items=[it for p in parts for it in p[0]], ro=ro, rewards=torch.cat([p[2] for p in parts]),
-                      correct=torch.cat([p[3] for p in parts]), metrics=m)
+        return Groups(
+            items=[it for p in parts for it in p[0]],
+            ro=ro,
+            rewards=torch.cat([p[2] for p in parts]),
+            correct=torch.cat([p[3] for p in parts]),
+            metrics=m,
+        )
 
     def _keep(self, correct: torch.Tensor) -> torch.Tensor:  # (B', G) -> (B',) bool
         if not self.drop_zero_std:
@@ -149,14 +163,20 @@ class RefineReplay:
         wrong = []
         for g in first:
             it, r, c = batch.items[g], batch.rewards[g].tolist(), batch.correct[g].tolist()
-            wrong += [{"key": it.key, "item": it, "attempt": ro.texts[g * G + j]}
-                      for j in refine_candidates(r, False, self.mean_below, self.sample_below)]
-            j = pick_replay_row(c, r, None if ent is None else ent[g * G:(g + 1) * G].tolist(), self.min_reward)
+            wrong += [
+                {"key": it.key, "item": it, "attempt": ro.texts[g * G + j]}
+                for j in refine_candidates(r, False, self.mean_below, self.sample_below)
+            ]
+            j = pick_replay_row(c, r, None if ent is None else ent[g * G : (g + 1) * G].tolist(), self.min_reward)
             if j is not None:
                 st["replay"][it.key] = {"item": it, "row": select_rows(ro, [g * G + j])}
             elif all(x > 0 for x in c):
                 st["replay"].pop(it.key, None)  # solved by every sample now: nothing left to replay
         dropped = push_refine(st["refine"], st["refined"], wrong, self.capacity)
-        return {"su01/refine_collected": float(len(wrong)), "su01/refine_buffer": float(len(st["refine"])),
-                "su01/refine_overflow": float(dropped), "su01/replay_buffer": float(len(st["replay"])),
-                "su01/refined_questions": float(len(st["refined"]))}
+        return {
+            "su01/refine_collected": float(len(wrong)),
+            "su01/refine_buffer": float(len(st["refine"])),
+            "su01/refine_overflow": float(dropped),
+            "su01/replay_buffer": float(len(st["replay"])),
+            "su01/refined_questions": float(len(st["refined"])),
+        }

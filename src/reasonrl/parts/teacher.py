@@ -15,6 +15,7 @@ The maths and its sign conventions are in :mod:`reasonrl.losses.teacher`. ``lamb
 released code's trainer: the *training* step k (1-based, verl's ``global_steps``: one per batch,
 whatever the number of optimiser steps in it), ``max(lambda_0 - (k - 1) delta, lambda_min)``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,14 @@ from torch import Tensor
 from ..distill.teacher import BUILTIN, get_teacher, teacher_problem
 from ..errors import UserError
 from ..losses.kl import KL_ESTIMATORS
-from ..losses.teacher import (kdrl_loss, rkl_opd_advantages, teacher_agreement, teacher_coef, tgpo_adv_advantages,
-                              tgpo_reg_loss)
+from ..losses.teacher import (
+    kdrl_loss,
+    rkl_opd_advantages,
+    teacher_agreement,
+    teacher_coef,
+    tgpo_adv_advantages,
+    tgpo_reg_loss,
+)
 from ..models.scoring import score_completions
 from ..rollout.base import policy_tokens
 from ..config.rules import Rule, at_least, one_of
@@ -51,9 +58,12 @@ class Teacher:
     chunk_rows: int = 64  # rows per teacher forward (memory only)
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "model": Rule(lambda v, _: teacher_problem(v) is None,
-                      lambda c: f"a local HF model directory, tiny:<size> or builtin:teacher "
-                                f"({teacher_problem(c['teacher.model'])})"),
+        "model": Rule(
+            lambda v, _: teacher_problem(v) is None,
+            lambda c: (
+                f"a local HF model directory, tiny:<size> or builtin:teacher ({teacher_problem(c['teacher.model'])})"
+            ),
+        ),
         "dtype": one_of(("float32", "bfloat16", "float16")),
         "chunk_rows": at_least(1),
     }
@@ -63,12 +73,21 @@ class Teacher:
         device = str(next(ctx.policy.parameters()).device)
         handle = get_teacher(self.model, device=device, offload=self.offload, dtype=self.dtype)
         handle.check_student(ctx.tok)
-        sc = handle.score(ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                          temperature=ctx.temperature, argmax=True, chunk_rows=self.chunk_rows)
+        sc = handle.score(
+            ro.prompt_ids,
+            ro.prompt_mask,
+            ro.completion_ids,
+            ro.completion_mask,
+            temperature=ctx.temperature,
+            argmax=True,
+            chunk_rows=self.chunk_rows,
+        )
         ctx.data.rows.update(logprobs=sc.logprobs.cpu(), argmax=sc.argmax.cpu())  # (R, T) each, 0 on padding
         mask, rows = policy_tokens(ro), ctx.data.rows  # (R, T) the student's own tokens (no observations)
-        return None, {"teacher/agree": teacher_agreement(rows["argmax"], ro.completion_ids, mask),
-                "teacher/logp": float((rows["logprobs"] * mask).sum() / mask.sum().clamp(min=1))}
+        return None, {
+            "teacher/agree": teacher_agreement(rows["argmax"], ro.completion_ids, mask),
+            "teacher/logp": float((rows["logprobs"] * mask).sum() / mask.sum().clamp(min=1)),
+        }
 
 
 def _scores(channels: Mapping[str, Channel], owner: str) -> dict[str, Tensor]:
@@ -81,8 +100,10 @@ def _scores(channels: Mapping[str, Channel], owner: str) -> dict[str, Tensor]:
 
 def _needs_teacher(text: str) -> Rule:
     """A rule for an option of a part that reads the teacher's scores: ``text`` and the teacher part on."""
-    return Rule(lambda v, c: v >= 0 and c.get("teacher.model") is not None,
-                f"{text}, with the teacher part on (teacher.model=PATH)")
+    return Rule(
+        lambda v, c: v >= 0 and c.get("teacher.model") is not None,
+        f"{text}, with the teacher part on (teacher.model=PATH)",
+    )
 
 
 @register_part("tgpo")
@@ -90,6 +111,7 @@ def _needs_teacher(text: str) -> Rule:
 class TGPO:
     """TGPO's teacher-guided term; ``coef`` / ``decay`` None: the variant's defaults (reg 0.002 / 1e-5,
     adv 0.02 / 1e-4, the released 7B scripts), so ``tgpo.variant=adv`` alone gives the adv numbers."""
+
     AFTER = ("teacher",)  # reads the teacher's channel (its greedy tokens)
 
     variant: str = "reg"  # reg (the default; spec: which one the paper's headline uses is unsure) | adv
@@ -98,9 +120,13 @@ class TGPO:
     min_coef: float = 0.0  # lambda_min
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "variant": Rule(lambda v, c: v in TGPO_VARIANTS and c.get("teacher.model") is not None,
-                        f"one of {', '.join(TGPO_VARIANTS)}, with the teacher part on (teacher.model=PATH)"),
-        "coef": at_least(0), "decay": at_least(0), "min_coef": at_least(0),
+        "variant": Rule(
+            lambda v, c: v in TGPO_VARIANTS and c.get("teacher.model") is not None,
+            f"one of {', '.join(TGPO_VARIANTS)}, with the teacher part on (teacher.model=PATH)",
+        ),
+        "coef": at_least(0),
+        "decay": at_least(0),
+        "min_coef": at_least(0),
     }
 
     @property
@@ -111,8 +137,9 @@ class TGPO:
     def coef_at(self, step: int) -> float:
         """lambda_k at the 1-based training step k."""
         coef0, decay = _VARIANT_DEFAULTS[self.variant]
-        return teacher_coef(step, coef0 if self.coef is None else self.coef,
-                            decay if self.decay is None else self.decay, self.min_coef)
+        return teacher_coef(
+            step, coef0 if self.coef is None else self.coef, decay if self.decay is None else self.decay, self.min_coef
+        )
 
     def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         ids = _scores(ctx.channels, "tgpo")["argmax"]  # (R, T)
@@ -121,9 +148,17 @@ class TGPO:
             return None, {}
         ro = ctx.rollouts  # adv: l^T_old, the policy before this update, no grad
         with torch.no_grad():
-            *_, old = score_completions(ctx.policy, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                        ro.completion_mask, temperature=ctx.temperature, chunk_rows=ctx.micro,
-                                        entropies=False, extra_labels=ids)
+            *_, old = score_completions(
+                ctx.policy,
+                ro.prompt_ids,
+                ro.prompt_mask,
+                ro.completion_ids,
+                ro.completion_mask,
+                temperature=ctx.temperature,
+                chunk_rows=ctx.micro,
+                entropies=False,
+                extra_labels=ids,
+            )
         ctx.data.rows["old_logp_at_argmax"] = old.cpu()  # (R, T)
         return None, {}
 
@@ -131,21 +166,27 @@ class TGPO:
         if self.variant == "reg":
             return adv, {}
         if adv.dim() != 2:
-            raise ValueError(f"tgpo (adv) needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part "
-                             "already made token-level advantages; use one token-level shaper per recipe")
+            raise ValueError(
+                f"tgpo (adv) needs (B, G) sequence advantages, got {tuple(adv.shape)}: another part "
+                "already made token-level advantages; use one token-level shaper per recipe"
+            )
         B, G = adv.shape
         old, mask = ctx.data.rows["old_logp_at_argmax"], policy_tokens(ctx.rollouts)  # (R, T) each
         lam = self.coef_at(ctx.step + 1)
         out = tgpo_adv_advantages(adv.reshape(-1), old, mask, lam)  # (R, T)
         m = mask.float()
-        return out.view(B, G, -1), {"teacher/tgpo_coef": lam,
-                                    "teacher/tgpo_prob": float((old.exp() * m).sum() / m.sum().clamp(min=1))}
+        return out.view(B, G, -1), {
+            "teacher/tgpo_coef": lam,
+            "teacher/tgpo_prob": float((old.exp() * m).sum() / m.sum().clamp(min=1)),
+        }
 
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
         if self.variant == "adv":  # the teacher acts through the advantages
             return torch.zeros((), device=ctx.logp.device), {}
         if ctx.extra_logp is None:
-            raise RuntimeError("tgpo (reg): the trainer gave no log-probs at the teacher's ids (batch.extra_labels unset)")
+            raise RuntimeError(
+                "tgpo (reg): the trainer gave no log-probs at the teacher's ids (batch.extra_labels unset)"
+            )
         lam = self.coef_at(ctx.train_step)
         loss, m = tgpo_reg_loss(ctx.extra_logp, ctx.mask, coef=lam, **ctx.agg_kwargs())
         return loss, {**m, "teacher/tgpo_coef": lam}
@@ -156,6 +197,7 @@ class TGPO:
 class RKLOPD:
     """Reverse-KL on-policy distillation as token advantages ``coef (log pi_T - log pi_old)``
     (+ ``grpo_weight`` x the GRPO advantage). log pi_old = the rollout's behaviour log-probs."""
+
     AFTER = ("teacher",)  # reads the teacher's channel
 
     coef: float = 1.0
@@ -169,8 +211,14 @@ class RKLOPD:
         B, G = adv.shape
         teacher, ro = _scores(ctx.channels, "rkl_opd"), ctx.rollouts
         mask = policy_tokens(ro)  # (R, T) the student's own tokens (an episode's observations are not)
-        out = rkl_opd_advantages(teacher["logprobs"], ro.logprobs, mask, coef=self.coef,
-                                 seq_adv=adv.reshape(-1), grpo_weight=self.grpo_weight)  # (R, T)
+        out = rkl_opd_advantages(
+            teacher["logprobs"],
+            ro.logprobs,
+            mask,
+            coef=self.coef,
+            seq_adv=adv.reshape(-1),
+            grpo_weight=self.grpo_weight,
+        )  # (R, T)
         m = mask.float()
         gap = ((teacher["logprobs"] - ro.logprobs) * m).sum() / m.sum().clamp(min=1)
         return out.view(B, G, -1), {"teacher/rkl": -float(gap)}  # token mean of log pi_old - log pi_T
@@ -180,6 +228,7 @@ class RKLOPD:
 @dataclass(frozen=True)
 class KDRL:
     """KDRL's KL term to the teacher on the sampled tokens, ``+coef * agg(k(log pi_theta - log pi_T))``."""
+
     AFTER = ("teacher",)  # reads the teacher's channel
 
     coef: float = 0.002  # beta (released script)
@@ -194,5 +243,5 @@ class KDRL:
 
     def loss_term(self, ctx: LossContext) -> tuple[Tensor, dict[str, float]]:
         logp = ctx.logp
-        teacher = ctx.data.rows["teacher_logp"][ctx.rows, :logp.shape[1]].to(logp.device)  # (n, T)
+        teacher = ctx.data.rows["teacher_logp"][ctx.rows, : logp.shape[1]].to(logp.device)  # (n, T)
         return kdrl_loss(logp, teacher, ctx.mask, coef=self.coef, estimator=self.estimator, **ctx.agg_kwargs())

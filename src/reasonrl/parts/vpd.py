@@ -24,6 +24,7 @@ the spec alternates k_E = k_M = 1]. The controller's beta is the part's checkpoi
 adapters are saved by peft, the teacher in ``teacher/``. The teacher's groups are the ones of this
 part's round kind, so VPD shares a recipe with any other round.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,16 @@ from ..distill import score_under_context
 from .feedback import FEEDBACK, feedback_fn, teacher_prompt  # noqa: F401 - the round's prompt builder, re-exported
 from ..errors import UserError
 from ..losses.policy import policy_loss
-from ..losses.vpd import (E_KL_ESTIMATORS, M_DIVERGENCES, adapt_beta, exact_token_kl, k3_token_kl,
-                          m_step_token_loss, row_token_mean, sampled_kl)
+from ..losses.vpd import (
+    E_KL_ESTIMATORS,
+    M_DIVERGENCES,
+    adapt_beta,
+    exact_token_kl,
+    k3_token_kl,
+    m_step_token_loss,
+    row_token_mean,
+    sampled_kl,
+)
 from ..models.lora import add_adapter, is_lora, use_adapter
 from ..models.scoring import trim_padding
 from ..config.rules import Rule, above, at_least, one_of
@@ -70,8 +79,10 @@ def pair_rows(kinds: Tensor, rows: Tensor, G: int, kind: int) -> tuple[Tensor, T
     (B,), (n,) -> (m,), (m,)."""
     first, teach = (kinds == 0).nonzero().squeeze(-1), (kinds == kind).nonzero().squeeze(-1)  # (B0,), (B0,)
     if len(first) != len(teach):
-        raise ValueError(f"vpd: {len(first)} student groups but {len(teach)} teacher groups (kind {kind}); VPD "
-                         "pairs one teacher group with each student group")
+        raise ValueError(
+            f"vpd: {len(first)} student groups but {len(teach)} teacher groups (kind {kind}); VPD "
+            "pairs one teacher group with each student group"
+        )
     pos = torch.full((len(kinds),), -1, dtype=torch.long)  # (B,) index among the first-round groups
     pos[first] = torch.arange(len(first))
     rows = rows.cpu()
@@ -113,9 +124,13 @@ class VPD:
         return (WithCritiques,) if self.feedback == "critique" else ()  # the critique feedback is the task's
 
     RULES: ClassVar[dict[str, Rule]] = {
-        "feedback": Rule(lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"),
-        "template": Rule(lambda v, _: all(s in v for s in ("{prompt}", "{attempt}", "{feedback}")),
-                         "text with the slots {prompt}, {attempt} and {feedback} (end it with {prompt})"),
+        "feedback": Rule(
+            lambda v, _: v in FEEDBACK, lambda _: f"one of {sorted(FEEDBACK)} (register_feedback adds one)"
+        ),
+        "template": Rule(
+            lambda v, _: all(s in v for s in ("{prompt}", "{attempt}", "{feedback}")),
+            "text with the slots {prompt}, {attempt} and {feedback} (end it with {prompt})",
+        ),
         "attempt": one_of(ATTEMPTS),
         "beta": above(0),
         "target_kl": above(0),
@@ -142,25 +157,39 @@ class VPD:
         """Add the teacher adapter (same LoRA settings, its own init) before the optimiser is built."""
         model = ctx.model
         if not is_lora(model):
-            raise UserError("recipe part 'vpd' needs LoRA: the teacher and the student are two adapters on one "
-                            "backbone. Set lora.r > 0 (e.g. lora.r=8).")
+            raise UserError(
+                "recipe part 'vpd' needs LoRA: the teacher and the student are two adapters on one "
+                "backbone. Set lora.r > 0 (e.g. lora.r=8)."
+            )
         if TEACHER in model.peft_config:  # a resumed trainer given the wrapped model
             return model
         model = add_adapter(model, TEACHER, stable_seed(ctx.seed, "vpd-teacher"))
         if self.warm_steps:  # a resumed run redoes it, then loads the checkpoint's adapters over it
             if ctx.task is None or ctx.tokenizer is None:
                 raise RuntimeError("vpd.warm_steps > 0 needs the run's task and tokenizer in ModelSetup")
-            warm_teacher(model, ctx.tokenizer, ctx.task, TEACHER, template=self.template, feedback=self.feedback,
-                         steps=self.warm_steps, batch_size=self.warm_batch, lr=self.warm_lr,
-                         wrong_rate=self.warm_wrong_rate, seed=stable_seed(ctx.seed, "vpd-warm"))
+            warm_teacher(
+                model,
+                ctx.tokenizer,
+                ctx.task,
+                TEACHER,
+                template=self.template,
+                feedback=self.feedback,
+                steps=self.warm_steps,
+                batch_size=self.warm_batch,
+                lr=self.warm_lr,
+                wrong_rate=self.warm_wrong_rate,
+                seed=stable_seed(ctx.seed, "vpd-warm"),
+            )
         return model
 
     # ---------------------------------------------------------------- the teacher's round
     def extend(self, ctx: RoundContext) -> Groups:
         """One teacher group per first-round group, sampled by the teacher adapter under the feedback prompt."""
         if not ctx.in_process:
-            raise UserError("recipe part 'vpd' switches adapters on the trainer's own model: use the in-process "
-                            "engine (rollout.workers=0)")
+            raise UserError(
+                "recipe part 'vpd' switches adapters on the trainer's own model: use the in-process "
+                "engine (rollout.workers=0)"
+            )
         batch = ctx.batch
         G = batch.rewards.shape[1]
         first = (batch.group_kinds() == 0).nonzero().squeeze(-1)  # (B0,)
@@ -173,7 +202,9 @@ class VPD:
         verdicts = [bool(batch.correct.view(-1)[r]) for r in rows]
         fn = feedback_fn(self.feedback)
         notes = [fn(ctx.task, it, a, ok) for it, a, ok in zip(items, attempts, verdicts)]
-        prompts = [ctx.formatter.follow_up(it.prompt, self.template, a, feedback=f) for it, a, f in zip(items, attempts, notes)]
+        prompts = [
+            ctx.formatter.follow_up(it.prompt, self.template, a, feedback=f) for it, a, f in zip(items, attempts, notes)
+        ]
         with use_adapter(ctx.policy, TEACHER):
             ro = ctx.sample(items, prompts, tag="vpd", first=ctx.position - len(items))
         ro.train_mask = torch.zeros_like(ro.completion_mask)  # the student's policy loss never sees these rows
@@ -182,12 +213,18 @@ class VPD:
         # (default adapter, the plain prompt) on the teacher's own tokens
         student = ctx.score_under([it.prompt for it in items for _ in range(G)], ro, torch.arange(len(ro.texts)))
         kl = sampled_kl(ro.logprobs, student.logprobs.to(ro.logprobs), ro.completion_mask)
-        beta_next = min(max(adapt_beta(st["beta"], kl, self.target_kl, self.factor, self.band), self.beta_min),
-                        self.beta_max)
-        metrics = {"vpd/beta": st["beta"], "vpd/beta_next": beta_next, "vpd/kl_measured": kl,
-                   "vpd/teacher_accuracy": float(ok.mean()), "vpd/feedback_count": float(len(items)),
-                   "vpd/feedback_on_wrong": float(sum(not v for v in verdicts)),
-                   "vpd/feedback_chars": sum(len(n) for n in notes) / max(len(notes), 1)}
+        beta_next = min(
+            max(adapt_beta(st["beta"], kl, self.target_kl, self.factor, self.band), self.beta_min), self.beta_max
+        )
+        metrics = {
+            "vpd/beta": st["beta"],
+            "vpd/beta_next": beta_next,
+            "vpd/kl_measured": kl,
+            "vpd/teacher_accuracy": float(ok.mean()),
+            "vpd/feedback_count": float(len(items)),
+            "vpd/feedback_on_wrong": float(sum(not v for v in verdicts)),
+            "vpd/feedback_chars": sum(len(n) for n in notes) / max(len(notes), 1),
+        }
         beta, st["beta"] = st["beta"], beta_next  # the next step's E-step uses beta_next (PPO: the KL after an update)
         return Groups(items=items, ro=ro, rewards=rewards, correct=ok, metrics=metrics, data={"beta": beta})
 
@@ -212,46 +249,98 @@ class VPD:
         loss = self.e_coef * e.to(zero.device) + self.m_coef * m.to(zero.device)
         return loss, {**me, **mm, "vpd/e_loss_term": float(e.detach()), "vpd/m_loss_term": float(m.detach())}
 
-    def e_step(self, batch: Any, s_rows: Tensor, t_rows: Tensor, model, temperature: float, beta: float,
-               n: int) -> tuple[Tensor, dict[str, float]]:
+    def e_step(
+        self, batch: Any, s_rows: Tensor, t_rows: Tensor, model, temperature: float, beta: float, n: int
+    ) -> tuple[Tensor, dict[str, float]]:
         """GRPO on the teacher's rows plus ``beta`` times their token-mean KL to the student, / n."""
         ro = batch.ro
         T = int(ro.completion_mask[t_rows].sum(-1).max())
         comp, cmask = ro.completion_ids[t_rows, :T], ro.completion_mask[t_rows, :T]  # (m, T)
         exact = self.e_kl == "exact"
         with use_adapter(model, TEACHER):
-            q = score_under_context(model, *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
-                                    temperature=temperature, grad=True, full=exact, chunk_rows=len(t_rows))
-        pi = score_under_context(model, *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
-                                 temperature=temperature, grad=False, full=exact, chunk_rows=len(s_rows))
+            q = score_under_context(
+                model,
+                *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]),
+                comp,
+                cmask,
+                temperature=temperature,
+                grad=True,
+                full=exact,
+                chunk_rows=len(t_rows),
+            )
+        pi = score_under_context(
+            model,
+            *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]),
+            comp,
+            cmask,
+            temperature=temperature,
+            grad=False,
+            full=exact,
+            chunk_rows=len(s_rows),
+        )
         dev = q.logprobs.device
         mask = cmask.to(dev, q.logprobs.dtype)  # (m, T)
         adv = batch.advantages[t_rows] if batch.advantages.dim() == 1 else batch.advantages[t_rows, :T]
-        pg, pm = policy_loss(q.logprobs, ro.logprobs[t_rows, :T].to(dev), adv.to(dev), mask, clip_low=self.clip,
-                             clip_high=self.clip, agg="seq-mean-token-mean", n_seqs=n)
+        pg, pm = policy_loss(
+            q.logprobs,
+            ro.logprobs[t_rows, :T].to(dev),
+            adv.to(dev),
+            mask,
+            clip_low=self.clip,
+            clip_high=self.clip,
+            agg="seq-mean-token-mean",
+            n_seqs=n,
+        )
         kl_tok = exact_token_kl(q.logits, pi.logits, temperature) if exact else k3_token_kl(q.logprobs, pi.logprobs)
         kl = row_token_mean(kl_tok, mask).sum() / n  # ()
-        metrics = {"vpd/e_pg_term": float(pg.detach()), "vpd/e_kl_term": float(kl.detach()),
-                   "vpd/e_clip_frac": pm["loss/clip_frac_low"] + pm["loss/clip_frac_high"],
-                   "vpd/e_ratio_max": pm["loss/ratio_max"]}
+        metrics = {
+            "vpd/e_pg_term": float(pg.detach()),
+            "vpd/e_kl_term": float(kl.detach()),
+            "vpd/e_clip_frac": pm["loss/clip_frac_low"] + pm["loss/clip_frac_high"],
+            "vpd/e_ratio_max": pm["loss/ratio_max"],
+        }
         return pg + beta * kl, metrics
 
-    def m_step(self, batch: Any, s_rows: Tensor, t_rows: Tensor, model, temperature: float,
-               n: int) -> tuple[Tensor, dict[str, float]]:
+    def m_step(
+        self, batch: Any, s_rows: Tensor, t_rows: Tensor, model, temperature: float, n: int
+    ) -> tuple[Tensor, dict[str, float]]:
         """The student's token-mean divergence from the teacher on its own rows, / n."""
         ro = batch.ro
         T = int(ro.completion_mask[s_rows].sum(-1).max())
         comp, cmask = ro.completion_ids[s_rows, :T], ro.completion_mask[s_rows, :T]  # (m, T)
         full = self.m_divergence != "sampled"
-        student = score_under_context(model, *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]), comp, cmask,
-                                      temperature=temperature, grad=True, full=full, chunk_rows=len(s_rows))
+        student = score_under_context(
+            model,
+            *trim_padding(ro.prompt_ids[s_rows], ro.prompt_mask[s_rows]),
+            comp,
+            cmask,
+            temperature=temperature,
+            grad=True,
+            full=full,
+            chunk_rows=len(s_rows),
+        )
         with use_adapter(model, TEACHER):  # the teacher's prompt: its group's feedback prompt
-            teacher = score_under_context(model, *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]), comp, cmask,
-                                          temperature=temperature, grad=False, full=full, chunk_rows=len(t_rows))
-        tok = m_step_token_loss(self.m_divergence, student_logits=student.logits, teacher_logits=teacher.logits,
-                                student_logp=student.logprobs, teacher_logp=teacher.logprobs,
-                                temperature=temperature)  # (m, T)
+            teacher = score_under_context(
+                model,
+                *trim_padding(ro.prompt_ids[t_rows], ro.prompt_mask[t_rows]),
+                comp,
+                cmask,
+                temperature=temperature,
+                grad=False,
+                full=full,
+                chunk_rows=len(t_rows),
+            )
+        tok = m_step_token_loss(
+            self.m_divergence,
+            student_logits=student.logits,
+            teacher_logits=teacher.logits,
+            student_logp=student.logprobs,
+            teacher_logp=teacher.logprobs,
+            temperature=temperature,
+        )  # (m, T)
         mask = batch.loss_mask[s_rows, :T].to(tok.device, tok.dtype)  # (m, T)
         loss = row_token_mean(tok, mask).sum() / n  # ()
-        gap = row_token_mean((student.logprobs - teacher.logprobs).detach(), mask).sum() / n  # k1 on the student's tokens
+        gap = (
+            row_token_mean((student.logprobs - teacher.logprobs).detach(), mask).sum() / n
+        )  # k1 on the student's tokens
         return loss, {"vpd/m_k1_term": float(gap)}

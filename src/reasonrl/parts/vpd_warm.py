@@ -12,6 +12,7 @@ demonstration with digits changed until the verifier rejects it,
 round's attempt is right when a group has no wrong row), the feedback function's text on it, and
 the prompt again. [inferred here: the paper's teacher is a large model that reads feedback as is]
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,21 +31,37 @@ from .feedback import feedback_fn, teacher_prompt
 __all__ = ["feedback_items", "warm_teacher"]
 
 
-def feedback_items(task: Any, items: list[Item], template: str, feedback: str, wrong_rate: float,
-                   seed: int) -> list[Item]:
+def feedback_items(
+    task: Any, items: list[Item], template: str, feedback: str, wrong_rate: float, seed: int
+) -> list[Item]:
     """``items`` with the teacher's prompt (attempt + feedback) and their own demonstration as target."""
     fn, out = feedback_fn(feedback), []
     for it in items:
         rng = random.Random(stable_seed(seed, "vpd-warm", it.key))
-        attempt, ok = (wrong_version(task, it, rng) if rng.random() < wrong_rate
-                       else (it.demo, is_correct(task.verify(it.demo, it.answer, it.meta))))
+        attempt, ok = (
+            wrong_version(task, it, rng)
+            if rng.random() < wrong_rate
+            else (it.demo, is_correct(task.verify(it.demo, it.answer, it.meta)))
+        )
         note = fn(task, it, attempt, ok)
         out.append(dataclasses.replace(it, prompt=teacher_prompt(template, it.prompt, attempt, note)))
     return out
 
 
-def warm_teacher(model, tok, task: Any, adapter: str, *, template: str, feedback: str, steps: int, batch_size: int,
-                 lr: float, wrong_rate: float, seed: int) -> dict[str, float]:
+def warm_teacher(
+    model,
+    tok,
+    task: Any,
+    adapter: str,
+    *,
+    template: str,
+    feedback: str,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    wrong_rate: float,
+    seed: int,
+) -> dict[str, float]:
     """``steps`` AdamW steps of the ``adapter`` LoRA parameters alone on feedback prompts of the task's
     train stream (its own seeded draws); returns the first and last batch's loss."""
     params = list(adapter_parameters(model, adapter).values())
@@ -56,8 +73,9 @@ def warm_teacher(model, tok, task: Any, adapter: str, *, template: str, feedback
     model.train()
     with use_adapter(model, adapter):
         for step in range(steps):
-            items = feedback_items(task, [next(stream) for _ in range(batch_size)], template, feedback, wrong_rate,
-                                   stable_seed(seed, step))
+            items = feedback_items(
+                task, [next(stream) for _ in range(batch_size)], template, feedback, wrong_rate, stable_seed(seed, step)
+            )
             batch = {k: v.to(device) for k, v in sft_batch(items, tok).items()}
             loss = model(**batch, use_cache=False).loss
             opt.zero_grad(set_to_none=True)

@@ -6,6 +6,7 @@ the teacher when it does not (PopuLoRA, spec envs-selfplay-eval.md 4 (b)). A tas
 played in the order given. Teachers and students are two sub-populations: a teacher is only ever
 matched with students and the other way round.
 """
+
 from __future__ import annotations
 
 import random
@@ -21,11 +22,13 @@ class League:
     """Ratings of ``teachers`` and ``students`` in ``state["ratings"]`` (name -> [mu, sigma]), the game
     count in ``state["games"]``; created at the rating model's prior on first use."""
 
-    def __init__(self, state: dict, teachers: Sequence[str], students: Sequence[str], model: RatingModel,
-                 pfsp: str = "balanced"):
+    def __init__(
+        self, state: dict, teachers: Sequence[str], students: Sequence[str], model: RatingModel, pfsp: str = "balanced"
+    ):
         self.teachers, self.students, self.model, self.pfsp = list(teachers), list(students), model, pfsp
         self.ratings: dict[str, list[float]] = state.setdefault(
-            "ratings", {n: list(model.initial()) for n in self.teachers + self.students})
+            "ratings", {n: list(model.initial()) for n in self.teachers + self.students}
+        )
         state.setdefault("games", 0)
         self.state = state
         missing = [n for n in self.teachers + self.students if n not in self.ratings]

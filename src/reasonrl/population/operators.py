@@ -11,14 +11,23 @@ are the spec's [inferred], each O((d + k) r^2) per module.
 Randomness comes from an explicit ``numpy.random.Generator``; modules are visited in sorted order, so
 the same generator state gives the same offspring whatever order the dict was built in.
 """
+
 from __future__ import annotations
 
 from typing import Mapping
 
 import numpy as np
 
-__all__ = ["LoRAFactors", "crossover_modulewise", "crossover_svd", "delta", "mutate_gaussian", "mutate_spectral",
-           "refactor", "check_factors"]
+__all__ = [
+    "LoRAFactors",
+    "crossover_modulewise",
+    "crossover_svd",
+    "delta",
+    "mutate_gaussian",
+    "mutate_spectral",
+    "refactor",
+    "check_factors",
+]
 
 LoRAFactors = Mapping[str, tuple[np.ndarray, np.ndarray]]  # module -> (A (r, k), B (d, r))
 
@@ -41,7 +50,9 @@ def delta(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return b @ a
 
 
-def refactor(b_cat: np.ndarray, a_cat: np.ndarray, r: int, scale: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def refactor(
+    b_cat: np.ndarray, a_cat: np.ndarray, r: int, scale: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """The best rank-``r`` factors of B_cat A_cat without forming the (d, k) product (spec 4 (b), operator 4):
     B_cat (d, q), A_cat (q, k) -> QR B_cat = Q_B R_B, A_cat^T = Q_A R_A, SVD(R_B R_A^T) = U S V^T on the
     (q, q) core, then B' = Q_B U_r sqrt(S_r) (d, r), A' = sqrt(S_r) V_r^T Q_A^T (r, k). ``scale`` (q,)
@@ -69,7 +80,10 @@ def mutate_gaussian(f: LoRAFactors, sigma: float, rng: np.random.Generator, abs_
         a, b = f[m]
         scale_a = np.std(a) if np.std(a) > 0 else abs_sigma
         scale_b = np.std(b) if np.std(b) > 0 else abs_sigma
-        out[m] = (a + sigma * scale_a * rng.standard_normal(a.shape), b + sigma * scale_b * rng.standard_normal(b.shape))
+        out[m] = (
+            a + sigma * scale_a * rng.standard_normal(a.shape),
+            b + sigma * scale_b * rng.standard_normal(b.shape),
+        )
     return out
 
 

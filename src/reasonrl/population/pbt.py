@@ -10,6 +10,7 @@ operator draw are [inferred].
 
 Pure logic over names and ratings: the part applies the plan to the adapters.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,16 @@ import numpy as np
 from .operators import LoRAFactors, crossover_modulewise, crossover_svd, mutate_gaussian, mutate_spectral
 from .ratings import Rating, conservative
 
-__all__ = ["CROSSOVERS", "MUTATIONS", "OPERATORS", "Replacement", "make_offspring", "offspring_rating", "pbt_plan",
-           "ranked"]
+__all__ = [
+    "CROSSOVERS",
+    "MUTATIONS",
+    "OPERATORS",
+    "Replacement",
+    "make_offspring",
+    "offspring_rating",
+    "pbt_plan",
+    "ranked",
+]
 
 MUTATIONS = ("gaussian", "spectral")
 CROSSOVERS = ("modulewise", "svd")
@@ -43,8 +52,9 @@ def ranked(ratings: Mapping[str, Rating]) -> list[str]:
     return sorted(ratings, key=lambda n: (-conservative(ratings[n]), n))
 
 
-def pbt_plan(ratings: Mapping[str, Rating], frac: float, operators: Sequence[str],
-             rng: np.random.Generator) -> list[Replacement]:
+def pbt_plan(
+    ratings: Mapping[str, Rating], frac: float, operators: Sequence[str], rng: np.random.Generator
+) -> list[Replacement]:
     """The replacements of one sub-population: the bottom floor(frac * N) members (worst first), each from
     parents drawn among the top max(2, n) survivors. A crossover needs two parents: with one survivor only
     the mutations among ``operators`` are drawn (none there: no replacement is possible, an error)."""
@@ -56,7 +66,7 @@ def pbt_plan(ratings: Mapping[str, Rating], frac: float, operators: Sequence[str
     if n <= 0:
         return []
     survivors, bottom = order[:-n], order[-n:][::-1]
-    pool = survivors[:max(2, n)]
+    pool = survivors[: max(2, n)]
     usable = [op for op in operators if op in MUTATIONS or len(pool) >= 2]
     if not usable:
         raise ValueError(f"PBT: {len(pool)} survivor(s) cannot make a crossover and no mutation is allowed")
@@ -77,8 +87,9 @@ def offspring_rating(parent: Rating, offspring_sigma: float) -> Rating:
     return (parent[0], max(parent[1], offspring_sigma))
 
 
-def make_offspring(op: str, parents: Sequence[LoRAFactors], rng: np.random.Generator, *, sigma: float,
-                   interp: float) -> dict:
+def make_offspring(
+    op: str, parents: Sequence[LoRAFactors], rng: np.random.Generator, *, sigma: float, interp: float
+) -> dict:
     """Apply ``op`` to the parents' factors: ``gaussian`` / ``spectral`` (strength ``sigma``) on the first,
     ``modulewise`` / ``svd`` (weight ``interp`` on the first parent) on both."""
     if op == "gaussian":

@@ -15,6 +15,7 @@ near-balanced matchups"): an opponent is picked with probability proportional to
 p the predicted win probability, largest at p = 1/2. Ratings are plain (mu, sigma) float pairs, so a
 checkpoint holds them exactly.
 """
+
 from __future__ import annotations
 
 import random
@@ -46,10 +47,13 @@ class RatingModel:
         try:
             from openskill.models import ThurstoneMostellerFull
         except ImportError as err:  # an optional extra: only the population recipes need it
-            raise UserError("PopuLoRA's ratings need the openskill package: pip install 'reasonrl[population]' "
-                            "(or pip install openskill)") from err
-        return ThurstoneMostellerFull(mu=self.mu0, sigma=self.sigma0, beta=self.beta, tau=self.tau, epsilon=0.0,
-                                      gamma=_one)
+            raise UserError(
+                "PopuLoRA's ratings need the openskill package: pip install 'reasonrl[population]' "
+                "(or pip install openskill)"
+            ) from err
+        return ThurstoneMostellerFull(
+            mu=self.mu0, sigma=self.sigma0, beta=self.beta, tau=self.tau, epsilon=0.0, gamma=_one
+        )
 
     def initial(self) -> Rating:
         return (self.mu0, self.sigma0)

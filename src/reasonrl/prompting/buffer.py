@@ -22,6 +22,7 @@ the highest single R, never re-evaluated (the earliest wins a tie), kept even af
 The buffer is plain data: ``state_dict`` / ``from_state`` give and take lists of dicts, so a part's
 checkpointed state holds it exactly (entries, the estimates and the first maximum).
 """
+
 from __future__ import annotations
 
 import random
@@ -46,6 +47,7 @@ class Experience:
 @dataclass(frozen=True)
 class Target:
     """The distillation target of a context: its prompt text, its estimate and how many evaluations made it."""
+
     context: str
     prompt: str
     reward: float
@@ -69,15 +71,22 @@ class ExperienceBuffer:
         self._stats: dict[str, dict[str, dict]] = {}
         self._target: dict[str, str] = {}  # context -> the key of its target (target mean)
 
-    def add(self, context: str, prompt: str, reward: float, critique: str = "",
-            outcomes: Sequence[float] = (), key: str | None = None) -> Experience:
+    def add(
+        self,
+        context: str,
+        prompt: str,
+        reward: float,
+        critique: str = "",
+        outcomes: Sequence[float] = (),
+        key: str | None = None,
+    ) -> Experience:
         """One evaluation of ``prompt`` (``key``: the prompt as the worker reads it; default the text)."""
         n = self._added.get(context, 0)
         e = Experience(context, prompt, float(reward), critique, tuple(float(o) for o in outcomes), n)
         self._added[context] = n + 1
         entries = self._entries.setdefault(context, [])
         entries.append(e)
-        del entries[:-self.capacity]
+        del entries[: -self.capacity]
         if context not in self._best or e.reward > self._best[context].reward:  # the earliest wins a tie
             self._best[context] = e
         stats = self._stats.setdefault(context, {})
@@ -114,17 +123,21 @@ class ExperienceBuffer:
         pool.sort(key=lambda e: -e.reward)  # stable: ties keep the shuffled order
         if len(pool) <= k_top + k_bottom:
             return pool
-        return pool[:k_top] + (pool[len(pool) - k_bottom:] if k_bottom else [])
+        return pool[:k_top] + (pool[len(pool) - k_bottom :] if k_bottom else [])
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())
 
     def state_dict(self) -> dict:
-        return {"capacity": self.capacity, "target": self.target, "added": dict(self._added),
-                "entries": [asdict(e) for v in self._entries.values() for e in v],
-                "best": [asdict(e) for e in self._best.values()],
-                "stats": [{"context": c, "key": k, **s} for c, v in self._stats.items() for k, s in v.items()],
-                "targets": dict(self._target)}
+        return {
+            "capacity": self.capacity,
+            "target": self.target,
+            "added": dict(self._added),
+            "entries": [asdict(e) for v in self._entries.values() for e in v],
+            "best": [asdict(e) for e in self._best.values()],
+            "stats": [{"context": c, "key": k, **s} for c, v in self._stats.items() for k, s in v.items()],
+            "targets": dict(self._target),
+        }
 
     @classmethod
     def from_state(cls, state: dict) -> "ExperienceBuffer":
@@ -135,7 +148,9 @@ class ExperienceBuffer:
             buf._entries.setdefault(d["context"], []).append(Experience(**{**d, "outcomes": tuple(d["outcomes"])}))
         buf._best = {d["context"]: Experience(**{**d, "outcomes": tuple(d["outcomes"])}) for d in state["best"]}
         for d in state.get("stats", ()):
-            buf._stats.setdefault(d["context"], {})[d["key"]] = {k: v for k, v in d.items() if k not in ("context", "key")}
+            buf._stats.setdefault(d["context"], {})[d["key"]] = {
+                k: v for k, v in d.items() if k not in ("context", "key")
+            }
         buf._target = dict(state.get("targets", {}))
         return buf
 

@@ -12,6 +12,7 @@ What the prompter writes becomes the worker's prompt through a renderer [inferre
 vocabulary for a small prompter: the digits 1-9 of its first line pick the instance's task hints by
 number, e.g. arithmetic's "column 1 carries 1"; no digit, no prompt).
 """
+
 from __future__ import annotations
 
 import random
@@ -83,8 +84,19 @@ class PromptTask:
 
     name = "prompt_policy"
 
-    def __init__(self, task: Any, worker: Worker, *, contexts: str = "task", instances: int = 4,
-                 renderer: str = "hints", max_fragments: int = 2, pool: int = 256, budget: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        task: Any,
+        worker: Worker,
+        *,
+        contexts: str = "task",
+        instances: int = 4,
+        renderer: str = "hints",
+        max_fragments: int = 2,
+        pool: int = 256,
+        budget: int = 0,
+        seed: int = 0,
+    ):
         self.task, self.worker, self.fields, self.m = task, worker, contexts, instances
         self.renderer, self.max_fragments, self.calls = renderer, max_fragments, WorkerCalls(budget)
         self.pools = {split: self._pool(split, pool, seed) for split in ("train", "test")}
@@ -115,8 +127,12 @@ class PromptTask:
         return random.Random(str(key)).sample(pool, min(m or self.m, len(pool)))
 
     def item(self, context: str, history: Sequence[Experience], instances: list[Item], key: str) -> Item:
-        return Item(key=key, prompt=prompter_prompt(context, history), answer="",
-                    meta={"context": context, "instances": instances, "history": len(history)})
+        return Item(
+            key=key,
+            prompt=prompter_prompt(context, history),
+            answer="",
+            meta={"context": context, "instances": instances, "history": len(history)},
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         """Train: history-free items of M instances each, contexts in turn; test: one held-out instance each."""

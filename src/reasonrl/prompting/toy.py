@@ -15,6 +15,7 @@ softmax(theta[c]). A round, per context (the spec's steps 1-6):
 6. Distillation: theta[c] += distill_lr * (onehot(p*) - softmax(theta[c])), the gradient of
    log pi(p* | c, {}) for the best prompt p* found so far: refinement amortised into one shot.
 """
+
 from __future__ import annotations
 
 import random
@@ -48,8 +49,9 @@ class CategoricalPrompter:
     def sample(self, context: str, history: Sequence[Experience], g: int, rng: np.random.Generator) -> list[int]:
         return rng.choice(len(self.prompts), size=g, p=self.probs(context, history)).tolist()
 
-    def reinforce(self, context: str, history: Sequence[Experience], picks: Sequence[int], adv: np.ndarray,
-                  lr: float) -> None:
+    def reinforce(
+        self, context: str, history: Sequence[Experience], picks: Sequence[int], adv: np.ndarray, lr: float
+    ) -> None:
         """theta[c] += lr / G * sum_g A_g (onehot(p_g) - pi(. | c, H))."""
         pi = self.probs(context, history)  # (P,)
         grad = np.zeros_like(pi)
@@ -63,9 +65,22 @@ class CategoricalPrompter:
         self.theta[self.contexts.index(context)] += lr * (np.eye(len(pi))[target] - pi)
 
 
-def toy_round(prompter: CategoricalPrompter, worker: Worker, critic: Critic, buffer: ExperienceBuffer,
-              instances: dict[str, list[Item]], calls: WorkerCalls, rng: np.random.Generator, *, g: int, m: int,
-              lr: float, distill_lr: float, k_top: int = 2, k_bottom: int = 2) -> dict[str, float]:
+def toy_round(
+    prompter: CategoricalPrompter,
+    worker: Worker,
+    critic: Critic,
+    buffer: ExperienceBuffer,
+    instances: dict[str, list[Item]],
+    calls: WorkerCalls,
+    rng: np.random.Generator,
+    *,
+    g: int,
+    m: int,
+    lr: float,
+    distill_lr: float,
+    k_top: int = 2,
+    k_bottom: int = 2,
+) -> dict[str, float]:
     """One round over every context; returns the mean refine-mode reward and the calls this round."""
     before, rewards = calls.calls, []
     for c in prompter.contexts:
@@ -73,9 +88,9 @@ def toy_round(prompter: CategoricalPrompter, worker: Worker, critic: Critic, buf
         picks = prompter.sample(c, history, g, rng)
         batch = [instances[c][i] for i in rng.choice(len(instances[c]), size=m, replace=False)]
         res = calls.run(worker, [(prompter.prompts[p], it) for p in picks for it in batch])  # G * M calls
-        r = np.array([np.mean([s for s, _ in res[k * m:(k + 1) * m]]) for k in range(g)])  # (G,)
+        r = np.array([np.mean([s for s, _ in res[k * m : (k + 1) * m]]) for k in range(g)])  # (G,)
         for k, p in enumerate(picks):
-            mine = res[k * m:(k + 1) * m]
+            mine = res[k * m : (k + 1) * m]
             note = critic.critique(prompter.prompts[p], [t for s, t in mine if s < 1])
             buffer.add(c, prompter.prompts[p], r[k], note, [s for s, _ in mine])
         adv = grpo(torch.tensor(r).view(1, -1)).view(-1).numpy()  # (G,) 0 when every R_g is equal

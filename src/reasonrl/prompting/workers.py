@@ -8,6 +8,7 @@
   Built in: :class:`FailureCritic` (no model: it quotes the first failure).
 * :class:`WorkerCalls`: every worker call counted, and refused past a budget (0: none).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,8 +19,16 @@ from ..rollout import HFEngine, SamplingParams
 from ..tasks import Item
 from ..tasks.protocols import budget
 
-__all__ = ["CallableWorker", "Critic", "FailureCritic", "ModelWorker", "Worker", "WorkerCalls", "load_worker",
-           "worker_input"]
+__all__ = [
+    "CallableWorker",
+    "Critic",
+    "FailureCritic",
+    "ModelWorker",
+    "Worker",
+    "WorkerCalls",
+    "load_worker",
+    "worker_input",
+]
 
 
 @runtime_checkable
@@ -34,8 +43,11 @@ class Critic(Protocol):
 
 def worker_input(prompt: str, instance: Item, template: str = "{prompt}\n{instance}") -> str:
     """What the worker reads: the instance alone when the prompt is empty, else ``template`` filled."""
-    return instance.prompt if not prompt.strip() else template.replace("{prompt}", prompt).replace(
-        "{instance}", instance.prompt)
+    return (
+        instance.prompt
+        if not prompt.strip()
+        else template.replace("{prompt}", prompt).replace("{instance}", instance.prompt)
+    )
 
 
 class WorkerCalls:
@@ -46,8 +58,10 @@ class WorkerCalls:
 
     def run(self, worker: Worker, pairs: Sequence[tuple[str, Item]]) -> list[tuple[float, str]]:
         if self.budget and self.calls + len(pairs) > self.budget:
-            raise UserError(f"the worker budget of {self.budget} calls is spent ({self.calls} made, {len(pairs)} more "
-                            "asked): raise prompt_policy.max_worker_calls or train fewer steps")
+            raise UserError(
+                f"the worker budget of {self.budget} calls is spent ({self.calls} made, {len(pairs)} more "
+                "asked): raise prompt_policy.max_worker_calls or train fewer steps"
+            )
         many = getattr(worker, "run_many", None)
         out = list(many(list(pairs))) if many is not None else [worker.run(p, it) for p, it in pairs]
         if len(out) != len(pairs):
@@ -66,8 +80,9 @@ class CallableWorker:
         out = self.fn(prompt, instance)
         success, trace = out if isinstance(out, tuple) else (out, "")
         if not 0.0 <= float(success) <= 1.0:
-            raise UserError(f"worker {getattr(self.fn, '__name__', self.fn)!r} returned success {success!r}; "
-                            "it must be in [0, 1]")
+            raise UserError(
+                f"worker {getattr(self.fn, '__name__', self.fn)!r} returned success {success!r}; it must be in [0, 1]"
+            )
         return float(success), str(trace)
 
 
@@ -75,8 +90,15 @@ class ModelWorker:
     """A frozen local causal LM (the shipped base, an HF directory or hub id) answering the task's instances
     greedily with the prompt in front; success is the task's verifier; the trace names its answer."""
 
-    def __init__(self, model, tokenizer, task: Any, template: str = "{prompt}\n{instance}",
-                 max_new_tokens: int | None = None, max_rows: int = 256):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: Any,
+        template: str = "{prompt}\n{instance}",
+        max_new_tokens: int | None = None,
+        max_rows: int = 256,
+    ):
         self.engine = HFEngine(model.eval().requires_grad_(False), tokenizer, max_rows=max_rows)
         self.task, self.template = task, template
         self.sampling = SamplingParams(temperature=0, max_new_tokens=max_new_tokens or budget(task))
@@ -122,4 +144,4 @@ class FailureCritic:
     def critique(self, prompt: str, failed_traces: Sequence[str]) -> str:
         if not failed_traces:
             return "all solved"
-        return f"{len(failed_traces)} failed, e.g. {failed_traces[0][:self.chars]}"
+        return f"{len(failed_traces)} failed, e.g. {failed_traces[0][: self.chars]}"

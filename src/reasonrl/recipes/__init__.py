@@ -5,6 +5,7 @@ assigns at its top level is registered under its name (modules by name, recipes 
 them), so a new recipe is one file here and nothing else. ``get_recipe(name)`` returns the frozen
 recipe; register your own at run time with ``register(recipe)``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -37,8 +38,10 @@ def discover() -> dict[str, Recipe]:
             if attr.startswith("_") or attr not in own or not isinstance(value, Recipe):
                 continue
             if value.name in found:
-                raise ValueError(f"two recipes are named {value.name!r}: in recipes/{where[value.name]}.py and "
-                                 f"recipes/{info.name}.py ({attr})")
+                raise ValueError(
+                    f"two recipes are named {value.name!r}: in recipes/{where[value.name]}.py and "
+                    f"recipes/{info.name}.py ({attr})"
+                )
             found[value.name], where[value.name] = value, info.name
     return found
 
@@ -48,8 +51,9 @@ def _assigned(path: str) -> set[str]:
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     names = set()
     for node in tree.body:
-        targets = node.targets if isinstance(node, ast.Assign) else \
-            [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
         names |= {t.id for t in targets if isinstance(t, ast.Name)}
     return names
 

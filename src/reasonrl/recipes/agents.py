@@ -8,6 +8,7 @@ the retrieved evidence (``rewards.judge.backend=...``: a local HF model, an Open
 Python function; docs/agents.md). Warm-start the tiny reasoner first (`reasonrl pretrain --task fhir`): from
 the arithmetic base no action is code and nothing is rewarded.
 """
+
 import dataclasses
 
 from ..parts import KL, Advantage, Episodes, PolicyLoss, Recipe, Smoke, POLICY_METRICS
@@ -16,13 +17,19 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 CODEACT = Recipe(
     name="codeact",
-    summary=("multi-turn CodeAct episodes (Python cells calling tools in a persistent sandbox, observations masked "
-             "from the loss) on the FHIR records task; the verifier's or an LLM judge's reward"),
+    summary=(
+        "multi-turn CodeAct episodes (Python cells calling tools in a persistent sandbox, observations masked "
+        "from the loss) on the FHIR records task; the verifier's or an LLM judge's reward"
+    ),
     doc="agents.md",
-    smoke=Smoke("fhir", (("n_patients", 10),), POLICY_METRICS + ("episode/turns_mean", "episode/finish_context",
-                                                         "episode/trainable_frac", "env/codeact/malformed")),
+    smoke=Smoke(
+        "fhir",
+        (("n_patients", 10),),
+        POLICY_METRICS
+        + ("episode/turns_mean", "episode/finish_context", "episode/trainable_frac", "env/codeact/malformed"),
+    ),
     paper="FHIR agent: multi-turn CodeAct RL with an LLM-judge reward (spec envs-selfplay-eval 6; mechanics: "
-          "verl multi-turn, Search-R1, verifiers' MultiTurnEnv)",
+    "verl multi-turn, Search-R1, verifiers' MultiTurnEnv)",
     inferred=(
         "trajectory-level GRPO: G = 8 episodes per question, A = (r - mean) / std broadcast to every policy token; "
         "the loss mask is 1 on the policy's sampled tokens only (observations and turn markers 0)",

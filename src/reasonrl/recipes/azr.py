@@ -4,6 +4,7 @@ solves them, rewarded for proposing tasks of intermediate difficulty, with no ex
 Spec: shared/specs/envs-selfplay-eval.md section 1 (the released code fixes most values). The part is
 :class:`~reasonrl.parts.AZR`; the program world, prompts and grading are the ``azr`` task.
 """
+
 from ..parts import AZR, KL, Advantage, PolicyLoss, Recipe, Smoke
 from ..tasks.azr import AZRShaping
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
@@ -12,11 +13,13 @@ AZR_RECIPE = Recipe(
     name="azr",
     summary="one policy proposes program tasks (deduction, abduction, induction) and solves them; TRR++",
     doc="selfplay.md",
-    smoke=Smoke("azr", metrics=("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets",
-                                "reward/azr_format/format_rate"),
-              changes=(("azr.proposals", 1), ("azr.estimate_samples", 2))),
+    smoke=Smoke(
+        "azr",
+        metrics=("azr/proposer_reward", "azr/buffer_deduction", "azr/buckets", "reward/azr_format/format_rate"),
+        changes=(("azr.proposals", 1), ("azr.estimate_samples", 2)),
+    ),
     paper="Absolute Zero: Reinforced Self-play Reasoning with Zero Data, arXiv 2505.03335 (code: "
-          "LeapLabTHU/Absolute-Zero-Reasoner)",
+    "LeapLabTHU/Absolute-Zero-Reasoner)",
     inferred=(
         "programs: short stdin scripts of the code task's grammar (a=int(input()) first, print last) instead of "
         "AZR's Python functions, so a 512-position character model can read and write them; compact prompts "

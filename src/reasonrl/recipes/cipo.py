@@ -7,6 +7,7 @@ repeating the failed answer gets -kappa) and trained with GRPO next to the ordin
 one token mean over the joint batch. The paper publishes no code: every threshold and constant of
 :class:`~reasonrl.parts.Correction` is [inferred] (spec: /shared/specs/distill-and-data.md, section 6).
 """
+
 import dataclasses
 
 from ..parts import Correction, Smoke
@@ -16,9 +17,11 @@ CIPO = dataclasses.replace(
     GRPO,
     name="cipo",
     summary="a round of corrections of the model's own failed attempts",
-    details=("a second round: prompts with accuracy in (0, 0.75] get their failed attempt shown back with a "
-             "request to correct it; correction groups join the batch, a correction repeating the failed answer "
-             "earns -0.5; adaptive replay ratio (`correction`)"),
+    details=(
+        "a second round: prompts with accuracy in (0, 0.75] get their failed attempt shown back with a "
+        "request to correct it; correction groups join the batch, a correction repeating the failed answer "
+        "earns -0.5; adaptive replay ratio (`correction`)"
+    ),
     doc="selfteach.md",
     smoke=Smoke(metrics=("cipo/selected", "cipo/groups", "cipo/rho")),
     paper="CIPO: Correction-Oriented Policy Optimization, arXiv 2605.14539",

@@ -7,6 +7,7 @@ minus novelty-penalised similarity; invalid -1), and the Solver trains with GRPO
 the accepted generated problems (majority pseudo-labels). The paper publishes no code: every
 formula and constant of :class:`~reasonrl.parts.D2Evo` is [inferred].
 """
+
 import dataclasses
 
 from ..parts import D2Evo, Smoke
@@ -16,12 +17,16 @@ D2EVO = dataclasses.replace(
     GRPO,
     name="d2evo",
     summary="medium-difficulty anchors and a Questioner writing new problems",
-    details=("a selector that keeps medium-difficulty real prompts (pass rate in [0.2, 0.8]) as anchors, plus a "
-             "Questioner round on the same weights writing new problems rewarded for landing at p* = 0.5 and for "
-             "novelty; accepted problems (majority pseudo-label, share >= 0.3) join the pool"),
+    details=(
+        "a selector that keeps medium-difficulty real prompts (pass rate in [0.2, 0.8]) as anchors, plus a "
+        "Questioner round on the same weights writing new problems rewarded for landing at p* = 0.5 and for "
+        "novelty; accepted problems (majority pseudo-label, share >= 0.3) join the pool"
+    ),
     doc="d2evo.md",
-    smoke=Smoke(metrics=("d2evo/anchors", "d2evo/pool_size", "d2evo/iteration"),
-              changes=(("d2evo.estimate_samples", 2), ("d2evo.solver_samples", 2), ("d2evo.anchors_per_step", 1))),
+    smoke=Smoke(
+        metrics=("d2evo/anchors", "d2evo/pool_size", "d2evo/iteration"),
+        changes=(("d2evo.estimate_samples", 2), ("d2evo.solver_samples", 2), ("d2evo.anchors_per_step", 1)),
+    ),
     paper="D2Evo: Dual Difficulty-aware self-Evolution, arXiv 2605.17037",
     inferred=(
         "needs a finite real pool: data.pool=N (the paper: < 2K real problems); the command line uses data.pool=128 "

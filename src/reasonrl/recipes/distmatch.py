@@ -1,6 +1,7 @@
 """Distribution matching: FlowRL (arXiv 2509.15207), DISA (arXiv 2605.17295), TraFL (arXiv 2605.13935),
 and d1's diffu-GRPO (arXiv 2504.12216) as TraFL's reward-maximising baseline. Spec: shared/specs/objectives.md
 sections 1.5, 7 and 8; the objective's maths in reasonrl.losses.balance, the part in reasonrl.parts.balance."""
+
 from ..parts import KL, Advantage, Diffusion, PolicyLoss, Recipe, TrajectoryBalance, Smoke, POLICY_METRICS
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
@@ -13,12 +14,14 @@ _SHARED = (
 # FlowRL: the trajectory-balance residual with a learned log Z(x), beta 15, w the clipped sequence ratio
 FLOWRL = Recipe(
     name="flowrl",
-    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
-             "log Z"),
+    summary=(
+        "distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen log Z"
+    ),
     doc="distmatch.md",
     smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/w_term", "balance/delta_std")),
     paper="FlowRL: Matching Reward Distributions via Flow Balance, arXiv 2509.15207 (verl recipe/flowrl)",
-    inferred=_SHARED + (
+    inferred=_SHARED
+    + (
         "w = clip(exp(sum_t (l - l_old)), 0.8, 1.2): the spec's eps 0.2 (FlowRL's code: 0.2 / 0.28)",
         "the log Z head (3-layer MLP on the mean-pooled prompt hidden state) trains in its own AdamW group at lr 1e-3; "
         "FlowRL's head shares the policy's lr (1e-6 at 7B), too slow for a fresh head beside a tiny policy",
@@ -37,13 +40,17 @@ FLOWRL = Recipe(
 # DISA: the same residual with a frozen, offline importance-sampled log Z_hat(x) and the raw reward
 DISA = Recipe(
     name="disa",
-    summary=("distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen "
-             "log Z"),
+    summary=(
+        "distribution matching: trajectory balance to `pi_ref exp(beta r)` with a learned / an offline frozen log Z"
+    ),
     doc="distmatch.md",
-    smoke=Smoke(metrics=("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs"),
-              changes=(("balance.proposals", 2),)),  # the in-run table: 2 proposals per pool prompt
+    smoke=Smoke(
+        metrics=("balance/loss_term", "disa/missing", "disa/ess_mean", "disa/residual_prompt_abs"),
+        changes=(("balance.proposals", 2),),
+    ),  # the in-run table: 2 proposals per pool prompt
     paper="DISA: Offline Importance Sampling for Distribution-Matching LLM-RL, arXiv 2605.17295",
-    inferred=_SHARED[1:] + (
+    inferred=_SHARED[1:]
+    + (
         "r is the raw verifier reward in {0, 1} in the residual and in Z (group normalisation is not available "
         "offline), N = 8 proposals per prompt, w clipped to [0.8, 1.2] (spec section 7 (b))",
         "beta 1, not the spec's 15 (FlowRL's; balance.beta=15): measured, 3 seeds x 60 steps from the shipped base, "
@@ -79,7 +86,9 @@ TRAFL = Recipe(
     doc="distmatch.md",
     smoke=Smoke(metrics=("balance/loss_term", "balance/log_z_term", "balance/logp_gap_term")),
     paper="TraFL: Beyond Mode-Seeking RL, trajectory flow balancing for diffusion LMs, arXiv 2605.13935",
-    inferred=_SHARED + _DIFFUSION + (
+    inferred=_SHARED
+    + _DIFFUSION
+    + (
         "lbar is the ELBO surrogate: K_mc = 1 draw per update, t ~ U(1e-3, 1] (LLaDA's eps), every canvas position "
         "masked with probability t, the same masks for the policy and the reference, normalised by the response length",
         "w = 1 (the spec's default: the old likelihoods of a diffusion LM are themselves noisy estimates)",
@@ -103,7 +112,9 @@ DIFFU_GRPO = Recipe(
     doc="distmatch.md",
     smoke=Smoke(metrics=POLICY_METRICS + ("loss/kl",)),
     paper="d1: Scaling Reasoning in Diffusion LLMs via RL (diffu-GRPO), arXiv 2504.12216",
-    inferred=_SHARED[1:] + _DIFFUSION + (
+    inferred=_SHARED[1:]
+    + _DIFFUSION
+    + (
         "per-token log-probs are d1's one-step estimate, log p(y_j | x, whole completion masked); d1's random prompt "
         "masking (p 0.15, redrawn per inner update) is left out: with mu = 1 it only adds noise, and the sampler's "
         "behaviour log-probs would need the same masks",

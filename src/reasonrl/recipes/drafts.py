@@ -5,6 +5,7 @@ The draft options are dotted keys: ``drafts.mode=mismatched_wrong drafts.file=dr
 (``reasonrl drafts make`` writes the file); ``drafts.mode=no_draft`` (no file needed) and
 ``matched_wrong`` / ``mismatched_correct`` are the paper's ablations.
 """
+
 import dataclasses
 
 from ..parts import Drafts, Smoke
@@ -14,9 +15,11 @@ DRAFTS = dataclasses.replace(
     DR_GRPO,
     name="drafts",
     summary="a weak model's wrong draft of another problem in the prompt",
-    details=("Dr. GRPO on prompts that carry a weak model's wrong draft of a *different* problem "
-             "(`drafts.mode=mismatched_wrong`; also `no_draft`, `matched_wrong`, `mismatched_correct`), seeded "
-             "derangement, the `N/A` template at evaluation (`reasonrl drafts make`)"),
+    details=(
+        "Dr. GRPO on prompts that carry a weak model's wrong draft of a *different* problem "
+        "(`drafts.mode=mismatched_wrong`; also `no_draft`, `matched_wrong`, `mismatched_correct`), seeded "
+        "derangement, the `N/A` template at evaluation (`reasonrl drafts make`)"
+    ),
     doc="drafts.md",
     smoke=Smoke(metrics=("drafts/with_draft_frac", "drafts/mismatched_frac")),
     paper="Mismatched wrong drafts (weak-to-strong elicitation), arXiv 2605.17314",

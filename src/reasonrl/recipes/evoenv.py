@@ -3,20 +3,29 @@ shared/specs/envs-selfplay-eval.md section 2). Most of the mechanics are [inferr
 reading of L1-L5, thresholds and generator reward). The part is :class:`~reasonrl.parts.EvoEnv`; the
 environments, prompts and grading are the ``evoenv`` task.
 """
+
 from ..parts import KL, Advantage, EvoEnv, PolicyLoss, Recipe, Smoke
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 EVOENV_RECIPE = Recipe(
     name="evoenv",
-    summary=("one policy writes Python environments, admitted by staged checks, review, calibration and novelty, "
-             "and solves their instances"),
+    summary=(
+        "one policy writes Python environments, admitted by staged checks, review, calibration and novelty, "
+        "and solves their instances"
+    ),
     doc="selfplay.md",
-    smoke=Smoke("evoenv", metrics=("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size",
-                                   "evoenv/retired_total"),
-              changes=(("evoenv.proposals", 1), ("evoenv.estimate_instances", 2), ("evoenv.estimate_samples", 1),
-                       ("evoenv.review_samples", 1))),
+    smoke=Smoke(
+        "evoenv",
+        metrics=("evoenv/generated", "evoenv/generator_reward", "evoenv/pool_size", "evoenv/retired_total"),
+        changes=(
+            ("evoenv.proposals", 1),
+            ("evoenv.estimate_instances", 2),
+            ("evoenv.estimate_samples", 1),
+            ("evoenv.review_samples", 1),
+        ),
+    ),
     paper="EvoEnv: the model builds the environments that train it (shared/seeds; 10 seed environments, "
-          "four admission checks, pool rotation)",
+    "four admission checks, pool rotation)",
     inferred=(
         "environment interface Env.sample/prompt/reference/score with a difficulty knob; every call in the sandbox "
         "(a trusted runner, a time limit per call, JSON values), never in the trainer",

@@ -6,6 +6,7 @@ rejected)`` to GRPO's loss, ``alpha_e`` halving with every completed pass over t
 abstract and a summary were available (shared/specs/distill-and-data.md section 5): the DPO form
 is from the summary, the decay form and every constant [inferred], each a ``fest.*`` option.
 """
+
 import dataclasses
 
 from ..parts import Smoke
@@ -16,12 +17,16 @@ FEST_RECIPE = dataclasses.replace(
     GRPO,
     name="fest",
     summary="a decaying DPO term on a few demonstrations",
-    details=("GRPO + a decaying sigmoid-DPO term on a few demonstrations (demo = chosen, an incorrect own rollout "
-             "= rejected, reference = the initial model; weight halves per pass over the demos; "
-             "`fest.sup_loss=sft` for an SFT term); equals TRL's DPO loss within 1e-6"),
+    details=(
+        "GRPO + a decaying sigmoid-DPO term on a few demonstrations (demo = chosen, an incorrect own rollout "
+        "= rejected, reference = the initial model; weight halves per pass over the demos; "
+        "`fest.sup_loss=sft` for an SFT term); equals TRL's DPO loss within 1e-6"
+    ),
     doc="fest.md",
-    smoke=Smoke(metrics=("fest/demos", "fest/pairs", "fest/alpha", "fest/sup_term"),
-              changes=(("fest.n_demos", 2), ("fest.demos_per_step", 2))),
+    smoke=Smoke(
+        metrics=("fest/demos", "fest/pairs", "fest/alpha", "fest/sup_term"),
+        changes=(("fest.n_demos", 2), ("fest.demos_per_step", 2)),
+    ),
     paper="FEST: FEw-ShoT demonstration-guided RLVR, arXiv 2605.15012",
     inferred=(
         "L = L_GRPO + alpha_e * L_sup; L_sup = sigmoid DPO, beta=0.1 (fest.beta), l(y) = sum of token log-probs "

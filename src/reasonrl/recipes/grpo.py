@@ -1,4 +1,5 @@
 """GRPO (DeepSeekMath, arXiv 2402.03300) and Dr. GRPO (Liu et al., arXiv 2503.20783)."""
+
 from ..parts import KL, Advantage, Optim, PolicyLoss, Recipe, Sampling
 
 # Tuned on the shipped tiny reasoner, 2 CPU cores (see the README): sampling at 0.8 keeps more
@@ -10,8 +11,10 @@ TINY_CPU_SAMPLING = Sampling(temperature=0.8)
 # k3) is off by default here, as in TRL and verl today; set kl.coef=0.04 for the original.
 GRPO = Recipe(
     name="grpo",
-    summary=("group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
-             "constant normaliser"),
+    summary=(
+        "group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
+        "constant normaliser"
+    ),
     details="group z-score advantage, PPO clip 0.2, per-sequence token mean",
     paper="DeepSeekMath, arXiv 2402.03300",
     inferred=(
@@ -33,8 +36,10 @@ GRPO = Recipe(
 # answers are not penalised less): a constant G * L_max normaliser, L_max = the generation budget.
 DR_GRPO = Recipe(
     name="dr_grpo",
-    summary=("group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
-             "constant normaliser"),
+    summary=(
+        "group z-score advantage, PPO clip, per-sequence token mean; Dr. GRPO's mean-only advantage and "
+        "constant normaliser"
+    ),
     details="mean-only advantage, constant `G * L_max` normaliser",
     paper="Understanding R1-Zero-like Training, arXiv 2503.20783",
     inferred=(

@@ -1,4 +1,5 @@
 """LZE: Learning-Zone Energy data selection (arXiv 2605.17003; spec distill-and-data.md section 10)."""
+
 import dataclasses
 
 from ..data.lze import LZE as LZESelector
@@ -10,9 +11,11 @@ LZE = dataclasses.replace(
     GRPO,
     name="lze",
     summary="learning-zone energy data selection with prune and replay",
-    details=("a selector (`selector`): learning-zone energy d_init x 4p(1-p) x (1 + 0.3 m) per prompt, the top 40% "
-             "of groups (Gumbel jitter) go to the update after epoch 0, solved prompts pruned and 10% replayed; "
-             "needs a finite pool `data.pool=N`"),
+    details=(
+        "a selector (`selector`): learning-zone energy d_init x 4p(1-p) x (1 + 0.3 m) per prompt, the top 40% "
+        "of groups (Gumbel jitter) go to the update after epoch 0, solved prompts pruned and 10% replayed; "
+        "needs a finite pool `data.pool=N`"
+    ),
     doc="selector.md",
     smoke=Smoke(metrics=("select/kept", "select/groups", "select/k")),
     paper="Learning-Zone Energy data selection, arXiv 2605.17003",

@@ -7,15 +7,18 @@ PPO clip 0.2 / 0.2 on the hinted prompt, no KL, the per-sequence token mean, plu
 ``0.1 * L_d`` re-scoring every completion under the bare prompt. The whole method is one part,
 :class:`~reasonrl.parts.HintSampling`; sampling and optimiser are grpo's tiny-reasoner settings.
 """
+
 from ..parts import KL, Advantage, HintSampling, PolicyLoss, Recipe, Smoke
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 NUDGERL = Recipe(
     name="nudgerl",
     summary="hinted sub-groups, between-hint advantages, distillation to the bare prompt",
-    details=("a group is 2 hints x 4 rollouts, each rollout dropped to the bare prompt with probability 0.5 "
-             "(`hints`); within-hint + 1.1 x between-hint advantage; a distillation term re-scores every "
-             "completion under the bare prompt"),
+    details=(
+        "a group is 2 hints x 4 rollouts, each rollout dropped to the bare prompt with probability 0.5 "
+        "(`hints`); within-hint + 1.1 x between-hint advantage; a distillation term re-scores every "
+        "completion under the bare prompt"
+    ),
     doc="selfteach.md",
     smoke=Smoke(metrics=("nudge/hinted_frac", "nudge/distill_term"), changes=(("hints.per_hint", 2),)),
     paper="NudgeRL: strategy nudging, arXiv 2605.15726 (authors' code)",

@@ -3,6 +3,7 @@
 Each is a few lines over the parts in :mod:`reasonrl.parts`; the optimiser and sampling settings
 are the tiny-reasoner CPU ones of ``grpo`` so that recipes compare on equal terms.
 """
+
 from ..parts import EDAS, KL, CorrBonus, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Stages, Veto, Smoke
 from ..rewards import OverlongPenalty
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
@@ -14,8 +15,10 @@ _SAME_AS_GRPO = "sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo,
 DAPO = Recipe(
     name="dapo",
     summary="clip-higher, token mean, dynamic sampling on raw accuracy, soft overlong penalty",
-    details=("clip-higher 0.2/0.28, token mean, dynamic sampling (`group_filter`: drop groups whose *raw accuracy* "
-             "is constant, refill up to 3 rounds), soft overlong punishment over the last 20% of the budget"),
+    details=(
+        "clip-higher 0.2/0.28, token mean, dynamic sampling (`group_filter`: drop groups whose *raw accuracy* "
+        "is constant, refill up to 3 rounds), soft overlong punishment over the last 20% of the budget"
+    ),
     smoke=Smoke(metrics=("dynamic/groups_kept", "dynamic/rounds", "reward/overlong/soft_frac")),
     paper="DAPO, arXiv 2503.14476",
     inferred=(
@@ -40,8 +43,10 @@ DAPO = Recipe(
 GSPO = Recipe(
     name="gspo",
     summary="one sequence-level ratio per response",
-    details=("one geometric-mean ratio per response, clipped per response (`ratio=\"sequence\"`; "
-             "`\"sequence-token\"` is GSPO-token)"),
+    details=(
+        'one geometric-mean ratio per response, clipped per response (`ratio="sequence"`; '
+        '`"sequence-token"` is GSPO-token)'
+    ),
     paper="GSPO, arXiv 2507.18071",
     inferred=(
         "optim.minibatches=2: the sequence clip only acts off-policy; the paper splits each rollout batch "
@@ -63,8 +68,11 @@ RLOO = Recipe(
     summary="leave-one-out baseline; batch-normalised advantages",
     details="leave-one-out baseline, sequence log-likelihood",
     paper="Back to Basics: REINFORCE Style Optimization (Ahmadian et al.), arXiv 2402.14740",
-    inferred=("PPO clip 0.2 around the REINFORCE term (TRL's RLOO)", "agg=seq-mean-token-sum (the sequence "
-              "log-likelihood)", _SAME_AS_GRPO),
+    inferred=(
+        "PPO clip 0.2 around the REINFORCE term (TRL's RLOO)",
+        "agg=seq-mean-token-sum (the sequence log-likelihood)",
+        _SAME_AS_GRPO,
+    ),
     advantage=Advantage("rloo"),
     loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="seq-mean-token-sum"),
     sampling=TINY_CPU_SAMPLING,
@@ -77,8 +85,11 @@ REINFORCE_PP = Recipe(
     summary="leave-one-out baseline; batch-normalised advantages",
     details="advantages normalised over the whole batch",
     paper="REINFORCE++, arXiv 2501.03262",
-    inferred=("the paper folds a token-level KL into the reward; here the KL is off (kl.coef=0) like grpo's "
-              "default", "agg=token-mean", _SAME_AS_GRPO),
+    inferred=(
+        "the paper folds a token-level KL into the reward; here the KL is off (kl.coef=0) like grpo's default",
+        "agg=token-mean",
+        _SAME_AS_GRPO,
+    ),
     advantage=Advantage("reinforce_pp"),
     loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.2, agg="token-mean"),
     sampling=TINY_CPU_SAMPLING,
@@ -89,11 +100,14 @@ REINFORCE_PP = Recipe(
 CISPO = Recipe(
     name="cispo",
     summary="a clipped, detached importance weight",
-    details=("clipped, detached importance weight on log-pi (`trust_region=\"cispo\"`): no token's gradient is "
-             "dropped"),
+    details=('clipped, detached importance weight on log-pi (`trust_region="cispo"`): no token\'s gradient is dropped'),
     paper="MiniMax-M1 (CISPO), arXiv 2506.13585",
-    inferred=("weight clip band [1-0.2, 1+0.28] as DAPO's (the paper effectively drops the lower bound and tunes "
-              "the upper one)", "agg=token-mean", _SAME_AS_GRPO),
+    inferred=(
+        "weight clip band [1-0.2, 1+0.28] as DAPO's (the paper effectively drops the lower bound and tunes "
+        "the upper one)",
+        "agg=token-mean",
+        _SAME_AS_GRPO,
+    ),
     advantage=Advantage("grpo"),
     loss=PolicyLoss(ratio="token", clip_low=0.2, clip_high=0.28, trust_region="cispo", agg="token-mean"),
     sampling=TINY_CPU_SAMPLING,
@@ -108,8 +122,11 @@ EDAS_DAPO = Recipe(
     doc="compare.md",
     smoke=Smoke(metrics=("dynamic/groups_kept", "reward/overlong/soft_frac")),
     paper="EDAS: Leveraging Error Diversity in Group Rollouts, arXiv 2605.17333",
-    inferred=DAPO.inferred + ("lambda_i = n(a_i)^gamma / mean over wrong rollouts, gamma=1, unparsed answers "
-                              "form one cluster: the functional form is inferred from the abstract",),
+    inferred=DAPO.inferred
+    + (
+        "lambda_i = n(a_i)^gamma / mean over wrong rollouts, gamma=1, unparsed answers "
+        "form one cluster: the functional form is inferred from the abstract",
+    ),
     advantage=DAPO.advantage,
     shapers=(EDAS(gamma=1.0),),
     loss=DAPO.loss,
@@ -125,8 +142,10 @@ EDAS_DAPO = Recipe(
 MU_GRPO = Recipe(
     name="mu_grpo",
     summary="generate once per stage, train many steps on the stored behaviour log-probs, negative-advantage veto",
-    details=("`stages`: generate once per stage with a frozen policy, train many steps on the stored behaviour "
-             "log-probs; relaxed clip [0.5, 2]; negative-advantage veto of the post-trigger suffix"),
+    details=(
+        "`stages`: generate once per stage with a frozen policy, train many steps on the stored behaviour "
+        "log-probs; relaxed clip [0.5, 2]; negative-advantage veto of the post-trigger suffix"
+    ),
     doc="compare.md",
     smoke=Smoke(metrics=("veto/frac_rows", "veto/frac_tokens", "stage/staleness", "stage/fresh")),
     paper="How off-policy can GRPO be? (Mu-GRPO), arXiv 2605.17570",

@@ -7,6 +7,7 @@ box by brace counting, MCQ letters, multipart AND, numbers within rtol 1e-2 / at
 to text) in place of the task's verifier. The dense reward is an option of that reward
 (``rewards.physics_match.dense=true``).
 """
+
 from ..parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, Smoke
 from ..rewards import OverlongPenalty, PhysicsMatch
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
@@ -14,10 +15,12 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 PHYSICS_R1 = Recipe(
     name="physics_r1",
     summary="GSPO ratio, asymmetric clip, dynamic sampling, multipart `physics_match` reward",
-    details=("Physics-R1: GRPO advantage, GSPO's sequence ratio with its own asymmetric clip band (3e-4 / 4e-4), "
-             "DAPO's dynamic sampling and overlong shaping, reward `physics_match` (last `\\boxed{}` by brace "
-             "counting, MCQ letters, multipart AND, rtol 1e-2 / atol 1e-6 after LaTeX to text; "
-             "`rewards.physics_match.dense=true` for the spec's dense reward; `--task multipart`)"),
+    details=(
+        "Physics-R1: GRPO advantage, GSPO's sequence ratio with its own asymmetric clip band (3e-4 / 4e-4), "
+        "DAPO's dynamic sampling and overlong shaping, reward `physics_match` (last `\\boxed{}` by brace "
+        "counting, MCQ letters, multipart AND, rtol 1e-2 / atol 1e-6 after LaTeX to text; "
+        "`rewards.physics_match.dense=true` for the spec's dense reward; `--task multipart`)"
+    ),
     doc="physics.md",
     smoke=Smoke("multipart", metrics=("reward/physics_match/mean", "reward/physics_match/part_acc", "dynamic/rounds")),
     paper="Physics-R1 contamination audit and GSPO+DAPO recipe (spec envs-selfplay-eval section 7)",

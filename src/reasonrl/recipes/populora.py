@@ -6,6 +6,7 @@ TrueSkill-based PFSP, 4 + 4 adapters and weight-space operators; the formulas ar
 :class:`~reasonrl.parts.PopuLoRA`; the program world, prompts and grading are the ``azr`` task. Needs
 ``lora.r > 0``: the command line uses ``lora.r=8`` unless given.
 """
+
 import dataclasses
 
 from ..parts import PopuLoRA, Smoke
@@ -16,13 +17,26 @@ POPULORA_RECIPE = dataclasses.replace(
     name="populora",
     summary="LoRA teachers propose AZR tasks for PFSP-matched LoRA students on one backbone; ratings; same-rank PBT",
     doc="selfplay.md",
-    smoke=Smoke("azr", metrics=("populora/games", "populora/teacher_reward", "populora/buckets", "populora/pbt_replaced",
-                             "populora/skill_t0"),
-              changes=(("populora.teachers", 2), ("populora.students", 2), ("populora.estimate_samples", 2),
-                       ("populora.types", "deduction"), ("populora.pbt_every", 1),
-                       ("populora.pbt_frac", 0.5))),  # two of each, PBT every step
+    smoke=Smoke(
+        "azr",
+        metrics=(
+            "populora/games",
+            "populora/teacher_reward",
+            "populora/buckets",
+            "populora/pbt_replaced",
+            "populora/skill_t0",
+        ),
+        changes=(
+            ("populora.teachers", 2),
+            ("populora.students", 2),
+            ("populora.estimate_samples", 2),
+            ("populora.types", "deduction"),
+            ("populora.pbt_every", 1),
+            ("populora.pbt_frac", 0.5),
+        ),
+    ),  # two of each, PBT every step
     paper="PopuLoRA: population-based asymmetric self-play with LoRA adapters (teachers and students on one "
-          "frozen base; the spec's section 4)",
+    "frozen base; the spec's section 4)",
     inferred=(
         "4 teachers + 4 students (the paper's best setup) as LoRA adapters on the run's model (lora.* settings, each "
         "its own init seed); student s0 is peft's 'default' adapter, the one the trainer's evaluation reads",

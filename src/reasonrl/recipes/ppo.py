@@ -4,6 +4,7 @@ Bradley-Terry reward model, spec envs-selfplay-eval section 8). The critic part
 (:mod:`reasonrl.parts.critic`) supplies the baseline, so the policy loss is the existing PPO-clip
 on per-token GAE advantages.
 """
+
 import dataclasses
 
 from ..models.reward_model import RMReward
@@ -12,14 +13,19 @@ from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 PPO = Recipe(
     name="ppo",
-    summary=("a learned critic (separate model or value head) with GAE; GRLO: PPO from the base on a Bradley-Terry "
-             "reward model's score, KL 0.5 to the start (the paper: none)"),
-    details=("PPO-clip 0.2, token mean, a learned critic (a copy of the starting model with a value head, or "
-             "`critic.model=head`) and GAE (gamma 1, lam 1, whitened, value clip 0.5), its own AdamW group (lr "
-             "5e-4): [ppo.md](ppo.md)"),
+    summary=(
+        "a learned critic (separate model or value head) with GAE; GRLO: PPO from the base on a Bradley-Terry "
+        "reward model's score, KL 0.5 to the start (the paper: none)"
+    ),
+    details=(
+        "PPO-clip 0.2, token mean, a learned critic (a copy of the starting model with a value head, or "
+        "`critic.model=head`) and GAE (gamma 1, lam 1, whitened, value clip 0.5), its own AdamW group (lr "
+        "5e-4): [ppo.md](ppo.md)"
+    ),
     doc="ppo.md",
-    smoke=Smoke(metrics=("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac",
-                         "grad_norm/critic.value")),
+    smoke=Smoke(
+        metrics=("critic/value_loss_term", "critic/explained_var", "critic/vf_clip_frac", "grad_norm/critic.value")
+    ),
     paper="PPO, arXiv 1707.06347, with GAE, arXiv 1506.02438 (verl's adv_estimator=gae)",
     inferred=(
         "GAE gamma=1, lam=1, advantages whitened over the batch's tokens, value clip 0.5: verl's defaults",
@@ -47,11 +53,15 @@ PPO = Recipe(
 GRLO = dataclasses.replace(
     PPO,
     name="grlo",
-    summary=("a learned critic (separate model or value head) with GAE; GRLO: PPO from the base on a Bradley-Terry "
-             "reward model's score, KL 0.5 to the start (the paper: none)"),
-    details=("`ppo` from the base with G = 1 on the `explain` task, reward = a Bradley-Terry reward model's score "
-             "alone (`rewards.rm.model=DIR`), k3 KL 0.5 to the start (the paper: none, `kl.coef=0`), 4 PPO "
-             "mini-batches: [ppo.md](ppo.md)"),
+    summary=(
+        "a learned critic (separate model or value head) with GAE; GRLO: PPO from the base on a Bradley-Terry "
+        "reward model's score, KL 0.5 to the start (the paper: none)"
+    ),
+    details=(
+        "`ppo` from the base with G = 1 on the `explain` task, reward = a Bradley-Terry reward model's score "
+        "alone (`rewards.rm.model=DIR`), k3 KL 0.5 to the start (the paper: none, `kl.coef=0`), 4 PPO "
+        "mini-batches: [ppo.md](ppo.md)"
+    ),
     doc="ppo.md",
     smoke=Smoke("explain", (("max_digits", 1),), ("critic/value_loss_term", "reward/rm/score", "reward/rm/mean")),
     paper="GRLO: RLHF from zero in open-ended environments (SJY8460/GRLO, train.sh)",

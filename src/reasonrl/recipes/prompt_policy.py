@@ -6,6 +6,7 @@ frozen worker, a buffer of prompts with scores and critiques, GRPO on the prompt
 the history-conditioned refinement into the history-free prompter; everything else is [inferred]). The part is
 :class:`~reasonrl.parts.PromptPolicy`; the run's ``--task`` is the worker's task.
 """
+
 import dataclasses
 
 from ..parts import PromptPolicy, Smoke
@@ -17,8 +18,10 @@ PROMPT_POLICY_RECIPE = dataclasses.replace(
     summary="a prompter trained on a frozen worker's success, with a contrastive history, distilled to one shot",
     details="",  # not grpo's (replace() would keep it): the summary says it
     doc="prompt_policy.md",
-    smoke=Smoke(metrics=("prompt_policy/worker_calls", "prompt_policy/best_reward", "prompt_policy/distill_term"),
-              changes=(("prompt_policy.instances", 2),)),
+    smoke=Smoke(
+        metrics=("prompt_policy/worker_calls", "prompt_policy/best_reward", "prompt_policy/distill_term"),
+        changes=(("prompt_policy.instances", 2),),
+    ),
     paper="Prompt-policy RL by iterative distillation of experience with a black-box worker (the spec's section 5)",
     inferred=(
         "the run's model is the prompter; the worker (prompt_policy.worker=base: the shipped model, frozen, greedy; "

@@ -7,22 +7,26 @@ solution. Both papers were available as abstract and introduction only: every fu
 [inferred] (shared/specs/distill-and-data.md sections 1-2) and a config field with the spec's default.
 Sampling and optimiser are grpo's tiny-reasoner CPU settings, so the recipes compare with grpo.
 """
+
 import dataclasses
 
 from ..parts import PolicyLoss, Smoke
 from ..parts.selfteach import EGRSD, SSOPD
 from .grpo import GRPO
 
-_SAME_AS_GRPO = ("group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo, "
-                 "for equal-terms comparisons")
+_SAME_AS_GRPO = (
+    "group_size=8, sampling (T=0.8) and optimiser (AdamW lr 5e-5, cosine) as grpo, for equal-terms comparisons"
+)
 
 SSOPD_RECIPE = dataclasses.replace(
     GRPO,
     name="ssopd",
     summary="the model, shown its shortest correct answer, distils into its longest wrong one",
-    details=("GRPO + on-policy self-distillation: in each mixed group the model, shown its own shortest correct "
-             "answer, teaches itself at every prefix of its longest wrong one (forward KL, frontier weight "
-             "4p(1-p); `ssopd`)"),
+    details=(
+        "GRPO + on-policy self-distillation: in each mixed group the model, shown its own shortest correct "
+        "answer, teaches itself at every prefix of its longest wrong one (forward KL, frontier weight "
+        "4p(1-p); `ssopd`)"
+    ),
     doc="selfteach.md",
     smoke=Smoke(metrics=("distill/pairs", "distill/frontier_weight", "distill/ssopd_term")),
     paper="SSOPD: Self-Supervised On-Policy Distillation, arXiv 2605.17497",
@@ -56,9 +60,11 @@ EGRSD_RECIPE = dataclasses.replace(
     GRPO,
     name="egrsd",
     summary="token advantages from a teacher shown the reference solution, gated by entropy",
-    details=("token advantages A x teacher-student disagreement x an entropy gate with a floor, the teacher being "
-             "the model shown the reference solution (`egrsd`); `cl_egrsd` lets a high-entropy token whose next "
-             "tokens are confident keep its weight (`egrsd.lookahead=8`)"),
+    details=(
+        "token advantages A x teacher-student disagreement x an entropy gate with a floor, the teacher being "
+        "the model shown the reference solution (`egrsd`); `cl_egrsd` lets a high-entropy token whose next "
+        "tokens are confident keep its weight (`egrsd.lookahead=8`)"
+    ),
     doc="selfteach.md",
     smoke=Smoke(metrics=("egrsd/rows",)),
     paper="EGRSD: Respecting Self-Uncertainty in On-Policy Self-Distillation, arXiv 2605.13255",

@@ -10,6 +10,7 @@ reasoner was never taught to write critiques, so as a verifier it produces no pa
 ``<first_error>`` tag until it is warm-started on critiques (tasks.guidance.synthetic_critiques);
 ``redirect.critic=model`` co-trains the policy as the verifier, as the paper does.
 """
+
 import dataclasses
 
 from ..parts import Redirect, Smoke
@@ -19,9 +20,11 @@ STRIDE = dataclasses.replace(
     GRPO,
     name="stride",
     summary="failed rollouts redirected from their first wrong step under a critique",
-    details=("a second round: each failed rollout's first wrong step is named by a critique, the steps before it "
-             "kept, 4 continuations regenerated under the critique and trained without it on their suffix only, "
-             "harmless advantage max(r - b, 0), clipped importance ratio (`redirect`)"),
+    details=(
+        "a second round: each failed rollout's first wrong step is named by a critique, the steps before it "
+        "kept, 4 continuations regenerated under the critique and trained without it on their suffix only, "
+        "harmless advantage max(r - b, 0), clipped importance ratio (`redirect`)"
+    ),
     doc="selfteach.md",
     smoke=Smoke(metrics=("stride/redirects", "stride/success_rate", "stride/unparsed")),
     paper="STRIDE: language-driven stepwise trajectory redirection, arXiv 2605.18851 (abstract and intro only)",

@@ -7,15 +7,18 @@ answers (20% of the batch) and ExGRPO-style replay of past successes (25%, k = 1
 The generative proof reward of the paper is left out: the built-in tasks have exact verifiers. The
 SFT stage is ``reasonrl pretrain --curriculum reverse_ppl``; the test-time loop ``reasonrl eval --refine N``.
 """
+
 from ..parts import KL, Advantage, GroupFilter, Optim, PolicyLoss, Recipe, RefineReplay, Smoke
 from .grpo import TINY_CPU_OPTIM, TINY_CPU_SAMPLING
 
 SU01 = Recipe(
     name="su01",
     summary="GSPO + zero-std filtering + self-refine prompts + replay of past successes",
-    details=("GSPO (clip 1e-3) with zero-std filtering, self-refinement prompts from recent wrong answers (20% of "
-             "a batch) and replay of past successes (25%, one per group, old log-probs kept) (`refine_replay`); "
-             "with `pretrain --curriculum reverse_ppl` and `eval --refine N`"),
+    details=(
+        "GSPO (clip 1e-3) with zero-std filtering, self-refinement prompts from recent wrong answers (20% of "
+        "a batch) and replay of past successes (25%, one per group, old log-probs kept) (`refine_replay`); "
+        "with `pretrain --curriculum reverse_ppl` and `eval --refine N`"
+    ),
     doc="su01.md",
     smoke=Smoke(metrics=("su01/refine_buffer", "su01/replay_buffer", "su01/refine_groups")),
     paper="SU-01: reverse-perplexity SFT, GSPO with self-refine and replay, test-time refine, arXiv 2605.13301",

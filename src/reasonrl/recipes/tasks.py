@@ -5,6 +5,7 @@ Each keeps grpo's estimator, loss, sampling and optimiser, so that ``reasonrl co
 grpo,<recipe> --task <task>`` isolates what the method changes: its reward, its credit assignment
 or its sampler.
 """
+
 import dataclasses
 
 from ..parts import BeamSampling, Recipe, Steering, StepCredit, Smoke
@@ -25,8 +26,10 @@ def _on_grpo(**changes) -> Recipe:
 TEMPO = _on_grpo(
     name="tempo",
     summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
-    details=("two-mode reward: a response citing a post-cutoff fact scores `-leaks/claims`, a leak-free one its "
-             "task score (`--task temporal`)"),
+    details=(
+        "two-mode reward: a response citing a post-cutoff fact scores `-leaks/claims`, a leak-free one its "
+        "task score (`--task temporal`)"
+    ),
     doc="tasks.md",
     smoke=Smoke("temporal", metrics=("reward/tempo/leak_rate", "reward/tempo/task_score", "reward/tempo/mean")),
     paper="TEMPO: Temporal Enforcement via Mode-separated Policy Optimization, arXiv 2605.18843",
@@ -48,8 +51,10 @@ TEMPO = _on_grpo(
 SAPO = _on_grpo(
     name="sapo",
     summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
-    details=("per-step group-relative advantages, each given only to its step's tokens (`shapers=(StepCredit(),)`, "
-             "`--task recommend`)"),
+    details=(
+        "per-step group-relative advantages, each given only to its step's tokens (`shapers=(StepCredit(),)`, "
+        "`--task recommend`)"
+    ),
     doc="tasks.md",
     smoke=Smoke("recommend", metrics=("steps/reward_level0", "steps/token_coverage")),
     paper="SAPO: Step-Aligned Policy Optimization, arXiv 2605.17648",
@@ -67,8 +72,10 @@ SAPO = _on_grpo(
 SSPO = _on_grpo(
     name="sspo",
     summary="leak-aware two-mode reward; per-step credit; set reward with format (their own tasks)",
-    details=("reward = format (four stages in order, then a label set) + Jaccard of the predicted label set "
-             "(`--task diagnosis`)"),
+    details=(
+        "reward = format (four stages in order, then a label set) + Jaccard of the predicted label set "
+        "(`--task diagnosis`)"
+    ),
     doc="tasks.md",
     smoke=Smoke("diagnosis", metrics=("reward/sspo/format_rate", "reward/sspo/set_score", "reward/sspo/mean")),
     paper="SSPO / CardioThink, arXiv 2605.17308",
@@ -88,9 +95,11 @@ SSPO = _on_grpo(
 CODETHINKER = _on_grpo(
     name="codethinker",
     summary="trace-consistency reward + beam branching; steered rollouts toward a behaviour",
-    details=("consistency reward (outcome gated by the trace's consistency + a process term) and dynamic beam "
-             "sampling (`beam`: half the group sampled, the rest branched from the best prefixes, budget never "
-             "exceeded; `--task code`)"),
+    details=(
+        "consistency reward (outcome gated by the trace's consistency + a process term) and dynamic beam "
+        "sampling (`beam`: half the group sampled, the rest branched from the best prefixes, budget never "
+        "exceeded; `--task code`)"
+    ),
     doc="tasks.md",
     smoke=Smoke("code", metrics=("beam/branches", "beam/budget", "reward/consistency/mean")),
     paper="CodeThinker: consistency-based RL for code reasoning, arXiv 2605.17958",
@@ -123,11 +132,16 @@ _POSITIVE, _NEGATIVE = _spaced_pairs()
 VSPO = _on_grpo(
     name="vspo",
     summary="trace-consistency reward + beam branching; steered rollouts toward a behaviour",
-    details=("rollouts at a grid of steering intensities along a behaviour's activation direction (`steering`), "
-             "GRPO update of the unsteered policy; reward = task + 0.5 x behaviour"),
+    details=(
+        "rollouts at a grid of steering intensities along a behaviour's activation direction (`steering`), "
+        "GRPO update of the unsteered policy; reward = task + 0.5 x behaviour"
+    ),
     doc="tasks.md",
-    smoke=Smoke(task_options=(("spaced_rate", 0.05),), metrics=("steer/alpha_max", "reward/spaced/mean"),
-              changes=(("steering.layer", 1),)),  # the test model has 2 layers
+    smoke=Smoke(
+        task_options=(("spaced_rate", 0.05),),
+        metrics=("steer/alpha_max", "reward/spaced/mean"),
+        changes=(("steering.layer", 1),),
+    ),  # the test model has 2 layers
     paper="VSPO: Vector-Steered Policy Optimization, arXiv 2605.15604",
     inferred=(
         "the behaviour on the tiny reasoner: the spaced style of the chain of thought ('7 + 5 + 0 = 12'); train from "

@@ -8,6 +8,7 @@ teacher is ``teacher.model`` (default ``builtin:teacher``: a longer warm start o
 docs/teacher.md). Sampling and optimiser are grpo's tiny-reasoner CPU settings, so the recipes
 compare with grpo from the same student.
 """
+
 import dataclasses
 
 from ..parts import KDRL, RKLOPD, TGPO, PolicyLoss, Teacher, Smoke
@@ -29,14 +30,17 @@ TGPO_RECIPE = dataclasses.replace(
     GRPO,
     name="tgpo",
     summary="a frozen external teacher's greedy tokens as a regulariser, an advantage, a reverse KL, a KL term",
-    details=("an external frozen teacher (`teacher.model`, same vocabulary, checked) gives its greedy token at "
-             "each of the student's prefixes; `tgpo` adds a decaying regulariser raising the student's log-prob of "
-             "that token (lambda_0 0.002, delta 1e-5), `tgpo_adv` turns it into a token advantage (0.02, 1e-4); "
-             "student log-probs at both label sets from one forward"),
+    details=(
+        "an external frozen teacher (`teacher.model`, same vocabulary, checked) gives its greedy token at "
+        "each of the student's prefixes; `tgpo` adds a decaying regulariser raising the student's log-prob of "
+        "that token (lambda_0 0.002, delta 1e-5), `tgpo_adv` turns it into a token advantage (0.02, 1e-4); "
+        "student log-probs at both label sets from one forward"
+    ),
     doc="teacher.md",
     smoke=Smoke(metrics=("teacher/agree", "teacher/tgpo_coef")),
     paper=_SOURCE + ", reg variant",
-    inferred=_COMMON + (
+    inferred=_COMMON
+    + (
         "tgpo.variant=reg (the spec's default; which variant the paper's headline uses is not certain)",
         "reg term lambda_k * token-mean(-log pi_theta(teacher argmax)), from the policy's own forward; "
         "tgpo.coef=0.002, tgpo.decay=1e-5, tgpo.min_coef=0; " + _STEP,
@@ -52,7 +56,8 @@ TGPO_ADV_RECIPE = dataclasses.replace(
     name="tgpo_adv",
     smoke=Smoke(metrics=("teacher/agree", "teacher/tgpo_coef", "teacher/tgpo_prob")),
     paper=_SOURCE + ", adv variant",
-    inferred=_COMMON + (
+    inferred=_COMMON
+    + (
         "token advantage A_i + lambda_k exp(log pi_old(teacher argmax)), pi_old from a no-grad pass of the policy "
         "before the update; tgpo.coef=0.02, tgpo.decay=1e-4, tgpo.min_coef=0; " + _STEP,
     ),
@@ -62,11 +67,14 @@ TGPO_ADV_RECIPE = dataclasses.replace(
 RKL_OPD_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="rkl_opd",
-    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
-             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
+    details=(
+        "the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+        "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"
+    ),
     smoke=Smoke(metrics=("teacher/agree", "teacher/rkl")),
     paper=_SOURCE + ", reverse-KL on-policy distillation baseline",
-    inferred=_COMMON + (
+    inferred=_COMMON
+    + (
         "token advantage log pi_T(y_t) - log pi_old(y_t) alone (the released compute_rkl_advantage), "
         "pi_old = the rollout's behaviour log-probs; rkl_opd.grpo_weight=1, rkl_opd.coef=0.002 is the "
         "grpo_merge_rkl variant",
@@ -78,11 +86,14 @@ RKL_OPD_RECIPE = dataclasses.replace(
 KDRL_RECIPE = dataclasses.replace(
     TGPO_RECIPE,
     name="kdrl",
-    details=("the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
-             "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"),
+    details=(
+        "the same teacher as baselines: reverse-KL on-policy distillation as a token advantage log pi_T - log "
+        "pi_old; KDRL's GRPO + beta KL(student \\|\\| teacher) (k2, beta 0.002)"
+    ),
     smoke=Smoke(metrics=("teacher/agree", "teacher/kdrl_kl")),
     paper=_SOURCE + ", KDRL baseline",
-    inferred=_COMMON + (
+    inferred=_COMMON
+    + (
         "loss = L_GRPO + beta * token-mean(0.5 (log pi_T - log pi_theta)^2) on the sampled tokens, beta 0.002 "
         "(the docstring's J_GRPO - beta KL; the released code subtracts the term, which would push away from "
         "the teacher); kdrl.estimator=k2 as the code (the spec's text reads k1)",

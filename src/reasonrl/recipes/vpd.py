@@ -9,6 +9,7 @@ default is [inferred] (shared/specs/distill-and-data.md section 4) and a ``vpd.*
 Needs ``lora.r > 0``: the command line uses ``lora.r=8`` unless given. With the built-in arithmetic task the default
 feedback is the task's critique, computed against the gold working (see docs/vpd.md).
 """
+
 import dataclasses
 
 from ..parts import VPD, Smoke
@@ -18,9 +19,11 @@ VPD_RECIPE = dataclasses.replace(
     GRPO,
     name="vpd",
     summary="a feedback-reading teacher adapter and the student adapter trained by variational EM",
-    details=("two LoRA adapters on one backbone: a teacher adapter samples under prompt + an attempt + feedback "
-             "(E-step: GRPO + beta KL to the student, beta by an adaptive trust-region controller), the student is "
-             "distilled toward it by reverse KL on its own rollouts (M-step); needs `lora.r > 0`"),
+    details=(
+        "two LoRA adapters on one backbone: a teacher adapter samples under prompt + an attempt + feedback "
+        "(E-step: GRPO + beta KL to the student, beta by an adaptive trust-region controller), the student is "
+        "distilled toward it by reverse KL on its own rollouts (M-step); needs `lora.r > 0`"
+    ),
     doc="vpd.md",
     smoke=Smoke(metrics=("vpd/beta", "vpd/teacher_accuracy", "vpd/e_loss_term", "vpd/m_loss_term")),
     paper="VPD: Variational Policy Distillation, arXiv 2605.15113",

@@ -4,6 +4,7 @@ The page needs nothing beside it and reaches for nothing: plots are PNGs inside 
 (``data:`` URIs), the style is inline, there is no script, and a Content-Security-Policy blocks any
 other source. Every value read from the folder is escaped (completions are model output).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ A run folder is one with ``config.yaml`` and ``metrics.jsonl`` (both written as 
 write them (an older or unfinished run lacks them: the page says so). A compare folder is one with ``compare.json``.
 An audit (``reasonrl audit --out DIR``) is ``DIR/audit.json`` or ``DIR/audit/audit.json``.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,10 @@ class CompareFolder:
 def folder_kind(path: Path) -> str:
     """``"compare"`` or ``"run"``; anything else is a UserError naming the files looked for."""
     if not path.exists():
-        raise MissingPathError(f"{path} does not exist; give a run folder (reasonrl train --out) or a compare "
-                               "folder (reasonrl compare --out)")
+        raise MissingPathError(
+            f"{path} does not exist; give a run folder (reasonrl train --out) or a compare "
+            "folder (reasonrl compare --out)"
+        )
     if not path.is_dir():
         raise MissingPathError(f"{path} is a file; give the folder that holds it")
     if (path / "compare.json").is_file():
@@ -75,8 +78,9 @@ def folder_kind(path: Path) -> str:
     missing = [n for n in ("config.yaml", "metrics.jsonl") if not (path / n).is_file()]
     if not missing:
         return "run"
-    raise MissingPathError(f"{path} is neither a compare folder (no compare.json) nor a run folder (no "
-                           f"{' and no '.join(missing)})")
+    raise MissingPathError(
+        f"{path} is neither a compare folder (no compare.json) nor a run folder (no {' and no '.join(missing)})"
+    )
 
 
 def load_run(path: Path) -> RunFolder:
@@ -97,7 +101,9 @@ def _check_compare(path: Path, report: Any) -> dict[str, Any]:
         raise UserError(f"{path}: expected a JSON object as `reasonrl compare` writes, got {type(report).__name__}")
     missing = [k for k in ("recipes", "table", "runs") if k not in report]
     if missing:
-        raise UserError(f"{path}: no {', '.join(repr(k) for k in missing)}; is it a compare.json of `reasonrl compare`?")
+        raise UserError(
+            f"{path}: no {', '.join(repr(k) for k in missing)}; is it a compare.json of `reasonrl compare`?"
+        )
     return report
 
 

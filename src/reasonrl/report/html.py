@@ -6,6 +6,7 @@ output; a config value or a task prompt may hold ``<``), so every value goes thr
 a Content-Security-Policy that allows inline style and ``data:`` images and nothing else: a
 reference to the network, were one to slip in, is blocked by the browser rather than fetched.
 """
+
 from __future__ import annotations
 
 import base64
@@ -57,13 +58,14 @@ def fmt(value: Any, digits: int = 4) -> str:
         return str(value)
     if not math.isfinite(value):
         return str(value)
-    return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+    return f"{value:.{digits}g}" if abs(value) < 10**digits else f"{value:.0f}"
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], left: int = 1) -> Raw:
     """A table; the first ``left`` columns are left-aligned (names), the rest right-aligned (numbers)."""
+
     def cells(values: Sequence[Any], tag: str) -> str:
-        return "".join(f'<{tag}{" class=l" if i < left else ""}>{esc(v)}</{tag}>' for i, v in enumerate(values))
+        return "".join(f"<{tag}{' class=l' if i < left else ''}>{esc(v)}</{tag}>" for i, v in enumerate(values))
 
     body = "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows)
     return Raw(f"<table><thead><tr>{cells(headers, 'th')}</tr></thead><tbody>{body}</tbody></table>")
@@ -88,8 +90,10 @@ def pre(text: Any) -> Raw:
 
 
 def details(summary: str, *parts: str, open_: bool = False) -> Raw:
-    return Raw(f'<details{" open" if open_ else ""}><summary>{esc(summary)}</summary>'
-               f'{"".join(esc(p) for p in parts)}</details>')
+    return Raw(
+        f"<details{' open' if open_ else ''}><summary>{esc(summary)}</summary>"
+        f"{''.join(esc(p) for p in parts)}</details>"
+    )
 
 
 def png(path: Path, alt: str) -> Raw:
@@ -102,9 +106,11 @@ def page(title: str, subtitle: str, sections: Sequence[tuple[str, str, str]]) ->
     """The whole document; ``sections`` are (anchor, nav label, section HTML)."""
     nav = "".join(f'<a href="#{esc(a)}">{esc(label)}</a>' for a, label, _ in sections)
     body = "".join(esc(s) for _, _, s in sections)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-            f"<header><h1>{esc(title)}</h1><div class=meta>{esc(subtitle)}</div><nav>{nav}</nav></header>"
-            f"{body}</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
+        f"<header><h1>{esc(title)}</h1><div class=meta>{esc(subtitle)}</div><nav>{nav}</nav></header>"
+        f"{body}</body></html>\n"
+    )

@@ -5,6 +5,7 @@ A reward is any callable ``(prompts, completions, **columns) -> list[float | Non
 and errors that name the task, row and completion. Built-ins can be made by name from config
 files with :func:`get_reward` (names in :data:`REWARDS`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -101,11 +102,15 @@ def get_reward(name: str, **kwargs: Any) -> Reward:
     """
     if is_reward_path(name):
         if kwargs:
-            raise TypeError(f"get_reward({name!r}): a reward function from a file takes no options, got {sorted(kwargs)}")
+            raise TypeError(
+                f"get_reward({name!r}): a reward function from a file takes no options, got {sorted(kwargs)}"
+            )
         return UserReward(name)
     if name not in REWARDS:
-        raise ValueError(f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}, or a function in a "
-                         "Python file: path/to/rewards.py:function")
+        raise ValueError(
+            f"unknown reward {name!r}; valid names: {', '.join(sorted(REWARDS))}, or a function in a "
+            "Python file: path/to/rewards.py:function"
+        )
     try:
         return REWARDS[name](**kwargs)
     except TypeError as err:

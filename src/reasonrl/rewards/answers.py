@@ -14,6 +14,7 @@ Conventions: a comma is only ever a thousands separator (``"1,5"`` is not a numb
 exponents (``"1e3"``) are accepted but limited to ``|exponent| <= 1000`` so that a hostile
 completion cannot make us build a gigantic digit string.
 """
+
 from __future__ import annotations
 
 import math
@@ -104,7 +105,7 @@ def _unwrap(text: str) -> str:
         text = text.strip()
         for left, right in pairs:
             if len(text) >= len(left) + len(right) and text.startswith(left) and text.endswith(right):
-                text = text[len(left): len(text) - len(right)]
+                text = text[len(left) : len(text) - len(right)]
                 break
         else:
             if text.startswith("\\boxed{") and matching_brace(text, 6) == len(text) - 1:
@@ -157,7 +158,7 @@ def all_boxed(text: str, *, loose: bool = False) -> list[str]:
     for m in (_BOX_LOOSE if loose else _BOX_STRICT).finditer(text):
         close = matching_brace(text, m.end() - 1)
         if close is not None:
-            out.append(text[m.end(): close].strip())
+            out.append(text[m.end() : close].strip())
     return out
 
 
@@ -219,9 +220,9 @@ def stated_answer(text: str) -> str | None:
     number of its sentence), or None. The first, because a small model that has stated its answer
     rambles on and often states other numbers after it (issue 42's greedy outputs)."""
     for m in _STATEMENT.finditer(text):
-        rest = text[m.end():]
+        rest = text[m.end() :]
         end = _STATEMENT_END.search(rest)
-        number = _last_number_of(rest[:end.start()] if end else rest)
+        number = _last_number_of(rest[: end.start()] if end else rest)
         if number is not None:
             return number
     return None
@@ -261,5 +262,3 @@ def resolve_extractor(extract: Extractor | str | None) -> Extractor | None:
     if isinstance(extract, str) and extract in EXTRACTORS:
         return EXTRACTORS[extract]
     raise ValueError(f"unknown extractor {extract!r}; valid names: {sorted(EXTRACTORS)} or a callable")
-
-

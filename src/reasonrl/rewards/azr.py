@@ -9,6 +9,7 @@
 
 Pure functions, no torch (the rewards layer).
 """
+
 from __future__ import annotations
 
 __all__ = ["BAD_FORMAT", "WRONG", "azr_format_shaping", "azr_proposer_reward", "azr_proposal_reward"]

@@ -6,6 +6,7 @@ row". Built-in rewards subclass :class:`Reward`, whose :meth:`Reward.score` also
 :func:`score_rewards` is the one place that calls a reward: it validates what comes back and turns
 an exception into a :class:`RewardError` naming the task, the row and the completion.
 """
+
 from __future__ import annotations
 
 import math
@@ -118,6 +119,7 @@ def score_rewards(
     metrics = {**summarize(name, values), **result.metrics}
     failed = None if result.failed is None else [bool(f) for f in result.failed]
     if failed is not None and (len(failed) != len(values) or any(f and v is not None for f, v in zip(failed, values))):
-        raise RewardError(task, name, None, None, "its failed rows must be one flag per row, each failed row's value None")
+        raise RewardError(
+            task, name, None, None, "its failed rows must be one flag per row, each failed row's value None"
+        )
     return RewardResult(list(values), metrics, failed)
-

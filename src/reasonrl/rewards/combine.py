@@ -5,6 +5,7 @@
 called through :func:`~reasonrl.rewards.base.score_rewards`, so its output is validated and its
 metrics (``reward/<component>/...``) are passed on next to ``reward/<name>/mean``.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,7 @@ def _why(err: RewardError) -> str:
     suffix = "" if err.completion is None else f"\n  completion: {err.completion[:200]!r}"
     text = str(err)
     if text.startswith(prefix) and text.endswith(suffix):
-        text = text[len(prefix): len(text) - len(suffix)]
+        text = text[len(prefix) : len(text) - len(suffix)]
     return text
 
 
@@ -59,7 +60,7 @@ def _rename(metrics: dict[str, float], old: str, new: str) -> dict[str, float]:
     if old == new:
         return dict(metrics)
     prefix = f"reward/{old}/"
-    return {(f"reward/{new}/" + k[len(prefix):] if k.startswith(prefix) else k): v for k, v in metrics.items()}
+    return {(f"reward/{new}/" + k[len(prefix) :] if k.startswith(prefix) else k): v for k, v in metrics.items()}
 
 
 class Weighted(Reward):

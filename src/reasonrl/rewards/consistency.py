@@ -31,6 +31,7 @@ without assertions.
 Nothing here executes model text: the true trace comes with the item (``meta["trace"]``, a list
 of ``[line, var, value]``), produced by the task that ran the program in the sandbox.
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,9 +42,22 @@ from typing import Any, Sequence
 
 from .base import Reward, RewardResult
 
-__all__ = ["Assertion", "Step", "canon_value", "normalize_output", "parse_steps", "parse_output", "parse_trace",
-           "step_boundaries", "consistency", "prefix_consistency", "first_inconsistent_step", "branch_point",
-           "ConsistencyReward", "MODES"]
+__all__ = [
+    "Assertion",
+    "Step",
+    "canon_value",
+    "normalize_output",
+    "parse_steps",
+    "parse_output",
+    "parse_trace",
+    "step_boundaries",
+    "consistency",
+    "prefix_consistency",
+    "first_inconsistent_step",
+    "branch_point",
+    "ConsistencyReward",
+    "MODES",
+]
 
 Assertion = tuple  # (line: int, var: str | None, value: str); var None marks a malformed claim
 PROCESS_TERMS = ("precision", "f1")
@@ -143,7 +157,7 @@ def _parse_assignments(body: str, line: int) -> list:
         end = _scan_value(body, eq.end()) if eq else -1
         if end < 0:
             return out + [(line, None, body[i:].strip())]
-        text = body[eq.end():end]
+        text = body[eq.end() : end]
         if text[0] not in "'\"[({" and "=" in text:  # worked value "5+5=10": the claim is the last part
             text = text.rsplit("=", 1)[1]
         out.append((line, name.group(), canon_value(text)))
@@ -325,8 +339,10 @@ class ConsistencyReward(Reward):
         values, stats = [], {"c": 0.0, "o": 0.0, "gated": 0.0, "none": 0.0, "recall": 0.0, "unparsed": 0.0}
         for row, (completion, answer, meta) in enumerate(zip(completions, answers, metas)):
             if not isinstance(meta, dict) or self.trace_key not in meta:
-                raise ValueError(f"{self.name}: row {row}: meta has no {self.trace_key!r} (the true trace); "
-                                 "use a task that traces its programs (task 'code')")
+                raise ValueError(
+                    f"{self.name}: row {row}: meta has no {self.trace_key!r} (the true trace); "
+                    "use a task that traces its programs (task 'code')"
+                )
             claims, predicted = parse_trace(completion)
             c, ok = consistency(claims, meta[self.trace_key])
             o = float(predicted is not None and normalize_output(predicted) == normalize_output(str(answer)))
@@ -339,6 +355,12 @@ class ConsistencyReward(Reward):
             stats["recall"] += recall
             stats["unparsed"] += float(predicted is None)
         n = max(len(completions), 1)
-        names = {"c": "c_mean", "o": "outcome_rate", "gated": "gated_out_rate", "none": "no_trace_rate",
-                 "recall": "recall_mean", "unparsed": "unparsed_frac"}
+        names = {
+            "c": "c_mean",
+            "o": "outcome_rate",
+            "gated": "gated_out_rate",
+            "none": "no_trace_rate",
+            "recall": "recall_mean",
+            "unparsed": "unparsed_frac",
+        }
         return RewardResult(values, {f"reward/{self.name}/{names[k]}": v / n for k, v in stats.items()})

@@ -13,6 +13,7 @@
 
 Pure functions, no torch (the rewards layer).
 """
+
 from __future__ import annotations
 
 __all__ = ["GENERATOR_REWARDS", "PAID", "evoenv_generator_reward", "in_band"]
@@ -26,8 +27,14 @@ def in_band(p_hat: float, p_lo: float, p_hi: float) -> bool:
     return p_lo <= p_hat <= p_hi
 
 
-def evoenv_generator_reward(level: int, p_hat: float | None, mode: str = "learnability",
-                            p_lo: float = 0.1, p_hi: float = 0.8, paid: str = "admitted") -> float:
+def evoenv_generator_reward(
+    level: int,
+    p_hat: float | None,
+    mode: str = "learnability",
+    p_lo: float = 0.1,
+    p_hi: float = 0.8,
+    paid: str = "admitted",
+) -> float:
     """The generator's reward for one environment. ``level``: the stage that rejected it (1-2: L1/L2,
     3-4: L3/L4/novelty), or 0 when it reached calibration, which then needs ``p_hat``; ``paid``: see the module."""
     if level in (1, 2):

@@ -7,6 +7,7 @@
 
 Both score every row (never ``None``): format applies to any completion.
 """
+
 from __future__ import annotations
 
 import re

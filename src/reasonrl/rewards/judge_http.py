@@ -14,6 +14,7 @@ fails at once. A request that still fails raises :class:`JudgeTimeout` (its dead
 :class:`JudgeFailure`; the judge reward leaves such a row out of training (:mod:`reasonrl.rewards.judge`).
 No HTTP proxy is used (``http.client`` directly): a judge server is reached as given.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -94,9 +95,14 @@ def post_json(url: str, payload: dict, headers: dict[str, str], end: float) -> d
         raise Transient(f"malformed reply ({type(err).__name__}: {err}): {body[:200]!r}") from err
 
 
-def with_retries(attempt: Callable[[float], str], deadline: float, retries: int, backoff: float,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> tuple[str, int]:
+def with_retries(
+    attempt: Callable[[float], str],
+    deadline: float,
+    retries: int,
+    backoff: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[str, int]:
     """``attempt(end)`` until it returns, retrying :class:`Transient` failures (module docs): (its text,
     the retries it took). :class:`JudgeTimeout` when the deadline passed, :class:`JudgeFailure` else."""
     end, done = clock() + deadline, 0
@@ -105,23 +111,39 @@ def with_retries(attempt: Callable[[float], str], deadline: float, retries: int,
             return attempt(end), done
         except Transient as err:
             last = err
-        wait = backoff * 2 ** done
+        wait = backoff * 2**done
         if done == retries or clock() + wait >= end:  # out of retries, or the next would start past the deadline
             break
         sleep(wait)
         done += 1
-    failure = JudgeTimeout(f"no verdict within {deadline:g} s ({last})") if last.timeout or clock() >= end \
+    failure = (
+        JudgeTimeout(f"no verdict within {deadline:g} s ({last})")
+        if last.timeout or clock() >= end
         else JudgeFailure(f"{last} (after {done} retries)")
+    )
     failure.retries = done
     raise failure
 
 
-def chat_completion(base: str, prompt: str, *, model: str, max_tokens: int, timeout: float, retries: int = 0,
-                    backoff: float = 0.5, api_key: str | None = None) -> tuple[str, int]:
+def chat_completion(
+    base: str,
+    prompt: str,
+    *,
+    model: str,
+    max_tokens: int,
+    timeout: float,
+    retries: int = 0,
+    backoff: float = 0.5,
+    api_key: str | None = None,
+) -> tuple[str, int]:
     """One OpenAI-compatible chat completion's text and the retries it took, within ``timeout`` seconds in
     all; :class:`JudgeTimeout` or :class:`JudgeFailure` otherwise."""
-    payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
-               "max_tokens": max_tokens}
+    payload = {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0,
+        "max_tokens": max_tokens,
+    }
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
     url = base.rstrip("/") + "/chat/completions"
 
@@ -131,6 +153,7 @@ def chat_completion(base: str, prompt: str, *, model: str, max_tokens: int, time
             return str(reply["choices"][0]["message"]["content"])
         except (KeyError, IndexError, TypeError) as err:
             raise Transient(f"malformed reply ({type(err).__name__}: {err}): {str(reply)[:200]}") from err
+
     return with_retries(attempt, timeout, retries, backoff)
 
 
@@ -138,8 +161,18 @@ class HttpJudge:
     """The ``http(s)://`` backend: ``concurrency`` requests at once; ``retries`` holds the last call's
     total of retries (the judge reward reports it as ``judge/retries``)."""
 
-    def __init__(self, base: str, *, model: str, max_tokens: int, timeout: float, retries: int, backoff: float,
-                 concurrency: int, api_key: str | None):
+    def __init__(
+        self,
+        base: str,
+        *,
+        model: str,
+        max_tokens: int,
+        timeout: float,
+        retries: int,
+        backoff: float,
+        concurrency: int,
+        api_key: str | None,
+    ):
         self.base, self.model, self.max_tokens, self.api_key = base, model, max_tokens, api_key
         self.timeout, self.max_retries, self.backoff, self.concurrency = timeout, retries, backoff, concurrency
         self.retries = 0
@@ -147,9 +180,16 @@ class HttpJudge:
 
     def one(self, prompt: str) -> str | Exception:
         try:
-            text, retried = chat_completion(self.base, prompt, model=self.model, max_tokens=self.max_tokens,
-                                            timeout=self.timeout, retries=self.max_retries, backoff=self.backoff,
-                                            api_key=self.api_key)
+            text, retried = chat_completion(
+                self.base,
+                prompt,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                timeout=self.timeout,
+                retries=self.max_retries,
+                backoff=self.backoff,
+                api_key=self.api_key,
+            )
         except (JudgeTimeout, JudgeFailure) as err:
             retried, text = err.retries, err
         with self._lock:

@@ -20,6 +20,7 @@ a thousands separator only in groups of exactly three (``1,5`` is not a number);
 (``50\\%`` reads 50); a leading ``x =`` (one symbol and an equals sign) is dropped; leading zeros are
 read away (``007`` is 7); implicit products (``2\\sqrt{2}``, ``2(3)``) are not numbers.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,16 +36,33 @@ _MAX_EXPONENT = 400  # 10**400 overflows a float anyway; refuse before Python bu
 _SPACING = re.compile(r"\\[,;:! ]|\\quad|\\qquad|~")
 _DELIMS = re.compile(r"\$|\\\(|\\\)|\\\[|\\\]|\\left|\\right|\\displaystyle")
 _TEXT_CMDS = ("\\text", "\\mathrm", "\\textrm", "\\mathbf", "\\operatorname", "\\rm", "\\mbox")
-_SYMBOLS = {"\\times": "*", "\\cdot": "*", "\\ast": "*", "\\div": "/", "\\pi": "pi", "\\%": "%",
-            "\\degree": "deg", "^\\circ": "deg", "\\circ": "deg", "\u2212": "-", "\u00d7": "*", "\u00b7": "*"}
+_SYMBOLS = {
+    "\\times": "*",
+    "\\cdot": "*",
+    "\\ast": "*",
+    "\\div": "/",
+    "\\pi": "pi",
+    "\\%": "%",
+    "\\degree": "deg",
+    "^\\circ": "deg",
+    "\\circ": "deg",
+    "\u2212": "-",
+    "\u00d7": "*",
+    "\u00b7": "*",
+}
 _GROUPED = re.compile(r"(?<![\d.])(\d{1,3})((?:,\d{3})+)(?![\d,])")
 _LEADING_ZEROS = re.compile(r"(?<![\d.])0+(?=\d)")  # "007" is 7 (Python's parser refuses leading zeros)
 _ASSIGN = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*")
 # a number expression: numbers (with exponents), pi, sqrt(, operators, parentheses and spaces
 _NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
 _EXPR_TOKEN = re.compile(rf"\s*(?:{_NUMBER}|pi(?![A-Za-z])|sqrt\(|\*\*|[-+*/()])")
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.Pow: operator.pow}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
 
 
 def _group(text: str, at: int) -> tuple[str, int] | None:
@@ -56,7 +74,7 @@ def _group(text: str, at: int) -> tuple[str, int] | None:
     if text[at] != "{":
         return text[at], at + 1
     close = matching_brace(text, at)
-    return None if close is None else (text[at + 1: close], close + 1)
+    return None if close is None else (text[at + 1 : close], close + 1)
 
 
 def _replace_command(text: str, cmd: str, n_args: int, build) -> str:
@@ -73,7 +91,7 @@ def _replace_command(text: str, cmd: str, n_args: int, build) -> str:
             end = got[1]
         if len(args) < n_args:  # unbalanced: leave the rest as it is
             break
-        out.append(text[i: m.start()] + build(*args))
+        out.append(text[i : m.start()] + build(*args))
         i = end
     return "".join(out) + text[i:]
 
@@ -132,8 +150,13 @@ def _eval(node: ast.AST) -> float:
         if isinstance(node.op, ast.Pow) and abs(right) * math.log10(max(abs(left), 2.0)) > _MAX_EXPONENT:
             raise ValueError("exponent too large")
         return float(_OPS[type(node.op)](left, right))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "sqrt"
-            and len(node.args) == 1 and not node.keywords):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "sqrt"
+        and len(node.args) == 1
+        and not node.keywords
+    ):
         return math.sqrt(_eval(node.args[0]))
     raise ValueError(f"not a number expression: {type(node).__name__}")
 

@@ -14,6 +14,7 @@ Where the length ``L`` of a completion comes from, first available wins:
 3. otherwise ``len(completion)`` in *characters*, with a one-time warning, because character
    counts are several times token counts and ``max_len`` is normally given in tokens.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -69,8 +70,9 @@ class OverlongPenalty(_LengthReward):
     ``reward/<name>/soft_frac`` (rows in the ramp) and ``reward/<name>/over_frac`` (rows beyond).
     """
 
-    def __init__(self, max_len: int | None = None, cache_len: int | None = None, name: str = "overlong",
-                 cache_frac: float = 0.2):
+    def __init__(
+        self, max_len: int | None = None, cache_len: int | None = None, name: str = "overlong", cache_frac: float = 0.2
+    ):
         # max_len None: the generation budget, read from the ``max_new_tokens`` column (the trainer
         # passes it); cache_len None: cache_frac of max_len (DAPO: 4096 of 20480 = 0.2)
         if max_len is not None and (max_len <= 0 or cache_len is not None and not 0 <= cache_len <= max_len):
@@ -84,7 +86,9 @@ class OverlongPenalty(_LengthReward):
         max_len = self.max_len
         if max_len is None:
             if "max_new_tokens" not in columns:
-                raise ValueError("OverlongPenalty(max_len=None) needs the column 'max_new_tokens' (the trainer passes it)")
+                raise ValueError(
+                    "OverlongPenalty(max_len=None) needs the column 'max_new_tokens' (the trainer passes it)"
+                )
             budget = columns["max_new_tokens"]
             max_len = int(budget[0] if isinstance(budget, (list, tuple)) else budget)
         cache = self.cache_len if self.cache_len is not None else int(round(self.cache_frac * max_len))

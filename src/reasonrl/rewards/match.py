@@ -15,6 +15,7 @@ Shared conventions:
   metric ``reward/<name>/unparsed_frac`` (fraction of applicable rows) so that a formatting
   collapse is visible rather than looking like plain wrong answers.
 """
+
 from __future__ import annotations
 
 import math

@@ -22,6 +22,7 @@ While it runs in the main thread it replaces any ``SIGALRM`` handler and alarm t
 ``math_verify`` and sympy are imported on first use, so importing :mod:`reasonrl.rewards` stays
 cheap for users who never check math.
 """
+
 from __future__ import annotations
 
 import math
@@ -98,4 +99,8 @@ class MathVerify(ReferenceReward):
         return float(bool(verify(gold_parsed, answer, timeout_seconds=timeout)))
 
     def extra_metrics(self) -> dict[str, float]:
-        return {f"reward/{self.name}/timeout_dropped": float(self.timeout_seconds is not None and self.timeout_here() is None)}
+        return {
+            f"reward/{self.name}/timeout_dropped": float(
+                self.timeout_seconds is not None and self.timeout_here() is None
+            )
+        }

@@ -11,6 +11,7 @@ reproduced on ``--resume``. A reward exposes its options in one of two ways:
 ``weight`` is always an option: the weight the recipe gives the reward. Names are
 :func:`~reasonrl.rewards.base.reward_name` (``reasonrl recipes`` shows them).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -55,12 +56,16 @@ def with_options(fn: Any, changes: dict[str, Any], where: str) -> Any:
     """A copy of reward ``fn`` with ``changes`` applied; an unknown option names the valid ones."""
     current = reward_options(fn)
     if current is None:
-        raise ValueError(f"config key {where!r}: reward {reward_name(fn)!r} ({type(fn).__name__}) exposes no "
-                         "options (make it a dataclass or give it an options() method)")
+        raise ValueError(
+            f"config key {where!r}: reward {reward_name(fn)!r} ({type(fn).__name__}) exposes no "
+            "options (make it a dataclass or give it an options() method)"
+        )
     unknown = sorted(set(changes) - set(current))
     if unknown:
-        raise ValueError(f"config key {where}.{unknown[0]!r} is not an option of reward {reward_name(fn)!r}; "
-                         f"valid: {sorted(current) + ['weight']}")
+        raise ValueError(
+            f"config key {where}.{unknown[0]!r} is not an option of reward {reward_name(fn)!r}; "
+            f"valid: {sorted(current) + ['weight']}"
+        )
     changes = {k: _coerce(current[k], v, f"{where}.{k}") for k, v in changes.items()}
     if dataclasses.is_dataclass(fn):
         return dataclasses.replace(fn, **changes)
@@ -72,8 +77,10 @@ def apply_reward_overrides(extra: Extra, overrides: dict[str, Any]) -> Extra:
     names = [reward_name(fn) for fn, _ in extra]
     for name, changes in overrides.items():
         if name not in names:
-            raise ValueError(f"config key 'rewards.{name}': the recipe has no extra reward {name!r}; "
-                             f"its extra rewards: {names or 'none'}")
+            raise ValueError(
+                f"config key 'rewards.{name}': the recipe has no extra reward {name!r}; "
+                f"its extra rewards: {names or 'none'}"
+            )
         if not isinstance(changes, dict):
             raise ValueError(f"config key 'rewards.{name}' is a section: give rewards.{name}.<option>=value")
     out = []

@@ -23,6 +23,7 @@ A completion with no answer to read scores 0 and is counted (``unparsed_frac``),
 exception. A gold answer that cannot be split or is empty raises :class:`~reasonrl.errors.UserError`
 naming the row and the gold (a data error that would otherwise score every row 0).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -77,8 +78,10 @@ class PhysicsMatch(Reward):
         pparts = predicted_parts(completion, len(gparts))
         if pparts is None:
             return Judged(0.0, False, False, [False] * len(gparts), 0)
-        hits = [i < len(pparts) and parts_match(pparts[i], g, self.rtol, self.atol, self.symbolic)
-                for i, g in enumerate(gparts)]
+        hits = [
+            i < len(pparts) and parts_match(pparts[i], g, self.rtol, self.atol, self.symbolic)
+            for i, g in enumerate(gparts)
+        ]
         ok = len(pparts) == len(gparts) and all(hits)
         return Judged(float(ok), True, False, hits, len(pparts))
 
@@ -93,8 +96,10 @@ class PhysicsMatch(Reward):
             return RewardResult([None if j is None else j.score for j in judged], metrics)
         golds = column_values(columns, self.column, len(completions))
         weights = {"ans": self.w_ans, "fmt": self.w_fmt, "dim": self.w_dim, "sym": self.w_sym, "cons": self.w_cons}
-        terms = [None if j is None else dense_terms(c, g, j, self.dense_answer)
-                 for c, g, j in zip(completions, golds, judged)]
+        terms = [
+            None if j is None else dense_terms(c, g, j, self.dense_answer)
+            for c, g, j in zip(completions, golds, judged)
+        ]
         values = [None if t is None else dense_value(t, weights) for t in terms]
         return RewardResult(values, {**metrics, **dense_metrics(self.name, [t for t in terms if t is not None])})
 
@@ -103,7 +108,9 @@ def physics_metrics(name: str, judged: Sequence[Judged | None]) -> dict[str, flo
     rows = [j for j in judged if j is not None]
     n = max(len(rows), 1)
     parsed = [j for j in rows if j.parsed]
-    return {f"reward/{name}/unparsed_frac": (len(rows) - len(parsed)) / n,
-            f"reward/{name}/mcq_frac": sum(j.mcq for j in rows) / n,
-            f"reward/{name}/part_acc": sum(sum(j.part_hits) / len(j.part_hits) for j in rows) / n,
-            f"reward/{name}/count_mismatch_frac": sum(j.n_pred != len(j.part_hits) for j in parsed) / n}
+    return {
+        f"reward/{name}/unparsed_frac": (len(rows) - len(parsed)) / n,
+        f"reward/{name}/mcq_frac": sum(j.mcq for j in rows) / n,
+        f"reward/{name}/part_acc": sum(sum(j.part_hits) / len(j.part_hits) for j in rows) / n,
+        f"reward/{name}/count_mismatch_frac": sum(j.n_pred != len(j.part_hits) for j in parsed) / n,
+    }

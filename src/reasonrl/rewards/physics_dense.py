@@ -22,6 +22,7 @@ here, each a 0/1 indicator so that a weight is the most a term can move the rewa
 A completion without a box scores only its penalty terms (r_ans, r_fmt, r_dim, r_sym are 0 and
 ``r_cons`` is 0: nothing was stated to contradict).
 """
+
 from __future__ import annotations
 
 import re

@@ -2,6 +2,7 @@
 (:mod:`.physics_dense`) share: splitting multipart answers, reading the gold and the prediction,
 matching one part, and the per-row verdict. Boxed answers are read by the one extractor,
 :func:`reasonrl.rewards.answers.all_boxed` (``loose``: ``\\boxed {..}`` and ``\\fbox{..}`` too)."""
+
 from __future__ import annotations
 
 import re
@@ -43,7 +44,7 @@ def split_parts(answer: str) -> list[str]:
         found = list(label.finditer(answer))
         if len(found) >= 2 and [m.group(1) for m in found] == [chr(ord("a") + i) for i in range(len(found))]:
             ends = [m.start() for m in found[1:]] + [len(answer)]
-            return [answer[m.end(): end].strip(" ,;") .strip() for m, end in zip(found, ends)]
+            return [answer[m.end() : end].strip(" ,;").strip() for m, end in zip(found, ends)]
     return [p.strip() for p in _top_level_split(answer, ";")]
 
 
@@ -99,6 +100,7 @@ def predicted_parts(completion: str, n_gold: int) -> list[str] | None:
 @dataclass
 class Judged:
     """One row's verdict: score, whether an answer was read, and the per-part results."""
+
     score: float
     parsed: bool
     mcq: bool

@@ -6,6 +6,7 @@ s_hat = 0 the spec leaves a choice: AZR's rule gives 0 (an unsolvable task teach
 default, ``zero_when_unsolved``), a pure zero-sum reading gives 1. Invalid tasks get AZR's -0.5 and a
 wrong format -1 (:mod:`.azr`). Pure functions, no torch.
 """
+
 from __future__ import annotations
 
 from .azr import BAD_FORMAT, WRONG
@@ -22,7 +23,9 @@ def teacher_reward(s_hat: float, zero_when_unsolved: bool = True) -> float:
     return 1.0 - s_hat
 
 
-def teacher_proposal_reward(format_ok: bool, valid: bool, s_hat: float | None, zero_when_unsolved: bool = True) -> float:
+def teacher_proposal_reward(
+    format_ok: bool, valid: bool, s_hat: float | None, zero_when_unsolved: bool = True
+) -> float:
     """The teacher's final reward: -1 wrong format, -0.5 invalid task, else :func:`teacher_reward`."""
     if not format_ok:
         return BAD_FORMAT

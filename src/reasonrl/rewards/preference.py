@@ -10,6 +10,7 @@
 
 Pure Python (no torch): the scorer is whatever object is passed in.
 """
+
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence, runtime_checkable

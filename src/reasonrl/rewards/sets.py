@@ -29,6 +29,7 @@ the spec), each an option with the spec's default:
 * The empty set is written ``none`` (``none_words``); an empty answer block, an empty item
   (``AF,,LBBB``) or ``none`` mixed with labels is unparsable.
 """
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,18 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .base import Reward, RewardResult
 
-__all__ = ["DEFAULT_SECTIONS", "DEFAULT_ANSWER_TAG", "SET_METRICS", "normalize_label", "parse_label_set",
-           "canonical_set", "answer_block", "set_score", "structure_ok", "SetReward"]
+__all__ = [
+    "DEFAULT_SECTIONS",
+    "DEFAULT_ANSWER_TAG",
+    "SET_METRICS",
+    "normalize_label",
+    "parse_label_set",
+    "canonical_set",
+    "answer_block",
+    "set_score",
+    "structure_ok",
+    "SetReward",
+]
 
 DEFAULT_SECTIONS = ("R:", "C:", "M:", "I:")
 DEFAULT_ANSWER_TAG = "D:"
@@ -58,8 +69,14 @@ def _lookup(vocab: Iterable[str] | None, synonyms: Mapping[str, str] | None) -> 
     return table, canon
 
 
-def parse_label_set(text: str | None, vocab: Iterable[str] | None = None, synonyms: Mapping[str, str] | None = None,
-                    *, strict: bool = True, none_words: Sequence[str] = NONE_WORDS) -> frozenset | None:
+def parse_label_set(
+    text: str | None,
+    vocab: Iterable[str] | None = None,
+    synonyms: Mapping[str, str] | None = None,
+    *,
+    strict: bool = True,
+    none_words: Sequence[str] = NONE_WORDS,
+) -> frozenset | None:
     """The label set written in ``text`` (``"AF, lbbb"``), or ``None`` when it does not parse.
 
     Each comma-separated item is normalised (:func:`normalize_label`), mapped through
@@ -99,7 +116,7 @@ def answer_block(completion: str, answer_tag: str = DEFAULT_ANSWER_TAG) -> str |
     at = completion.rfind(answer_tag)
     if at == -1:
         return None
-    return completion[at + len(answer_tag):].split("\n", 1)[0]
+    return completion[at + len(answer_tag) :].split("\n", 1)[0]
 
 
 def set_score(pred: frozenset | set | None, gold: frozenset | set, metric: str = "jaccard") -> float:
@@ -123,9 +140,15 @@ def set_score(pred: frozenset | set | None, gold: frozenset | set, metric: str =
     return float(pred == gold)
 
 
-def structure_ok(completion: str, sections: Sequence[str] = DEFAULT_SECTIONS, answer_tag: str = DEFAULT_ANSWER_TAG,
-                 vocab: Iterable[str] | None = None, synonyms: Mapping[str, str] | None = None,
-                 *, strict: bool = True) -> bool:
+def structure_ok(
+    completion: str,
+    sections: Sequence[str] = DEFAULT_SECTIONS,
+    answer_tag: str = DEFAULT_ANSWER_TAG,
+    vocab: Iterable[str] | None = None,
+    synonyms: Mapping[str, str] | None = None,
+    *,
+    strict: bool = True,
+) -> bool:
     """``R_fmt``: every section exactly once, in order, non-blank, then one parsable answer line last."""
     cuts = []
     for marker in (*sections, answer_tag):
@@ -135,9 +158,9 @@ def structure_ok(completion: str, sections: Sequence[str] = DEFAULT_SECTIONS, an
     if cuts != sorted(cuts):
         return False
     for marker, start, end in zip(sections, cuts, cuts[1:]):
-        if not completion[start + len(marker):end].strip():
+        if not completion[start + len(marker) : end].strip():
             return False
-    tail = completion[cuts[-1] + len(answer_tag):]
+    tail = completion[cuts[-1] + len(answer_tag) :]
     if tail.strip() and "\n" in tail.strip():  # the answer line must be the last non-blank line
         return False
     return parse_label_set(tail.strip(), vocab, synonyms, strict=strict) is not None
@@ -161,17 +184,27 @@ class SetReward(Reward):
     (no parsable answer block).
     """
 
-    def __init__(self, metric: str = "jaccard", w_fmt: float = 1.0, w_set: float = 1.0, gate: bool = False,
-                 sections: Sequence[str] = DEFAULT_SECTIONS, answer_tag: str = DEFAULT_ANSWER_TAG,
-                 vocab: Sequence[str] | None = None, synonyms: Mapping[str, str] | None = None,
-                 strict: bool = True, name: str = "sspo"):
+    def __init__(
+        self,
+        metric: str = "jaccard",
+        w_fmt: float = 1.0,
+        w_set: float = 1.0,
+        gate: bool = False,
+        sections: Sequence[str] = DEFAULT_SECTIONS,
+        answer_tag: str = DEFAULT_ANSWER_TAG,
+        vocab: Sequence[str] | None = None,
+        synonyms: Mapping[str, str] | None = None,
+        strict: bool = True,
+        name: str = "sspo",
+    ):
         if metric not in SET_METRICS:
             raise ValueError(f"SetReward: unknown metric {metric!r}; valid: {list(SET_METRICS)}")
         if isinstance(sections, str) or not sections or not all(isinstance(s, str) and s for s in sections):
             raise ValueError(f"SetReward: sections must be a non-empty list of non-empty strings, got {sections!r}")
         if not isinstance(answer_tag, str) or not answer_tag or answer_tag in sections:
-            raise ValueError(f"SetReward: answer_tag must be a non-empty string distinct from the sections, "
-                             f"got {answer_tag!r}")
+            raise ValueError(
+                f"SetReward: answer_tag must be a non-empty string distinct from the sections, got {answer_tag!r}"
+            )
         self.metric, self.w_fmt, self.w_set, self.gate = metric, float(w_fmt), float(w_set), bool(gate)
         self.sections, self.answer_tag, self.strict, self.name = tuple(sections), answer_tag, strict, name
         self.vocab = None if vocab is None else tuple(vocab)
@@ -179,9 +212,18 @@ class SetReward(Reward):
 
     def options(self) -> dict[str, Any]:
         """Constructor arguments (``rewards.sspo.metric=f1`` on the command line; see rewards.options)."""
-        return {"metric": self.metric, "w_fmt": self.w_fmt, "w_set": self.w_set, "gate": self.gate,
-                "sections": self.sections, "answer_tag": self.answer_tag, "vocab": self.vocab,
-                "synonyms": self.synonyms, "strict": self.strict, "name": self.name}
+        return {
+            "metric": self.metric,
+            "w_fmt": self.w_fmt,
+            "w_set": self.w_set,
+            "gate": self.gate,
+            "sections": self.sections,
+            "answer_tag": self.answer_tag,
+            "vocab": self.vocab,
+            "synonyms": self.synonyms,
+            "strict": self.strict,
+            "name": self.name,
+        }
 
     def _space(self, meta: dict[str, Any]) -> tuple[Sequence[str] | None, Mapping[str, str]]:
         space = (meta or {}).get("label_space")
@@ -199,8 +241,13 @@ class SetReward(Reward):
         r_fmt = float(structure_ok(completion, self.sections, self.answer_tag, vocab, synonyms, strict=self.strict))
         r_set = set_score(pred, gold, self.metric)
         counted = r_set if (r_fmt == 1.0 or not self.gate) else 0.0
-        return {"fmt": r_fmt, "set": r_set, "pred": pred, "gold": gold,
-                "reward": self.w_fmt * r_fmt + self.w_set * counted}
+        return {
+            "fmt": r_fmt,
+            "set": r_set,
+            "pred": pred,
+            "gold": gold,
+            "reward": self.w_fmt * r_fmt + self.w_set * counted,
+        }
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
         answers = columns["answer"]

@@ -25,6 +25,7 @@ Per-step rewards (``step_reward`` in the spec, default ``"position_match"``):
 
 No torch here: the advantage side lives in :mod:`reasonrl.advantages.steps`.
 """
+
 from __future__ import annotations
 
 import re
@@ -33,8 +34,17 @@ from typing import Any, Sequence
 
 from .base import Reward, RewardResult
 
-__all__ = ["Step", "STEP_MODES", "SID_TOKEN_RE", "split_sid", "parse_steps", "parsed_sid", "step_rewards",
-           "SidExact", "SidLevels"]
+__all__ = [
+    "Step",
+    "STEP_MODES",
+    "SID_TOKEN_RE",
+    "split_sid",
+    "parse_steps",
+    "parsed_sid",
+    "step_rewards",
+    "SidExact",
+    "SidLevels",
+]
 
 STEP_MODES = ("position_match", "prefix_match")
 SID_TOKEN_RE = re.compile(r"[a-z][0-9]+")
@@ -87,7 +97,7 @@ def parse_steps(completion: str, K: int) -> list[Step]:
         start = offset + (len(line) - len(line.lstrip()))
         end = start + len(body)
         cut = body.rfind(">")
-        token = body[cut + 1:].strip() if cut >= 0 else ""
+        token = body[cut + 1 :].strip() if cut >= 0 else ""
         sid = token if SID_TOKEN_RE.fullmatch(token) else None
         steps.append(Step(len(steps), start, end, sid))
     steps += [Step(k, None, None, None) for k in range(len(steps), K)]
@@ -159,8 +169,9 @@ class SidLevels(Reward):
 
     def score(self, prompts: Sequence[str], completions: Sequence[str], **columns: Any) -> RewardResult:
         targets = _targets(columns, len(completions))
-        per_row = [step_rewards([s.sid for s in parse_steps(c, len(t))], t, self.mode)
-                   for c, t in zip(completions, targets)]
+        per_row = [
+            step_rewards([s.sid for s in parse_steps(c, len(t))], t, self.mode) for c, t in zip(completions, targets)
+        ]
         values = [sum(r) / len(r) for r in per_row]
         metrics: dict[str, float] = {}
         for k in range(max((len(t) for t in targets), default=0)):

@@ -31,6 +31,7 @@ omitted; a statement found nowhere in the evidence (a hallucination) is not a le
 Statements are compared after folding case and whitespace, spaces around ``=`` and a numeric value
 to its canonical form (``x = 07`` is ``x=7``).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -127,8 +128,10 @@ def _evidence(meta: dict) -> tuple[int | dt.date, dict[str, list[int | dt.date]]
             raise ValueError(f"meta['facts'][{i}] must be a dict with 'date' and 'stmt', got {fact!r}")
         date = parse_date(fact["date"], f"meta['facts'][{i}]['date']")
         if type(date) is not type(cutoff):
-            raise ValueError(f"meta['facts'][{i}] date {fact['date']!r} and cutoff {meta['cutoff']!r} are not "
-                             "the same kind (int days vs ISO dates)")
+            raise ValueError(
+                f"meta['facts'][{i}] date {fact['date']!r} and cutoff {meta['cutoff']!r} are not "
+                "the same kind (int days vs ISO dates)"
+            )
         dates.setdefault(normalize_statement(fact["stmt"]), []).append(date)
     return cutoff, dates
 
@@ -209,9 +212,17 @@ def _check_options(leak_penalty: str, k_cap: int, mode_schedule: str, tau: float
         raise ValueError(f"tau must be in [0, 1], got {tau}")
 
 
-def tempo_rewards(k: Sequence[int], n: Sequence[int], task: Sequence[float], *, leak_penalty: str = "fraction",
-                  k_cap: int = 5, mode_schedule: str = "per_response", tau: float = 0.01,
-                  min_claims: int = 0) -> tuple[list[float], list[bool]]:
+def tempo_rewards(
+    k: Sequence[int],
+    n: Sequence[int],
+    task: Sequence[float],
+    *,
+    leak_penalty: str = "fraction",
+    k_cap: int = 5,
+    mode_schedule: str = "per_response",
+    tau: float = 0.01,
+    min_claims: int = 0,
+) -> tuple[list[float], list[bool]]:
     """TEMPO rewards and, per response, whether it was scored in performance mode.
 
     Per response (default): ``-penalty`` if ``k > 0`` else ``R_task``. ``mode_schedule="global"``:
@@ -275,13 +286,25 @@ class TempoReward(Reward):
             one batch has reached ``tau`` (state in ``self.switched``, not checkpointed).
     """
 
-    def __init__(self, *, checker: LeakChecker | str = "claims", task_score: TaskScore | None = None,
-                 leak_penalty: str = "fraction", k_cap: int = 5, mode_schedule: str = "per_response",
-                 tau: float = 0.01, latch: bool = False, min_claims: int = 0, answer_column: str = "answer",
-                 name: str = "tempo"):
+    def __init__(
+        self,
+        *,
+        checker: LeakChecker | str = "claims",
+        task_score: TaskScore | None = None,
+        leak_penalty: str = "fraction",
+        k_cap: int = 5,
+        mode_schedule: str = "per_response",
+        tau: float = 0.01,
+        latch: bool = False,
+        min_claims: int = 0,
+        answer_column: str = "answer",
+        name: str = "tempo",
+    ):
         _check_options(leak_penalty, k_cap, mode_schedule, tau, min_claims)
         if isinstance(checker, str) and checker not in CHECKERS:
-            raise ValueError(f"unknown checker {checker!r}; valid: {sorted(CHECKERS)} or a callable (completion, meta) -> (k, n)")
+            raise ValueError(
+                f"unknown checker {checker!r}; valid: {sorted(CHECKERS)} or a callable (completion, meta) -> (k, n)"
+            )
         self.checker = CHECKERS[checker] if isinstance(checker, str) else checker
         self._checker_spec, self._task_score_spec = checker, task_score
         self.task_score = task_score or self._exact_match
@@ -292,9 +315,18 @@ class TempoReward(Reward):
 
     def options(self) -> dict[str, Any]:
         """Constructor arguments (``rewards.tempo.min_claims=1`` on the command line; see rewards.options)."""
-        return {"checker": self._checker_spec, "task_score": self._task_score_spec, "leak_penalty": self.leak_penalty,
-                "k_cap": self.k_cap, "mode_schedule": self.mode_schedule, "tau": self.tau, "latch": self.latch,
-                "min_claims": self.min_claims, "answer_column": self.answer_column, "name": self.name}
+        return {
+            "checker": self._checker_spec,
+            "task_score": self._task_score_spec,
+            "leak_penalty": self.leak_penalty,
+            "k_cap": self.k_cap,
+            "mode_schedule": self.mode_schedule,
+            "tau": self.tau,
+            "latch": self.latch,
+            "min_claims": self.min_claims,
+            "answer_column": self.answer_column,
+            "name": self.name,
+        }
 
     def _exact_match(self, completion: str, answer: Any, meta: dict) -> float:
         return self._match.judge(completion, answer) or 0.0
@@ -321,8 +353,16 @@ class TempoReward(Reward):
         task = [self._task(i, c, a, m) for i, (c, a, m) in enumerate(zip(completions, answers, metas))]
         schedule = "per_response" if (self.latch and self.switched) else self.mode_schedule
         k, n = [a for a, _ in kn], [b for _, b in kn]
-        values, perf = tempo_rewards(k, n, task, leak_penalty=self.leak_penalty, k_cap=self.k_cap,
-                                     mode_schedule=schedule, tau=self.tau, min_claims=self.min_claims)
+        values, perf = tempo_rewards(
+            k,
+            n,
+            task,
+            leak_penalty=self.leak_penalty,
+            k_cap=self.k_cap,
+            mode_schedule=schedule,
+            tau=self.tau,
+            min_claims=self.min_claims,
+        )
         if self.mode_schedule == "global" and sum(x > 0 for x in k) / max(len(k), 1) <= self.tau:
             self.switched = True  # same comparison as tempo_rewards
         return TempoRows(k, n, task, values, perf)
@@ -331,9 +371,11 @@ class TempoReward(Reward):
         rows = self.components(completions, **columns)
         m = max(len(rows.k), 1)
         p = f"reward/{self.name}"
-        metrics = {f"{p}/leak_rate": sum(x > 0 for x in rows.k) / m,
-                   f"{p}/leak_frac_mean": sum(rows.leak_frac) / m,
-                   f"{p}/task_score": sum(rows.task) / m,
-                   f"{p}/performance_mode_frac": sum(rows.performance) / m,
-                   f"{p}/claims_mean": sum(rows.n) / m}
+        metrics = {
+            f"{p}/leak_rate": sum(x > 0 for x in rows.k) / m,
+            f"{p}/leak_frac_mean": sum(rows.leak_frac) / m,
+            f"{p}/task_score": sum(rows.task) / m,
+            f"{p}/performance_mode_frac": sum(rows.performance) / m,
+            f"{p}/claims_mean": sum(rows.n) / m,
+        }
         return RewardResult(list(rows.values), metrics)

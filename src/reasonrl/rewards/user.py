@@ -9,6 +9,7 @@ completion comes as messages too, ``[{"role": "assistant", "content": text}]``, 
 The file is imported once. A file that does not exist, an import that fails, a missing function
 or one whose signature cannot take those arguments is one UserError line naming file and function.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,14 @@ def load_function(spec: str) -> Callable[..., Sequence[float | None]]:
         raise UserError(f"reward {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from err
     fn = getattr(module, name, None)
     if not callable(fn):
-        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
-                       and getattr(v, "__module__", None) == module.__name__)
-        raise UserError(f"reward {spec!r}: {path} defines no function {name!r} (its functions: {', '.join(found) or 'none'})")
+        found = sorted(
+            k
+            for k, v in vars(module).items()
+            if callable(v) and not k.startswith("_") and getattr(v, "__module__", None) == module.__name__
+        )
+        raise UserError(
+            f"reward {spec!r}: {path} defines no function {name!r} (its functions: {', '.join(found) or 'none'})"
+        )
     return fn
 
 
@@ -53,9 +59,11 @@ def check_signature(fn: Callable[..., Any], columns: Sequence[str], spec: str) -
     try:
         inspect.signature(fn).bind(**args)
     except TypeError as err:
-        raise UserError(f"reward {spec!r} cannot be called as fn(prompts=..., completions=..., "
-                        f"{', '.join(f'{c}=...' for c in columns)}) ({err}); define it as "
-                        "def fn(prompts, completions, **kwargs)") from err
+        raise UserError(
+            f"reward {spec!r} cannot be called as fn(prompts=..., completions=..., "
+            f"{', '.join(f'{c}=...' for c in columns)}) ({err}); define it as "
+            "def fn(prompts, completions, **kwargs)"
+        ) from err
 
 
 TRL_ROW_KEY = "_trl_row"  # reasonrl.tasks.rows.TRL_ROW: an item's meta key of its row's prompt and columns
@@ -80,13 +88,17 @@ class FunctionReward(Reward):
         n = len(completions)
         meta = columns.get("meta") or [{}] * n
         rows = [m.get(TRL_ROW_KEY) if isinstance(m, dict) else None for m in meta]
-        kwargs: dict[str, Any] = {"answer": list(columns.get("answer") or [None] * n),
-                                  "completion_ids": list(columns.get("completion_ids") or [None] * n)}
+        kwargs: dict[str, Any] = {
+            "answer": list(columns.get("answer") or [None] * n),
+            "completion_ids": list(columns.get("completion_ids") or [None] * n),
+        }
         if n and all(rows):  # the row's own prompt and columns, as TRL hands them
             prompts = [r["prompt"] for r in rows]
             kwargs.update({k: [r["columns"].get(k) for r in rows] for k in rows[0]["columns"]})
-        shown = [[{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
-                 for p, c in zip(prompts, completions)]
+        shown = [
+            [{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
+            for p, c in zip(prompts, completions)
+        ]
         return RewardResult(list(self.fn(prompts=list(prompts), completions=shown, **kwargs)))
 
 
@@ -102,6 +114,8 @@ class UserReward(Reward):
         return self
 
     def score(self, prompts: Sequence[Any], completions: Sequence[str], **columns: Any) -> RewardResult:
-        shown = [[{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
-                 for p, c in zip(prompts, completions)]
+        shown = [
+            [{"role": "assistant", "content": c}] if isinstance(p, (list, tuple)) else c
+            for p, c in zip(prompts, completions)
+        ]
         return RewardResult(list(self.fn(prompts=list(prompts), completions=shown, **columns)))

@@ -1,4 +1,5 @@
 """What every rollout engine returns, and the protocol engines implement."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,8 +24,13 @@ class SamplingParams:
     hidden_grad_norm: bool = False  # record ||W_U^T (e_y - p)|| per token (CorR-PO's "hidden" norm)
 
     def __post_init__(self):
-        if (self.temperature < 0 or not 0 < self.top_p <= 1 or self.top_k < 0 or not 0 <= self.min_p <= 1
-                or self.max_new_tokens < 1):
+        if (
+            self.temperature < 0
+            or not 0 < self.top_p <= 1
+            or self.top_k < 0
+            or not 0 <= self.min_p <= 1
+            or self.max_new_tokens < 1
+        ):
             raise ValueError(f"invalid sampling settings: {self}")
 
 
@@ -85,7 +91,9 @@ def policy_tokens(ro: Rollouts) -> torch.Tensor:  # -> (R, T)
     """The completion tokens the policy sampled: ``completion_mask`` times ``trainable`` (an episode's
     observations and turn markers are 0). What length rewards, length metrics, shapers and sequence scores
     read (issue 41); the scoring pass still attends to every completion token."""
-    return ro.completion_mask if ro.trainable is None else ro.completion_mask * ro.trainable.to(ro.completion_mask.dtype)
+    return (
+        ro.completion_mask if ro.trainable is None else ro.completion_mask * ro.trainable.to(ro.completion_mask.dtype)
+    )
 
 
 def trained_tokens(ro: Rollouts) -> torch.Tensor:  # -> (R, T)
@@ -99,19 +107,26 @@ def select_rows(ro: Rollouts, rows: Sequence[int]) -> Rollouts:
     """The rollouts of ``rows`` only (e.g. the groups a filter keeps), in that order."""
     idx = torch.as_tensor(list(rows), dtype=torch.long)
     pick = lambda xs: [xs[i] for i in rows]  # noqa: E731
-    return Rollouts(prompts=pick(ro.prompts), texts=pick(ro.texts), prompt_ids=ro.prompt_ids[idx],
-                    prompt_mask=ro.prompt_mask[idx], completion_ids=ro.completion_ids[idx],
-                    completion_mask=ro.completion_mask[idx], logprobs=ro.logprobs[idx],
-                    finish_reasons=pick(ro.finish_reasons), n=ro.n,
-                    entropies=None if ro.entropies is None else ro.entropies[idx],
-                    sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx],
-                    hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx],
-                    context_ids=None if ro.context_ids is None else ro.context_ids[idx],
-                    train_mask=None if ro.train_mask is None else ro.train_mask[idx],
-                    adapters=None if ro.adapters is None else pick(ro.adapters),
-                    trainable=None if ro.trainable is None else ro.trainable[idx],
-                    fixed_reward=None if ro.fixed_reward is None else ro.fixed_reward[idx],
-                    unscored=None if ro.unscored is None else ro.unscored[idx])
+    return Rollouts(
+        prompts=pick(ro.prompts),
+        texts=pick(ro.texts),
+        prompt_ids=ro.prompt_ids[idx],
+        prompt_mask=ro.prompt_mask[idx],
+        completion_ids=ro.completion_ids[idx],
+        completion_mask=ro.completion_mask[idx],
+        logprobs=ro.logprobs[idx],
+        finish_reasons=pick(ro.finish_reasons),
+        n=ro.n,
+        entropies=None if ro.entropies is None else ro.entropies[idx],
+        sum_p2=None if ro.sum_p2 is None else ro.sum_p2[idx],
+        hidden_grad_norm=None if ro.hidden_grad_norm is None else ro.hidden_grad_norm[idx],
+        context_ids=None if ro.context_ids is None else ro.context_ids[idx],
+        train_mask=None if ro.train_mask is None else ro.train_mask[idx],
+        adapters=None if ro.adapters is None else pick(ro.adapters),
+        trainable=None if ro.trainable is None else ro.trainable[idx],
+        fixed_reward=None if ro.fixed_reward is None else ro.fixed_reward[idx],
+        unscored=None if ro.unscored is None else ro.unscored[idx],
+    )
 
 
 def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
@@ -130,27 +145,32 @@ def concat_rollouts(parts: Sequence[Rollouts], pad_id: int) -> Rollouts:
         return None if any(x is None for x in found) else torch.cat([pad(x, T, False) for x in found])
 
     # per-row fields that have a meaning when absent (context 0, the whole completion) are filled in
-    contexts = [p.context_ids if p.context_ids is not None else torch.zeros(len(p.texts), dtype=torch.long)
-                for p in parts]
+    contexts = [
+        p.context_ids if p.context_ids is not None else torch.zeros(len(p.texts), dtype=torch.long) for p in parts
+    ]
     train = [pad(p.train_mask if p.train_mask is not None else p.completion_mask, T, False) for p in parts]
     trainable = [pad(p.trainable if p.trainable is not None else p.completion_mask, T, False) for p in parts]
     fixed = [p.fixed_reward if p.fixed_reward is not None else torch.full((len(p.texts),), float("nan")) for p in parts]
     unscored = [p.unscored if p.unscored is not None else torch.zeros(len(p.texts), dtype=torch.bool) for p in parts]
 
     return Rollouts(
-        prompts=sum((p.prompts for p in parts), []), texts=sum((p.texts for p in parts), []),
+        prompts=sum((p.prompts for p in parts), []),
+        texts=sum((p.texts for p in parts), []),
         prompt_ids=torch.cat([pad(p.prompt_ids, P, True, pad_id) for p in parts]),
         prompt_mask=torch.cat([pad(p.prompt_mask, P, True) for p in parts]),
         completion_ids=torch.cat([pad(p.completion_ids, T, False, pad_id) for p in parts]),
         completion_mask=torch.cat([pad(p.completion_mask, T, False) for p in parts]),
         logprobs=torch.cat([pad(p.logprobs, T, False) for p in parts]),
-        finish_reasons=sum((p.finish_reasons for p in parts), []), n=parts[0].n,
-        entropies=cat_optional("entropies"), sum_p2=cat_optional("sum_p2"),
+        finish_reasons=sum((p.finish_reasons for p in parts), []),
+        n=parts[0].n,
+        entropies=cat_optional("entropies"),
+        sum_p2=cat_optional("sum_p2"),
         hidden_grad_norm=cat_optional("hidden_grad_norm"),
         context_ids=None if all(p.context_ids is None for p in parts) else torch.cat(contexts),
         train_mask=None if all(p.train_mask is None for p in parts) else torch.cat(train),
         # rows of parts without adapters keep the active one (None)
-        adapters=None if all(p.adapters is None for p in parts)
+        adapters=None
+        if all(p.adapters is None for p in parts)
         else sum((p.adapters if p.adapters is not None else [None] * len(p.texts) for p in parts), []),
         trainable=None if all(p.trainable is None for p in parts) else torch.cat(trainable),
         fixed_reward=None if all(p.fixed_reward is None for p in parts) else torch.cat(fixed),
@@ -163,5 +183,6 @@ class Generator(Protocol):
     per prompt; row ``(i, j)``'s randomness must depend on ``seeds[i]`` and ``j`` alone, so that a
     split of the prompts over calls, ranks or workers returns the same rollouts."""
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
-                 seeds: Sequence[int] | None = None) -> Rollouts: ...
+    def generate(
+        self, prompts: Sequence[str], n: int, sampling: SamplingParams, seeds: Sequence[int] | None = None
+    ) -> Rollouts: ...

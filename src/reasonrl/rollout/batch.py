@@ -5,6 +5,7 @@ They live here, below the recipe parts, so that the part protocol (:mod:`reasonr
 can name them in its contexts; the operations on a batch (join, keep, statistics) stay in the loop
 (:mod:`reasonrl.loop.stepdata`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ class Channel:
     """A part's data on one batch (``batch.parts[key]``): ``rows`` holds (R, ...) tensors, one row per
     rollout row, cut with the batch's rows when a selector keeps some groups; ``values`` anything
     else (FEST's demonstration pairs)."""
+
     rows: dict[str, torch.Tensor] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
 

@@ -7,6 +7,7 @@ branched from the ``k`` best prefixes, evenly. The group is the B0 originals plu
 exactly G completions, never more. Branches share their prefix tokens (and its behaviour
 log-probs) with their source but are separate samples of the group.
 """
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,16 @@ def _cut_tokens(engine, ro: Rollouts, r: int, cut_char: int) -> int:
     return min(char_to_token(token_char_offsets(engine.tok, ro.completion_ids[r, :n]), cut_char), n - 1)
 
 
-def beam_rollout(engine, task, items: Sequence[Any], group_size: int, sp: SamplingParams, plan: tuple[int, int],
-                 generator: torch.Generator | None, rng: random.Random) -> Rollouts:
+def beam_rollout(
+    engine,
+    task,
+    items: Sequence[Any],
+    group_size: int,
+    sp: SamplingParams,
+    plan: tuple[int, int],
+    generator: torch.Generator | None,
+    rng: random.Random,
+) -> Rollouts:
     """G completions per item (task items: ``.prompt``, ``.meta``) by dynamic beam sampling, ``plan`` =
     (B0 independent samples, k prefixes to branch from); ``extras["metrics"]`` describes the branching."""
     require(task, Branching, "beam sampling", "try --task code")
@@ -49,7 +58,9 @@ def beam_rollout(engine, task, items: Sequence[Any], group_size: int, sp: Sampli
         return first
     both = concat_rollouts([first, branch(engine, first, rows, cuts, sp, generator)], engine.tok.pad_token_id)
     r0 = len(first.texts)
-    order = [r for i in range(len(items)) for r in [i * b0 + j for j in range(b0)] + [r0 + i * n_br + b for b in range(n_br)]]
+    order = [
+        r for i in range(len(items)) for r in [i * b0 + j for j in range(b0)] + [r0 + i * n_br + b for b in range(n_br)]
+    ]
     out = select_rows(both, order)
     out.n = group_size
     assert len(out.texts) == group_size * len(items), "beam sampling exceeded its budget"
@@ -59,7 +70,10 @@ def beam_rollout(engine, task, items: Sequence[Any], group_size: int, sp: Sampli
 
 def _metrics(cuts: list[int], first: Rollouts, rows: list[int], n_items: int, group_size: int) -> dict[str, Any]:
     src_len = first.lengths[torch.as_tensor(rows)].float()
-    return {"beam/branches": float(len(rows)), "beam/completions_per_prompt": len(rows) / n_items + first.n,
-            "beam/prefix_tokens_mean": float(sum(cuts)) / max(len(cuts), 1),
-            "beam/prefix_frac_mean": float((torch.tensor(cuts, dtype=torch.float32) / src_len).mean()),
-            "beam/budget": float(group_size)}
+    return {
+        "beam/branches": float(len(rows)),
+        "beam/completions_per_prompt": len(rows) / n_items + first.n,
+        "beam/prefix_tokens_mean": float(sum(cuts)) / max(len(cuts), 1),
+        "beam/prefix_frac_mean": float((torch.tensor(cuts, dtype=torch.float32) / src_len).mean()),
+        "beam/budget": float(group_size),
+    }

@@ -8,6 +8,7 @@ pass); a batch trained over more optimiser steps (``optim.mu``, ``optim.minibatc
 has them computed once, before its first update (:meth:`EngineCorrection.prepare`), as TRL computes
 ``old_per_token_logps`` whenever its vLLM correction is on.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ..models.scoring import score_rows
 class EngineCorrection:
     """``mode``: ``rollout.is_correction`` (tis | none), ``cap``: ``rollout.is_cap``; ``mode=None``: the own
     engine, whose behaviour log-probs are the trainer's (the loss takes them as they are)."""
+
     mode: str | None = None
     cap: float = 2.0
 
@@ -32,15 +34,22 @@ class EngineCorrection:
             return EngineCorrection()
         return EngineCorrection(rollout_opts.is_correction, rollout_opts.is_cap)
 
-    def apply(self, b, rows: torch.Tensor, logp: torch.Tensor, engine_logp: torch.Tensor, adv: torch.Tensor,
-              mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+    def apply(
+        self,
+        b,
+        rows: torch.Tensor,
+        logp: torch.Tensor,
+        engine_logp: torch.Tensor,
+        adv: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
         """(old log-probs, advantages, metrics) for micro-batch ``rows`` of batch ``b``: (n, T) each, as
         the trainer's ``_micro_loss`` holds them (the behaviour log-probs and advantages as they are, for the
         own engine)."""
         if self.mode is None:
             return engine_logp, adv, {}
         learner = getattr(b, "learner_logp", None)
-        learner = None if learner is None else learner[rows.cpu(), :logp.shape[1]].to(logp.device)
+        learner = None if learner is None else learner[rows.cpu(), : logp.shape[1]].to(logp.device)
         return engine_correction(self.mode, self.cap, logp, engine_logp, learner, adv, mask)
 
     def prepare(self, b, trainer, minibatches: int) -> None:
@@ -49,8 +58,12 @@ class EngineCorrection:
         several = minibatches > 1 or trainer.recipe.stages is not None
         if self.mode is None or not several or getattr(b, "learner_logp", None) is not None or not len(b.ro.texts):
             return
-        self.learner_logprobs(b, trainer.model, temperature=trainer.recipe.sampling.temperature or 1.0,
-                              micro=int(trainer.cfg.micro_batch_size))
+        self.learner_logprobs(
+            b,
+            trainer.model,
+            temperature=trainer.recipe.sampling.temperature or 1.0,
+            micro=int(trainer.cfg.micro_batch_size),
+        )
 
     @torch.no_grad()
     def learner_logprobs(self, b, model, *, temperature: float, micro: int) -> None:
@@ -64,7 +77,7 @@ class EngineCorrection:
             for s in range(0, R, max(1, micro)):
                 rows = torch.arange(s, min(R, s + max(1, micro)))
                 logp = score_rows(model, b.ro, rows, temperature=temperature)[0]  # (n, T') padding trimmed
-                out[rows, :logp.shape[1]] = logp.float().cpu()
+                out[rows, : logp.shape[1]] = logp.float().cpu()
         finally:
             model.train(was)
         b.learner_logp = out

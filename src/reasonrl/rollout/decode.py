@@ -12,6 +12,7 @@ of a chunk two more: with a static cache, the host reads the device once per ``c
 tokens (``tests/test_decode.py`` counts the reads). The measured cost of the per-token host loop on a GPU is in
 ``../shared/gpu/README.md`` (372 ms of CPU time against 55 ms of GPU time per 16 tokens).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,6 +42,7 @@ class DecodeOpts:
 @dataclass
 class Decoded:
     """Host results of one chunk: (R, T') tensors, zero (pad for ids) past each row's length."""
+
     ids: torch.Tensor
     logp: torch.Tensor
     ent: torch.Tensor
@@ -69,7 +71,7 @@ def device_stop_seqs(tok, stop: Sequence[str], device) -> tuple[torch.Tensor, to
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     valid = torch.zeros(len(seqs), width, dtype=torch.bool)
     for j, e in enumerate(seqs):
-        ids[j, width - len(e):], valid[j, width - len(e):] = torch.tensor(e), True
+        ids[j, width - len(e) :], valid[j, width - len(e) :] = torch.tensor(e), True
     return ids.to(device), valid.to(device)
 
 
@@ -77,22 +79,23 @@ def suffix_hits(hist: torch.Tensor, t: int, seqs: torch.Tensor, valid: torch.Ten
     """(rows, T) token history, step ``t``, (S, L) right-aligned sequences and validity -> (rows,)
     bool: the tokens at steps ``.. t`` end with one of the sequences (one no longer than t + 1)."""
     w = min(seqs.shape[1], t + 1)
-    tail = hist[:, t + 1 - w:t + 1]  # (rows, w)
+    tail = hist[:, t + 1 - w : t + 1]  # (rows, w)
     s, v = seqs[:, -w:], valid[:, -w:]  # (S, w)
-    fits = ~valid[:, :seqs.shape[1] - w].any(-1)  # (S,) the sequence is no longer than the history
+    fits = ~valid[:, : seqs.shape[1] - w].any(-1)  # (S,) the sequence is no longer than the history
     match = ((tail[:, None, :] == s[None]) | ~v[None]).all(-1) & fits[None]  # (rows, S)
     return match.any(-1)
 
 
-def first_text_stop(tok, ids: list[list[int]], starts: list[int], ends: list[int], offset: int,
-                    stop: Sequence[str]) -> list[int | None]:
+def first_text_stop(
+    tok, ids: list[list[int]], starts: list[int], ends: list[int], offset: int, stop: Sequence[str]
+) -> list[int | None]:
     """For each row, the first step ``s`` in ``[start, end]`` whose decoded tail (the last
     :func:`window_tokens` tokens up to ``s``) holds a stop string, or None. ``ids[i][j]`` is row i's
     token at step ``offset + j`` (``offset <= start + 1 - window`` or 0, so every tail is there);
     all tails are decoded in one batched call."""
     w = window_tokens(stop)
     spans = [(i, s) for i in range(len(ids)) for s in range(starts[i], ends[i] + 1)]
-    tails = [ids[i][max(0, s + 1 - w) - offset:s + 1 - offset] for i, s in spans]
+    tails = [ids[i][max(0, s + 1 - w) - offset : s + 1 - offset] for i, s in spans]
     texts = tok.batch_decode(tails, skip_special_tokens=True) if tails else []
     found: list[int | None] = [None] * len(ids)
     for (i, s), text in zip(spans, texts):
@@ -104,7 +107,7 @@ def first_text_stop(tok, ids: list[list[int]], starts: list[int], ends: list[int
 def _split(xs: list, sizes: tuple[int, ...]) -> list[list]:
     """Consecutive pieces of ``xs`` of the given sizes."""
     ends = list(itertools.accumulate(sizes))
-    return [xs[e - n:e] for n, e in zip(sizes, ends)]
+    return [xs[e - n : e] for n, e in zip(sizes, ends)]
 
 
 class Loop:
@@ -154,11 +157,13 @@ class Loop:
         settle steps ``checked .. t`` (text stops)."""
         lo = max(0, self.checked + 1 - window_tokens(self.stop)) if self.stop else t + 1
         R, a, w = len(self.length), len(self.alive), t + 1 - lo
-        packed = torch.cat([self.alive, self.active.long(), self.length, self.reason, self.ids[:, lo:t + 1].flatten()])
+        packed = torch.cat(
+            [self.alive, self.active.long(), self.length, self.reason, self.ids[:, lo : t + 1].flatten()]
+        )
         alive, active, self.host_length, self.host_reason, tails = _split(packed.tolist(), (a, a, R, R, R * w))
         self.host_active = [bool(x) for x in active]  # packed.tolist(): the look's one device-to-host read
         if self.stop:
-            self._text_stops(tok, t, lo, [tails[r * w:(r + 1) * w] for r in range(R)], alive)
+            self._text_stops(tok, t, lo, [tails[r * w : (r + 1) * w] for r in range(R)], alive)
         self.checked = t + 1
         self.live = [False] * R
         for r, going in zip(alive, self.host_active):
@@ -175,9 +180,11 @@ class Loop:
         cuts = {}
         for r, e, s in zip(rows, ends, found):
             if reason[r] == STOP and s is None:
-                raise RuntimeError(f"stop strings {self.stop!r}: a row's tokens matched one on the device but its "
-                                   "decoded text does not hold it (the tokenizer decodes it differently in context); "
-                                   "write the stop string without leading/trailing spaces")
+                raise RuntimeError(
+                    f"stop strings {self.stop!r}: a row's tokens matched one on the device but its "
+                    "decoded text does not hold it (the tokenizer decodes it differently in context); "
+                    "write the stop string without leading/trailing spaces"
+                )
             if s is not None and not (reason[r] == STOP and s == e):
                 cuts[r] = s
         if cuts:
@@ -205,8 +212,15 @@ class Loop:
         keep = torch.arange(steps, device=self.ids.device)[None] < self.length[:, None]  # (R, T')
         ids = torch.where(keep, self.ids[:, :steps], self.pad).cpu()
         logp, ent, p2, hidden = torch.where(keep, self.floats[:, :, :steps], 0).cpu().unbind(0)
-        return Decoded(ids, logp, ent, p2, hidden, torch.tensor(self.host_length, dtype=torch.long),
-                       [REASONS[c] for c in self.host_reason])
+        return Decoded(
+            ids,
+            logp,
+            ent,
+            p2,
+            hidden,
+            torch.tensor(self.host_length, dtype=torch.long),
+            [REASONS[c] for c in self.host_reason],
+        )
 
 
 def prefill(model, cache_arg: str, ids, mask, pos, n: int, capacity: int | None = None):
@@ -214,8 +228,9 @@ def prefill(model, cache_arg: str, ids, mask, pos, n: int, capacity: int | None 
     ``capacity``: positions to reserve in every layer (prompt + new tokens), so that decoding writes
     in place (:class:`~reasonrl.rollout.kvcache.GrowingLayer`); None: transformers' concatenating layers."""
     cache = DecodeCache()
-    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
-                **{cache_arg: cache})
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **{cache_arg: cache}
+    )
     if capacity is not None:
         cache.reserve(capacity)
     cache.batch_repeat_interleave(n)
@@ -227,6 +242,7 @@ class Inputs:
     """The model-side inputs of a chunk: the cache, the (rows, width) attention mask, (rows,) last
     positions and tokens fed. With a static cache ``rows`` is the row bucket (>= R): rows past R are
     fillers whose outputs are discarded."""
+
     cache: object
     attn: torch.Tensor  # (rows, width)
     last_pos: torch.Tensor  # (rows,)
@@ -282,7 +298,7 @@ def decode(engine, ids, mask, pos, n: int, sp, gen, u, opts: DecodeOpts) -> Deco
                 st.host_active, b.feed, token = [True] * len(keep), b.feed[keep], token[keep]
         b.attn[:, P + t] = 1
         b.last_pos = b.last_pos + 1
-        b.feed[:len(token)] = token
+        b.feed[: len(token)] = token
         width = b.width if opts.static_cache else P + t + 1  # a static cache sees every position, masked
-        logits = step(b.feed[:, None], b.attn[:, :width], b.last_pos[:, None], b.cache)[:len(token)]
+        logits = step(b.feed[:, None], b.attn[:, :width], b.last_pos[:, None], b.cache)[: len(token)]
     return st.result()

@@ -19,6 +19,7 @@ masked) under the tempered, untruncated distribution -- the first step's forward
 The model object supplies ``canvas_logits`` and its config the canvas and sampler settings
 (:mod:`reasonrl.models.diffusion`); this module only schedules.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,8 +51,10 @@ def sampler_opts(config) -> SamplerOpts:
     """The sampler's schedule from a diffusion model's config (``canvas``, ``block_length``, ``steps``)."""
     L, block, steps = int(config.canvas), int(config.block_length), int(config.steps)
     if block < 1 or L % block or steps < 1 or getattr(config, "remasking", "low_confidence") not in REMASKING:
-        raise UserError(f"diffusion sampler: canvas {L} must be a multiple of block_length {block}, steps {steps} "
-                        f">= 1 and remasking one of {', '.join(REMASKING)} (got {config.remasking!r})")
+        raise UserError(
+            f"diffusion sampler: canvas {L} must be a multiple of block_length {block}, steps {steps} "
+            f">= 1 and remasking one of {', '.join(REMASKING)} (got {config.remasking!r})"
+        )
     return SamplerOpts(L, block, max(1, steps // (L // block)))
 
 
@@ -61,8 +64,15 @@ def transfer_counts(block: int, steps: int) -> list[int]:
     return [base + (1 if s < extra else 0) for s in range(steps)]
 
 
-def commit(logits: torch.Tensor, canvas: torch.Tensor, open_: torch.Tensor, k: int, u_tok: torch.Tensor | None,
-           u_conf: torch.Tensor | None, sp: SamplingParams) -> torch.Tensor:
+def commit(
+    logits: torch.Tensor,
+    canvas: torch.Tensor,
+    open_: torch.Tensor,
+    k: int,
+    u_tok: torch.Tensor | None,
+    u_conf: torch.Tensor | None,
+    sp: SamplingParams,
+) -> torch.Tensor:
     """One step: (R, L, V) logits, (R, L) canvas, (R, L) bool positions still masked in the current
     block, k positions to commit per row, (R, L) uniforms -> the new (R, L) canvas."""
     R, L, V = logits.shape
@@ -91,30 +101,49 @@ class DiffusionEngine:
         self.device = next(model.parameters()).device
         self.formatter = formatter or PromptFormatter.build(tokenizer, model)
 
-    def generate(self, prompts: Sequence[str], n: int, sampling: SamplingParams,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> Rollouts:
         prompts = self.formatter.render_all(list(prompts))
         if seeds is not None and len(seeds) != len(prompts):
             raise ValueError(f"generate: {len(seeds)} seeds for {len(prompts)} prompts (one seed per prompt)")
         opts = sampler_opts(self.model.config)
         if sampling.max_new_tokens > opts.canvas:
-            raise UserError(f"max_new_tokens {sampling.max_new_tokens} exceeds the diffusion model's canvas of "
-                            f"{opts.canvas} positions: lower it, or pretrain with a longer canvas")
+            raise UserError(
+                f"max_new_tokens {sampling.max_new_tokens} exceeds the diffusion model's canvas of "
+                f"{opts.canvas} positions: lower it, or pretrain with a longer canvas"
+            )
         if sampling.hidden_grad_norm:
             raise UserError("a masked-diffusion model records no hidden gradient norms (CorR-PO's 'hidden' norm)")
         gen = generator
         if gen is None and sampling.seed is not None:
             gen = torch.Generator().manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
-        parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, opts, gen,
-                             None if seeds is None else list(seeds[i:i + per_chunk]))
-                 for i in range(0, len(prompts), per_chunk)]
+        parts = [
+            self._chunk(
+                prompts[i : i + per_chunk],
+                n,
+                sampling,
+                opts,
+                gen,
+                None if seeds is None else list(seeds[i : i + per_chunk]),
+            )
+            for i in range(0, len(prompts), per_chunk)
+        ]
         return concat_rollouts(parts, self.tok.pad_token_id)
 
     def _uniforms(self, rows: int, n: int, opts: SamplerOpts, gen, seeds) -> torch.Tensor:  # (R, 2, steps, L)
         width = 2 * opts.steps * opts.canvas
-        u = row_uniforms(seeds, n, width) if seeds is not None else torch.rand(rows, width, generator=gen,
-                                                                               dtype=torch.float64)
+        u = (
+            row_uniforms(seeds, n, width)
+            if seeds is not None
+            else torch.rand(rows, width, generator=gen, dtype=torch.float64)
+        )
         return u.view(rows, 2, opts.steps, opts.canvas)
 
     def _chunk(self, prompts: list[str], n: int, sp: SamplingParams, opts: SamplerOpts, gen, seeds) -> Rollouts:
@@ -137,12 +166,14 @@ class DiffusionEngine:
             first, step = None, 0
             for b in range(opts.canvas // opts.block):
                 window = torch.zeros(opts.canvas, dtype=torch.bool, device=self.device)
-                window[b * opts.block:(b + 1) * opts.block] = True
+                window[b * opts.block : (b + 1) * opts.block] = True
                 for k in transfer_counts(opts.block, opts.per_block):
                     logits = model.canvas_logits(ids, mask, canvas)  # (R, L, V)
                     first = logits if first is None else first  # the fully masked canvas: the one-step estimate
                     open_ = (canvas == model.config.mask_token_id) & window
-                    canvas = commit(logits, canvas, open_, k, u[:, 0, step], u[:, 1, step] if random_remask else None, sp)
+                    canvas = commit(
+                        logits, canvas, open_, k, u[:, 0, step], u[:, 1, step] if random_remask else None, sp
+                    )
                     step += 1
         finally:
             model.train(was)
@@ -153,7 +184,7 @@ class DiffusionEngine:
         eos, R = self.tok.eos_token_id, len(canvas)
         lengths, reasons = [], []
         for r in range(R):
-            hits = (canvas[r, :sp.max_new_tokens] == eos).nonzero()
+            hits = (canvas[r, : sp.max_new_tokens] == eos).nonzero()
             length, reason = (int(hits[0]) + 1, "eos") if len(hits) else (sp.max_new_tokens, "length")
             length, reason = _stop_cut(self.tok, canvas[r, :length], sp.stop, length, reason)
             lengths.append(length)
@@ -165,9 +196,19 @@ class DiffusionEngine:
         logp = logp_all.gather(-1, comp.clamp(max=logp_all.shape[-1] - 1)[..., None]).squeeze(-1)
         p = logp_all.exp()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp, skip_special_tokens=True)]
-        return Rollouts(prompts=[p_ for p_ in prompts for _ in range(n)], texts=texts, prompt_ids=ids, prompt_mask=mask,
-                        completion_ids=comp, completion_mask=cmask, logprobs=logp * cmask, finish_reasons=reasons, n=n,
-                        entropies=-(p * logp_all).sum(-1) * cmask, sum_p2=(p * p).sum(-1) * cmask)
+        return Rollouts(
+            prompts=[p_ for p_ in prompts for _ in range(n)],
+            texts=texts,
+            prompt_ids=ids,
+            prompt_mask=mask,
+            completion_ids=comp,
+            completion_mask=cmask,
+            logprobs=logp * cmask,
+            finish_reasons=reasons,
+            n=n,
+            entropies=-(p * logp_all).sum(-1) * cmask,
+            sum_p2=(p * p).sum(-1) * cmask,
+        )
 
 
 def _stop_cut(tok, row: torch.Tensor, stop: tuple[str, ...], length: int, reason: str) -> tuple[int, str]:

@@ -11,6 +11,7 @@ A batch of episodes becomes ordinary rollout rows: ``completion_ids`` are the co
 are the behaviour log-probs on the policy's tokens and 0 elsewhere, and ``trainable`` is the per-token
 flag that :func:`~reasonrl.rollout.base.trained_tokens` multiplies into every loss mask.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ FINISH = ("answer", "done", "turns", "context")  # env answered | env ended with
 class Segment:
     """``role``: "assistant" (sampled by the policy) or "observation" (the environment's reply, with any
     turn markers); ``logprobs``: the behaviour log-prob of each sampled id (trainable segments only)."""
+
     role: str
     ids: list[int]
     trainable: bool
@@ -34,13 +36,16 @@ class Segment:
 
     def __post_init__(self):
         if self.trainable and (self.logprobs is None or len(self.logprobs) != len(self.ids)):
-            raise ValueError(f"a trainable segment needs one behaviour log-prob per id: {len(self.ids)} ids, "
-                             f"{None if self.logprobs is None else len(self.logprobs)} log-probs")
+            raise ValueError(
+                f"a trainable segment needs one behaviour log-prob per id: {len(self.ids)} ids, "
+                f"{None if self.logprobs is None else len(self.logprobs)} log-probs"
+            )
 
 
 @dataclass
 class Episode:
     """One episode: its prompt ids, its segments in order, and how it ended (:data:`FINISH`)."""
+
     prompt_ids: list[int]
     segments: list[Segment] = field(default_factory=list)
     finish_reason: str = ""
@@ -78,7 +83,7 @@ def middle_truncate(ids: Sequence[int], cap: int, marker: Sequence[int]) -> list
     if keep < 2:
         raise ValueError(f"observation cap {cap} leaves no room around the truncation marker ({len(marker)} tokens)")
     head = (keep + 1) // 2
-    return ids[:head] + marker + ids[len(ids) - (keep - head):]
+    return ids[:head] + marker + ids[len(ids) - (keep - head) :]
 
 
 def fixed_rewards(episodes: Sequence[Episode], rewards: dict[str, float]) -> torch.Tensor:  # -> (R,)
@@ -86,8 +91,14 @@ def fixed_rewards(episodes: Sequence[Episode], rewards: dict[str, float]) -> tor
     return torch.tensor([rewards.get(e.finish_reason, float("nan")) for e in episodes], dtype=torch.float32)
 
 
-def episodes_to_rollouts(episodes: Sequence[Episode], prompts: Sequence[str], n: int, pad_id: int,
-                         texts: Sequence[str], fixed: torch.Tensor | None = None) -> Rollouts:
+def episodes_to_rollouts(
+    episodes: Sequence[Episode],
+    prompts: Sequence[str],
+    n: int,
+    pad_id: int,
+    texts: Sequence[str],
+    fixed: torch.Tensor | None = None,
+) -> Rollouts:
     """Rollout rows of ``episodes`` (group-major, ``n`` per prompt). ``prompts``: each row's rendered
     prompt; ``texts``: what each row answered (what the task's verifier reads)."""
     R = len(episodes)
@@ -102,12 +113,22 @@ def episodes_to_rollouts(episodes: Sequence[Episode], prompts: Sequence[str], n:
     logp = torch.zeros(R, T)  # (R, T)
     for r, e in enumerate(episodes):
         p, c = len(e.prompt_ids), len(e.ids)
-        prompt_ids[r, P - p:], prompt_mask[r, P - p:] = torch.tensor(e.prompt_ids, dtype=torch.long), 1
+        prompt_ids[r, P - p :], prompt_mask[r, P - p :] = torch.tensor(e.prompt_ids, dtype=torch.long), 1
         if c:
             comp[r, :c], comp_mask[r, :c] = torch.tensor(e.ids, dtype=torch.long), 1
             trainable[r, :c] = torch.tensor(e.loss_mask, dtype=torch.long)
             logp[r, :c] = torch.tensor(e.logprobs)
-    return Rollouts(prompts=list(prompts), texts=list(texts), prompt_ids=prompt_ids, prompt_mask=prompt_mask,
-                    completion_ids=comp, completion_mask=comp_mask, logprobs=logp,
-                    finish_reasons=[e.finish_reason for e in episodes], n=n, trainable=trainable, fixed_reward=fixed,
-                    extras={"episodes": list(episodes)})
+    return Rollouts(
+        prompts=list(prompts),
+        texts=list(texts),
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        completion_ids=comp,
+        completion_mask=comp_mask,
+        logprobs=logp,
+        finish_reasons=[e.finish_reason for e in episodes],
+        n=n,
+        trainable=trainable,
+        fixed_reward=fixed,
+        extras={"episodes": list(episodes)},
+    )

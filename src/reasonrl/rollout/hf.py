@@ -5,6 +5,7 @@ from the batch (and the cache) at the host's looks every ``check_every`` steps, 
 few long completions does not pay for the short ones. The loop itself lives on the model's device
 (:mod:`.decode`); ``static_cache`` / ``compile`` give it fixed shapes and CUDA graphs.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -29,16 +30,29 @@ class HFEngine:
     tokenizer; text it already rendered passes as it is), and a row ends at any of the model's end
     ids (:func:`reasonrl.models.chat.stop_ids`: ``generation_config.eos_token_id`` and the EOS)."""
 
-    def __init__(self, model, tokenizer, *, max_rows: int = 512, compact_below: float | None = None,
-                 check_every: int | None = None,
-                 static_cache: bool = False, compile: bool = False, compile_backend: str = "inductor",
-                 formatter: PromptFormatter | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        max_rows: int = 512,
+        compact_below: float | None = None,
+        check_every: int | None = None,
+        static_cache: bool = False,
+        compile: bool = False,
+        compile_backend: str = "inductor",
+        formatter: PromptFormatter | None = None,
+    ):
         if compile and not static_cache:
-            raise ValueError("HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
-                             "CUDA graphs need the fixed shapes of a static KV cache")
+            raise ValueError(
+                "HFEngine(compile=True) needs static_cache=True (rollout.static_cache=true): "
+                "CUDA graphs need the fixed shapes of a static KV cache"
+            )
         if check_every is not None and check_every < 1:
-            raise ValueError(f"HFEngine(check_every={check_every}): must be >= 1 (steps between host looks), "
-                             "or None (1 on a CPU, 8 on a GPU)")
+            raise ValueError(
+                f"HFEngine(check_every={check_every}): must be >= 1 (steps between host looks), "
+                "or None (1 on a CPU, 8 on a GPU)"
+            )
         self.model, self.tok = model, tokenizer
         self.max_rows = max_rows
         self.device = next(model.parameters()).device
@@ -66,8 +80,14 @@ class HFEngine:
     def compact_below(self, value: float) -> None:  # steering keeps finished rows for a call (0)
         self.opts.compact_below = value
 
-    def generate(self, prompts: Sequence[str | list[dict]], n: int, sampling: SamplingParams,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
+    def generate(
+        self,
+        prompts: Sequence[str | list[dict]],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> Rollouts:
         """``prompts``: what task items carry (strings or chat messages) or text the run's formatter
         rendered; the rollouts keep the rendered text. ``seeds`` (one per prompt) key each row's
         randomness by its prompt and sample index (:func:`row_uniforms`), so the rollouts do not depend on
@@ -80,9 +100,12 @@ class HFEngine:
         if gen is None and sampling.seed is not None:
             gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         per_chunk = max(1, self.max_rows // n)
-        parts = [self._chunk(prompts[i:i + per_chunk], n, sampling, gen,
-                             None if seeds is None else list(seeds[i:i + per_chunk]))
-                 for i in range(0, len(prompts), per_chunk)]
+        parts = [
+            self._chunk(
+                prompts[i : i + per_chunk], n, sampling, gen, None if seeds is None else list(seeds[i : i + per_chunk])
+            )
+            for i in range(0, len(prompts), per_chunk)
+        ]
         return concat_rollouts(parts, self.tok.pad_token_id)
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,10 +129,17 @@ class HFEngine:
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sp.stop) for t in self.tok.batch_decode(comp_ids, skip_special_tokens=True)]
         return Rollouts(
-            prompts=[p for p in prompts for _ in range(n)], texts=texts,
-            prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
-            completion_ids=comp_ids, completion_mask=comp_mask, logprobs=comp_logp * comp_mask,
-            finish_reasons=st.reason, n=n, entropies=comp_ent * comp_mask, sum_p2=comp_p2 * comp_mask,
+            prompts=[p for p in prompts for _ in range(n)],
+            texts=texts,
+            prompt_ids=ids.repeat_interleave(n, 0),
+            prompt_mask=mask.repeat_interleave(n, 0),
+            completion_ids=comp_ids,
+            completion_mask=comp_mask,
+            logprobs=comp_logp * comp_mask,
+            finish_reasons=st.reason,
+            n=n,
+            entropies=comp_ent * comp_mask,
+            sum_p2=comp_p2 * comp_mask,
             hidden_grad_norm=comp_hidden * comp_mask if sp.hidden_grad_norm else None,
         )
 
@@ -127,24 +157,31 @@ class HFEngine:
         one graph break. The graph is traced once per (row bucket, width): the static caches are
         reused (rollout.kvcache), and dynamo's recompile limit (8 shapes by default) bounds how
         many buckets one engine compiles."""
+
         def step(token, attn, pos, cache):
-            out = self.model(input_ids=token, attention_mask=attn, position_ids=pos, use_cache=True,
-                             **{self._cache_arg: cache})
+            out = self.model(
+                input_ids=token, attention_mask=attn, position_ids=pos, use_cache=True, **{self._cache_arg: cache}
+            )
             return out.logits[:, -1].clone() if opts.compile else out.logits[:, -1]
+
         if not opts.compile:
             return step
         if self._compiled is None:
             inductor = opts.compile_backend == "inductor"  # a mode is inductor's option alone
-            self._compiled = torch.compile(step, backend=opts.compile_backend,
-                                           mode="reduce-overhead" if inductor else None)
+            self._compiled = torch.compile(
+                step, backend=opts.compile_backend, mode="reduce-overhead" if inductor else None
+            )
         return self._compiled
 
 
 def row_uniforms(seeds: Sequence[int], n: int, steps: int) -> torch.Tensor:  # -> (len(seeds) * n, steps)
     """One uniform per token position for sample ``j`` of each prompt, from a stream seeded by the
     prompt's seed and ``j`` alone (float64, so a draw is never rounded up to 1)."""
-    rows = [torch.rand(steps, generator=torch.Generator().manual_seed(stable_seed(s, j)), dtype=torch.float64)
-            for s in seeds for j in range(n)]
+    rows = [
+        torch.rand(steps, generator=torch.Generator().manual_seed(stable_seed(s, j)), dtype=torch.float64)
+        for s in seeds
+        for j in range(n)
+    ]
     return torch.stack(rows) if rows else torch.zeros(0, steps, dtype=torch.float64)
 
 

@@ -14,6 +14,7 @@ compiled step's CUDA graphs are recorded once per shape, not again for every chu
 evaluation. Row counts are rounded up to buckets (:func:`bucket_rows`) and widths to a multiple of
 :data:`WIDTH_MULTIPLE` positions, so a run records a handful of shapes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ class DecodeCache(_KeysAsValues, DynamicCache):
     def reserve(self, capacity: int) -> None:
         """Give every layer room for ``capacity`` positions (prefill included), so that decoding
         writes each new position in place (:class:`GrowingLayer`)."""
-        self.layers = [GrowingLayer(layer.keys, layer.values, capacity) if layer.is_initialized else layer
-                       for layer in self.layers]
+        self.layers = [
+            GrowingLayer(layer.keys, layer.values, capacity) if layer.is_initialized else layer for layer in self.layers
+        ]
 
 
 class GrowingLayer(DynamicLayer):
@@ -61,19 +63,19 @@ class GrowingLayer(DynamicLayer):
     def _room(self, x: torch.Tensor, rows: int, capacity: int, index: torch.Tensor | None = None) -> torch.Tensor:
         """A (rows, H, capacity, d) buffer holding ``x``'s written positions (its rows ``index``)."""
         buf = x.new_empty(rows, x.shape[1], capacity, x.shape[-1])
-        buf[:, :, :self.length] = (x if index is None else x[index])[:, :, :self.length]
+        buf[:, :, : self.length] = (x if index is None else x[index])[:, :, : self.length]
         return buf
 
     def _views(self) -> None:
-        self.keys, self.values = self._k[:, :, :self.length], self._v[:, :, :self.length]
+        self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         n = key_states.shape[-2]
         if self.length + n > self._k.shape[-2]:
             cap = max(2 * self._k.shape[-2], self.length + n)
             self._k, self._v = (self._room(x, x.shape[0], cap) for x in (self._k, self._v))
-        self._k[:, :, self.length:self.length + n] = key_states
-        self._v[:, :, self.length:self.length + n] = value_states
+        self._k[:, :, self.length : self.length + n] = key_states
+        self._v[:, :, self.length : self.length + n] = value_states
         self.length += n
         self._views()
         return self.keys, self.values
@@ -144,8 +146,13 @@ class StaticCaches:
 
     def nbytes(self) -> int:
         """Bytes held by every cache's keys and values."""
-        return sum(x.nbytes for c in self.by_shape.values() for layer in c.layers if layer.is_initialized
-                   for x in (layer.keys, layer.values))
+        return sum(
+            x.nbytes
+            for c in self.by_shape.values()
+            for layer in c.layers
+            if layer.is_initialized
+            for x in (layer.keys, layer.values)
+        )
 
     def clear(self) -> None:
         self.by_shape.clear()

@@ -12,6 +12,7 @@ fit ends with ``finish_reason="context"``. The engine decodes at most its ``max_
 An environment implements ``reset(item) -> str`` (the episode's first user message: the question, any
 tool documentation) and ``step(action_text) -> (observation, done, answer)``; ``close()`` is optional.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,6 +34,7 @@ from .hf import row_uniforms
 class EpisodeLimits:
     """Turn cap; each turn's token budget (None: the sampling budget); observation cap (tokens, marker
     included); context cap (prompt + episode tokens); the marker put where an observation was cut."""
+
     max_turns: int = 4
     max_turn_tokens: int | None = None
     max_obs_tokens: int = 256
@@ -62,8 +64,10 @@ class EngineTurns:
 
     def __init__(self, engine: Any):
         if not hasattr(engine, "_decode"):
-            raise UserError(f"multi-turn episodes need an engine that continues from token ids (HFEngine); "
-                            f"{type(engine).__name__} samples from text only")
+            raise UserError(
+                f"multi-turn episodes need an engine that continues from token ids (HFEngine); "
+                f"{type(engine).__name__} samples from text only"
+            )
         self.engine = engine
 
     def sample(self, contexts: Sequence[list[int]], sampling: SamplingParams, seeds: Sequence[int]) -> list[Turn]:
@@ -72,11 +76,16 @@ class EngineTurns:
         seeds rows itself (vLLM: ``sample_ids``, issue 43) gets the contexts' ids and seeds as they are."""
         if hasattr(self.engine, "sample_ids"):
             st = self.engine.sample_ids([list(c) for c in contexts], 1, sampling, list(seeds))
-            return [Turn(st.ids[i, :int(st.length[i])].tolist(), st.logp[i, :int(st.length[i])].tolist(), st.reason[i])
-                    for i in range(len(contexts))]
+            return [
+                Turn(st.ids[i, : int(st.length[i])].tolist(), st.logp[i, : int(st.length[i])].tolist(), st.reason[i])
+                for i in range(len(contexts))
+            ]
         step = max(1, int(getattr(self.engine, "max_rows", len(contexts)) or len(contexts)))
-        return [turn for s in range(0, len(contexts), step)
-                for turn in self._chunk(contexts[s:s + step], sampling, seeds[s:s + step])]
+        return [
+            turn
+            for s in range(0, len(contexts), step)
+            for turn in self._chunk(contexts[s : s + step], sampling, seeds[s : s + step])
+        ]
 
     @torch.inference_mode()
     def _chunk(self, contexts: Sequence[list[int]], sampling: SamplingParams, seeds: Sequence[int]) -> list[Turn]:
@@ -84,7 +93,7 @@ class EngineTurns:
         ids = torch.full((len(contexts), width), eng.tok.pad_token_id, dtype=torch.long)  # (N, L) left-padded
         mask = torch.zeros_like(ids)
         for i, c in enumerate(contexts):
-            ids[i, width - len(c):], mask[i, width - len(c):] = torch.tensor(c, dtype=torch.long), 1
+            ids[i, width - len(c) :], mask[i, width - len(c) :] = torch.tensor(c, dtype=torch.long), 1
         u = row_uniforms(list(seeds), 1, sampling.max_new_tokens).to(eng.device)  # (N, T)
         was_training = eng.model.training
         eng.model.eval()
@@ -92,14 +101,17 @@ class EngineTurns:
             st = eng._decode(ids.to(eng.device), mask.to(eng.device), 1, sampling, None, u)
         finally:
             eng.model.train(was_training)
-        return [Turn(st.ids[i, :int(st.length[i])].tolist(), st.logp[i, :int(st.length[i])].tolist(), st.reason[i])
-                for i in range(len(contexts))]
+        return [
+            Turn(st.ids[i, : int(st.length[i])].tolist(), st.logp[i, : int(st.length[i])].tolist(), st.reason[i])
+            for i in range(len(contexts))
+        ]
 
 
 @dataclass(frozen=True)
 class ObservationFormat:
     """How an observation becomes ids: ``head`` + the (truncated) observation + ``tail``, each tokenised
     once; ``close``: the id that ends an assistant turn (chat), appended when a turn stopped without it."""
+
     encode: Callable[[str], list[int]]
     head: list[int]
     tail: list[int]
@@ -107,8 +119,14 @@ class ObservationFormat:
     close: int | None = None
 
     @staticmethod
-    def build(tok: Any, formatter: PromptFormatter = PLAIN, *, role: str = "user",
-              template: str = "\nObservation:\n{observation}\n", marker: str = "\n...\n") -> "ObservationFormat":
+    def build(
+        tok: Any,
+        formatter: PromptFormatter = PLAIN,
+        *,
+        role: str = "user",
+        template: str = "\nObservation:\n{observation}\n",
+        marker: str = "\n...\n",
+    ) -> "ObservationFormat":
         markup = lambda s: list(tok(s, add_special_tokens=False)["input_ids"]) if s else []  # noqa: E731
         if formatter.chat:
             head, tail, close = chat_markers(formatter, role)
@@ -116,8 +134,9 @@ class ObservationFormat:
             if template.count("{observation}") != 1:
                 raise UserError(f"observation template {template!r} must hold {{observation}} exactly once")
             (head, tail), close = template.split("{observation}"), None
-        return ObservationFormat(lambda s: encode_text(tok, s), markup(head), markup(tail), encode_text(tok, marker),
-                                 close)
+        return ObservationFormat(
+            lambda s: encode_text(tok, s), markup(head), markup(tail), encode_text(tok, marker), close
+        )
 
     def ids(self, observation: str, cap: int, last_turn: list[int]) -> list[int]:
         """The ids appended after a policy turn ending in ``last_turn``: at most ``cap`` of the observation."""
@@ -140,33 +159,47 @@ def chat_markers(formatter: PromptFormatter, role: str) -> tuple[str, str, int]:
     turns = [{"role": "user", "content": "q"}, {"role": "assistant", "content": a}, {"role": role, "content": o}]
     text, end = formatter._template(turns), turn_end_id(tok)
     if end is None or a not in text or o not in text:
-        raise UserError(f"the chat template cannot show a {role!r} turn after an assistant turn; "
-                        "use another observation role or prompt.format=plain")
-    after, end_text = text[text.index(a) + len(a):], tok.convert_ids_to_tokens(end)
+        raise UserError(
+            f"the chat template cannot show a {role!r} turn after an assistant turn; "
+            "use another observation role or prompt.format=plain"
+        )
+    after, end_text = text[text.index(a) + len(a) :], tok.convert_ids_to_tokens(end)
     if not after.startswith(end_text):
         raise UserError(f"the chat template does not close an assistant turn with {end_text!r} right after its text")
-    head, tail = after[len(end_text):].split(o, 1)
+    head, tail = after[len(end_text) :].split(o, 1)
     return head, tail, end
 
 
 def step_all(envs: Sequence[Any], actions: Sequence[str], workers: int) -> list[tuple[str, bool, str | None]]:
     """``env.step(action)`` for every pair at once (threads), checked: a malformed reply is a UserError."""
+
     def one(pair):
         env, action = pair
         out = env.step(action)
         if not (isinstance(out, tuple) and len(out) == 3 and isinstance(out[0], str)):
-            raise UserError(f"{type(env).__name__}.step must return (observation: str, done: bool, answer), got {out!r}")
+            raise UserError(
+                f"{type(env).__name__}.step must return (observation: str, done: bool, answer), got {out!r}"
+            )
         obs, done, answer = out
         return obs, bool(done), None if answer is None else str(answer)
+
     if not envs:
         return []
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(envs))), thread_name_prefix="reasonrl-env") as pool:
         return list(pool.map(one, zip(envs, actions)))
 
 
-def run_episodes(sampler: TurnSampler, envs: Sequence[Any], prompt_ids: Sequence[list[int]], sampling: SamplingParams,
-                 seeds: Sequence[int], limits: EpisodeLimits, fmt: ObservationFormat, decode: Callable[[list[int]], str],
-                 workers: int = 8) -> list[Episode]:
+def run_episodes(
+    sampler: TurnSampler,
+    envs: Sequence[Any],
+    prompt_ids: Sequence[list[int]],
+    sampling: SamplingParams,
+    seeds: Sequence[int],
+    limits: EpisodeLimits,
+    fmt: ObservationFormat,
+    decode: Callable[[list[int]], str],
+    workers: int = 8,
+) -> list[Episode]:
     """Run one episode per environment (already reset; ``prompt_ids``: each one's prompt) to its end."""
     eps = [Episode(list(p)) for p in prompt_ids]
     turn_cap = limits.max_turn_tokens or sampling.max_new_tokens
@@ -194,8 +227,9 @@ def run_episodes(sampler: TurnSampler, envs: Sequence[Any], prompt_ids: Sequence
     return eps
 
 
-def _after_step(e: Episode, obs: str, done: bool, answer: str | None, last: bool, limits: EpisodeLimits,
-                fmt: ObservationFormat) -> None:
+def _after_step(
+    e: Episode, obs: str, done: bool, answer: str | None, last: bool, limits: EpisodeLimits, fmt: ObservationFormat
+) -> None:
     """Ends ``e`` (answered, done, out of turns, out of context) or appends the observation's ids."""
     if done:
         e.finish_reason, e.answer = ("answer" if answer is not None else "done"), answer

@@ -1,4 +1,5 @@
 """Pure next-token sampling maths: (R, V) logits in, (R,) tokens and log-probs out."""
+
 from __future__ import annotations
 
 import math
@@ -56,9 +57,16 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:  # (R, V)
     return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-                generator: torch.Generator | None = None, *, min_p: float = 0.0,
-                uniform: torch.Tensor | None = None) -> Sampled:
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    *,
+    min_p: float = 0.0,
+    uniform: torch.Tensor | None = None,
+) -> Sampled:
     """Sample one token per row from (R, V) logits (greedy at temperature 0, whose statistics are
     those of temperature 1). ``uniform`` (R,): each row's own draw in [0, 1) (:func:`inverse_cdf`);
     without it, ``torch.multinomial`` with ``generator``."""
@@ -70,15 +78,19 @@ def sample_next(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p:
         scaled = logits if temperature == 1 else logits / temperature  # x / 1 is x: no (R, V) pass for nothing
         logp = scaled.log_softmax(-1)  # (R, V)
         probs = filter_top_k_top_p(scaled, top_k, top_p, min_p).softmax(-1)
-        token = (inverse_cdf(probs, uniform) if uniform is not None
-                 else torch.multinomial(probs, 1, generator=generator).squeeze(-1))  # (R,)
+        token = (
+            inverse_cdf(probs, uniform)
+            if uniform is not None
+            else torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        )  # (R,)
     probs_full = logp.exp()  # (R, V)
     entropy = -(probs_full * logp).sum(-1)  # (R,)
     return Sampled(token, logp.gather(-1, token[:, None]).squeeze(-1), entropy, (probs_full * probs_full).sum(-1))
 
 
-def next_hidden_grad_norm(logits: torch.Tensor, token: torch.Tensor, temperature: float,
-                          unembed: torch.Tensor) -> torch.Tensor:  # (R, V), (R,), (V, d) -> (R,)
+def next_hidden_grad_norm(
+    logits: torch.Tensor, token: torch.Tensor, temperature: float, unembed: torch.Tensor
+) -> torch.Tensor:  # (R, V), (R,), (V, d) -> (R,)
     """``||W_U^T (e_y - p)||`` of the sampled tokens (CorR-PO's "hidden" gradient norm), under the
     distribution :func:`sample_next`'s statistics describe: tempered, untruncated (T=1 when greedy).
     ``unembed`` is the output embedding (V, d)."""

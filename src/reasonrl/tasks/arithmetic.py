@@ -17,6 +17,7 @@ steps, spaces removed, with the canonical working of the problem (so the spaced 
 too, and the answer step is right when its value is): the first that differs is the first error,
 a missing step is wrong, and anything after the answer line is wrong.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -290,8 +291,7 @@ class ArithmeticTask:
     def extract_answer(self, completion: str) -> str | None:
         return extract_answer(completion)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """With the spaced style in the demonstrations: how often outputs use it (VSPO's behaviour)."""
         if self.config.spaced_rate == 0:
             return {}
@@ -316,5 +316,7 @@ class ArithmeticTask:
         return critique_steps(item.key, completion)
 
     def critique_prompt(self, item: Item, completion: str) -> str:
-        return (f"check {item.prompt.strip()}\n{completion}\n"
-                "first wrong step (steps split at , and line breaks; the answer line is last):\n")
+        return (
+            f"check {item.prompt.strip()}\n{completion}\n"
+            "first wrong step (steps split at , and line breaks; the answer line is last):\n"
+        )

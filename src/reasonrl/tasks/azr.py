@@ -15,6 +15,7 @@ Prompts [inferred: compact markers for a character model, AZR's meaning]:
 Option ``roles`` (``all`` | ``solve``): which prompts the training stream holds (``solve``: GRPO on the
 grammar's problems, the non-self-play baseline).
 """
+
 from __future__ import annotations
 
 import ast
@@ -30,8 +31,17 @@ from .base import Item, check_split, in_test_split, make_config
 from .code import CodeConfig, make_prompt, render_demo
 from .codegen import flat_trace, trace_programs
 
-__all__ = ["AZRConfig", "AZRShaping", "AZRTask", "format_ok", "parse_inputs", "parse_proposal", "propose_prompt",
-           "solve_item", "solve_prompt"]
+__all__ = [
+    "AZRConfig",
+    "AZRShaping",
+    "AZRTask",
+    "format_ok",
+    "parse_inputs",
+    "parse_proposal",
+    "propose_prompt",
+    "solve_item",
+    "solve_prompt",
+]
 
 ROLES = ("all", "solve")
 _IN = re.compile(r"^IN:(-?\d{1,6})$")
@@ -58,8 +68,9 @@ class AZRConfig:
 
     @property
     def grammar(self) -> CodeConfig:
-        return CodeConfig(max_statements=self.max_statements, constructs=self.constructs, max_int=self.max_int,
-                          input_prob=1.0)
+        return CodeConfig(
+            max_statements=self.max_statements, constructs=self.constructs, max_int=self.max_int, input_prob=1.0
+        )
 
 
 # ------------------------------------------------------------------------------------ prompts
@@ -111,8 +122,9 @@ def parse_program(text: str) -> str | None:
         tree = ast.parse(code)
     except SyntaxError:
         return None
-    prints = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
-                 for n in ast.walk(tree))
+    prints = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print" for n in ast.walk(tree)
+    )
     return code if prints else None
 
 
@@ -175,8 +187,9 @@ class AZRTask:
         in turn, made from the grammar's programs (traced in the sandbox, a batch at a time)."""
         check_split(split)
         rng, test = random.Random(f"azr:{seed}:{split}"), split == "test"
-        kinds = [("solve", t) for t in TYPES] + ([("propose", t) for t in TYPES]
-                                                  if not test and self.config.roles == "all" else [])
+        kinds = [("solve", t) for t in TYPES] + (
+            [("propose", t) for t in TYPES] if not test and self.config.roles == "all" else []
+        )
         while True:
             for item in self._batch(rng, kinds):
                 if in_test_split(item.key, self.config.test_fraction) == test:
@@ -189,16 +202,25 @@ class AZRTask:
         progs = [sample_triplet(rng, c.grammar) for _ in range(16 * len(kinds))]
         extra = [[str(rng.randint(0, c.max_int)) for _ in range(n_in)] for _ in progs]
         # each program on its own input, then on the induction inputs: n_in + 1 runs per program
-        traced = trace_programs([(code, stdin) for (code, first), more in zip(progs, extra)
-                                 for stdin in (first, *more)])
+        traced = trace_programs(
+            [(code, stdin) for (code, first), more in zip(progs, extra) for stdin in (first, *more)]
+        )
         entries = []
         for j, (prog, stdin) in enumerate(progs):
-            res = traced[j * (n_in + 1):(j + 1) * (n_in + 1)]
+            res = traced[j * (n_in + 1) : (j + 1) * (n_in + 1)]
             if any(r["error"] for r in res):
                 continue
             outs = [r["output"].rstrip("\n") for r in res]
-            entries.append({"program": prog, "input": stdin, "output": outs[0], "inputs": extra[j],
-                            "outputs": outs[1:], "trace": flat_trace(res[0]["steps"])})
+            entries.append(
+                {
+                    "program": prog,
+                    "input": stdin,
+                    "output": outs[0],
+                    "inputs": extra[j],
+                    "outputs": outs[1:],
+                    "trace": flat_trace(res[0]["steps"]),
+                }
+            )
         out = []
         for j, entry in enumerate(entries):
             role, kind = kinds[j % len(kinds)]
@@ -209,8 +231,11 @@ class AZRTask:
 
     def _solve(self, kind: str, entry: dict) -> Item:
         item = solve_item(kind, entry, self.config.shown)
-        demo = {"deduction": render_demo(entry["trace"], entry["output"], "compact", entry["program"], "expr"),
-                "abduction": f"IN:{entry['input']}", "induction": entry["program"].rstrip("\n")}[kind]
+        demo = {
+            "deduction": render_demo(entry["trace"], entry["output"], "compact", entry["program"], "expr"),
+            "abduction": f"IN:{entry['input']}",
+            "induction": entry["program"].rstrip("\n"),
+        }[kind]
         return replace(item, demo=demo)
 
     def _propose(self, kind: str, entry: dict, pool: list[dict], rng: random.Random) -> Item:

@@ -14,6 +14,7 @@ of AZR's banned modules and words (plus ours, :data:`BANNED`); it runs without e
 it is **deterministic**: two separate sandbox runs print the same output (``random`` and
 ``id(object())`` do not). The first failing stage and its reason are reported.
 """
+
 from __future__ import annotations
 
 import ast
@@ -23,14 +24,45 @@ from typing import Any, Sequence
 
 from .codegen import sample_program, trace_programs
 
-__all__ = ["BANNED", "IDENTITY", "TYPES", "CodeTriplet", "Validation", "banned_names", "run_programs",
-           "sample_triplet", "validate_programs"]
+__all__ = [
+    "BANNED",
+    "IDENTITY",
+    "TYPES",
+    "CodeTriplet",
+    "Validation",
+    "banned_names",
+    "run_programs",
+    "sample_triplet",
+    "validate_programs",
+]
 
 TYPES = ("deduction", "abduction", "induction")  # AZR's code_o, code_i, code_f
 # AZR's banned imports and words (released code), plus what a stdin script has no use for
-BANNED = ("logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time",
-          "hashlib", "hmac", "bcrypt", "os", "sys", "calendar", "socket", "open", "eval", "exec", "__import__",
-          "compile", "globals", "locals", "breakpoint")
+BANNED = (
+    "logging",
+    "random",
+    "multiprocessing",
+    "pebble",
+    "subprocess",
+    "threading",
+    "datetime",
+    "time",
+    "hashlib",
+    "hmac",
+    "bcrypt",
+    "os",
+    "sys",
+    "calendar",
+    "socket",
+    "open",
+    "eval",
+    "exec",
+    "__import__",
+    "compile",
+    "globals",
+    "locals",
+    "breakpoint",
+)
 IDENTITY = "a=int(input())\nprint(a)\n"  # AZR seeds its buffers with the identity program
 
 
@@ -73,8 +105,9 @@ def banned_names(code: str, banned: Sequence[str] = BANNED) -> list[str]:
     return found
 
 
-def run_programs(pairs: Sequence[tuple[str, str]], *, cache: bool = True, timeout: float = 5.0,
-                 memory_mb: int = 256) -> list[tuple[str | None, str | None]]:
+def run_programs(
+    pairs: Sequence[tuple[str, str]], *, cache: bool = True, timeout: float = 5.0, memory_mb: int = 256
+) -> list[tuple[str | None, str | None]]:
     """(output, error) of each (program, stdin) pair, run in the sandbox in one batch; output is None
     when the program failed (error says why: an exception, the line-event cap, the sandbox's limits)."""
     results = trace_programs(list(pairs), timeout=timeout, memory_mb=memory_mb, cache=cache)

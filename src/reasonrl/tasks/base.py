@@ -4,6 +4,7 @@ A task hands out :class:`Item` s from two splits that never overlap: every probl
 canonical key, and a salted hash of that key decides its split once and for all. Sampling
 order then depends on the seed, but membership never does, for any seed or sample size.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -100,8 +101,9 @@ def make_config(cls: type, task: str, options: dict[str, Any]) -> Any:
     return cls(**options)
 
 
-def split_user_items(name: str, train: list[Item], test: list[Item] | None, split: str, test_fraction: float,
-                     source: str) -> list[Item]:
+def split_user_items(
+    name: str, train: list[Item], test: list[Item] | None, split: str, test_fraction: float, source: str
+) -> list[Item]:
     """One split of a task's user rows: ``test`` rows when given, else a hash fraction of ``train``."""
     check_split(split)
     if test is not None:

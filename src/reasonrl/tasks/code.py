@@ -56,6 +56,7 @@ sandbox keeps 64 KB of output, a batch's JSON is ~25 KB; an over-long batch is b
 
 Example row: ``{"code": "x = 2\\ny = x*3\\nprint(y+1)\\n", "input": ""}``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -100,8 +101,9 @@ class CodeConfig:
 
     def __post_init__(self):
         if not 1 <= self.min_statements <= self.max_statements:
-            raise ValueError("need 1 <= min_statements <= max_statements, "
-                             f"got {self.min_statements}, {self.max_statements}")
+            raise ValueError(
+                f"need 1 <= min_statements <= max_statements, got {self.min_statements}, {self.max_statements}"
+            )
         bad = sorted(set(self.construct_list) - set(CONSTRUCTS))
         if bad or not self.construct_list:
             raise ValueError(f"constructs {self.constructs!r}: unknown {bad}; valid: {list(CONSTRUCTS)}")
@@ -210,16 +212,19 @@ def _steps(trace: list, code: str | None, work: str = "none") -> list[tuple[int,
     return steps
 
 
-def render_demo(trace: list, output: str, template: str = "compact", code: str | None = None,
-                work: str = "expr") -> str:
+def render_demo(
+    trace: list, output: str, template: str = "compact", code: str | None = None, work: str = "expr"
+) -> str:
     """The demonstration for a true trace. With ``code`` (compact template only) each one-line
     arithmetic assignment shows its working: ``work="expr"`` gives ``L2 b=a+a=5+5=10`` [inferred:
     copying the expression, then each name's value, then the sum makes every character a one-hop
     lookup for the tiny model, instead of a lookup-then-add]; ``"values"`` gives ``b=5+5=10``."""
     out_lines = output.rstrip("\n").split("\n")
     if template == "paper":
-        body = [f"[STEP {k}] line {line}: " + ", ".join(f"{v} = {x}" for v, x, _ in pairs)
-                for k, (line, pairs) in enumerate(_steps(trace, None), 1)]
+        body = [
+            f"[STEP {k}] line {line}: " + ", ".join(f"{v} = {x}" for v, x, _ in pairs)
+            for k, (line, pairs) in enumerate(_steps(trace, None), 1)
+        ]
         return "\n".join(body + [f"[OUTPUT] {o}" for o in out_lines])
     steps = _steps(trace, code, work)
     body = [f"L{line} " + " ".join(f"{v}={shown}" for v, _, shown in pairs) for line, pairs in steps]
@@ -257,8 +262,14 @@ def _check_row(row: dict, where: str) -> dict:
     if ("output" in row) != ("trace" in row):
         raise ValueError(f"{where}: give both 'output' and 'trace' or neither (then the program is traced)")
     trace = _check_trace(row["trace"], where) if "trace" in row else None
-    return {"code": row["code"], "input": row.get("input") or "", "demo": row.get("demo"), "output": row.get("output"),
-            "trace": trace, "id": row.get("id")}
+    return {
+        "code": row["code"],
+        "input": row.get("input") or "",
+        "demo": row.get("demo"),
+        "output": row.get("output"),
+        "trace": trace,
+        "id": row.get("id"),
+    }
 
 
 class CodeTask:
@@ -275,8 +286,9 @@ class CodeTask:
         c = self.config
         return trace_programs(programs, batch=c.trace_batch, timeout=c.trace_timeout, memory_mb=c.trace_memory_mb)
 
-    def make_item(self, code: str, stdin: str, trace: list, output: str, demo: str | None = None,
-                  row_id: Any = None) -> Item:
+    def make_item(
+        self, code: str, stdin: str, trace: list, output: str, demo: str | None = None, row_id: Any = None
+    ) -> Item:
         answer = output.rstrip("\n")
         meta: dict[str, Any] = {"trace": trace, "output": answer}
         if row_id is not None:
@@ -300,8 +312,10 @@ class CodeTask:
                 r["trace"], r["output"] = flat_trace(res["steps"]), res["output"]
             item = self.make_item(r["code"], r["input"], r["trace"], r["output"], r["demo"], r["id"])
             if r["demo"] is not None and self.verify(item.demo, item.answer, item.meta) != 1.0:
-                raise ValueError(f"{path}: row {i}: the demo's output {parse_trace(item.demo)[1]!r} "
-                                 f"is not the program's output {item.answer!r}")
+                raise ValueError(
+                    f"{path}: row {i}: the demo's output {parse_trace(item.demo)[1]!r} "
+                    f"is not the program's output {item.answer!r}"
+                )
             items.append(item)
         return items
 
@@ -317,8 +331,9 @@ class CodeTask:
         check_split(split)
         if self._rows is None:
             raise ValueError("split_items needs user data (option data)")
-        return split_user_items("code", self._rows["train"], self._rows["test"], split, self.config.test_fraction,
-                                str(self.config.data))
+        return split_user_items(
+            "code", self._rows["train"], self._rows["test"], split, self.config.test_fraction, str(self.config.data)
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         check_split(split)
@@ -357,8 +372,7 @@ class CodeTask:
         predicted = parse_trace(completion)[1]
         return None if predicted is None else normalize_output(predicted)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """How faithful the greedy traces are (what CodeThinker's gate looks at).
 
         ``trace_consistency``: mean ``c``, the share of claimed ``(line, var, value)`` assertions that
@@ -367,8 +381,10 @@ class CodeTask:
         """
         cs = [consistency(parse_trace(c)[0], m["trace"])[0] for c, m in zip(completions, metas)]
         n = max(len(cs), 1)
-        return {"trace_consistency": sum(cs) / n,
-                "consistent_pass": sum(s >= 1.0 and c == 1.0 for s, c in zip(scores, cs)) / n}
+        return {
+            "trace_consistency": sum(cs) / n,
+            "consistent_pass": sum(s >= 1.0 and c == 1.0 for s, c in zip(scores, cs)) / n,
+        }
 
     def branch_point(self, completion: str, meta: dict[str, Any], rng: random.Random) -> tuple[int, float]:
         """Dynamic beam sampling's cut (CodeThinker): before the first inconsistent step, or at a random step

@@ -24,6 +24,7 @@ in its own fork of the warmed-up tracer (:mod:`reasonrl.rewards.sandbox.jobs`), 
 another's result by patching builtins, classes, modules or random state (issue 41); a program that ends
 its process (``os._exit``, a crash) fails alone, and its result, which it controls, is type-checked.
 """
+
 from __future__ import annotations
 
 import ast
@@ -165,15 +166,25 @@ def _sandbox_runner(require: str | None = None) -> Runner:
 
 
 def _step_ok(step: Any) -> bool:
-    return (isinstance(step, list) and len(step) == 2 and type(step[0]) is int and isinstance(step[1], list)
-            and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in step[1]))
+    return (
+        isinstance(step, list)
+        and len(step) == 2
+        and type(step[0]) is int
+        and isinstance(step[1], list)
+        and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in step[1])
+    )
 
 
 def _checked(result: Any) -> dict:
     """A program's result as the trainer may use it: each program runs in its own fork and so decides its
     own result (issue 41), which is therefore type-checked like any untrusted input."""
-    if (isinstance(result, dict) and isinstance(result.get("output"), str) and isinstance(result.get("steps"), list)
-            and (result.get("error") is None or isinstance(result["error"], str)) and all(map(_step_ok, result["steps"]))):
+    if (
+        isinstance(result, dict)
+        and isinstance(result.get("output"), str)
+        and isinstance(result.get("steps"), list)
+        and (result.get("error") is None or isinstance(result["error"], str))
+        and all(map(_step_ok, result["steps"]))
+    ):
         return {"output": result["output"], "steps": result["steps"], "error": result["error"]}
     return {"output": "", "steps": [], "error": "the program sent back a malformed result"}
 
@@ -182,7 +193,7 @@ def _parse_batch(res: Any, n: int) -> list[dict]:
     at = res.stdout.rfind(MARK)
     if at < 0:
         raise RuntimeError(f"the tracer printed no result (status ok); stderr: {res.stderr[-500:]!r}")
-    results = json.loads(res.stdout[at + len(MARK):])
+    results = json.loads(res.stdout[at + len(MARK) :])
     if not isinstance(results, list) or len(results) != n:
         got = len(results) if isinstance(results, list) else type(results).__name__
         raise RuntimeError(f"the tracer returned {got} results for {n} programs")
@@ -203,9 +214,16 @@ def _trace_batch(jobs: list[dict], runner: Runner, timeout: float, memory_mb: in
     return [{"output": "", "steps": [], "error": why, "transient": res.status in ("timeout", "killed")}]
 
 
-def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, timeout: float = 5.0,
-                   memory_mb: int = 256, runner: Runner | None = None, cache: bool = True,
-                   require: str | None = None) -> list[dict]:
+def trace_programs(
+    programs: Sequence[tuple[str, str]],
+    *,
+    batch: int = 64,
+    timeout: float = 5.0,
+    memory_mb: int = 256,
+    runner: Runner | None = None,
+    cache: bool = True,
+    require: str | None = None,
+) -> list[dict]:
     """Trace ``(code, stdin)`` pairs in the sandbox, ``batch`` programs per call, cached per pair, at
     least at level ``require`` (None: the run's ``sandbox.require``; :mod:`reasonrl.rewards.sandbox.policy`).
 
@@ -217,7 +235,7 @@ def trace_programs(programs: Sequence[tuple[str, str]], *, batch: int = 64, time
     todo = list(dict.fromkeys(p for p in programs if not cache or p not in _CACHE))
     runner = (runner or _sandbox_runner(require)) if todo else None
     for start in range(0, len(todo), batch):
-        chunk = todo[start:start + batch]
+        chunk = todo[start : start + batch]
         results = _trace_batch([{"code": c, "input": i} for c, i in chunk], runner, timeout, memory_mb)
         for key, result in zip(chunk, results):
             fresh[key] = result

@@ -53,6 +53,7 @@ User data (options ``data`` / ``test_data``): JSONL, one case per line::
 
 With ``data`` the synthetic knobs (``aspects`` ... ``rule_seed``) are unused.
 """
+
 from __future__ import annotations
 
 import random
@@ -60,8 +61,15 @@ import string
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..rewards.sets import (DEFAULT_ANSWER_TAG, DEFAULT_SECTIONS, answer_block, canonical_set, parse_label_set,
-                            set_score, structure_ok)
+from ..rewards.sets import (
+    DEFAULT_ANSWER_TAG,
+    DEFAULT_SECTIONS,
+    answer_block,
+    canonical_set,
+    parse_label_set,
+    set_score,
+    structure_ok,
+)
 from .base import Item, check_split, epochs, in_test_split, make_config, split_user_items, stable_seed, user_splits
 from .files import read_rows
 
@@ -92,16 +100,18 @@ class DiagnosisConfig:
         if not 0 <= self.combos <= len(STAGE_PAIRS):
             raise ValueError(f"combos must be in 0..{len(STAGE_PAIRS)}, got {self.combos}")
         if not 0 <= self.max_labels <= self.aspects + self.combos:
-            raise ValueError(f"max_labels must be in 0..aspects+combos={self.aspects + self.combos}, "
-                             f"got {self.max_labels}")
+            raise ValueError(
+                f"max_labels must be in 0..aspects+combos={self.aspects + self.combos}, got {self.max_labels}"
+            )
         if not 0.0 <= self.near <= 1.0:
             raise ValueError(f"near must be in [0, 1], got {self.near}")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
         if self.test_data is not None and self.data is None:
             raise ValueError("test_data needs data (the train rows) as well")
-        if self.synonyms is not None and not all(isinstance(k, str) and isinstance(v, str)
-                                                 for k, v in dict(self.synonyms).items()):
+        if self.synonyms is not None and not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in dict(self.synonyms).items()
+        ):
             raise ValueError(f"synonyms must map strings to strings, got {self.synonyms!r}")
 
 
@@ -133,7 +143,7 @@ class DiagnosisTask:
 
     def __init__(self, **options: Any):
         self.config = c = make_config(DiagnosisConfig, "diagnosis", options)
-        self.letters = string.ascii_lowercase[:c.aspects]
+        self.letters = string.ascii_lowercase[: c.aspects]
         self.rules = thresholds(c.aspects, c.rule_seed)
         self.stages = stage_sizes(c.aspects)
         # the built-in aliases name the synthetic labels, so user data gets only its own
@@ -141,7 +151,7 @@ class DiagnosisTask:
         self.synonyms = {**builtin, **dict(c.synonyms or {})}
         self._rows: dict[str, list[Item] | None] = {"train": None, "test": None}
         if c.data is None:
-            levels = "HL"[:c.labels_per_aspect]
+            levels = "HL"[: c.labels_per_aspect]
             vocab = [x.upper() + lv for x in self.letters for lv in levels]
             vocab += [f"Z{j + 1}" for j in range(c.combos)]
         else:
@@ -151,8 +161,10 @@ class DiagnosisTask:
         # one shared object: every item's meta points at it (SetReward reads it per row)
         self.label_space = {"vocab": list(self.vocab), "synonyms": dict(self.synonyms)}
         if c.data is not None:
-            self._rows = {k: None if rows is None else [self._user_item(r, i) for i, r in enumerate(rows)]
-                          for k, rows in raw.items()}
+            self._rows = {
+                k: None if rows is None else [self._user_item(r, i) for i, r in enumerate(rows)]
+                for k, rows in raw.items()
+            }
             self._check_demos()
 
     # ----- answers ---------------------------------------------------------------------------
@@ -171,14 +183,15 @@ class DiagnosisTask:
             raise ValueError(f"diagnosis: reference answer {answer!r} is not a label set of this task")
         return float(self.parse(answer_block(completion, DEFAULT_ANSWER_TAG)) == gold)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """Beside pass@1 (exact sets): the rate of well-formed completions (SSPO's ``R_fmt``) and
         the mean Jaccard of the predicted sets against ``meta["labels"]`` (SSPO's ``R_set``)."""
         n = max(len(completions), 1)
         fmt = sum(structure_ok(c, DEFAULT_SECTIONS, DEFAULT_ANSWER_TAG, self.vocab, self.synonyms) for c in completions)
-        jac = sum(set_score(self.parse(answer_block(c, DEFAULT_ANSWER_TAG)), set(m["labels"]))
-                  for c, m in zip(completions, metas))
+        jac = sum(
+            set_score(self.parse(answer_block(c, DEFAULT_ANSWER_TAG)), set(m["labels"]))
+            for c, m in zip(completions, metas)
+        )
         return {"format_rate": fmt / n, "set_jaccard": jac / n}
 
     @property
@@ -220,8 +233,9 @@ class DiagnosisTask:
             stage_hits.append(bool(hits))
             found += hits
             start += size
-        found += [f"Z{j + 1}" for j, (s, t) in enumerate(STAGE_PAIRS[:self.config.combos])
-                  if stage_hits[s] and stage_hits[t]]
+        found += [
+            f"Z{j + 1}" for j, (s, t) in enumerate(STAGE_PAIRS[: self.config.combos]) if stage_hits[s] and stage_hits[t]
+        ]
         answer = canonical_set(found)
         lines += [DEFAULT_SECTIONS[3] + answer, DEFAULT_ANSWER_TAG + answer]
         return "\n".join(lines), sorted(found)
@@ -244,7 +258,7 @@ class DiagnosisTask:
         while True:  # redraw until combos keep the set within max_labels
             k = rng.randint(0, min(c.max_labels, c.aspects))
             abnormal = set(rng.sample(range(c.aspects), k))
-            status = [rng.choice("HL"[:c.labels_per_aspect]) if i in abnormal else "N" for i in range(c.aspects)]
+            status = [rng.choice("HL"[: c.labels_per_aspect]) if i in abnormal else "N" for i in range(c.aspects)]
             values = [self._value(i, s, rng) for i, s in enumerate(status)]
             if len(self.solve(values)[1]) <= c.max_labels:
                 return values
@@ -252,8 +266,13 @@ class DiagnosisTask:
     def make_item(self, values: list[int]) -> Item:
         case = " ".join(f"{x}{v}" for x, v in zip(self.letters, values))
         demo, labels = self.solve(values)
-        return Item(key=case, prompt=case + "\n", answer=canonical_set(labels),
-                    meta={"label_space": self.label_space, "labels": labels, "n_labels": len(labels)}, demo=demo)
+        return Item(
+            key=case,
+            prompt=case + "\n",
+            answer=canonical_set(labels),
+            meta={"label_space": self.label_space, "labels": labels, "n_labels": len(labels)},
+            demo=demo,
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         check_split(split)
@@ -281,22 +300,29 @@ class DiagnosisTask:
             if not isinstance(case, str) or not case.strip():
                 raise ValueError(f"{path}: row {i}: field 'case' must be a non-empty string, got {case!r}")
             if not isinstance(labels, list) or not all(isinstance(x, str) and "," not in x for x in labels):
-                raise ValueError(f"{path}: row {i}: field 'labels' must be a list of strings without commas "
-                                 f"([] for none), got {labels!r}")
+                raise ValueError(
+                    f"{path}: row {i}: field 'labels' must be a list of strings without commas "
+                    f"([] for none), got {labels!r}"
+                )
             if demo is not None and not isinstance(demo, str):
                 raise ValueError(f"{path}: row {i}: field 'demo' must be a string, got {type(demo).__name__}")
             parsed = parse_label_set(",".join(labels), None, self.synonyms) if labels else frozenset()
             if parsed is None:
-                raise ValueError(f"{path}: row {i}: field 'labels' has an empty or 'none' label: {labels!r} "
-                                 "(write [] for no labels)")
+                raise ValueError(
+                    f"{path}: row {i}: field 'labels' has an empty or 'none' label: {labels!r} (write [] for no labels)"
+                )
             out.append((case.strip(), sorted(parsed), demo))
         return out
 
     def _user_item(self, row: tuple[str, list[str], str | None], i: int) -> Item:
         case, labels, demo = row
-        return Item(key=case, prompt=case + "\n", answer=canonical_set(labels),
-                    meta={"label_space": self.label_space, "labels": labels, "n_labels": len(labels), "row": i},
-                    demo=demo)
+        return Item(
+            key=case,
+            prompt=case + "\n",
+            answer=canonical_set(labels),
+            meta={"label_space": self.label_space, "labels": labels, "n_labels": len(labels), "row": i},
+            demo=demo,
+        )
 
     def _check_demos(self) -> None:
         """A demo must have the structure the SSPO reward asks for and answer the row's labels:
@@ -307,15 +333,25 @@ class DiagnosisTask:
                 if it.demo is None:
                     continue
                 if not structure_ok(it.demo, DEFAULT_SECTIONS, DEFAULT_ANSWER_TAG, self.vocab, self.synonyms):
-                    raise ValueError(f"{paths[split]}: row {i}: field 'demo' is not sections "
-                                     f"{' '.join(DEFAULT_SECTIONS)} in order, then one {DEFAULT_ANSWER_TAG} line last")
+                    raise ValueError(
+                        f"{paths[split]}: row {i}: field 'demo' is not sections "
+                        f"{' '.join(DEFAULT_SECTIONS)} in order, then one {DEFAULT_ANSWER_TAG} line last"
+                    )
                 if self.verify(it.demo, it.answer, it.meta) != 1.0:
-                    raise ValueError(f"{paths[split]}: row {i}: field 'demo' answers "
-                                     f"{self.extract_answer(it.demo)!r}, but labels are {it.answer!r}")
+                    raise ValueError(
+                        f"{paths[split]}: row {i}: field 'demo' answers "
+                        f"{self.extract_answer(it.demo)!r}, but labels are {it.answer!r}"
+                    )
 
     def _iter_rows(self, split: str, seed: int) -> Iterator[Item]:
-        items = split_user_items("diagnosis", self._rows["train"], self._rows["test"], split,
-                                 self.config.test_fraction, str(self.config.data))
+        items = split_user_items(
+            "diagnosis",
+            self._rows["train"],
+            self._rows["test"],
+            split,
+            self.config.test_fraction,
+            str(self.config.data),
+        )
         return epochs(items, random.Random(f"{seed}:{split}"))
 
 

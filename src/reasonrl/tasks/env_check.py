@@ -22,6 +22,7 @@ the time, and ``leak_max`` = 0.8 one whose prompt spells its answer at a fixed p
 small answer space stays below it; 16 instances by default). Calibration (L5) then rejects what is
 still too easy for the solver.
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,8 +42,22 @@ __all__ = ["ENV_BANNED", "EnvCheck", "EnvReport", "check_envs", "novel", "static
 
 ENV_BANNED = tuple(b for b in BANNED if b != "random")
 _TOKENS = re.compile(r"[^\s,=?:;]+")
-LEVEL = {"parse": 1, "size": 1, "banned": 1, "interface": 1, "run": 2, "determinism": 2, "diversity": 2,
-         "consistency": 3, "degenerate": 3, "leak": 3, "novelty": 4, "review": 4, "calibration": 0, "": 0}
+LEVEL = {
+    "parse": 1,
+    "size": 1,
+    "banned": 1,
+    "interface": 1,
+    "run": 2,
+    "determinism": 2,
+    "diversity": 2,
+    "consistency": 3,
+    "degenerate": 3,
+    "leak": 3,
+    "novelty": 4,
+    "review": 4,
+    "calibration": 0,
+    "": 0,
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +71,6 @@ class EnvCheck:
     degenerate_max: float = 0.5
     leak_max: float = 0.8
     call_limit: float = 1.0  # seconds per call, in the sandbox
-
 
 
 @dataclass(frozen=True)
@@ -87,8 +101,11 @@ def static_problem(code: str, max_chars: int) -> tuple[str, str] | None:
     bad = banned_names(code, ENV_BANNED)
     if bad:
         return "banned", ", ".join(bad)
-    classes = [n for n in tree.body if isinstance(n, ast.ClassDef)
-               and any(isinstance(b, ast.Name) and b.id == "Env" for b in n.bases)]
+    classes = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.ClassDef) and any(isinstance(b, ast.Name) and b.id == "Env" for b in n.bases)
+    ]
     if len(classes) != 1:
         return "interface", f"{len(classes)} Env subclasses, not 1"
     methods = {n.name for n in classes[0].body if isinstance(n, ast.FunctionDef)}
@@ -108,8 +125,10 @@ def _execution(first: list[dict], second: list[dict], c: EnvCheck) -> tuple[str,
     bad = next((r for r in first + second if not r["ok"]), None)
     if bad is not None:
         return "run", bad["error"][:200]
-    a, b = [json.dumps(r["value"], sort_keys=True) for r in first], [json.dumps(r["value"], sort_keys=True)
-                                                                      for r in second]
+    a, b = (
+        [json.dumps(r["value"], sort_keys=True) for r in first],
+        [json.dumps(r["value"], sort_keys=True) for r in second],
+    )
     if a != b:
         k = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
         return "determinism", f"instance {k} differs between two runs"
@@ -125,14 +144,20 @@ def _probes(samples: list[dict]) -> tuple[list[tuple[str, int, str]], int]:
     width = min(6, min(len(_TOKENS.findall(s["prompt"])) for s in samples))
     for i, s in enumerate(samples):
         toks = _TOKENS.findall(s["prompt"])
-        probes += [("reference", i, s["reference"]), ("empty", i, ""), ("0", i, "0"), ("prompt", i, s["prompt"]),
-                   ("other reference", i, samples[(i + 1) % n]["reference"])]
+        probes += [
+            ("reference", i, s["reference"]),
+            ("empty", i, ""),
+            ("0", i, "0"),
+            ("prompt", i, s["prompt"]),
+            ("other reference", i, samples[(i + 1) % n]["reference"]),
+        ]
         probes += [(f"token {k}", i, toks[k]) for k in range(width)] + ([("token -1", i, toks[-1])] if toks else [])
     return probes, width
 
 
-def _consistency(samples: list[dict], scores: list[dict], probes: list[tuple[str, int, str]],
-                 c: EnvCheck) -> tuple[str, str] | None:
+def _consistency(
+    samples: list[dict], scores: list[dict], probes: list[tuple[str, int, str]], c: EnvCheck
+) -> tuple[str, str] | None:
     """L3 on one environment's instances and the scores of its probes."""
     if any(s["reference"] is None for s in samples):
         return "consistency", "reference() returned None (a verify-only environment returns its planted solution)"
@@ -175,8 +200,14 @@ def check_envs(codes: Sequence[str], c: EnvCheck = EnvCheck()) -> list[EnvReport
             samples[i] = [r["value"] for r in a]
     order = [i for i in samples if all(s["reference"] is not None for s in samples[i])]
     probes = {i: _probes(samples[i])[0] for i in order}
-    scored = call_envs([(codes[i], [("score", (samples[i][k]["instance"], ans)) for _, k, ans in probes[i]])
-                        for i in order], limit=c.call_limit) if order else []
+    scored = (
+        call_envs(
+            [(codes[i], [("score", (samples[i][k]["instance"], ans)) for _, k, ans in probes[i]]) for i in order],
+            limit=c.call_limit,
+        )
+        if order
+        else []
+    )
     results = dict(zip(order, scored))
     for i in samples:
         problem = _consistency(samples[i], results.get(i, []), probes.get(i, []), c)
@@ -184,8 +215,14 @@ def check_envs(codes: Sequence[str], c: EnvCheck = EnvCheck()) -> list[EnvReport
     return [r for r in reports if r is not None]
 
 
-def novel(codes: Sequence[str], pool: Sequence[str], tau: float = 0.5, k: int = 5, embed: EmbedFn | None = None,
-          cos_tau: float = 0.9) -> list[tuple[bool, float]]:
+def novel(
+    codes: Sequence[str],
+    pool: Sequence[str],
+    tau: float = 0.5,
+    k: int = 5,
+    embed: EmbedFn | None = None,
+    cos_tau: float = 0.9,
+) -> list[tuple[bool, float]]:
     """(novel, max similarity) of each candidate: word ``k``-gram Jaccard of its normalised code against
     every pool module and every earlier novel candidate of the batch (batch dedup keeps the first of a
     near-duplicate pair); novel when the maximum is below ``tau`` and, with an ``embed`` function

@@ -17,6 +17,7 @@ Executing the expression is easy as code and hard in words, the first of EvoEnv'
 every expression makes a good environment (``min(xs)`` of many digits is almost always 0): that is
 what validation and calibration are for, as for anything the generator writes.
 """
+
 from __future__ import annotations
 
 import random
@@ -25,18 +26,28 @@ __all__ = ["CATALOGUE", "EXPRESSIONS", "grammar_env", "mismatched", "sample_env"
 
 # (expression over xs, whether a modulus may follow): the atoms the generator composes
 EXPRESSIONS = (
-    ("sum(xs)", True), ("max(xs)", False), ("len(set(xs))", False), ("xs[0]+xs[-1]", True),
-    ("max(xs)-min(xs)", False), ("sum(x>{k} for x in xs)", False), ("sum(x%2 for x in xs)", False),
-    ("sum(a<b for a,b in zip(xs,xs[1:]))", False), ("sum(x*x for x in xs)", True), ("sum(xs[::2])", True),
-    ("xs[0]*xs[-1]", True), ("sum(xs)-max(xs)", True),
+    ("sum(xs)", True),
+    ("max(xs)", False),
+    ("len(set(xs))", False),
+    ("xs[0]+xs[-1]", True),
+    ("max(xs)-min(xs)", False),
+    ("sum(x>{k} for x in xs)", False),
+    ("sum(x%2 for x in xs)", False),
+    ("sum(a<b for a,b in zip(xs,xs[1:]))", False),
+    ("sum(x*x for x in xs)", True),
+    ("sum(xs[::2])", True),
+    ("xs[0]*xs[-1]", True),
+    ("sum(xs)-max(xs)", True),
 )
 
 
 def grammar_env(expr: str, digits: int = 10, base: int = 3) -> str:
     """The module of one grammar environment: ``base + difficulty`` digits below ``digits``, ``expr``."""
-    return (f'class E(Env):\n  name = "{expr}"\n  def sample(self, s, d):\n'
-            f"    return R(s).choices(range({digits}), k={base} + d)\n"
-            f"  def reference(self, xs):\n    return {expr}\n")
+    return (
+        f'class E(Env):\n  name = "{expr}"\n  def sample(self, s, d):\n'
+        f"    return R(s).choices(range({digits}), k={base} + d)\n"
+        f"  def reference(self, xs):\n    return {expr}\n"
+    )
 
 
 def sample_env(rng: random.Random) -> str:
@@ -50,10 +61,23 @@ def sample_env(rng: random.Random) -> str:
 
 # one environment per atom (constant 4, modulus 7): with the seeds, the tiny model's starting pool and
 # its held-out evaluation
-CATALOGUE = tuple(grammar_env(expr) for expr in (
-    "sum(xs)%7", "max(xs)", "len(set(xs))", "(xs[0]+xs[-1])%7", "max(xs)-min(xs)", "sum(x>4 for x in xs)",
-    "sum(x%2 for x in xs)", "sum(a<b for a,b in zip(xs,xs[1:]))", "sum(x*x for x in xs)%7", "sum(xs[::2])%7",
-    "(xs[0]*xs[-1])%7", "(sum(xs)-max(xs))%7"))
+CATALOGUE = tuple(
+    grammar_env(expr)
+    for expr in (
+        "sum(xs)%7",
+        "max(xs)",
+        "len(set(xs))",
+        "(xs[0]+xs[-1])%7",
+        "max(xs)-min(xs)",
+        "sum(x>4 for x in xs)",
+        "sum(x%2 for x in xs)",
+        "sum(a<b for a,b in zip(xs,xs[1:]))",
+        "sum(x*x for x in xs)%7",
+        "sum(xs[::2])%7",
+        "(xs[0]*xs[-1])%7",
+        "(sum(xs)-max(xs))%7",
+    )
+)
 
 
 def mismatched(code: str, rng: random.Random) -> str:

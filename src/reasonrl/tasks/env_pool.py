@@ -8,6 +8,7 @@ environment goes first. Seed environments are never retired or evicted.
 The pool is plain data (a list of dicts, JSON-able) so that the part's checkpointed state holds it and
 a resumed run continues with the same pool, the same EMAs and the same counters.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,20 @@ class EnvPool:
     def add(self, code: str, *, name: str, seed: bool, step: int, p_hat: float | None, difficulty: int = 1) -> str:
         """Admit an environment (its calibration accuracy starts the EMA); evict past capacity."""
         eid = env_id(code)
-        self.entries.append({"id": eid, "code": code, "name": name, "seed": seed, "born": step, "p_hat": p_hat,
-                             "difficulty": difficulty, "high": 0, "zero": 0, "checks": 0})
+        self.entries.append(
+            {
+                "id": eid,
+                "code": code,
+                "name": name,
+                "seed": seed,
+                "born": step,
+                "p_hat": p_hat,
+                "difficulty": difficulty,
+                "high": 0,
+                "zero": 0,
+                "checks": 0,
+            }
+        )
         written = [e for e in self.entries if not e["seed"]]
         while len(self.entries) > self.capacity and written:
             oldest = min(written, key=lambda e: e["born"])
@@ -71,6 +84,8 @@ class EnvPool:
 
     def stats(self) -> dict[str, float]:
         known = [e["p_hat"] for e in self.entries if e["p_hat"] is not None]
-        return {"evoenv/pool_size": float(len(self.entries)),
-                "evoenv/pool_written": float(sum(not e["seed"] for e in self.entries)),
-                "evoenv/pool_p_hat": sum(known) / len(known) if known else float("nan")}
+        return {
+            "evoenv/pool_size": float(len(self.entries)),
+            "evoenv/pool_written": float(sum(not e["seed"] for e in self.entries)),
+            "evoenv/pool_p_hat": sum(known) / len(known) if known else float("nan"),
+        }

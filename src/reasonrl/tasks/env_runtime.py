@@ -23,6 +23,7 @@ bisected so the failure is pinned on its module. Results come back as ``{"ok": b
 "error"}`` per call (type-checked here: a module decides its own results), or one ``{"ok": False,
 "error"}`` per call when the module does not load.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,7 +36,7 @@ __all__ = ["MARK", "PRELUDE", "call_envs"]
 
 MARK = "@@REASONRL-ENV@@"
 # what every environment module may use: a seeded generator and an exact-match default score
-PRELUDE = '''
+PRELUDE = """
 import random
 
 class Env:
@@ -65,7 +66,7 @@ def show(x):
         flat = not any(isinstance(v, (list, tuple, dict)) for v in x)
         return (" " if flat else ",").join(show(v) for v in x)
     return str(x)
-'''
+"""
 
 RUNNER_BODY = r'''
 import json, random, signal, sys
@@ -159,8 +160,12 @@ def _value_ok(method: str, value: Any) -> bool:
     if method == "score":
         return type(value) in (int, float) and 0.0 <= value <= 1.0  # NaN fails both comparisons
     if method == "@render":
-        return (isinstance(value, dict) and "instance" in value and isinstance(value.get("prompt"), str)
-                and (value.get("reference") is None or isinstance(value["reference"], str)))
+        return (
+            isinstance(value, dict)
+            and "instance" in value
+            and isinstance(value.get("prompt"), str)
+            and (value.get("reference") is None or isinstance(value["reference"], str))
+        )
     return True
 
 
@@ -169,7 +174,12 @@ def _checked(method: str, result: Any) -> dict:
     own results (issue 41), which are therefore type-checked like any untrusted input."""
     if isinstance(result, dict) and result.get("ok") is False and isinstance(result.get("error"), str):
         return {"ok": False, "error": result["error"]}
-    if isinstance(result, dict) and result.get("ok") is True and "value" in result and _value_ok(method, result["value"]):
+    if (
+        isinstance(result, dict)
+        and result.get("ok") is True
+        and "value" in result
+        and _value_ok(method, result["value"])
+    ):
         return {"ok": True, "value": result["value"]}
     return {"ok": False, "error": f"the module sent back a malformed {method} result"}
 
@@ -183,27 +193,43 @@ def _job_results(job: dict, results: Any) -> list[dict]:
 def _run_batch(jobs: list[dict], timeout: float, memory_mb: int, require: str | None) -> list[list[dict]]:
     res = _runner(require)(RUNNER, stdin=json.dumps(jobs), timeout=timeout, memory_mb=memory_mb)
     if res.status == "ok" and not getattr(res, "stdout_truncated", False) and MARK in res.stdout:
-        out = json.loads(res.stdout[res.stdout.rfind(MARK) + len(MARK):])
+        out = json.loads(res.stdout[res.stdout.rfind(MARK) + len(MARK) :])
         if isinstance(out, list) and len(out) == len(jobs):
             return [_job_results(job, r) for job, r in zip(jobs, out)]
     if len(jobs) > 1:  # bisect: the module that brought the sandbox down fails alone
         half = len(jobs) // 2
-        return _run_batch(jobs[:half], timeout, memory_mb, require) + _run_batch(jobs[half:], timeout, memory_mb, require)
+        return _run_batch(jobs[:half], timeout, memory_mb, require) + _run_batch(
+            jobs[half:], timeout, memory_mb, require
+        )
     why = f"sandbox: {res.status} (returncode {res.returncode}) {res.stderr[-200:]}".strip()
     return [[{"ok": False, "error": why}] * len(jobs[0]["calls"])]
 
 
-def call_envs(jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]], *, limit: float = 1.0,
-              timeout: float = 20.0, memory_mb: int = 256, batch: int = 32,
-              stop_after_timeout: bool = False, require: str | None = None) -> list[list[dict]]:
+def call_envs(
+    jobs: Sequence[tuple[str, Sequence[tuple[str, Sequence[Any]]]]],
+    *,
+    limit: float = 1.0,
+    timeout: float = 20.0,
+    memory_mb: int = 256,
+    batch: int = 32,
+    stop_after_timeout: bool = False,
+    require: str | None = None,
+) -> list[list[dict]]:
     """Run ``(module code, [(method, args), ...])`` jobs in the sandbox, ``batch`` modules per process, at
     least at level ``require`` (None: the run's ``sandbox.require``; :mod:`reasonrl.rewards.sandbox.policy`);
     each call has ``limit`` seconds. Returns, per job, one result dict per call. ``stop_after_timeout``:
     once a module's call times out, its later calls fail at once without running (a validation that
     rejects the module on its first failure need not wait ``limit`` seconds for each of them)."""
-    payload = [{"code": code, "calls": [[m, list(a)] for m, a in calls], "limit": limit,
-                "stop_after_timeout": stop_after_timeout} for code, calls in jobs]
+    payload = [
+        {
+            "code": code,
+            "calls": [[m, list(a)] for m, a in calls],
+            "limit": limit,
+            "stop_after_timeout": stop_after_timeout,
+        }
+        for code, calls in jobs
+    ]
     out: list[list[dict]] = []
     for start in range(0, len(payload), batch):
-        out += _run_batch(payload[start:start + batch], timeout, memory_mb, require)
+        out += _run_batch(payload[start : start + batch], timeout, memory_mb, require)
     return out

@@ -5,11 +5,12 @@ Each is an environment module for :mod:`.env_runtime` (it runs in the sandbox li
 passes every validation stage (a test checks it). Answers are short strings; lists are space-separated.
 Every prompt ends with ``=?`` and the solver answers on a last line ``A:<answer>``.
 """
+
 from __future__ import annotations
 
 __all__ = ["SEED_ENVS"]
 
-LIS = '''class LIS(Env):
+LIS = """class LIS(Env):
     name, description = "lis", "length of the longest strictly increasing subsequence"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -21,9 +22,9 @@ LIS = '''class LIS(Env):
         for k, x in enumerate(i["xs"]):
             best.append(1 + max([best[j] for j in range(k) if i["xs"][j] < x], default=0))
         return str(max(best))
-'''
+"""
 
-SHORTEST_PATH = '''class ShortestPath(Env):
+SHORTEST_PATH = """class ShortestPath(Env):
     name, description = "shortest_path", "shortest path length from node 0 to the last node"
     def sample(self, seed, difficulty):
         r, n = R(seed), 4 + difficulty
@@ -39,9 +40,9 @@ SHORTEST_PATH = '''class ShortestPath(Env):
                 dist[b] = min(dist[b], dist[a] + w)
                 dist[a] = min(dist[a], dist[b] + w)
         return str(dist[-1])
-'''
+"""
 
-SUBSET_SUM = '''class SubsetSum(Env):
+SUBSET_SUM = """class SubsetSum(Env):
     name, description = "subset_sum", "a sub-multiset of the numbers with the target sum (planted)"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -63,9 +64,9 @@ SUBSET_SUM = '''class SubsetSum(Env):
                 return 0.0
             pool.remove(x)
         return float(bool(picked) and sum(picked) == i["target"])
-'''
+"""
 
-SAT = '''class Sat(Env):
+SAT = """class Sat(Env):
     name, description = "sat", "an assignment of 0/1 bits satisfying every clause (planted)"
     def sample(self, seed, difficulty):
         r, n = R(seed), 3 + difficulty
@@ -86,9 +87,9 @@ SAT = '''class Sat(Env):
         if len(a) != i["n"] or set(a) - set("01"):
             return 0.0
         return float(all(any(int(a[v]) == s for v, s in c) for c in i["clauses"]))
-'''
+"""
 
-MODULAR = '''class Modular(Env):
+MODULAR = """class Modular(Env):
     name, description = "modular", "(a * b + c) mod m"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -97,9 +98,9 @@ MODULAR = '''class Modular(Env):
         return "(%d*%d+%d)%%%d=?" % (i["a"], i["b"], i["c"], i["m"])
     def reference(self, i):
         return str((i["a"] * i["b"] + i["c"]) % i["m"])
-'''
+"""
 
-SORT_KEYS = '''class SortKeys(Env):
+SORT_KEYS = """class SortKeys(Env):
     name, description = "sort_keys", "words sorted by length, then alphabetically"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -108,9 +109,9 @@ SORT_KEYS = '''class SortKeys(Env):
         return "sort by len " + " ".join(i["words"]) + "=?"
     def reference(self, i):
         return " ".join(sorted(i["words"], key=lambda w: (len(w), w)))
-'''
+"""
 
-INTERVALS = '''class Intervals(Env):
+INTERVALS = """class Intervals(Env):
     name, description = "intervals", "the most pairwise disjoint intervals"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -127,9 +128,9 @@ INTERVALS = '''class Intervals(Env):
             if a >= end:
                 count, end = count + 1, b
         return str(count)
-'''
+"""
 
-EDIT_DISTANCE = '''class EditDistance(Env):
+EDIT_DISTANCE = """class EditDistance(Env):
     name, description = "edit_distance", "the edit distance of two words"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -145,9 +146,9 @@ EDIT_DISTANCE = '''class EditDistance(Env):
             for y in range(1, len(b) + 1):
                 prev, row[y] = row[y], min(row[y] + 1, row[y - 1] + 1, prev + (a[x - 1] != b[y - 1]))
         return str(row[-1])
-'''
+"""
 
-MATRIX_CHAIN = '''class MatrixChain(Env):
+MATRIX_CHAIN = """class MatrixChain(Env):
     name, description = "matrix_chain", "the fewest scalar multiplications to multiply a chain of matrices"
     def sample(self, seed, difficulty):
         r = R(seed)
@@ -162,9 +163,9 @@ MATRIX_CHAIN = '''class MatrixChain(Env):
                 b = a + span
                 cost[a][b] = min(cost[a][k] + cost[k + 1][b] + d[a] * d[k + 1] * d[b + 1] for k in range(a, b))
         return str(cost[0][n - 1])
-'''
+"""
 
-GRID_PATHS = '''class GridPaths(Env):
+GRID_PATHS = """class GridPaths(Env):
     name, description = "grid_paths", "monotone paths through a grid with blocked cells"
     def sample(self, seed, difficulty):
         r, size = R(seed), 2 + difficulty
@@ -181,8 +182,17 @@ GRID_PATHS = '''class GridPaths(Env):
                     continue
                 ways[x][y] = 1 if x == y == 0 else (ways[x - 1][y] if x else 0) + (ways[x][y - 1] if y else 0)
         return str(ways[-1][-1])
-'''  # noqa: E501 - a seed environment's source, kept byte for byte (the pool and novelty checks read it)
+"""  # noqa: E501 - a seed environment's source, kept byte for byte (the pool and novelty checks read it)
 
-SEED_ENVS = {"lis": LIS, "shortest_path": SHORTEST_PATH, "subset_sum": SUBSET_SUM, "sat": SAT, "modular": MODULAR,
-             "sort_keys": SORT_KEYS, "intervals": INTERVALS, "edit_distance": EDIT_DISTANCE,
-             "matrix_chain": MATRIX_CHAIN, "grid_paths": GRID_PATHS}
+SEED_ENVS = {
+    "lis": LIS,
+    "shortest_path": SHORTEST_PATH,
+    "subset_sum": SUBSET_SUM,
+    "sat": SAT,
+    "modular": MODULAR,
+    "sort_keys": SORT_KEYS,
+    "intervals": INTERVALS,
+    "edit_distance": EDIT_DISTANCE,
+    "matrix_chain": MATRIX_CHAIN,
+    "grid_paths": GRID_PATHS,
+}

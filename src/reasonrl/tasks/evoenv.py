@@ -16,6 +16,7 @@ Prompts [inferred: compact markers for a character model]:
 Option ``roles`` (``all`` | ``solve``): which prompts the training stream holds (``solve``: GRPO on the
 fixed starting environments, the paper's hand-written-environment baseline).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,20 @@ from .env_pool import env_id
 from .env_runtime import call_envs
 from .env_seeds import SEED_ENVS
 
-__all__ = ["EvoEnvConfig", "EvoEnvTask", "generate_prompt", "parse_answer", "parse_review", "review_prompt",
-           "solve_item", "starting_envs", "TEST_SEED"]
+__all__ = [
+    "EvoEnvConfig",
+    "EvoEnvTask",
+    "generate_prompt",
+    "parse_answer",
+    "parse_review",
+    "review_prompt",
+    "solve_item",
+    "starting_envs",
+    "TEST_SEED",
+]
 
 ROLES = ("all", "solve")
-TEST_SEED = 10 ** 6  # instance seeds at or above it are held out
+TEST_SEED = 10**6  # instance seeds at or above it are held out
 _ANSWER = re.compile(r"^A:(.*)$")
 
 
@@ -49,7 +59,9 @@ class EvoEnvConfig:
 
     def __post_init__(self):
         if self.roles not in ROLES or min(self.refs, self.ref_chars, self.difficulty, self.max_prompt_chars) < 1:
-            raise ValueError(f"evoenv: roles in {ROLES}; refs, ref_chars, difficulty, max_prompt_chars >= 1; got {self}")
+            raise ValueError(
+                f"evoenv: roles in {ROLES}; refs, ref_chars, difficulty, max_prompt_chars >= 1; got {self}"
+            )
 
 
 def starting_envs(catalogue: bool = True) -> list[tuple[str, str]]:
@@ -71,10 +83,20 @@ def review_prompt(code: str, samples: Sequence[dict]) -> str:
 def solve_item(env: dict, rendered: dict, seed: int) -> Item:
     """A solver problem: a rendered instance of the pool entry ``env`` (``id``, ``code``, ``seed``)."""
     prompt = "#S\n" + rendered["prompt"] + "\n"
-    meta = {"role": "solve", "env": env["id"], "code": env["code"], "instance": rendered["instance"],
-            "seed_env": bool(env.get("seed"))}
-    return Item(key=f"evoenv:{env['id']}:{seed}", prompt=prompt, answer=rendered["reference"], meta=meta,
-                demo=f"A:{rendered['reference']}")
+    meta = {
+        "role": "solve",
+        "env": env["id"],
+        "code": env["code"],
+        "instance": rendered["instance"],
+        "seed_env": bool(env.get("seed")),
+    }
+    return Item(
+        key=f"evoenv:{env['id']}:{seed}",
+        prompt=prompt,
+        answer=rendered["reference"],
+        meta=meta,
+        demo=f"A:{rendered['reference']}",
+    )
 
 
 def parse_answer(text: str) -> str | None:
@@ -97,8 +119,10 @@ class EvoEnvTask:
 
     def __init__(self, **options: Any):
         self.config = make_config(EvoEnvConfig, "evoenv", options)
-        self.envs = [{"id": env_id(code), "code": code, "name": name, "seed": True}
-                     for name, code in starting_envs(self.config.catalogue)]
+        self.envs = [
+            {"id": env_id(code), "code": code, "name": name, "seed": True}
+            for name, code in starting_envs(self.config.catalogue)
+        ]
         self._scores: dict[tuple[str, str, str], float] = {}
 
     @property
@@ -141,16 +165,30 @@ class EvoEnvTask:
         for k, code in enumerate(envs):
             if k % 2 == 0:
                 refs = rng.sample(short, min(self.config.refs, len(short)))
-                items.append(Item(key=f"evoenv:generate:{rng.random()}", prompt=generate_prompt(refs), answer="",
-                                  meta={"role": "generate"}, demo=code.rstrip("\n")))
+                items.append(
+                    Item(
+                        key=f"evoenv:generate:{rng.random()}",
+                        prompt=generate_prompt(refs),
+                        answer="",
+                        meta={"role": "generate"},
+                        demo=code.rstrip("\n"),
+                    )
+                )
             else:
                 good = rng.random() < 0.5
                 shown = code if good else mismatched(code, rng)
                 picks = [({"code": shown}, rng.randrange(TEST_SEED)) for _ in range(2)]
                 samples = [r for r in self.render(picks) if r is not None]
                 prompt = review_prompt(shown, samples)
-                items.append(Item(key=f"evoenv:review:{rng.random()}", prompt=prompt, answer="",
-                                  meta={"role": "review"}, demo="yes" if good else "no"))
+                items.append(
+                    Item(
+                        key=f"evoenv:review:{rng.random()}",
+                        prompt=prompt,
+                        answer="",
+                        meta={"role": "review"},
+                        demo="yes" if good else "no",
+                    )
+                )
         return [it for it in items if len(it.prompt) <= self.config.max_prompt_chars]
 
     # ---------------------------------------------------------------- grading

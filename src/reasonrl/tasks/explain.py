@@ -18,6 +18,7 @@ Problems share the arithmetic task's keys and split (a salted hash of the expres
 held out here is held out there, so the transfer reading on ``arithmetic`` never scores a fact
 the policy was rewarded on.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -64,8 +65,15 @@ def variants(key: str, rng: random.Random) -> list[str]:
     wrong = value + rng.choice([-10, -1, 1, 10])
     terms, ops = parse_problem(key)
     other = solve([t + 1 for t in terms], ops)[0]
-    return [demo, f"{demo}\nA:{value}", f"A:{value}", off, demo.rsplit("A:", 1)[0] + f"A:{wrong}",
-            demo[:rng.randrange(1, len(demo) - len(f"A:{value}"))], other]
+    return [
+        demo,
+        f"{demo}\nA:{value}",
+        f"A:{value}",
+        off,
+        demo.rsplit("A:", 1)[0] + f"A:{wrong}",
+        demo[: rng.randrange(1, len(demo) - len(f"A:{value}"))],
+        other,
+    ]
 
 
 class ExplainTask(ArithmeticTask):
@@ -76,8 +84,11 @@ class ExplainTask(ArithmeticTask):
     def make_item(self, terms: list[int], ops: list[str]) -> Item:
         item = super().make_item(terms, ops)
         # the phrasing of a problem is fixed by its key (the split's hash, another salt)
-        pick = next(i for i in range(len(TEMPLATES))
-                    if in_test_split(item.key, (i + 1) / len(TEMPLATES), salt="reasonrl-explain-v1"))
+        pick = next(
+            i
+            for i in range(len(TEMPLATES))
+            if in_test_split(item.key, (i + 1) / len(TEMPLATES), salt="reasonrl-explain-v1")
+        )
         prompt = TEMPLATES[pick].format(expr=item.key, value=item.answer)
         return dataclasses.replace(item, prompt=prompt, meta={**item.meta, "template": pick})
 

@@ -16,6 +16,7 @@ patient (all its questions) in the held-out split. ``environment(item)`` is a
 patient (:class:`~reasonrl.envs.fhir_tools.PatientTools`). ``verify`` compares numbers (within 0.05);
 the judge reward (:mod:`reasonrl.rewards.judge`) is the spec's reward beside it.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,24 +34,25 @@ QUESTIONS = {
     "count": "How many {display} observations (LOINC {code}) does patient {patient} have?",
     "latest": "What is the most recent {display} value (LOINC {code}) of patient {patient}?",
     "encounters_with": "How many {cls_display} encounters of patient {patient} have at least one {display} "
-                       "observation (LOINC {code})?",
+    "observation (LOINC {code})?",
     "max": "What is the highest {display} value (LOINC {code}) recorded for patient {patient}?",
     "mean": "What is the average {display} value (LOINC {code}) of patient {patient}, rounded to one decimal?",
 }
 GOLD_SQL = {
     "count": 'SELECT COUNT(*) FROM "Observation" WHERE patient = :patient AND code = :code',
-    "latest": 'SELECT value FROM "Observation" WHERE patient = :patient AND code = :code '
-              'ORDER BY date DESC LIMIT 1',
+    "latest": 'SELECT value FROM "Observation" WHERE patient = :patient AND code = :code ORDER BY date DESC LIMIT 1',
     "encounters_with": 'SELECT COUNT(DISTINCT e.id) FROM "Encounter" e JOIN "Observation" o ON o.encounter = e.id '
-                       'WHERE e.patient = :patient AND e.class = :cls AND o.code = :code',
+    "WHERE e.patient = :patient AND e.class = :cls AND o.code = :code",
     "max": 'SELECT MAX(value) FROM "Observation" WHERE patient = :patient AND code = :code',
     "mean": 'SELECT ROUND(AVG(value), 1) FROM "Observation" WHERE patient = :patient AND code = :code',
 }
 # the unrounded mean: a tie (x.x5) rounds either way within 0.05 of it, so both roundings are accepted
 EXACT_MEAN_SQL = 'SELECT AVG(value) FROM "Observation" WHERE patient = :patient AND code = :code'
 PROMPTS = {  # an item's prompt: the episode's first message
-    "tools": ("You answer questions about a patient's FHIR health record by writing Python in ```python``` blocks.\n"
-              "Tools:\n{tools}\n\nQuestion: {question}\n"),
+    "tools": (
+        "You answer questions about a patient's FHIR health record by writing Python in ```python``` blocks.\n"
+        "Tools:\n{tools}\n\nQuestion: {question}\n"
+    ),
     # for a small context (the tiny reasoner's 512 positions): the tools named, not documented
     "short": "Python tools: search, read, neighbors, final_answer.\nQ: {question}\n",
 }
@@ -59,13 +61,13 @@ PROMPTS = {  # an item's prompt: the episode's first message
 DEMOS = {
     "count": "<code>final_answer(len(search('Observation', code='{code}')))</code>",
     "latest": "<code>r = search('Observation', code='{code}', _sort='-date', _count=1)\n"
-              "final_answer(r[0]['valueQuantity']['value'])</code>",
+    "final_answer(r[0]['valueQuantity']['value'])</code>",
     "max": "<code>final_answer(max(o['valueQuantity']['value'] for o in search('Observation', code='{code}')))</code>",
     "mean": "<code>v = [o['valueQuantity']['value'] for o in search('Observation', code='{code}')]\n"
-            "final_answer(round(sum(v) / len(v), 1))</code>",
+    "final_answer(round(sum(v) / len(v), 1))</code>",
     "encounters_with": "<code>e = {{x['id'] for x in search('Encounter', **{{'class': '{cls}'}})}}\n"
-                       "o = {{x['encounter']['reference'].split('/')[1] for x in search('Observation', code='{code}')}}\n"
-                       "final_answer(len(e & o))</code>",
+    "o = {{x['encounter']['reference'].split('/')[1] for x in search('Observation', code='{code}')}}\n"
+    "final_answer(len(e & o))</code>",
 }
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
@@ -128,8 +130,9 @@ class FhirTask:
         return [p for p in ids if in_test_split(f"fhir-patient:{p}", self.config.test_fraction) == (split == "test")]
 
     def _params(self, rng: random.Random, template: str, patient: str) -> dict[str, str] | None:
-        codes = sorted(r[0] for r in self.store.query(
-            'SELECT DISTINCT code FROM "Observation" WHERE patient = ?', (patient,)))
+        codes = sorted(
+            r[0] for r in self.store.query('SELECT DISTINCT code FROM "Observation" WHERE patient = ?', (patient,))
+        )
         if template == "count":  # sometimes a code the patient never had: the answer 0
             return {"patient": patient, "code": rng.choice(sorted(OBSERVATION_CODES))}
         if not codes:
@@ -148,14 +151,21 @@ class FhirTask:
         meta = {"template": template, "question": question, **params}
         if template == "mean":
             meta["exact"] = self.store.query(EXACT_MEAN_SQL, params)[0][0]
-        return Item(key=key, prompt=prompt, answer=gold_answer(self.store, template, params), meta=meta,
-                    demo=DEMOS[template].format(**params))
+        return Item(
+            key=key,
+            prompt=prompt,
+            answer=gold_answer(self.store, template, params),
+            meta=meta,
+            demo=DEMOS[template].format(**params),
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         patients = self.patients(split)
         if not patients:
-            raise ValueError(f"the {split} split has no patients (n_patients={self.config.n_patients}, "
-                             f"test_fraction={self.config.test_fraction}): raise n_patients")
+            raise ValueError(
+                f"the {split} split has no patients (n_patients={self.config.n_patients}, "
+                f"test_fraction={self.config.test_fraction}): raise n_patients"
+            )
         rng = random.Random(f"{seed}:fhir:{split}")
         while True:
             template, patient = rng.choice(self.config.templates), rng.choice(patients)

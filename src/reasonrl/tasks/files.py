@@ -7,6 +7,7 @@ pulled out by ``extract``. Rows are validated when the file is opened, so a malf
 is reported with its file and row number before any training starts. Without ``test_path`` the
 held-out split is a hash-of-prompt fraction of the rows.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ from ..rewards import UserReward, get_reward, score_rewards
 from ..rewards.answers import EXTRACTORS
 from .base import Item, epochs, split_user_items, user_splits
 from .rows import TRL_ROW, RowSpec
+
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a .jsonl/.json-lines, .parquet file or a ``datasets.save_to_disk`` directory."""
@@ -50,8 +52,10 @@ def jsonl_rows(path: Path, where: Callable[[int], str] | None = None) -> Iterato
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); "
-                        "a .jsonl file holds one JSON object per line") from err
+        raise UserError(
+            f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); "
+            "a .jsonl file holds one JSON object per line"
+        ) from err
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -70,16 +74,42 @@ class FileTask:
     ``answer_format``, an optional ``demo_column``; ``reward``: a built-in reward's name or a user's
     function, ``path/to/rewards.py:function`` (TRL's contract, :mod:`reasonrl.rewards.user`)."""
 
-    def __init__(self, path: str, *, prompt_column: str = "prompt", answer_column: str = "answer",
-                 demo_column: str | None = None, reward: str = "exact_match", extract: str = "answer_tag",
-                 test_path: str | None = None, test_fraction: float = 0.1, answer_format: str = "as_is",
-                 prompt_suffix: str = "", **reward_options: Any):
-        self._setup(f"file:{path}", path, RowSpec(prompt_column, answer_column, demo_column, answer_format, prompt_suffix),
-                    reward, extract, test_fraction, reward_options)
+    def __init__(
+        self,
+        path: str,
+        *,
+        prompt_column: str = "prompt",
+        answer_column: str = "answer",
+        demo_column: str | None = None,
+        reward: str = "exact_match",
+        extract: str = "answer_tag",
+        test_path: str | None = None,
+        test_fraction: float = 0.1,
+        answer_format: str = "as_is",
+        prompt_suffix: str = "",
+        **reward_options: Any,
+    ):
+        self._setup(
+            f"file:{path}",
+            path,
+            RowSpec(prompt_column, answer_column, demo_column, answer_format, prompt_suffix),
+            reward,
+            extract,
+            test_fraction,
+            reward_options,
+        )
         self._rows = user_splits(path, test_path, lambda p: self.items_of(read_rows(p), str(p)))
 
-    def _setup(self, name: str, path: Any, spec: RowSpec, reward: str, extract: str, test_fraction: float,
-               reward_options: dict[str, Any]) -> None:
+    def _setup(
+        self,
+        name: str,
+        path: Any,
+        spec: RowSpec,
+        reward: str,
+        extract: str,
+        test_fraction: float,
+        reward_options: dict[str, Any],
+    ) -> None:
         if extract not in EXTRACTORS:
             raise UserError(f"unknown extract {extract!r}; valid: {sorted(EXTRACTORS)}")
         self.name, self.path, self.test_fraction, self.spec = name, path, test_fraction, spec
@@ -103,8 +133,9 @@ class FileTask:
         return self.spec.prompt_column, self.spec.answer_column, self.spec.demo_column
 
     def split_items(self, split: str) -> list[Item]:
-        return split_user_items(self.name, self._rows["train"], self._rows["test"], split, self.test_fraction,
-                                str(self.path))
+        return split_user_items(
+            self.name, self._rows["train"], self._rows["test"], split, self.test_fraction, str(self.path)
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         return epochs(self.split_items(split), random.Random(f"{seed}:{split}"))

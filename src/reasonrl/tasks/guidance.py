@@ -24,6 +24,7 @@ Critique text carries ``<first_error>k</first_error>`` (``none`` when every step
 them back from a verifier's output. Users with real data attach JSONL files of hints, solutions
 and critiques to any task with :class:`GuidedTask` (:func:`load_guidance` reads and checks them).
 """
+
 from __future__ import annotations
 
 import random
@@ -64,8 +65,10 @@ class Critique:
 def make_critique(first_error: int | None, explanation: str) -> Critique:
     """The critique text for a judgement: the explanation line, then the two tags."""
     verdict = "correct" if first_error is None else "incorrect"
-    text = (f"{explanation}\n<first_error>{'none' if first_error is None else first_error}</first_error>\n"
-            f"<verdict>{verdict}</verdict>")
+    text = (
+        f"{explanation}\n<first_error>{'none' if first_error is None else first_error}</first_error>\n"
+        f"<verdict>{verdict}</verdict>"
+    )
     return Critique(text, first_error, verdict)
 
 
@@ -87,6 +90,7 @@ class GuidanceTask(WithHints, WithSolutions, WithCritiques, WithCritiquePrompt, 
 
 
 # -- step splitting shared by the generic rule and the tasks' own separators ---------------------
+
 
 def step_spans(text: str, separator: re.Pattern) -> list[tuple[int, int]]:
     """(start, end) of each non-blank piece of ``text`` between separators, leading/trailing
@@ -113,18 +117,21 @@ def prefix_at_step(text: str, k: int, separator: re.Pattern) -> tuple[str, int]:
     """(text before step k, its offset); k = number of steps + 1 keeps the whole text."""
     spans = step_spans(text, separator)
     if not 1 <= k <= len(spans) + 1:
-        raise ValueError(f"step {k} is out of range: the completion has {len(spans)} step(s) "
-                         f"(valid 1..{len(spans) + 1})")
+        raise ValueError(
+            f"step {k} is out of range: the completion has {len(spans)} step(s) (valid 1..{len(spans) + 1})"
+        )
     offset = spans[k - 1][0] if k <= len(spans) else len(text)
     return text[:offset], offset
 
 
 # -- the module functions the methods call -------------------------------------------------------
 
-HINTS_FIX = "attach a hints file with GuidedTask(task, hints=PATH) (rows {\"key\": ..., \"hints\": [...]})"
-SOLUTIONS_FIX = "attach a solutions file with GuidedTask(task, solutions=PATH) (rows {\"key\": ..., \"solution\": ...})"
-CRITIQUES_FIX = ("attach a critiques file with GuidedTask(task, critiques=PATH) "
-                 "(rows {\"key\": ..., \"completion\": ..., \"critique\": ...})")
+HINTS_FIX = 'attach a hints file with GuidedTask(task, hints=PATH) (rows {"key": ..., "hints": [...]})'
+SOLUTIONS_FIX = 'attach a solutions file with GuidedTask(task, solutions=PATH) (rows {"key": ..., "solution": ...})'
+CRITIQUES_FIX = (
+    "attach a critiques file with GuidedTask(task, critiques=PATH) "
+    '(rows {"key": ..., "completion": ..., "critique": ...})'
+)
 
 
 def _missing(task: Any, name: str, fix: str) -> UserError:
@@ -171,9 +178,11 @@ def critique_prompt(task: Any, item: Item, completion: str) -> str:
     """The verifier role's prompt: the task's own, else a generic one for blank-line steps."""
     if provides(task, WithCritiquePrompt):
         return task.critique_prompt(item, completion)
-    return (f"Problem:\n{item.prompt.strip()}\n\nSolution (steps are separated by blank lines, numbered from 1):\n"
-            f"{completion}\n\nName the first wrong step and explain it in one line, then write "
-            "<first_error>k</first_error> (none if every step is right) and <verdict>correct|incorrect</verdict>.\n")
+    return (
+        f"Problem:\n{item.prompt.strip()}\n\nSolution (steps are separated by blank lines, numbered from 1):\n"
+        f"{completion}\n\nName the first wrong step and explain it in one line, then write "
+        "<first_error>k</first_error> (none if every step is right) and <verdict>correct|incorrect</verdict>.\n"
+    )
 
 
 def synthetic_critiques(task: Any, n: int, seed: int, split: str = "train", correct_rate: float = 0.0) -> list[Item]:
@@ -189,10 +198,21 @@ def synthetic_critiques(task: Any, n: int, seed: int, split: str = "train", corr
             raise UserError(f"task {task.name!r} item {item.key!r} has no demonstration to corrupt")
         completion = item.demo if rng.random() < correct_rate else corrupt_digit(task, item.demo, rng)
         target = critique(task, item, completion)
-        meta = {"first_error": target.first_error, "verdict": target.verdict, "completion": completion,
-                "problem": item.key}
-        out.append(Item(key=f"{item.key}\n{completion}", prompt=critique_prompt(task, item, completion),
-                        answer=target.verdict, meta=meta, demo=target.text))
+        meta = {
+            "first_error": target.first_error,
+            "verdict": target.verdict,
+            "completion": completion,
+            "problem": item.key,
+        }
+        out.append(
+            Item(
+                key=f"{item.key}\n{completion}",
+                prompt=critique_prompt(task, item, completion),
+                answer=target.verdict,
+                meta=meta,
+                demo=target.text,
+            )
+        )
     return out
 
 
@@ -207,7 +227,7 @@ def corrupt_digit(task: Any, completion: str, rng: random.Random) -> str:
     where = [offset + i for i, c in enumerate(parts[k - 1]) if c.isdigit()]
     pos = rng.choice(where)
     new = rng.choice([d for d in "0123456789" if d != completion[pos]])
-    return completion[:pos] + new + completion[pos + 1:]
+    return completion[:pos] + new + completion[pos + 1 :]
 
 
 # -- user data: JSONL files of hints, solutions and critiques -------------------------------------
@@ -237,8 +257,10 @@ def _row_critique(row: dict[str, Any], where: str) -> Critique:
     tagged = parse_critique(text)
     verdict = row.get("verdict", tagged.verdict if tagged else None)
     if verdict not in VERDICTS:
-        raise UserError(f"{where}: field 'verdict' missing or malformed ({verdict!r}); give \"verdict\": "
-                        f"\"correct\"|\"incorrect\" or a <verdict> tag in 'critique'")
+        raise UserError(
+            f"{where}: field 'verdict' missing or malformed ({verdict!r}); give \"verdict\": "
+            f'"correct"|"incorrect" or a <verdict> tag in \'critique\''
+        )
     k = row["first_error"] if "first_error" in row else (tagged.first_error if tagged else None)
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise UserError(f"{where}: field 'first_error' must be a 1-based step number or null, got {k!r}")
@@ -291,14 +313,21 @@ class GuidedTask(TaskWrapper):
     loud error), and ``provides(guided, WithHints)`` tells which. Everything else (items, verifier,
     options, steps, critique prompt) is the wrapped task's."""
 
-    def __init__(self, task: Any, *, hints: str | Path | None = None, solutions: str | Path | None = None,
-                 critiques: str | Path | None = None):
+    def __init__(
+        self,
+        task: Any,
+        *,
+        hints: str | Path | None = None,
+        solutions: str | Path | None = None,
+        critiques: str | Path | None = None,
+    ):
         super().__init__(task)
         given = {"hints": hints, "solutions": solutions, "critiques": critiques}
         self.files = {kind: (str(p), load_guidance(p, kind)) for kind, p in given.items() if p is not None}
         if not self.files:
-            raise UserError(f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= "
-                            "(a JSONL path)")
+            raise UserError(
+                f"GuidedTask({task.name!r}) needs at least one of hints=, solutions=, critiques= (a JSONL path)"
+            )
         # the abilities the files give, as instance methods (the others forward to the wrapped task)
         if "hints" in self.files:
             self.hints = self._file_hints
@@ -312,8 +341,7 @@ class GuidedTask(TaskWrapper):
         for k in (item.key, prompt_text(item.prompt)):
             if k in table:
                 return table[k]
-        raise UserError(f"{kind} file {path} has no row for problem key {item.key!r}; "
-                        f"add one with \"key\": {item.key!r}")
+        raise UserError(f'{kind} file {path} has no row for problem key {item.key!r}; add one with "key": {item.key!r}')
 
     def _file_hints(self, item: Item) -> list[str]:
         return list(self._row("hints", item))
@@ -324,12 +352,32 @@ class GuidedTask(TaskWrapper):
     def _file_critique(self, item: Item, completion: str) -> Critique:
         by_completion = self._row("critiques", item)
         if completion not in by_completion:
-            raise UserError(f"critiques file {self.files['critiques'][0]} has no critique of completion "
-                            f"{completion[:80]!r} for problem key {item.key!r} "
-                            f"({len(by_completion)} completion(s) given)")
+            raise UserError(
+                f"critiques file {self.files['critiques'][0]} has no critique of completion "
+                f"{completion[:80]!r} for problem key {item.key!r} "
+                f"({len(by_completion)} completion(s) given)"
+            )
         return by_completion[completion]
 
 
-__all__ = ["BLANK_LINE", "Critique", "GuidanceTask", "GuidedTask", "KINDS", "critique", "critique_prompt",
-           "corrupt_digit", "hints", "load_guidance", "make_critique", "parse_critique", "prefix_at_step",
-           "prefix_before_step", "reference_solution", "split_steps", "step_spans", "steps", "synthetic_critiques"]
+__all__ = [
+    "BLANK_LINE",
+    "Critique",
+    "GuidanceTask",
+    "GuidedTask",
+    "KINDS",
+    "critique",
+    "critique_prompt",
+    "corrupt_digit",
+    "hints",
+    "load_guidance",
+    "make_critique",
+    "parse_critique",
+    "prefix_at_step",
+    "prefix_before_step",
+    "reference_solution",
+    "split_steps",
+    "step_spans",
+    "steps",
+    "synthetic_critiques",
+]

@@ -5,6 +5,7 @@ assign each to a split by the hash of its question text, so train and held-out n
 question whatever the seeds. The model answers inside ``<answer>...</answer>`` (the convention
 reasoning-gym's own tooling extracts), which the prompt asks for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,14 +35,24 @@ def rg_config_fields(name: str) -> dict[str, Any]:
     if name not in DATASETS:
         near = difflib.get_close_matches(name, list(DATASETS), n=1)
         hint = f" (did you mean 'rg:{near[0]}'?)" if near else ""
-        raise UserError(f"unknown reasoning-gym dataset {name!r}{hint}; `reasonrl tasks` lists the {len(DATASETS)} valid names")
+        raise UserError(
+            f"unknown reasoning-gym dataset {name!r}{hint}; `reasonrl tasks` lists the {len(DATASETS)} valid names"
+        )
     cfg = DATASETS[name][1]
     return {f.name: f.default for f in dataclasses.fields(cfg) if f.name not in ("seed", "size")}
 
 
 class ReasoningGymTask:
-    def __init__(self, dataset: str, *, test_fraction: float = 0.1, chunk: int = 1000,
-                 instruction: str = INSTRUCTION, answer: str = "tag", **config: Any):
+    def __init__(
+        self,
+        dataset: str,
+        *,
+        test_fraction: float = 0.1,
+        chunk: int = 1000,
+        instruction: str = INSTRUCTION,
+        answer: str = "tag",
+        **config: Any,
+    ):
         valid = rg_config_fields(dataset)
         bad = sorted(set(config) - set(valid))
         if bad:
@@ -54,7 +65,9 @@ class ReasoningGymTask:
         try:
             self._scorer = self._make(seed=0, size=1)
         except (AssertionError, ValueError, TypeError) as err:  # reasoning-gym checks its config with asserts
-            raise UserError(f"rg:{dataset}: reasoning-gym rejects the options {config}: {err or type(err).__name__}") from err
+            raise UserError(
+                f"rg:{dataset}: reasoning-gym rejects the options {config}: {err or type(err).__name__}"
+            ) from err
 
     def _make(self, seed: int, size: int):
         import reasoning_gym
@@ -73,8 +86,13 @@ class ReasoningGymTask:
 
     def _item(self, entry: dict) -> Item:
         answer = str(entry["answer"])
-        return Item(key=entry["question"], prompt=entry["question"] + self.instruction, answer=answer,
-                    meta={"rg_entry": entry}, demo=f"<answer>{answer}</answer>")
+        return Item(
+            key=entry["question"],
+            prompt=entry["question"] + self.instruction,
+            answer=answer,
+            meta={"rg_entry": entry},
+            demo=f"<answer>{answer}</answer>",
+        )
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         got = ANSWER_READERS[self.answer](completion)

@@ -15,6 +15,7 @@ file-task option (:class:`~reasonrl.tasks.files.FileTask`: columns, reward, extr
 ``auto`` (the default) picks the preset whose columns the dataset has (none: the file-task
 defaults); options given explicitly win over the preset's.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,12 +28,28 @@ from .rows import RowSpec
 BOXED = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 PRESETS: dict[str, dict[str, Any]] = {
     "none": {},
-    "gsm8k": {"prompt_column": "question", "answer_column": "answer", "answer_format": "gsm8k",
-              "reward": "math_verify", "extract": "boxed", "prompt_suffix": BOXED},
-    "math": {"prompt_column": "problem", "answer_column": "solution", "answer_format": "boxed",
-             "reward": "math_verify", "extract": "boxed", "prompt_suffix": BOXED},
-    "dapo": {"prompt_column": "prompt", "answer_column": "reward_model.ground_truth", "reward": "math_verify",
-             "extract": "answer_line"},
+    "gsm8k": {
+        "prompt_column": "question",
+        "answer_column": "answer",
+        "answer_format": "gsm8k",
+        "reward": "math_verify",
+        "extract": "boxed",
+        "prompt_suffix": BOXED,
+    },
+    "math": {
+        "prompt_column": "problem",
+        "answer_column": "solution",
+        "answer_format": "boxed",
+        "reward": "math_verify",
+        "extract": "boxed",
+        "prompt_suffix": BOXED,
+    },
+    "dapo": {
+        "prompt_column": "prompt",
+        "answer_column": "reward_model.ground_truth",
+        "reward": "math_verify",
+        "extract": "answer_line",
+    },
 }
 ROW_OPTIONS = ("prompt_column", "answer_column", "demo_column", "answer_format", "prompt_suffix")
 
@@ -63,18 +80,31 @@ def load_splits(spec: str, repo: str, config: str | None) -> Any:
     try:
         return datasets.load_dataset(repo, config)
     except ConnectionError as err:
-        raise UserError(f"task 'hf:{spec}': the dataset is not in the local cache and the Hub cannot be reached "
-                        f"({err}); connect once to download it, or use a local copy (hf:/path/to/folder)") from err
+        raise UserError(
+            f"task 'hf:{spec}': the dataset is not in the local cache and the Hub cannot be reached "
+            f"({err}); connect once to download it, or use a local copy (hf:/path/to/folder)"
+        ) from err
     except (FileNotFoundError, ValueError) as err:  # no such repo or folder; an unknown config (the names are listed)
-        raise UserError(f"task 'hf:{spec}': {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
+        raise UserError(
+            f"task 'hf:{spec}': {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        ) from err
 
 
 class HubTask(FileTask):
     """A file task whose rows come from ``datasets.load_dataset`` (see the module docs)."""
 
-    def __init__(self, spec: str, *, split: str = "train", test_split: str | None = "auto", preset: str = "auto",
-                 test_fraction: float = 0.1, reward: str | None = None, extract: str | None = None,
-                 **options: Any):
+    def __init__(
+        self,
+        spec: str,
+        *,
+        split: str = "train",
+        test_split: str | None = "auto",
+        preset: str = "auto",
+        test_fraction: float = 0.1,
+        reward: str | None = None,
+        extract: str | None = None,
+        **options: Any,
+    ):
         if preset not in (*PRESETS, "auto"):
             raise UserError(f"task 'hf:{spec}': unknown preset {preset!r}; valid: auto, {', '.join(PRESETS)}")
         repo, config = parse_spec(spec)
@@ -88,8 +118,18 @@ class HubTask(FileTask):
         given = {"reward": reward, "extract": extract, **options}
         opts = {**PRESETS[self.preset], **{k: v for k, v in given.items() if v is not None}}
         rows = RowSpec(**{k: opts.pop(k) for k in ROW_OPTIONS if k in opts})
-        self._setup(f"hf:{spec}", f"hf:{spec}", rows, opts.pop("reward", "exact_match"), opts.pop("extract", "answer_tag"),
-                    test_fraction, opts)
-        self._rows = {"train": self.items_of(train, f"hf:{spec} [{split}]"),
-                      "test": None if test_split is None else self.items_of(data[test_split].to_list(),
-                                                                             f"hf:{spec} [{test_split}]")}
+        self._setup(
+            f"hf:{spec}",
+            f"hf:{spec}",
+            rows,
+            opts.pop("reward", "exact_match"),
+            opts.pop("extract", "answer_tag"),
+            test_fraction,
+            opts,
+        )
+        self._rows = {
+            "train": self.items_of(train, f"hf:{spec} [{split}]"),
+            "test": None
+            if test_split is None
+            else self.items_of(data[test_split].to_list(), f"hf:{spec} [{test_split}]"),
+        }

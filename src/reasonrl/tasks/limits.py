@@ -8,6 +8,7 @@ counted (``overflow=drop``, the default, as verl's ``filter_overlong_prompts``) 
 tokens (``overflow=truncate_left``; of a conversation, the first turn after the system prompt
 loses them, so the template's markup stays whole). Counts are of distinct problems, per split.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +18,7 @@ from ..errors import UserError
 from ..models.chat import PromptFormatter, context_length, is_conversational, prompt_text
 from ..config.sections import PROMPT_OVERFLOW as OVERFLOW
 from .base import Item, TaskWrapper
+
 MAX_MISSES = 10_000  # prompts in a row that do not fit before a task counts as unusable (never spin)
 
 
@@ -27,11 +29,15 @@ def prompt_cap(max_tokens: int | None, budget: int, context: int | None, model: 
         return max_tokens
     room = context - budget
     if room < 1:
-        raise UserError(f"max_new_tokens={budget} leaves no room for a prompt in {model}'s context length {context} "
-                        "(max_position_embeddings): lower sampling.max_new_tokens")
+        raise UserError(
+            f"max_new_tokens={budget} leaves no room for a prompt in {model}'s context length {context} "
+            "(max_position_embeddings): lower sampling.max_new_tokens"
+        )
     if max_tokens is not None and max_tokens > room:
-        raise UserError(f"prompt.max_tokens={max_tokens} + max_new_tokens={budget} = {max_tokens + budget} exceed "
-                        f"{model}'s context length {context} (max_position_embeddings): lower one of them")
+        raise UserError(
+            f"prompt.max_tokens={max_tokens} + max_new_tokens={budget} = {max_tokens + budget} exceed "
+            f"{model}'s context length {context} (max_position_embeddings): lower one of them"
+        )
     return room if max_tokens is None else max_tokens
 
 
@@ -71,8 +77,11 @@ class LimitedTask(TaskWrapper):
 
     def report(self) -> dict[str, Any]:
         """What summary.json records of the limit."""
-        return {"max_prompt_tokens": self.cap, "overflow": self.overflow, **{
-            f"{split}_{kind}": n for split, kinds in self.counts.items() for kind, n in kinds.items()}}
+        return {
+            "max_prompt_tokens": self.cap,
+            "overflow": self.overflow,
+            **{f"{split}_{kind}": n for split, kinds in self.counts.items() for kind, n in kinds.items()},
+        }
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         misses = 0
@@ -84,9 +93,11 @@ class LimitedTask(TaskWrapper):
                 continue
             misses += 1
             if misses >= MAX_MISSES:
-                raise UserError(f"task {self.name!r}: {misses} {split} prompts in a row are longer than {self.cap} "
-                                "tokens (prompt.max_tokens, or the context length less max_new_tokens); raise the "
-                                "limit or use prompt.overflow=truncate_left")
+                raise UserError(
+                    f"task {self.name!r}: {misses} {split} prompts in a row are longer than {self.cap} "
+                    "tokens (prompt.max_tokens, or the context length less max_new_tokens); raise the "
+                    "limit or use prompt.overflow=truncate_left"
+                )
 
     def fit(self, item: Item, split: str) -> Item | None:
         """``item`` as it is, truncated, or None (dropped), counted under ``split``."""
@@ -128,12 +139,15 @@ def truncate_left(formatter: PromptFormatter, prompt: Any, cap: int, key: str = 
         if excess >= len(ids):
             break
         prompt = _with_text(prompt, turn, tok.decode(ids[excess:]))
-    raise UserError(f"prompt {key or prompt_text(prompt)[:80]!r}: cannot be cut to {cap} tokens from the left (its "
-                    "template and other turns alone are longer); raise prompt.max_tokens or use prompt.overflow=drop")
+    raise UserError(
+        f"prompt {key or prompt_text(prompt)[:80]!r}: cannot be cut to {cap} tokens from the left (its "
+        "template and other turns alone are longer); raise prompt.max_tokens or use prompt.overflow=drop"
+    )
 
 
-def prepare_prompts(task: Any, tok: Any, model: Any, prompt: Any, budget: int,
-                    name: str = "the model") -> tuple[PromptFormatter, Any]:
+def prepare_prompts(
+    task: Any, tok: Any, model: Any, prompt: Any, budget: int, name: str = "the model"
+) -> tuple[PromptFormatter, Any]:
     """A run's prompt formatter (``prompt.format``, ``system_prompt``, ``chat_template_kwargs``) and its
     task limited to prompts that fit (``prompt.max_tokens``, ``prompt.overflow``, the context length);
     ``prompt``: a :class:`reasonrl.config.train.Prompting` or anything with its fields."""

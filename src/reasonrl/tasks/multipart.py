@@ -20,6 +20,7 @@ Options: ``parts`` (2), ``min_digits`` (1), ``max_digits`` (2), ``ops`` (``+-``)
 A negative part answer is written with ``-`` in the box; its line carries the ``~`` marker of the
 arithmetic task.
 """
+
 from __future__ import annotations
 
 import random
@@ -109,4 +110,3 @@ class MultipartTask:
             return None
         values = [parse_quantity(p) for p in parts]
         return "; ".join(p if v is None else f"{v:g}" for p, v in zip(parts, values))
-

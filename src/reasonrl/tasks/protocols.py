@@ -15,6 +15,7 @@ how ``isinstance`` reads a wrapper's forwarded attributes (Python 3.12 reads the
 ``Item`` is written ``Any`` in the signatures: this module sits below :mod:`reasonrl.tasks.base`
 (which asks it whether a task prepares its verifications), so that rollouts and data can ask too.
 """
+
 from __future__ import annotations
 
 import random
@@ -43,8 +44,9 @@ class PreparesBatches(Protocol):
 class WithDiagnostics(Protocol):
     """Task-specific rates of greedy held-out outputs that evaluation reports beside pass@1."""
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]: ...
+    def diagnostics(
+        self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]
+    ) -> dict[str, float]: ...
 
 
 @runtime_checkable
@@ -143,9 +145,23 @@ class Wraps(Protocol):
     def wrapped(self) -> Any: ...
 
 
-ABILITIES: tuple[type, ...] = (WithBudget, PreparesBatches, WithDiagnostics, WithEnvironments, Episodic, Branching,
-                               WithStepRewards, ReadsGenerated, Judged, Fitting, WithHints, WithSolutions,
-                               WithCritiques, WithSteps, WithCritiquePrompt)
+ABILITIES: tuple[type, ...] = (
+    WithBudget,
+    PreparesBatches,
+    WithDiagnostics,
+    WithEnvironments,
+    Episodic,
+    Branching,
+    WithStepRewards,
+    ReadsGenerated,
+    Judged,
+    Fitting,
+    WithHints,
+    WithSolutions,
+    WithCritiques,
+    WithSteps,
+    WithCritiquePrompt,
+)
 
 
 def members(ability: type) -> tuple[str, ...]:
@@ -190,7 +206,29 @@ def prepare_verify(task: Any, completions: Sequence[str], metas: Sequence[dict[s
         task.prepare(list(completions), list(metas))
 
 
-__all__ = ["ABILITIES", "DEFAULT_BUDGET", "Branching", "Episodic", "Fitting", "Judged", "PreparesBatches",
-           "ReadsGenerated", "WithBudget", "WithCritiquePrompt", "WithCritiques", "WithDiagnostics",
-           "WithEnvironments", "WithHints", "WithSolutions", "WithStepRewards", "WithSteps", "Wraps", "budget",
-           "members", "missing", "provides", "prepare_verify", "require"]
+__all__ = [
+    "ABILITIES",
+    "DEFAULT_BUDGET",
+    "Branching",
+    "Episodic",
+    "Fitting",
+    "Judged",
+    "PreparesBatches",
+    "ReadsGenerated",
+    "WithBudget",
+    "WithCritiquePrompt",
+    "WithCritiques",
+    "WithDiagnostics",
+    "WithEnvironments",
+    "WithHints",
+    "WithSolutions",
+    "WithStepRewards",
+    "WithSteps",
+    "Wraps",
+    "budget",
+    "members",
+    "missing",
+    "provides",
+    "prepare_verify",
+    "require",
+]

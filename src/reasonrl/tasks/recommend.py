@@ -48,6 +48,7 @@ User data (options ``data`` / ``test_data``): JSONL rows, one user each::
 
 The prompt is built from ``history`` as for synthetic items; the item key is the prompt.
 """
+
 from __future__ import annotations
 
 import random
@@ -85,11 +86,15 @@ class RecommendConfig:
             raise ValueError(f"history must be >= 1, got {self.history}")
         top = self._top()
         if not 1 <= self.min_mode <= top:
-            raise ValueError(f"need 1 <= min_mode <= min(max_mode, history), got min_mode={self.min_mode}, "
-                             f"max_mode={self.max_mode}, history={self.history}")
+            raise ValueError(
+                f"need 1 <= min_mode <= min(max_mode, history), got min_mode={self.min_mode}, "
+                f"max_mode={self.max_mode}, history={self.history}"
+            )
         if not self.mode_counts():
-            raise ValueError(f"no history of {self.history} items over {self.codes} codes has a unique most "
-                             f"frequent coarse code seen {self.min_mode}..{top} times")
+            raise ValueError(
+                f"no history of {self.history} items over {self.codes} codes has a unique most "
+                f"frequent coarse code seen {self.min_mode}..{top} times"
+            )
         if not 0 <= self.shift < self.codes:
             raise ValueError(f"shift must be in 0..codes-1 = 0..{self.codes - 1}, got {self.shift}")
         if not 0.0 <= self.rule_noise <= 1.0:
@@ -156,8 +161,10 @@ def _read_sid(value: Any, levels: int, where: str) -> str:
         raise ValueError(f"{where}: {err}") from err
     letters = "".join(t[0] for t in tokens)
     if letters != LEVEL_LETTERS[:levels]:
-        raise ValueError(f"{where}: SID {value!r} must have {levels} levels lettered "
-                         f"{LEVEL_LETTERS[:levels]!r}, got letters {letters!r}")
+        raise ValueError(
+            f"{where}: SID {value!r} must have {levels} levels lettered "
+            f"{LEVEL_LETTERS[:levels]!r}, got letters {letters!r}"
+        )
     return value
 
 
@@ -185,8 +192,9 @@ class RecommendTask:
             target = _read_sid(row["target"], self.config.levels, f"{where}: field 'target'")
             demo = row.get("demo")
             if demo is not None and (not isinstance(demo, str) or parsed_sid(demo, self.config.levels) != target):
-                raise ValueError(f"{where}: field 'demo' must be a completion whose SID tokens give {target!r}, "
-                                 f"got {demo!r}")
+                raise ValueError(
+                    f"{where}: field 'demo' must be a completion whose SID tokens give {target!r}, got {demo!r}"
+                )
             prompt = build_prompt(history)
             width = max(len(t) - 1 for sid in history + [target] for t in split_sid(sid))
             meta = {"sid": split_sid(target), "levels": self.config.levels, "history": len(history), "width": width}
@@ -196,8 +204,14 @@ class RecommendTask:
         return items
 
     def _split_rows(self, split: str) -> list[Item]:
-        return split_user_items("recommend", self._rows["train"], self._rows["test"], split,
-                                self.config.test_fraction, str(self.config.data))
+        return split_user_items(
+            "recommend",
+            self._rows["train"],
+            self._rows["test"],
+            split,
+            self.config.test_fraction,
+            str(self.config.data),
+        )
 
     # ---- synthetic items -------------------------------------------------------------------
     def _history(self, rng: random.Random) -> list[list[int]]:
@@ -224,8 +238,13 @@ class RecommendTask:
             thoughts.append(thought)
         prompt, answer = build_prompt([format_sid(h) for h in history]), format_sid(target)
         mode_count = Counter(h[0] for h in history).most_common(1)[0][1]
-        meta = {"sid": split_sid(answer), "levels": c.levels, "history": len(history), "width": 1,
-                "mode_count": mode_count}
+        meta = {
+            "sid": split_sid(answer),
+            "levels": c.levels,
+            "history": len(history),
+            "width": 1,
+            "mode_count": mode_count,
+        }
         return Item(key=prompt, prompt=prompt, answer=answer, meta=meta, demo=demo_text(thoughts, target))
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
@@ -247,8 +266,10 @@ class RecommendTask:
         longest = _demo_estimate(c.history, 1, c.levels)
         if self._rows is not None:
             items = self._rows["train"] + (self._rows["test"] or [])
-            longest = max(len(it.demo) if it.demo else _demo_estimate(it.meta["history"], it.meta["width"], c.levels)
-                          for it in items)
+            longest = max(
+                len(it.demo) if it.demo else _demo_estimate(it.meta["history"], it.meta["width"], c.levels)
+                for it in items
+            )
         return int(1.5 * longest) + 2
 
     def extract_answer(self, completion: str) -> str | None:
@@ -258,12 +279,13 @@ class RecommendTask:
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         return float(self.extract_answer(completion) == answer)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """Per-level accuracy ``level_<k>_acc`` (k = 1..K) of held-out outputs: the per-step structure
         SAPO's credit works on (coarse levels should beat fine ones)."""
-        hits = [step_rewards([s.sid for s in parse_steps(c, self.config.levels)], m["sid"])
-                for c, m in zip(completions, metas)]
+        hits = [
+            step_rewards([s.sid for s in parse_steps(c, self.config.levels)], m["sid"])
+            for c, m in zip(completions, metas)
+        ]
         n = max(len(hits), 1)
         return {f"level_{k + 1}_acc": sum(h[k] for h in hits) / n for k in range(self.config.levels)}
 

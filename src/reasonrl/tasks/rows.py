@@ -8,6 +8,7 @@ model answers the last user turn. Columns are named with dots for nested fields
 answer (GSM8K's ``#### 72``, a solution's last ``\\boxed{}``); ``prompt_suffix`` is appended to the
 prompt's text (a conversation's last user turn).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ def column(row: dict[str, Any], name: str) -> tuple[bool, Any]:
 @dataclass(frozen=True)
 class RowSpec:
     """How a row's columns become an item (see the module docs)."""
+
     prompt_column: str = "prompt"
     answer_column: str = "answer"
     demo_column: str | None = None
@@ -71,13 +73,22 @@ class RowSpec:
     def prompt(self, value: Any, where: str) -> str | list[dict[str, str]]:
         if isinstance(value, str):
             if not value:
-                raise UserError(f"{where}: column {self.prompt_column!r} must be a non-empty string or a list of messages")
+                raise UserError(
+                    f"{where}: column {self.prompt_column!r} must be a non-empty string or a list of messages"
+                )
             return value + self.prompt_suffix
         if not is_conversational(value):
-            raise UserError(f"{where}: column {self.prompt_column!r} must be a non-empty string or a list of messages, "
-                            f"got {type(value).__name__}")
+            raise UserError(
+                f"{where}: column {self.prompt_column!r} must be a non-empty string or a list of messages, "
+                f"got {type(value).__name__}"
+            )
         turns = list(value)
-        while self.prompt_column == "messages" and turns and isinstance(turns[-1], dict) and turns[-1].get("role") == "assistant":
+        while (
+            self.prompt_column == "messages"
+            and turns
+            and isinstance(turns[-1], dict)
+            and turns[-1].get("role") == "assistant"
+        ):
             turns.pop()  # the reference reply of an SFT conversation: the model writes its own
         turns = check_messages(turns, f"{where}: column {self.prompt_column!r}")
         return with_user_text(turns, user_text(turns) + self.prompt_suffix) if self.prompt_suffix else turns
@@ -88,16 +99,20 @@ class RowSpec:
         found = {c: column(row, c) for c in cols if c}
         missing = [c for c, (ok, _) in found.items() if not ok]
         if missing:
-            raise UserError(f"{where}: missing column(s) {missing}; the row has {sorted(row)} "
-                            "(the task options prompt_column / answer_column / demo_column name them)")
+            raise UserError(
+                f"{where}: missing column(s) {missing}; the row has {sorted(row)} "
+                "(the task options prompt_column / answer_column / demo_column name them)"
+            )
         nulls = [c for c in cols[1:] if c and found[c][1] is None]
         if nulls:  # str(None) would make "None" the reference answer
             raise UserError(f"{where}: column {nulls[0]!r} is null; every row needs a value there")
         prompt = self.prompt(found[self.prompt_column][1], where)
         answer = ANSWER_FORMATS[self.answer_format](found[self.answer_column][1])
         if answer is None:
-            raise UserError(f"{where}: column {self.answer_column!r} holds no answer in answer_format "
-                            f"{self.answer_format!r}: {str(found[self.answer_column][1])[-120:]!r}")
+            raise UserError(
+                f"{where}: column {self.answer_column!r} holds no answer in answer_format "
+                f"{self.answer_format!r}: {str(found[self.answer_column][1])[-120:]!r}"
+            )
         meta = {k: v for k, v in row.items() if k not in cols}
         if keep_row:
             meta[TRL_ROW] = {"prompt": prompt, "columns": {k: v for k, v in row.items() if k != self.prompt_column}}

@@ -53,6 +53,7 @@ User data (options ``data`` / ``test_data``): JSONL, one object per line::
   facts dated on/before the cutoff; otherwise the row has no demo.
 * ``id`` (optional): the row's identity for the hash split (default: its prompt).
 """
+
 from __future__ import annotations
 
 import math
@@ -90,19 +91,24 @@ class TemporalConfig:
 
     def __post_init__(self):
         if self.n_facts < 1 or not 1 <= self.n_entities <= len(ENTITIES):
-            raise ValueError(f"need n_facts >= 1 and 1 <= n_entities <= {len(ENTITIES)}, got {self.n_facts}, "
-                             f"{self.n_entities}")
+            raise ValueError(
+                f"need n_facts >= 1 and 1 <= n_entities <= {len(ENTITIES)}, got {self.n_facts}, {self.n_entities}"
+            )
         if self.max_day < self.n_facts or self.max_value < 1:
-            raise ValueError(f"need max_day >= n_facts (distinct days) and max_value >= 1, got max_day="
-                             f"{self.max_day}, max_value={self.max_value}")
+            raise ValueError(
+                f"need max_day >= n_facts (distinct days) and max_value >= 1, got max_day="
+                f"{self.max_day}, max_value={self.max_value}"
+            )
         for name in ("post_frac", "tempt_prob", "coincide_prob", "leaky_demo_frac"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if not 0.0 < self.test_fraction < 1.0:
             raise ValueError(f"test_fraction must be in (0, 1), got {self.test_fraction}")
         if self.n_post >= self.n_facts:
-            raise ValueError(f"post_frac={self.post_frac} puts all {self.n_facts} facts after the cutoff; "
-                             "at least one must be before it")
+            raise ValueError(
+                f"post_frac={self.post_frac} puts all {self.n_facts} facts after the cutoff; "
+                "at least one must be before it"
+            )
         if self.n_post == 0 and (self.tempt_prob > 0 or self.leaky_demo_frac > 0):
             raise ValueError("tempt_prob and leaky_demo_frac need post-cutoff facts: raise post_frac or set them to 0")
         if self.n_entities == 1 and self.n_post > 0 and self.tempt_prob < 1:
@@ -129,7 +135,7 @@ class World:
 
 def _entities(rng: random.Random, c: TemporalConfig, target: str, lure: bool) -> list[str]:
     """Entity of each fact: >= 1 pre-cutoff target fact; post-cutoff target facts iff ``lure``."""
-    names, n_pre = list(ENTITIES[:c.n_entities]), c.n_facts - c.n_post
+    names, n_pre = list(ENTITIES[: c.n_entities]), c.n_facts - c.n_post
     ents = [rng.choice(names) for _ in range(c.n_facts)]
     if target not in ents[:n_pre]:
         ents[rng.randrange(n_pre)] = target
@@ -146,7 +152,7 @@ def make_world(rng: random.Random, c: TemporalConfig) -> World:
     n_pre = c.n_facts - c.n_post
     days = sorted(rng.sample(range(1, c.max_day + 1), c.n_facts))
     cutoff = rng.randint(days[n_pre - 1], days[n_pre] - 1 if c.n_post else c.max_day)
-    target = rng.choice(ENTITIES[:c.n_entities])
+    target = rng.choice(ENTITIES[: c.n_entities])
     leaky = c.n_post > 0 and rng.random() < c.leaky_demo_frac
     lure = leaky or (c.n_post > 0 and rng.random() < c.tempt_prob)
     ents = _entities(rng, c, target, lure)
@@ -171,8 +177,14 @@ def world_item(world: World, rng: random.Random, shuffle: bool) -> Item:
     prompt = f"{world.target} @d{world.cutoff}\n" + "".join(f"d{d} {e}={v}\n" for d, e, v in shown)
     cited = [(d, e, v) for d, e, v in world.facts if e == world.target and (world.leaky_demo or d <= world.cutoff)]
     demo = "\n".join([claim_line(d, f"{e}={v}") for d, e, v in cited] + [f"A:{world.answer}"])
-    meta = {"cutoff": world.cutoff, "facts": [{"date": d, "stmt": f"{e}={v}"} for d, e, v in world.facts],
-            "target": world.target, "lure": world.lure, "coincide": world.coincide, "leaky_demo": world.leaky_demo}
+    meta = {
+        "cutoff": world.cutoff,
+        "facts": [{"date": d, "stmt": f"{e}={v}"} for d, e, v in world.facts],
+        "target": world.target,
+        "lure": world.lure,
+        "coincide": world.coincide,
+        "leaky_demo": world.leaky_demo,
+    }
     return Item(key=prompt, prompt=prompt, answer=str(world.answer), meta=meta, demo=demo)
 
 
@@ -193,7 +205,11 @@ def _row_facts(raw: Any, cutoff: Any, where: str) -> list[dict[str, Any]]:
     facts = []
     for j, fact in enumerate(raw):
         at = f"{where}: facts[{j}]"
-        if not isinstance(fact, dict) or "date" not in fact or not ({"text"} <= set(fact) or {"key", "value"} <= set(fact)):
+        if (
+            not isinstance(fact, dict)
+            or "date" not in fact
+            or not ({"text"} <= set(fact) or {"key", "value"} <= set(fact))
+        ):
             raise ValueError(f"{at} must be an object with 'date' and either 'text' or 'key'+'value', got {fact!r}")
         date = parse_date(fact["date"], f"{at}: 'date'")
         if type(date) is not type(cutoff):
@@ -224,7 +240,9 @@ def row_item(row: dict[str, Any], where: str) -> Item:
     facts = _row_facts(row["facts"], cutoff, where)
     answer = row["answer"] if isinstance(row["answer"], str) else json_scalar(row["answer"], f"{where}: field 'answer'")
     answer = _one_line(answer, f"{where}: field 'answer'")
-    prompt = f"{question} @{render_date(row['cutoff'])}\n" + "".join(f"{render_date(f['date'])} {f['stmt']}\n" for f in facts)
+    prompt = f"{question} @{render_date(row['cutoff'])}\n" + "".join(
+        f"{render_date(f['date'])} {f['stmt']}\n" for f in facts
+    )
     meta = {"cutoff": row["cutoff"], "facts": [{"date": f["date"], "stmt": f["stmt"]} for f in facts]}
     demo = _row_demo(row, facts, cutoff, answer, meta, where)
     return Item(key=str(row.get("id", prompt)), prompt=prompt, answer=answer, meta=meta, demo=demo)
@@ -234,8 +252,9 @@ def _row_demo(row: dict, facts: list[dict], cutoff: Any, answer: str, meta: dict
     if "demo" in row:
         demo = row["demo"]
         if not isinstance(demo, str) or extract_final_answer(demo) != normalize_answer(answer):
-            raise ValueError(f"{where}: field 'demo' must be a string whose last 'A:' line gives the answer "
-                             f"{answer!r}, got {demo!r}")
+            raise ValueError(
+                f"{where}: field 'demo' must be a string whose last 'A:' line gives the answer {answer!r}, got {demo!r}"
+            )
         count_claims(demo, meta)  # a malformed demo fails here, at load time
         return demo
     if "target" not in row:
@@ -281,8 +300,9 @@ class TemporalTask:
         check_split(split)
         if self._rows is None:
             raise ValueError("split_items needs the option data=<jsonl>; the synthetic task is endless")
-        return split_user_items("temporal", self._rows["train"], self._rows["test"], split,
-                                self.config.test_fraction, str(self.config.data))
+        return split_user_items(
+            "temporal", self._rows["train"], self._rows["test"], split, self.config.test_fraction, str(self.config.data)
+        )
 
     def iter_items(self, split: str, seed: int) -> Iterator[Item]:
         check_split(split)
@@ -307,8 +327,7 @@ class TemporalTask:
     def extract_answer(self, completion: str) -> str | None:
         return extract_final_answer(completion)
 
-    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]],
-                    scores: list[float]) -> dict[str, float]:
+    def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """Leakage and grounding of greedy answers, by the default checker.
 
         ``leak_rate``: responses citing any post-cutoff fact; ``leak_frac``: mean k/n;
@@ -319,10 +338,13 @@ class TemporalTask:
         """
         kn = [count_claims(c, m) for c, m in zip(completions, metas)]
         n = max(len(kn), 1)
-        return {"leak_rate": sum(k > 0 for k, _ in kn) / n, "leak_frac": sum(k / max(c, 1) for k, c in kn) / n,
-                "clean_pass": sum(s >= 1.0 and k == 0 for s, (k, _) in zip(scores, kn)) / n,
-                "grounded_rate": sum(is_grounded(c, m) for c, m in zip(completions, metas)) / n,
-                "claims_per_answer": sum(c for _, c in kn) / n}
+        return {
+            "leak_rate": sum(k > 0 for k, _ in kn) / n,
+            "leak_frac": sum(k / max(c, 1) for k, c in kn) / n,
+            "clean_pass": sum(s >= 1.0 and k == 0 for s, (k, _) in zip(scores, kn)) / n,
+            "grounded_rate": sum(is_grounded(c, m) for c, m in zip(completions, metas)) / n,
+            "claims_per_answer": sum(c for _, c in kn) / n,
+        }
 
 
 def _all_claims_len(item: Item) -> int:

@@ -10,6 +10,7 @@ The answer is read by :func:`extract_final_number` (reasonrl.rewards.answers), w
 a small instruct model writes when it ignores the tag (``The answer is 12.``, ``#### 12``, a last
 number); ``diagnostics`` reports how often the tag itself is used (``answer_tag_rate``).
 """
+
 from __future__ import annotations
 
 import random
@@ -21,8 +22,10 @@ from .base import Item, check_split, in_test_split, make_config
 
 # measured against two other wordings on SmolLM2-135M-Instruct (docs/models-and-data.md): "step by step"
 # made it ramble to the budget (pass@1 0.20, 97 tokens); this one 0.375 in 63 tokens
-SYSTEM_PROMPT = ("You are a helpful assistant. Answer the question with one short calculation, then write the answer "
-                 "as a number inside <answer></answer>.")
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer the question with one short calculation, then write the answer "
+    "as a number inside <answer></answer>."
+)
 NAMES = ("Tom", "Anna", "Sam", "Lily", "Ben", "Mia", "Jack", "Emma", "Leo", "Sara", "Max", "Nora")
 THINGS = ("apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "flowers", "coins", "toys")
 OPS = ("add", "sub", "mul", "div")
@@ -58,15 +61,24 @@ def _first_step(op: str, rng: random.Random, top: int, name: str, thing: str) ->
     if op in ("add", "sub"):
         a, b = rng.randint(1, top), rng.randint(1, top)
         if op == "add":
-            return (f"{name} has {a} {thing}. A friend gives {name} {b} more {thing}.",
-                    f"How many {thing} does {name} have now?", a + b)
+            return (
+                f"{name} has {a} {thing}. A friend gives {name} {b} more {thing}.",
+                f"How many {thing} does {name} have now?",
+                a + b,
+            )
         a, b = max(a, b), min(a, b)
-        return (f"{name} has {a} {thing} and gives {b} of them away.", f"How many {thing} does {name} have left?",
-                a - b)
+        return (
+            f"{name} has {a} {thing} and gives {b} of them away.",
+            f"How many {thing} does {name} have left?",
+            a - b,
+        )
     a, b = rng.randint(2, 10), rng.randint(2, 10)
     if op == "mul":
-        return (f"{name} has {a} boxes with {b} {thing} in each box.", f"How many {thing} does {name} have in all?",
-                a * b)
+        return (
+            f"{name} has {a} boxes with {b} {thing} in each box.",
+            f"How many {thing} does {name} have in all?",
+            a * b,
+        )
     return (f"{name} shares {a * b} {thing} equally among {b} friends.", f"How many {thing} does each friend get?", a)
 
 
@@ -114,8 +126,13 @@ class WordMathTask:
         while True:
             question, value = make_problem(rng, self.config)
             if in_test_split(question, self.config.test_fraction) == want_test:
-                yield Item(key=question, prompt=self.prompt(question), answer=str(value),
-                           meta={}, demo=f"The answer is {value}.\n<answer>{value}</answer>")
+                yield Item(
+                    key=question,
+                    prompt=self.prompt(question),
+                    answer=str(value),
+                    meta={},
+                    demo=f"The answer is {value}.\n<answer>{value}</answer>",
+                )
 
     def verify(self, completion: str, answer: str, meta: dict[str, Any]) -> float:
         got = extract_final_number(completion)
@@ -127,5 +144,3 @@ class WordMathTask:
     def diagnostics(self, completions: list[str], metas: list[dict[str, Any]], scores: list[float]) -> dict[str, float]:
         """How often the greedy answers use the tag the system prompt asks for."""
         return {"answer_tag_rate": sum(_tag(c) is not None for c in completions) / max(len(completions), 1)}
-
-

@@ -9,6 +9,7 @@ Every program runs in its own process tree, never in the caller's, under the str
 this machine allows (:data:`LEVELS`; Linux namespaces + an unprivileged uid when run as root).
 What it protects against and what it does not: docs/sandbox.md.
 """
+
 from .core import SandboxWarning, execute, isolation, resolve_level, run_python
 from .levels import FEATURES, LEVELS, Isolation, SandboxUnavailable
 from .limits import STATUSES, Limits, SandboxError, SandboxResult, classify, make_limits
@@ -16,8 +17,25 @@ from .policy import DEFAULT_REQUIRE, required_level, requiring
 from .pool import Sandbox, batch_program, run_many
 
 __all__ = [
-    "run_python", "run_many", "isolation", "Sandbox", "execute", "resolve_level",
-    "Limits", "make_limits", "SandboxResult", "Isolation", "STATUSES", "LEVELS", "FEATURES",
-    "SandboxError", "SandboxUnavailable", "SandboxWarning", "classify", "DEFAULT_REQUIRE", "required_level",
-    "requiring", "batch_program",
+    "run_python",
+    "run_many",
+    "isolation",
+    "Sandbox",
+    "execute",
+    "resolve_level",
+    "Limits",
+    "make_limits",
+    "SandboxResult",
+    "Isolation",
+    "STATUSES",
+    "LEVELS",
+    "FEATURES",
+    "SandboxError",
+    "SandboxUnavailable",
+    "SandboxWarning",
+    "classify",
+    "DEFAULT_REQUIRE",
+    "required_level",
+    "requiring",
+    "batch_program",
 ]

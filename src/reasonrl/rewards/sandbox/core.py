@@ -6,6 +6,7 @@ with a minimal environment in a new session, a select loop that feeds stdin and 
 backstop that kills the whole process group if the runner does not report in
 ``timeout + grace`` seconds. The runner (``runner.py``) enforces the limits inside.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,7 +50,7 @@ class _Capped:
         if len(self.head) < self.cap:
             self.head += data[: self.cap - len(self.head)]
         if self.tail_size:
-            self.tail = (self.tail + data)[-self.tail_size:]
+            self.tail = (self.tail + data)[-self.tail_size :]
 
     @property
     def truncated(self) -> bool:
@@ -61,8 +62,7 @@ class _Capped:
 
 def _environment(workdir: str) -> dict[str, str]:
     # Nothing of the caller's environment is inherited: secrets (tokens, keys) live there.
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir,
-            "TMPDIR": workdir}
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir}
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,11 +80,20 @@ def _nproc(level: str, limits: Limits) -> int:
 
 
 def _runner_args(level, limits, workdir, prog, status_fd, uid) -> list[str]:
-    args = [f"level={level}", f"prog={prog}", f"workdir={workdir}", f"status_fd={status_fd}",
-            f"timeout={limits.timeout}", f"cpu={limits.cpu_limit}",
-            f"as_bytes={int(limits.memory_mb * 2**20)}", f"nproc={_nproc(level, limits)}",
-            f"nofile={limits.max_files}", f"fsize={int(limits.max_file_mb * 2**20)}",
-            f"disk_mb={limits.disk_mb}", f"site={int(limits.site_packages)}"]
+    args = [
+        f"level={level}",
+        f"prog={prog}",
+        f"workdir={workdir}",
+        f"status_fd={status_fd}",
+        f"timeout={limits.timeout}",
+        f"cpu={limits.cpu_limit}",
+        f"as_bytes={int(limits.memory_mb * 2**20)}",
+        f"nproc={_nproc(level, limits)}",
+        f"nofile={limits.max_files}",
+        f"fsize={int(limits.max_file_mb * 2**20)}",
+        f"disk_mb={limits.disk_mb}",
+        f"site={int(limits.site_packages)}",
+    ]
     if uid is not None:
         args.append(f"uid={uid}")
     if level not in WEAK_LEVELS:
@@ -153,7 +162,7 @@ def _communicate(proc, status_fd: int, data: bytes, limits: Limits, deadline: fl
 
 def _feed(sel, proc, data: bytes, sent: int) -> int:
     try:
-        sent += os.write(proc.stdin.fileno(), memoryview(data)[sent: sent + 65536])
+        sent += os.write(proc.stdin.fileno(), memoryview(data)[sent : sent + 65536])
     except BlockingIOError:
         return sent
     except BrokenPipeError:
@@ -180,31 +189,59 @@ def _result(level, uid, workdir, proc, streams, start) -> SandboxResult:
     report = dict(line.split("\t", 1) for line in report_sink.text().splitlines() if "\t" in line)
     if "setup_error" in report:
         raise SandboxError(f"sandbox setup failed at isolation level {level!r}: {report['setup_error']}")
-    common = dict(stdout=out.text(), stderr=err.text(), wall_seconds=time.monotonic() - start,
-                  stdout_truncated=out.truncated, stderr_truncated=err.truncated, isolation=level,
-                  uid=uid, workdir=workdir)
+    common = dict(
+        stdout=out.text(),
+        stderr=err.text(),
+        wall_seconds=time.monotonic() - start,
+        stdout_truncated=out.truncated,
+        stderr_truncated=err.truncated,
+        isolation=level,
+        uid=uid,
+        workdir=workdir,
+    )
     if backstop or "returncode" not in report:
-        note = ("the runner did not report within timeout + grace: its process group was killed"
-                if backstop else f"the sandbox runner ended without a report (exit {proc.returncode})")
+        note = (
+            "the runner did not report within timeout + grace: its process group was killed"
+            if backstop
+            else f"the sandbox runner ended without a report (exit {proc.returncode})"
+        )
         status = "timeout" if backstop else "killed"
-        return SandboxResult(status=status, returncode=None, seconds=common["wall_seconds"],
-                             note=note, **common)
+        return SandboxResult(status=status, returncode=None, seconds=common["wall_seconds"], note=note, **common)
     returncode = int(report["returncode"])
     status, sig = classify(returncode, report["timed_out"] == "1", err.text("tail"))
-    return SandboxResult(status=status, returncode=returncode, seconds=float(report["seconds"]),
-                         cpu_seconds=float(report["cpu_seconds"]),
-                         max_rss_mb=int(report["max_rss_kb"]) / 1024, signal=sig, **common)
+    return SandboxResult(
+        status=status,
+        returncode=returncode,
+        seconds=float(report["seconds"]),
+        cpu_seconds=float(report["cpu_seconds"]),
+        max_rss_mb=int(report["max_rss_kb"]) / 1024,
+        signal=sig,
+        **common,
+    )
 
 
 def _launch(level, limits, tmp, workdir, prog, data, uid) -> SandboxResult:
     read_fd, write_fd = os.pipe()
-    cmd = iso.wrapper(level) + [sys.executable, "-I", "-S", "-B", RUNNER,
-                                *_runner_args(level, limits, workdir, prog, write_fd, uid)]
+    cmd = iso.wrapper(level) + [
+        sys.executable,
+        "-I",
+        "-S",
+        "-B",
+        RUNNER,
+        *_runner_args(level, limits, workdir, prog, write_fd, uid),
+    ]
     start = time.monotonic()
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=(write_fd,), cwd=tmp,
-                                env=_environment(workdir), start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            cwd=tmp,
+            env=_environment(workdir),
+            start_new_session=True,
+        )
     except OSError as exc:
         os.close(read_fd)
         raise SandboxError(f"could not start the sandbox ({level}): {exc}") from exc
@@ -212,8 +249,7 @@ def _launch(level, limits, tmp, workdir, prog, data, uid) -> SandboxResult:
         os.close(write_fd)
     with proc:
         try:
-            streams = _communicate(proc, read_fd, data, limits,
-                                   start + limits.timeout + limits.grace)
+            streams = _communicate(proc, read_fd, data, limits, start + limits.timeout + limits.grace)
         finally:
             os.close(read_fd)
             if proc.poll() is None:
@@ -267,8 +303,10 @@ def _probe(level: str, refresh: bool) -> str | None:
                     uid = {"namespaces": res.uid, "uid": res.uid, "userns": 0}.get(level, os.getuid())
                     expected = f"reasonrl-sandbox-probe {uid}"
                     if res.status != "ok" or res.stdout.strip() != expected:
-                        why = (f"probe program failed: status={res.status}, stdout={res.stdout[-200:]!r}, "
-                               f"stderr={res.stderr[-400:]!r}")
+                        why = (
+                            f"probe program failed: status={res.status}, stdout={res.stdout[-200:]!r}, "
+                            f"stderr={res.stderr[-400:]!r}"
+                        )
             _PROBED[level] = why
         return _PROBED[level]
 
@@ -295,13 +333,20 @@ def resolve_level(level: str = "auto", require: str | None = None) -> str:
     if require is not None and not iso.stronger_or_equal(info.level, require):
         raise SandboxUnavailable(f"require={require!r} but the strongest level here is {info}")
     if level == "auto" and require is None and info.level in WEAK_LEVELS:
-        warnings.warn(f"reasonrl sandbox is running with WEAK isolation; {info}", SandboxWarning,
-                      stacklevel=3)
+        warnings.warn(f"reasonrl sandbox is running with WEAK isolation; {info}", SandboxWarning, stacklevel=3)
     return info.level
 
 
-def run_python(code: str, *, stdin: str | bytes = "", timeout: float = 2.0, memory_mb: int = 256,
-               level: str = "auto", require: str | None = None, **limits) -> SandboxResult:
+def run_python(
+    code: str,
+    *,
+    stdin: str | bytes = "",
+    timeout: float = 2.0,
+    memory_mb: int = 256,
+    level: str = "auto",
+    require: str | None = None,
+    **limits,
+) -> SandboxResult:
     """Run untrusted Python ``code`` in a sandbox and return what it did.
 
     ``stdin`` is fed to the program; ``timeout`` (wall seconds) and ``memory_mb`` (address space)

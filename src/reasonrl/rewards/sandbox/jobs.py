@@ -25,6 +25,7 @@ What remains (docs/sandbox.md): a job decides its OWN result (it could print any
 host type-checks every result); jobs share the batch's work directory and private /tmp, so a job can
 leave a file that a later job of the same batch reads; at ``rlimits`` as root nothing of this holds.
 """
+
 import gc
 import json
 import os
@@ -63,7 +64,7 @@ def send(mark, results):
     data = (mark + _dumps(results) + "\n").encode("utf-8")
     view = memoryview(data)
     while view:
-        view = view[os.write(_CHANNEL[0], view):]
+        view = view[os.write(_CHANNEL[0], view) :]
 
 
 def _descendants(root):
@@ -129,7 +130,7 @@ def _child(job, item, work, failed, read_fd, write_fd):
         data = _dumps(result).encode("utf-8")
         view = memoryview(data)
         while view:
-            view = view[os.write(write_fd, view):]
+            view = view[os.write(write_fd, view) :]
     except BaseException:  # noqa: B036, BLE001 - e.g. a result that is not JSON: the parent reports the exit
         code = 70
     os._exit(code)
@@ -228,5 +229,9 @@ def each_fresh(jobs, work, failed, seconds=None, prepare=None):
     protect()
     ready = [(job, job if prepare is None else _prepared(job, prepare, failed)) for job in jobs]
     gc.freeze()  # the jobs' forks then neither walk nor copy (copy-on-write) the warmed-up heap
-    return [item.result if isinstance(item, Done) else
-            _run_one(job, item, work, failed, None if seconds is None else seconds(job)) for job, item in ready]
+    return [
+        item.result
+        if isinstance(item, Done)
+        else _run_one(job, item, work, failed, None if seconds is None else seconds(job))
+        for job, item in ready
+    ]

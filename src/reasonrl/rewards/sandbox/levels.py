@@ -27,6 +27,7 @@ documented options: the uid range (:data:`UID_BASE`, one uid per concurrent call
 share an RLIMIT_NPROC budget and cannot signal each other), and which directories are hidden.
 bubblewrap is not used: ``unshare`` + the runner give the same namespaces without a dependency.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,15 +44,31 @@ SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PRIVATE_TMP = ("/tmp", "/var/tmp", "/dev/shm")
 HIDDEN_DIRS = ("/run",)
 UID_BASE = 1_900_000_000  # far above real accounts and container sub-uid ranges
-UID_SLOTS = 64            # concurrent calls per process with distinct uids
-UID_WAIT = 600.0          # seconds a call waits for a free uid before it fails
+UID_SLOTS = 64  # concurrent calls per process with distinct uids
+UID_WAIT = 600.0  # seconds a call waits for a free uid before it fails
 NS_FLAGS = ("--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--mount-proc")
 
-_COMMON = ("separate-process", "rlimits:cpu,as,nproc,nofile,fsize,core", "wall-timeout",
-           "minimal-env", "temp-workdir", "output-caps", "no-new-privs")
-_NAMESPACES = ("net-ns", "pid-ns", "mount-ns", "ipc-ns", "uts-ns", "private-proc",
-               "private-tmp:/tmp,/var/tmp,/dev/shm", "read-only-fs", "hidden:home,/run",
-               "kill-all-on-exit")
+_COMMON = (
+    "separate-process",
+    "rlimits:cpu,as,nproc,nofile,fsize,core",
+    "wall-timeout",
+    "minimal-env",
+    "temp-workdir",
+    "output-caps",
+    "no-new-privs",
+)
+_NAMESPACES = (
+    "net-ns",
+    "pid-ns",
+    "mount-ns",
+    "ipc-ns",
+    "uts-ns",
+    "private-proc",
+    "private-tmp:/tmp,/var/tmp,/dev/shm",
+    "read-only-fs",
+    "hidden:home,/run",
+    "kill-all-on-exit",
+)
 FEATURES = {
     "namespaces": _COMMON + _NAMESPACES + ("uid-drop", "no-capabilities"),
     "userns": _COMMON + _NAMESPACES + ("user-ns", "no-capabilities"),
@@ -62,8 +79,12 @@ MISSING = {
     "namespaces": (),
     "userns": ("uid-drop: runs as the caller's uid (mapped to 0, no capabilities)",),
     "uid": ("no network isolation", "no pid isolation", "world-writable dirs are writable"),
-    "rlimits": ("no network isolation", "no pid isolation", "runs as the caller's uid",
-                "caller's files readable and writable"),
+    "rlimits": (
+        "no network isolation",
+        "no pid isolation",
+        "runs as the caller's uid",
+        "caller's files readable and writable",
+    ),
 }
 
 
@@ -115,8 +136,12 @@ def unshare_path() -> str | None:
 def python_paths() -> list[str]:
     """Directories the program's interpreter needs: the install (stdlib) and the venv, if any."""
     exe = os.path.abspath(sys.executable)
-    paths = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix),
-             os.path.dirname(os.path.realpath(exe)), os.path.dirname(exe)}
+    paths = {
+        os.path.realpath(sys.base_prefix),
+        os.path.realpath(sys.prefix),
+        os.path.dirname(os.path.realpath(exe)),
+        os.path.dirname(exe),
+    }
     return sorted(p for p in paths if os.path.isdir(p))
 
 
@@ -176,9 +201,11 @@ def precheck(level: str) -> str | None:
         for path in python_paths():
             closed = _closed_ancestor(path)
             if closed is not None:
-                return (f"the Python install {path} is not reachable by other users ({closed} is "
-                        f"mode {stat.S_IMODE(os.stat(closed).st_mode):o}) and without a mount "
-                        "namespace it cannot be re-bound for the sandbox uid")
+                return (
+                    f"the Python install {path} is not reachable by other users ({closed} is "
+                    f"mode {stat.S_IMODE(os.stat(closed).st_mode):o}) and without a mount "
+                    "namespace it cannot be re-bound for the sandbox uid"
+                )
     return None
 
 
@@ -220,9 +247,11 @@ class UidSlots:
     def acquire(self) -> int:
         with self._cond:
             if not self._cond.wait_for(lambda: self._free, timeout=self.wait):
-                raise SandboxError(f"no free sandbox uid in {self.wait:g} s: all {self.slots} of this process are "
-                                   "held (each running program or open session holds one; close finished sessions, "
-                                   "or run fewer at once)")
+                raise SandboxError(
+                    f"no free sandbox uid in {self.wait:g} s: all {self.slots} of this process are "
+                    "held (each running program or open session holds one; close finished sessions, "
+                    "or run fewer at once)"
+                )
             slot = self._free.pop()
         # Offset by pid so that two trainer processes on one machine rarely share a uid.
         return self.base + (os.getpid() % 20_000) * self.slots + slot

@@ -4,6 +4,7 @@ Defaults are inferred (the spec, section 10, only says "RLIMIT_AS e.g. 512 MB, R
 RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC, capped output"); the issue asks for 2 s and 256 MB.
 Every limit is per process, except ``timeout`` (the whole call) and ``disk_mb`` (per tmpfs).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,8 +49,12 @@ class Limits:
 
     def __post_init__(self):
         def positive(name, value, minimum=0.0):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value <= minimum:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= minimum
+            ):
                 raise ValueError(f"sandbox limit {name}={value!r} must be a finite number > {minimum}")
 
         positive("timeout", self.timeout)

@@ -10,6 +10,7 @@ training run sets the level from its ``sandbox.require`` key for its duration (:
 outside a run it is :data:`DEFAULT_REQUIRE`. Levels are ordered namespaces > userns > uid > rlimits;
 a requirement is met by its level or a stronger one. ``rlimits`` accepts any level: trusted code only.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -1,6 +1,7 @@
 """Many sandboxed programs in parallel: a bounded thread pool, each thread waiting on its own
 sandbox process (the work happens in the child processes, so threads are enough; subprocess
 creation without ``preexec_fn`` is thread-safe)."""
+
 from __future__ import annotations
 
 import os
@@ -25,9 +26,17 @@ def default_workers() -> int:
     return max(1, min(32, os.cpu_count() or 1))
 
 
-def run_many(codes: Sequence[str], *, stdins: Sequence[str | bytes] | str | bytes | None = None,
-             workers: int | None = None, timeout: float = 2.0, memory_mb: int = 256,
-             level: str = "auto", require: str | None = None, **limits) -> list[SandboxResult]:
+def run_many(
+    codes: Sequence[str],
+    *,
+    stdins: Sequence[str | bytes] | str | bytes | None = None,
+    workers: int | None = None,
+    timeout: float = 2.0,
+    memory_mb: int = 256,
+    level: str = "auto",
+    require: str | None = None,
+    **limits,
+) -> list[SandboxResult]:
     """Run every program of ``codes`` (one sandbox each) with at most ``workers`` at a time;
     results come back in the order of ``codes``.
 
@@ -50,8 +59,7 @@ def run_many(codes: Sequence[str], *, stdins: Sequence[str | bytes] | str | byte
     resolved = resolve_level(level, require)
     if not codes:
         return []
-    with ThreadPoolExecutor(max_workers=min(workers, len(codes)),
-                            thread_name_prefix="reasonrl-sandbox") as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, len(codes)), thread_name_prefix="reasonrl-sandbox") as pool:
         return list(pool.map(lambda pair: execute(pair[0], pair[1], lim, resolved), zip(codes, inputs)))
 
 

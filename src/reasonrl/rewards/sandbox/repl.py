@@ -25,6 +25,7 @@ bound tool (as it may anyway) or end its cell with a result of its choosing (wha
 ``final_answer`` give it anyway), which can make its later cells' results arrive a turn late; kill the
 supervisor or the interpreter (its session is lost). The host type-checks every line again.
 """
+
 import ast
 import contextlib
 import io
@@ -71,6 +72,7 @@ def _tool(name):
         if "error" in reply:
             raise ToolError(reply["error"])
         return reply.get("value")
+
     call.__name__ = name
     return call
 
@@ -94,9 +96,15 @@ def _run(code, env, max_chars):
             head = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) if frames else ""
             error = (head + "".join(traceback.format_exception_only(kind, exc)))[-max_chars:]
     text = out.getvalue()
-    return {"op": "result", "stdout": text[:max_chars], "truncated": len(text) > max_chars, "value": value,
-            "error": error, "final": bool(_FINAL), "answer": repr(_FINAL[0]) if _FINAL and not isinstance(
-                _FINAL[0], str) else (_FINAL[0] if _FINAL else None)}
+    return {
+        "op": "result",
+        "stdout": text[:max_chars],
+        "truncated": len(text) > max_chars,
+        "value": value,
+        "error": error,
+        "final": bool(_FINAL),
+        "answer": repr(_FINAL[0]) if _FINAL and not isinstance(_FINAL[0], str) else (_FINAL[0] if _FINAL else None),
+    }
 
 
 def interpreter(hello, pipes):
@@ -111,8 +119,7 @@ def interpreter(hello, pipes):
     _IN = os.fdopen(pipes[0], "r", encoding="utf-8", newline="\n")
     _OUT = os.fdopen(pipes[1], "w", encoding="utf-8")
     max_chars = int(hello.get("max_chars", 4000))
-    env = {"__name__": "__main__", "__builtins__": __builtins__, "final_answer": final_answer,
-           "ToolError": ToolError}
+    env = {"__name__": "__main__", "__builtins__": __builtins__, "final_answer": final_answer, "ToolError": ToolError}
     for name in hello.get("tools", []):
         env[name] = _tool(name)
     _send({"op": "ready"})
@@ -124,8 +131,9 @@ def interpreter(hello, pipes):
 
 # ---------------------------------------------------------------------------------------- the supervisor
 def _fields_typed(msg, texts, flags):
-    return (all(msg.get(k) is None or isinstance(msg[k], str) for k in texts)
-            and all(isinstance(msg.get(k, False), bool) for k in flags))
+    return all(msg.get(k) is None or isinstance(msg[k], str) for k in texts) and all(
+        isinstance(msg.get(k, False), bool) for k in flags
+    )
 
 
 def checked(msg):
@@ -141,8 +149,12 @@ def checked(msg):
             return {"op": "tool", "name": name, "args": args, "kwargs": kwargs}  # JSON keys are strings
         return None
     if op == "result" and _fields_typed(msg, ("stdout", "value", "error", "answer"), ("final", "truncated")):
-        return {"op": "result", **{k: msg.get(k) for k in ("stdout", "value", "error", "answer")},
-                "final": msg.get("final", False), "truncated": msg.get("truncated", False)}
+        return {
+            "op": "result",
+            **{k: msg.get(k) for k in ("stdout", "value", "error", "answer")},
+            "final": msg.get("final", False),
+            "truncated": msg.get("truncated", False),
+        }
     return None
 
 

@@ -22,6 +22,7 @@ untrusted code, and mounts need the privileges that the drop removes):
    exiting, since the kernel kills all processes of a namespace whose init dies), and writes a
    ``key<TAB>value`` report on the pipe.
 """
+
 import _signal  # the C module: ``signal`` itself costs start-up time on every call
 import builtins
 import ctypes
@@ -35,7 +36,9 @@ import time
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 # Per-mount flags a remount must keep (in a user namespace they are locked and dropping one is EPERM).
-KEEP_FLAGS = dict(nodev=MS_NODEV, noexec=MS_NOEXEC, noatime=1024, nodiratime=2048, relatime=1 << 21, strictatime=1 << 24)
+KEEP_FLAGS = dict(
+    nodev=MS_NODEV, noexec=MS_NOEXEC, noatime=1024, nodiratime=2048, relatime=1 << 21, strictatime=1 << 24
+)
 PR_CAPBSET_DROP, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 36, 38, 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
@@ -56,8 +59,7 @@ class SetupError(Exception):
 def libc():
     if not _LIBC:
         lib = ctypes.CDLL(None, use_errno=True)
-        lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                              ctypes.c_char_p]
+        lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
         lib.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
         _LIBC.append(lib)
     return _LIBC[0]
@@ -175,12 +177,12 @@ def drop_capabilities():
 
 def clear_capability_sets():
     """User-namespace level: the program stays uid 0 of its namespace but holds no capability."""
+
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
     class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
     data = (Data * 2)()
     check(libc().capset(ctypes.byref(Header(LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
@@ -213,7 +215,7 @@ def exit_code(exc):
     if code is None:
         return 0
     if isinstance(code, int):
-        return code if -2**31 <= code < 2**31 else 1
+        return code if -(2**31) <= code < 2**31 else 1
     print(code, file=sys.stderr)
     return 1
 
@@ -228,6 +230,7 @@ def finish(code):
         if threading is not None:
             threading._shutdown()
         import atexit
+
         atexit._run_exitfuncs()
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -242,6 +245,7 @@ def run_program(path, source, site):
     """Run the code as ``__main__`` of this (forked, limited, unprivileged) interpreter."""
     if site:
         import site as site_module
+
         site_module.main()
     main = type(sys)("__main__")
     main.__dict__.update(__file__=path, __builtins__=builtins, __cached__=None)
@@ -329,9 +333,13 @@ def supervise(cfg, pid, start):
     seconds = time.monotonic() - start
     if cfg["level"] not in NS_LEVELS:
         kill_descendants()
-    return {"returncode": os.waitstatus_to_exitcode(status), "timed_out": int(timed_out),
-            "seconds": f"{seconds:.6f}", "cpu_seconds": f"{usage.ru_utime + usage.ru_stime:.6f}",
-            "max_rss_kb": usage.ru_maxrss}
+    return {
+        "returncode": os.waitstatus_to_exitcode(status),
+        "timed_out": int(timed_out),
+        "seconds": f"{seconds:.6f}",
+        "cpu_seconds": f"{usage.ru_utime + usage.ru_stime:.6f}",
+        "max_rss_kb": usage.ru_maxrss,
+    }
 
 
 def warm_up():

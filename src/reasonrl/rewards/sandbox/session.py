@@ -17,6 +17,7 @@ this protocol; every line is still decoded and type-checked here, and anything t
 error, a mistyped field) is a lost session, never an exception. :meth:`SandboxSession.close` lets the
 runner sweep the program's descendants before anything is killed from outside.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,6 +43,7 @@ REPL = Path(__file__).with_name("repl.py").read_text(encoding="utf-8")
 class CellResult:
     """What one cell did. ``error``: the traceback (an exception), or why the session was lost
     (timeout, exit, a broken protocol); ``final``: ``final_answer`` was called, with ``answer``."""
+
     stdout: str = ""
     value: str | None = None  # repr of a trailing expression's value
     error: str | None = None
@@ -62,22 +64,38 @@ def _cell(msg: dict) -> CellResult | None:
     final = msg.get("final", False)
     if not all(map(_text, fields.values())) or not isinstance(final, bool):
         return None
-    return CellResult(stdout=fields["stdout"] or "", value=fields["value"], error=fields["error"], final=final,
-                      answer=fields["answer"])
+    return CellResult(
+        stdout=fields["stdout"] or "",
+        value=fields["value"],
+        error=fields["error"],
+        final=final,
+        answer=fields["answer"],
+    )
 
 
 def _tool_call_ok(msg: dict) -> bool:
-    return (isinstance(msg.get("name"), str) and isinstance(msg.get("args", []), list)
-            and isinstance(msg.get("kwargs", {}), dict))
+    return (
+        isinstance(msg.get("name"), str)
+        and isinstance(msg.get("args", []), list)
+        and isinstance(msg.get("kwargs", {}), dict)
+    )
 
 
 class SandboxSession:
     """One sandboxed interpreter whose globals persist across :meth:`run` calls; ``tools``: name ->
     callable bound in the interpreter. Not thread-safe: one session per episode."""
 
-    def __init__(self, tools: Mapping[str, Callable[..., Any]] | None = None, *, turn_timeout: float = 2.0,
-                 lifetime: float = 300.0, max_chars: int = 4000, level: str = "auto", require: str | None = None,
-                 **limits):
+    def __init__(
+        self,
+        tools: Mapping[str, Callable[..., Any]] | None = None,
+        *,
+        turn_timeout: float = 2.0,
+        lifetime: float = 300.0,
+        max_chars: int = 4000,
+        level: str = "auto",
+        require: str | None = None,
+        **limits,
+    ):
         if turn_timeout <= 0 or lifetime < turn_timeout:
             raise ValueError(f"SandboxSession: need 0 < turn_timeout <= lifetime, got {turn_timeout}, {lifetime}")
         self.tools = dict(tools or {})
@@ -99,12 +117,25 @@ class SandboxSession:
             os.chown(self._tmp, self._uid, self._uid)
             os.chown(prog, self._uid, self._uid)
         self._status, write_fd = os.pipe()
-        cmd = iso.wrapper(self.level) + [sys.executable, "-I", "-S", "-B", RUNNER,
-                                         *_runner_args(self.level, self.limits, workdir, prog, write_fd, self._uid)]
+        cmd = iso.wrapper(self.level) + [
+            sys.executable,
+            "-I",
+            "-S",
+            "-B",
+            RUNNER,
+            *_runner_args(self.level, self.limits, workdir, prog, write_fd, self._uid),
+        ]
         try:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                          pass_fds=(write_fd,), cwd=self._tmp, env=_environment(workdir),
-                                          start_new_session=True)
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(write_fd,),
+                cwd=self._tmp,
+                env=_environment(workdir),
+                start_new_session=True,
+            )
         except OSError as exc:
             self._cleanup()
             raise SandboxError(f"could not start the sandbox session ({self.level}): {exc}") from exc
@@ -170,8 +201,11 @@ class SandboxSession:
             msg = self._read(deadline)
             if msg is None:
                 timed_out = time.monotonic() >= deadline
-                why = (f"TimeoutError: the code ran longer than {self.turn_timeout:g} s" if timed_out
-                       else "the interpreter exited (or broke its protocol)")
+                why = (
+                    f"TimeoutError: the code ran longer than {self.turn_timeout:g} s"
+                    if timed_out
+                    else "the interpreter exited (or broke its protocol)"
+                )
                 return self._lost(why, timed_out)
             if msg.get("op") == "result":
                 cell = _cell(msg)
@@ -197,8 +231,11 @@ class SandboxSession:
 
     def _lost(self, why: str, timed_out: bool = False) -> CellResult:
         self.close()
-        return CellResult(error=f"{why}; the interpreter was restarted and its variables are lost",
-                          timed_out=timed_out, restarted=True)
+        return CellResult(
+            error=f"{why}; the interpreter was restarted and its variables are lost",
+            timed_out=timed_out,
+            restarted=True,
+        )
 
     def _send(self, msg: dict) -> None:
         self._proc.stdin.write((json.dumps(msg) + "\n").encode("utf-8"))
