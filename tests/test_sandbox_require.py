@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from reasonrl.loop import run as run_module
-from reasonrl.config import run_checks, validate
+from reasonrl.config import run_checks
 from reasonrl.commands.common import checked_run
 from reasonrl.config.train import TrainConfig
 from reasonrl.envs import CodeActEnv

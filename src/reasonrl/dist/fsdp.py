@@ -146,7 +146,7 @@ class Sharded(Replicated):
     def load_checkpoint(self, path: Path, model, optimizer, scheduler, modules: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every rank reads the checkpoint whole (the run folder is on a filesystem they share) and
         keeps its shards of the weights and of AdamW's state. ``modules``: none (parts that own modules
-        are refused with fsdp before the run starts, validate.fsdp_problems)."""
+        are refused with fsdp before the run starts, run_checks.fsdp_problems)."""
         if modules:
             raise RuntimeError(f"dist.strategy=fsdp does not hold part modules ({', '.join(modules)})")
         from safetensors.torch import load_file

@@ -144,7 +144,8 @@ class RMReward(Reward):
     name = "rm"
 
     def problems(self) -> list[str]:
-        """Checked with the run's config, before any model loads (:func:`reasonrl.config.validate.reward_problems`)."""
+        """Checked with the run's config, before any model loads
+        (:func:`reasonrl.config.run_checks.reward_problems`)."""
         if not self.model:
             return [
                 "config key 'rewards.rm.model' is not set: give a reward model directory (train one with "
