@@ -23,7 +23,22 @@ from reasonrl.config.validate import check_run, problems
 from fakes import FakeEngine, kind
 
 
-@register_part("toy")
+TOY: Recipe  # built once the toy part is registered (the fixture below)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _toys_registered():
+    """The toy parts are registered while this module's tests run, and only then: the registry is global, and
+    tests elsewhere read its order (tests/test_registry.py) and list its parts (tests/test_docs_tables.py)."""
+    global TOY
+    register_part("toy")(Toy)
+    register_part("toy_head")(ToyHead)
+    TOY = Recipe(name="toy", paper="a test", toy=Toy(), group_size=4)
+    yield
+    PART_TYPES.pop("toy", None)
+    PART_TYPES.pop("toy_head", None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Toy:
     """A toy method: advantages of first-round groups times ``scale``; one extra group per first-round
@@ -64,9 +79,6 @@ class Toy:
     def after_step(self, ctx):
         ctx.state["steps"] = ctx.state.get("steps", 0) + 1
         return None, {"toy/after_step": float(ctx.step)}
-
-
-TOY = Recipe(name="toy", paper="a test", toy=Toy(), group_size=4)
 
 
 def test_the_toy_part_is_registered_and_reachable_from_recipe_config_and_validation():
@@ -204,7 +216,6 @@ def test_a_batch_context_is_what_a_shaper_reads():
     assert out.tolist() == [[0.5, -0.5], [2.0, -2.0]] and m == {"toy/first_groups": 1.0}
 
 
-@register_part("toy_head")
 @dataclasses.dataclass(frozen=True)
 class ToyHead:
     """A part with a module of its own: a linear head on the policy's last hidden states (``needs``
