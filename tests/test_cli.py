@@ -88,3 +88,19 @@ def test_default_eval_on_the_shipped_base_is_in_the_learning_zone(tmp_path):
     invoke("eval", "--json", report)
     s = json.loads(report.read_text())
     assert s["n_problems"] == 500 and 0.30 <= s["pass@1"] <= 0.55 and s["pass@8"] > s["pass@1"]
+
+
+def test_the_hubs_download_bars_stay_on_while_transformers_bars_are_off():
+    # issue 46: transformers' disable_progress_bar also switches off huggingface_hub's bars, so a model download
+    # was silent; the command line keeps transformers' loading/writing bars off and the hub's download bars on
+    from huggingface_hub import utils as hub_utils
+    from transformers.utils import logging as hf_logging
+
+    from reasonrl.commands.common import quiet_transformers
+
+    try:
+        hub_utils.disable_progress_bars()
+        quiet_transformers()
+        assert not hub_utils.are_progress_bars_disabled() and not hf_logging.is_progress_bar_enabled()
+    finally:
+        hf_logging.enable_progress_bar()

@@ -17,10 +17,14 @@ console = Console()
 
 
 def quiet_transformers() -> None:
+    """transformers' own bars (loading and writing shards) off, the hub's download bars on (issue 46): transformers'
+    ``disable_progress_bar`` turns off huggingface_hub's too, and a multi-GB model then downloads silently."""
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    hub_utils.enable_progress_bars()
 
 
 def parse_value(text: str) -> Any:
