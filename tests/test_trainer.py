@@ -426,7 +426,7 @@ class NaNAt:
 
 def spread(adv, ctx):
     """A shaper giving every row a distinct non-zero advantage, so every finite step moves the weights."""
-    return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv)
+    return torch.linspace(-1.0, 1.0, adv.numel()).view_as(adv), {}  # a hook returns (value, metrics)
 
 
 @pytest.mark.slow
