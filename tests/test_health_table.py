@@ -339,11 +339,8 @@ def test_the_committed_table_is_unchanged_and_its_measurements_up_to_date():
     # docs/health.md pastes `python benchmarks/learning/health_table.py --markdown` as printed: the table built from the
     # committed measurements must be in it verbatim (before the one format, the same text came from six readers
     # of the raw files), and converting the committed result files again must give the committed measurements
-    from reasonrl.docs_tables import ordered_recipes
-    from reasonrl.recipes import RECIPES
-
     assert ms.write_all(ht.SOURCES, check=True) == []
-    table = ht.build([r.name for r in ordered_recipes(RECIPES)])  # the README's recipe order, as main() prints it
+    table = ht.build(ht.recipe_order())  # the README's recipe order, as main() prints it
     assert table["missing_sources"] == []
     assert ht.markdown(table) in (Path(__file__).parents[1] / "docs" / "health.md").read_text()
 

@@ -500,6 +500,14 @@ def measure_command(recipe: str) -> str:
     )
 
 
+def recipe_order() -> list[str]:
+    """Every registered recipe, in the README's recipe table order (docs_tables: by doc page)."""
+    from reasonrl.docs_tables import ordered_recipes
+    from reasonrl.recipes import RECIPES
+
+    return [r.name for r in ordered_recipes(RECIPES)]
+
+
 def build(recipes: list[str], sources: list[dict] = SOURCES, root: Path = ROOT) -> dict:
     """The whole table: a main row per recipe (its primary source), the other rows, the recipes not measured."""
     main, other, missing = {}, [], []
@@ -633,10 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=ROOT / R / "recipe_health/table.json", help="where to write the table")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    from reasonrl.docs_tables import ordered_recipes
-    from reasonrl.recipes import RECIPES
-
-    table = build([r.name for r in ordered_recipes(RECIPES)])  # the README's recipe order
+    table = build(recipe_order())
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(table, indent=2) + "\n")
     print(markdown(table) if args.markdown else plain(table))
