@@ -48,7 +48,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "mutation.json"
 
-# module (under src/reasonrl/) -> the test files that exercise it
+# the unit-test files of the advantage estimators and shapers, and of the losses (no e2e run, no model fixture)
+_ADV_LOSS_TESTS = (
+    "test_advantages.py", "test_scored_advantages.py", "test_shapers.py", "test_cipo.py", "test_sapo.py",
+    "test_gae.py", "test_drafts.py", "test_selfteach_math.py", "test_teacher_losses.py", "test_losses.py",
+    "test_losses_more.py", "test_anchors_corr.py", "test_divergence.py", "test_mismatch.py", "test_fest.py",
+    "test_vpd_math.py", "test_ssopd_runaway.py", "test_balance_math.py", "test_balance_residual.py",
+    "test_stride.py",
+)  # fmt: skip
+
+# module (under src/reasonrl/; a folder ends in "/": every file in it, one run) -> the test files that exercise it
 TESTS: dict[str, tuple[str, ...]] = {
     "advantages/gae.py": ("test_gae.py",),  # the GAE
     "advantages/estimators.py": ("test_advantages.py",),
@@ -58,18 +67,29 @@ TESTS: dict[str, tuple[str, ...]] = {
     "losses/value.py": ("test_gae.py",),
     "losses/aggregate.py": ("test_losses.py", "test_losses_more.py"),
     "eval/metrics.py": ("test_eval_metrics.py",),
-    "eval/paired.py": ("test_paired.py", "test_compare_passk.py"),
-    "rewards/answers.py": ("test_rewards.py",),
+    "eval/paired.py": ("test_paired.py", "test_paired_edges.py", "test_compare_passk.py"),
+    "rewards/answers.py": ("test_rewards.py", "test_reward_options.py", "test_physics.py", "test_word_math.py"),
+    "advantages/": _ADV_LOSS_TESTS,  # every estimator and shaper file
+    "losses/": _ADV_LOSS_TESTS,  # every loss file
     "rewards/match.py": ("test_rewards.py",),  # the math reward (numeric, exact_match)
     "population/operators.py": ("test_population.py",),  # the LoRA population operators
-    # the sandbox's result parsing (classify); the uid-level tests start a fresh `python3 -I` on the checkout,
-    # which cannot import mutmut's trampolines
-    "rewards/sandbox/limits.py": ("test_sandbox.py", "-knot uid_level"),
+    # the sandbox's limits and result parsing (classify): the pure tests only (the others start sandboxes, and
+    # the uid-level ones a fresh `python3 -I` on the checkout, which cannot import mutmut's trampolines)
+    "rewards/sandbox/limits.py": (
+        "test_sandbox_limits.py",
+        "test_sandbox.py::test_classify_by_hand",
+        "test_sandbox.py::test_limits_validation_and_cpu_default",
+    ),
 }
 
 # "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
 _PROMOTE = "x.to(None) keeps x's dtype; the product/quotient with a float tensor promotes to the same float values"
 _AXIS = "the tensor is 2-D (its documented shape), so axis +1 and -1 are the same axis"
+_BLOCKS = (
+    "the resample block size only: default_rng's integers fill row-major from one stream, so any split of the "
+    "(B, n) draw into row blocks gives the same indices (tests/test_paired_edges.py checks 4+4+2 rows)"
+)
+_ONE_SIDE_FLOAT = "the other side stays float64, so x - y, the range check and the bootstrap see the same numbers"
 EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_token_mean__mutmut_2": _PROMOTE,
     "reasonrl.losses.balance.x_token_mean__mutmut_6": _AXIS,
@@ -132,6 +152,20 @@ EQUIVALENT: dict[str, str] = {
     "anyway",
     "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 "
     "anyway",
+    "reasonrl.eval.paired.x__upper_tail__mutmut_1": "k = 0 (k < 0 instead of k <= 0): the loop sums every C(n, i), "
+    "2^n / 2^n = 1.0 exactly, the same as the early return",
+    "reasonrl.eval.paired.x__bootstrap__mutmut_17": _BLOCKS,
+    "reasonrl.eval.paired.x__bootstrap__mutmut_19": _BLOCKS + " (1 >> 22 = 0: blocks of max(1, 0) = 1 row)",
+    "reasonrl.eval.paired.x__bootstrap__mutmut_20": _BLOCKS,
+    "reasonrl.eval.paired.x__bootstrap__mutmut_21": _BLOCKS,
+    "reasonrl.eval.paired.x__bootstrap__mutmut_24": "np.empty's default dtype is float64",
+    "reasonrl.eval.paired.x__bootstrap__mutmut_26": "np.empty's default dtype is float64",
+    "reasonrl.eval.paired.x_paired_bootstrap_ci__mutmut_18": "astype(None) is astype(float64)",
+    "reasonrl.eval.paired.x_paired_bootstrap_ci__mutmut_19": "astype(None) is astype(float64)",
+    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_6": _ONE_SIDE_FLOAT,
+    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_8": _ONE_SIDE_FLOAT,
+    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_10": _ONE_SIDE_FLOAT,
+    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_12": _ONE_SIDE_FLOAT,
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
@@ -146,7 +180,8 @@ def prepare(root: Path, module: str, work: Path) -> None:
     for name in ("src", "tests"):
         shutil.copytree(root / name, work / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(root / "pyproject.toml", work / "pyproject.toml")
-    missing = [t for t in TESTS[module] if not t.startswith("-") and not (root / "tests" / t).is_file()]
+    tests = [t.split("::")[0] for t in TESTS[module] if not t.startswith("-")]  # "file.py::test" picks one test
+    missing = [t for t in tests if not (root / "tests" / t).is_file()]
     if missing:
         raise SystemExit(f"mutation: {module}: no test file {', '.join(missing)} under {root / 'tests'}")
     target = f"src/reasonrl/{module}" + ("*" if module.endswith("/") else "")
@@ -165,7 +200,9 @@ def collect(work: Path, module: str) -> dict:
     base = work / "mutants" / "src" / "reasonrl"
     metas = sorted(base.glob(module + "**/*.py.meta" if module.endswith("/") else module + ".meta"))
     killed, survivors, unchecked, equivalent = 0, [], 0, []
+    files: dict[str, list[int]] = {}  # file -> [killed, survived] (a folder's run)
     for meta in metas:
+        row = files.setdefault(str(meta.relative_to(base)).removesuffix(".meta"), [0, 0])
         for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
             if name in EQUIVALENT:
                 equivalent.append({"mutant": name, "why": EQUIVALENT[name]})
@@ -173,12 +210,16 @@ def collect(work: Path, module: str) -> dict:
                 unchecked += 1
             elif code in KILLED:
                 killed += 1
+                row[0] += 1
             elif code in SURVIVED:
                 survivors.append(name)
+                row[1] += 1
             else:
                 raise SystemExit(f"mutation: {name}: mutmut exit code {code} (suspicious/segfault): look at it")
     n = killed + len(survivors)
+    by_file = {f: {"score": round(k / (k + v), 4), "killed": k, "survived": v} for f, (k, v) in files.items() if k + v}
     return {
+        **({"files": by_file} if module.endswith("/") else {}),
         "score": round(killed / n, 4) if n else None,
         "killed": killed,
         "survived": len(survivors),

@@ -48,7 +48,7 @@ class Limits:
     grace: float = 5.0
 
     def __post_init__(self):
-        def positive(name, value, minimum=0.0):
+        def positive(name, value, minimum=0):
             if (
                 isinstance(value, bool)
                 or not isinstance(value, (int, float))
