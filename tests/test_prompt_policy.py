@@ -1,5 +1,5 @@
 """Prompt-policy RL (spec envs-selfplay-eval.md 5 (d)): the buffer's contrastive sample by hand, the toy hint
-problem (reward from 1/|H| to ~1, and the distilled one-shot policy keeping >= 90% of it), the worker-call
+problem in numpy (reward from 1/|H| to ~1, the distilled one-shot policy keeping >= 90% of it), the worker-call
 count G x M per round and the budget, the worker / critic seams, the renderer, the prompter's task, and the
 part's draw, buffer and distillation term on a scripted batch."""
 
