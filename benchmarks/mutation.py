@@ -68,7 +68,13 @@ TESTS: dict[str, tuple[str, ...]] = {
     "losses/aggregate.py": ("test_losses.py", "test_losses_more.py"),
     "eval/metrics.py": ("test_eval_metrics.py",),
     "eval/paired.py": ("test_paired.py", "test_paired_edges.py", "test_compare_passk.py"),
-    "rewards/answers.py": ("test_rewards.py", "test_reward_options.py", "test_physics.py", "test_word_math.py"),
+    "rewards/answers.py": (
+        "test_rewards.py",
+        "test_answer_extractors.py",
+        "test_reward_options.py",
+        "test_physics.py",
+        "test_word_math.py",
+    ),
     "advantages/": _ADV_LOSS_TESTS,  # every estimator and shaper file
     "losses/": _ADV_LOSS_TESTS,  # every loss file
     "rewards/match.py": ("test_rewards.py",),  # the math reward (numeric, exact_match)
@@ -89,6 +95,7 @@ _BLOCKS = (
     "the resample block size only: default_rng's integers fill row-major from one stream, so any split of the "
     "(B, n) draw into row blocks gives the same indices (tests/test_paired_edges.py checks 4+4+2 rows)"
 )
+_DOLLARS = "without the $$ pair, the $ pair peels $$x$$ twice (the loop repeats): the same text"
 _ONE_SIDE_FLOAT = "the other side stays float64, so x - y, the range check and the bootstrap see the same numbers"
 EQUIVALENT: dict[str, str] = {
     "reasonrl.losses.balance.x_token_mean__mutmut_2": _PROMOTE,
@@ -166,6 +173,20 @@ EQUIVALENT: dict[str, str] = {
     "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_8": _ONE_SIDE_FLOAT,
     "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_10": _ONE_SIDE_FLOAT,
     "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_12": _ONE_SIDE_FLOAT,
+    "reasonrl.rewards.answers.x_normalize_number__mutmut_27": "format 'F' differs from 'f' only for inf/nan, "
+    "refused just before",
+    "reasonrl.rewards.answers.x_normalize_number__mutmut_35": "rstrip takes a set of characters: {X, 0} strips the "
+    "same from a digit string as {0}",
+    "reasonrl.rewards.answers.x_normalize_number__mutmut_36": "rstrip takes a set of characters: {X, .} strips the "
+    "same from a digit string as {.}",
+    "reasonrl.rewards.answers.x_normalize_number__mutmut_39": "format(Decimal, 'f') always has a digit before the "
+    "point, so the stripped string is never empty",
+    "reasonrl.rewards.answers.x__unwrap__mutmut_2": _DOLLARS,
+    "reasonrl.rewards.answers.x__unwrap__mutmut_3": _DOLLARS,
+    "reasonrl.rewards.answers.x_all_boxed__mutmut_12": "matching_brace counts from the first '{' at or after its "
+    "start: one character earlier ('d', 'x' or a space) finds the same close",
+    "reasonrl.rewards.answers.x__last_number_of__mutmut_4": "normalize_number(None) returns None: the guard only "
+    "saves a call",
 }
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
