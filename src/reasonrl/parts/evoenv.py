@@ -159,7 +159,7 @@ class EvoEnv:
         task, pool = self._task(ctx), self._pool(ctx)
         rngs = [random.Random(stable_seed(ctx.seed, "evoenv-draw", ctx.position + i)) for i in range(n)]
         picks = [(pool.pick(rng), rng.randrange(TEST_SEED)) for rng in rngs]
-        rendered, retired = task.render(picks), 0
+        rendered, failed = task.render(picks), 0
         for k, r in enumerate(rendered):
             if r is None:
                 env = picks[k][0]
@@ -170,11 +170,12 @@ class EvoEnv:
                 if pool.get(env["id"]) is not None:
                     pool.entries.remove(env)
                 ctx.state["draw_failures"] = ctx.state.get("draw_failures", 0) + 1
-                retired += 1
+                failed += 1
                 picks[k] = (rngs[k].choice([e for e in pool.entries if e["seed"]]), picks[k][1])
                 rendered[k] = task.render([picks[k]])[0]
         items = [solve_item(env, r, s) for (env, s), r in zip(picks, rendered)]
-        return items, {"evoenv/draw_retired": float(retired)}  # this draw's; evoenv/draw_failures: the run's
+        # this draw's failed renders (evoenv/draw_failures, the extend round's metric, counts the run's)
+        return items, {"evoenv/draw_failed": float(failed)}
 
     # ---------------------------------------------------------------- the generator's round
     def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
