@@ -22,15 +22,12 @@ Selector ``admit`` /            before rollout / after each round's rewards /   
 ``after_step(UpdateContext)``   after a step's optimiser steps                      (None, metrics)
 ==============================  ==================================================  ====================================
 
-Every hook returns ``(value, metrics)`` (the selector's methods aside): ``hook_result`` checks the shape
-where the loop receives it and names the part that returned another; a hook with nothing to hand back
-gives ``(None, metrics)``, one with nothing to report ``(value, {})``. Where the metrics go: a step's
-hooks' (``before_step``, ``draw``, ``generate``, ``extend``, ``score_batch``, ``shape_advantages``,
-``after_step``, ``loss_term``) join that step's logged metrics (``draw`` and ``generate``'s once per
-round of a group filter, averaged over the rounds as the rewards' statistics are); the setup hooks'
-(``wrap_task``, ``setup_model``, ``setup_modules``) run once per process and join the metrics of the
-first step the process logs (``Trainer.setup_metrics``: step 1, or the first step after a resume).
-``Groups`` carries no metrics of its own: a round reports through ``extend``'s.
+Every hook returns ``(value, metrics)`` (the selector's methods aside; ``hook_result`` checks it where the
+loop receives it and names the part): ``(None, metrics)`` with nothing to hand back, ``(value, {})`` with
+nothing to report. The step hooks' metrics join that step's logged metrics (``draw`` and ``generate``'s
+averaged over a group filter's rounds, as the rewards' statistics; ``Groups`` has none: a round reports
+through ``extend``'s); the setup hooks' (``wrap_task``, ``setup_model``, ``setup_modules``, once per
+process) join the first step the process logs (``Trainer.setup_metrics``: step 1, or the first after a resume).
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.config.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset
