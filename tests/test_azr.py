@@ -191,18 +191,18 @@ class Scripted:
 def test_draw_and_the_proposer_round_by_hand():
     part, script, state = AZR(proposals=1, estimate_samples=2), Scripted(), {}
     ctx = round_context(None, task=TASK, sample=script.sample, state=state, position=0, group_size=4)
-    drawn = part.draw(ctx, 3)  # types in turn from the identity-seeded buffers
+    drawn, _ = part.draw(ctx, 3)  # types in turn from the identity-seeded buffers
     assert [it.meta["type"] for it in drawn] == ["deduction", "abduction", "induction"]
     assert drawn[0].prompt == "#O\n1|a=int(input())\n2|print(a)\nIN:3\n" and drawn[1].answer == "3"
-    g = part.extend(round_context(None, task=TASK, sample=script.sample, state=state, position=3, group_size=4))
+    g, m = part.extend(round_context(None, task=TASK, sample=script.sample, state=state, position=3, group_size=4))
     # deduction: valid (a+1 on 4 -> 5), bad format, banned (os), valid (a+2 on 1 -> 3); both solved by every
     # estimate sample: p_hat 1 -> reward 0. abduction: valid (a*2 on 3 -> 6) but every estimate answers IN:0
     # (0*2 = 0 != 6): p_hat 0 -> 0; nondeterministic -> -0.5; two bad formats -> -1.
     # induction: six distinct inputs -> valid; three copies of one input -> invalid; two bad formats.
     assert g.rewards.tolist() == [[0.0, -1.0, -0.5, 0.0], [0.0, -0.5, -1.0, -1.0], [0.0, -0.5, -1.0, -1.0]]
     assert g.correct.tolist() == [[1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
-    assert g.metrics["azr/rejected_banned"] == 1.0 and g.metrics["azr/rejected_determinism"] == 1.0
-    assert g.metrics["azr/rejected_inputs"] == 1.0 and g.metrics["azr/rejected_format"] == 5.0
+    assert m["azr/rejected_banned"] == 1.0 and m["azr/rejected_determinism"] == 1.0
+    assert m["azr/rejected_inputs"] == 1.0 and m["azr/rejected_format"] == 5.0
     buffers = state["buffers"]
     assert [e["output"] for e in buffers["deduction"]] == ["3", "5", "3"]  # identity, then the two valid ones
     assert buffers["abduction"][-1] == {"program": "a=int(input())\nprint(a*2)\n", "input": "3", "output": "6"}
@@ -234,7 +234,7 @@ def test_the_proposer_round_rewards_one_minus_the_solvers_accuracy_at_an_interme
     # bad format -1, banned -0.5, valid a+2 on 1 -> 3]; abduction [valid a*2 on 3 -> 6, nondeterministic
     # -0.5, bad format -1, bad format -1]
     part, script = AZR(proposals=1, estimate_samples=4, types="deduction,abduction"), PartlySolved()
-    g = part.extend(round_context(None, task=TASK, sample=script.sample, state={}, position=0, group_size=4))
+    g, _ = part.extend(round_context(None, task=TASK, sample=script.sample, state={}, position=0, group_size=4))
     assert g.rewards.tolist() == [[0.75, -1.0, -0.5, 0.25], [0.75, -0.5, -1.0, -1.0]]
     assert ("azr-estimate-0", 3, 4) in script.calls  # the 3 valid proposals, 4 solver samples each
 

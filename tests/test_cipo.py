@@ -188,7 +188,7 @@ def test_keep_at_most_keeps_only_candidates():
 def test_extend_builds_the_correction_groups():
     maker, batch = FakeMaker(), _batch()
     part = Correction(q0=0.0, rho=1.0, acc_floor=0.5, weight=0.7)
-    g = part.extend(maker.ctx(batch))
+    g, m = part.extend(maker.ctx(batch))
     # groups 1 and 2 (accuracies 0.25, 0.5) at task positions 4 - 4 + 1 = 1 and 2: one call, keyed "cipo"
     assert [(keys, tag, first) for keys, _, tag, first in maker.calls] == [(["2+3", "4+5"], "cipo", 1)]
     prompts = maker.calls[0][1]
@@ -200,7 +200,7 @@ def test_extend_builds_the_correction_groups():
     assert g.correct.tolist() == [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]]
     assert g.preset is None and g.weight.tolist() == pytest.approx([0.7] * 8)  # the estimator decides; lambda_c
     # accuracy 3/8; wrong 3 + 2 = 5, repeats 1 + 2 = 3: 3/5; rho used 1.0; the reward metric stays out
-    assert g.metrics == {
+    assert m == {
         "cipo/selected": 2.0,
         "cipo/groups": 2.0,
         "cipo/rho": 1.0,
@@ -210,13 +210,13 @@ def test_extend_builds_the_correction_groups():
     # 0.375 < acc_floor 0.5: rho 1.0 / 2 = 0.5 for the next step
     assert maker.state == {"rho_eff": 0.5}
     # the same maker again (the state carried): the cap floor(0.5 * 4) = 2 keeps both; rho 0.5 logged
-    again = part.extend(maker.ctx(batch))
-    assert again.metrics["cipo/rho"] == 0.5 and maker.state["rho_eff"] == 0.25
+    _, again = part.extend(maker.ctx(batch))
+    assert again["cipo/rho"] == 0.5 and maker.state["rho_eff"] == 0.25
 
 
 def test_joined_correction_groups_get_grpo_advantages_and_their_weight():
     batch = _batch()
-    g = Correction(q0=0.0, rho=1.0, weight=0.7).extend(FakeMaker().ctx(batch))
+    g, _ = Correction(q0=0.0, rho=1.0, weight=0.7).extend(FakeMaker().ctx(batch))
     joined = join_groups(batch, g, 1, 0)
     assert joined.group_kinds().tolist() == [0, 0, 0, 0, 1, 1]
     assert joined.weight.tolist() == pytest.approx([1.0] * 16 + [0.7] * 8)
@@ -233,8 +233,8 @@ def test_extend_caps_by_rho_and_reads_only_first_round_groups():
     part, picks = Correction(p_max=1.0, q0=1.0), []
     for _ in range(2):
         maker = FakeMaker()
-        g = part.extend(maker.ctx(batch))
-        assert g.metrics["cipo/selected"] == 4.0 and g.metrics["cipo/groups"] == 2.0 and len(g.items) == 2
+        g, m = part.extend(maker.ctx(batch))
+        assert m["cipo/selected"] == 4.0 and m["cipo/groups"] == 2.0 and len(g.items) == 2
         keys = [it.key for it in g.items]
         assert set(keys) < {"1+1", "2+3", "4+5"}
         # one call per run of consecutive positions, each keyed by its first group's index
@@ -247,9 +247,9 @@ def test_extend_caps_by_rho_and_reads_only_first_round_groups():
 def test_extend_with_nothing_to_correct():
     batch = _batch(ITEMS[3:], MAIN[3:])  # one group, all correct
     maker = FakeMaker(items_drawn=1)
-    g = Correction(p_max=1.0, q0=1.0).extend(maker.ctx(batch))
-    assert g.items == [] and len(g.ro.texts) == 0 and g.rewards.shape == (0, G) and maker.calls == []
-    assert g.metrics == {"cipo/selected": 1.0, "cipo/groups": 0.0, "cipo/rho": 0.5}
+    g, m = Correction(p_max=1.0, q0=1.0).extend(maker.ctx(batch))
+    assert g is None and maker.calls == []  # no groups: the counts alone
+    assert m == {"cipo/selected": 1.0, "cipo/groups": 0.0, "cipo/rho": 0.5}
     assert maker.state == {"rho_eff": 0.5}  # no correction accuracy: the ratio stays
 
 

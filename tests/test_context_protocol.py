@@ -1,12 +1,14 @@
 """The part protocol's contexts carry data plus what a part declared (issue 44 item 2): every field typed
 (no ``Any``), every field read somewhere, the abilities one part uses given only to the parts that declare
-them, and one return shape, ``(value, metrics)``, for every hook that reports metrics.
+them, and one return shape, ``(value, metrics)``, for every hook.
 
 ``python tests/test_context_protocol.py [SRC]`` prints the counts (fields, typed Any, never read, read by
 one reader) of the contexts in ``SRC/reasonrl/parts/protocol.py`` (default: this checkout's src/).
 """
 
 import ast
+import dataclasses
+import itertools
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -26,8 +28,20 @@ HOOK_CTX = {
     "loss_term": "LossContext",
     "after_step": "UpdateContext",
 }
-# each returns (value, metrics); the others return their value (a task, a model, items, rollouts, Groups)
-METRIC_HOOKS = ("before_step", "score_batch", "shape_advantages", "loss_term", "after_step")
+# every hook returns (value, metrics): a task, a model, modules, items, rollouts, Groups or None, each with its metrics
+METRIC_HOOKS = (
+    "wrap_task",
+    "setup_model",
+    "setup_modules",
+    "before_step",
+    "draw",
+    "generate",
+    "extend",
+    "score_batch",
+    "shape_advantages",
+    "loss_term",
+    "after_step",
+)
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -148,7 +162,7 @@ def test_the_parts_that_use_an_ability_declare_it():
 
 
 def _hook_functions():
-    """(part class name, hook, function) of every metric-reporting hook a part in src/reasonrl/parts defines."""
+    """(part class name, hook, function) of every hook a part (or a strategy protocol) in src/reasonrl/parts defines."""
     for path in sorted((SRC / "reasonrl" / "parts").glob("*.py")):
         for cls in ast.parse(path.read_text()).body:
             if isinstance(cls, ast.ClassDef):
@@ -177,6 +191,70 @@ def test_the_loop_refuses_another_shape_naming_the_part():
         hook_result("toy", "after_step", {"a": 1.0})
     with pytest.raises(TypeError, match="part 'vpd': shape_advantages returned Tensor"):
         hook_result("vpd", "shape_advantages", torch.zeros(2))
+
+
+@dataclasses.dataclass(frozen=True)
+class Hooked:
+    """A part that draws the task's own items, generates plainly and adds no groups: each hook reports a count,
+    or (``bare``) returns the hook's value alone, as the six hooks did before issue 44 item 2."""
+
+    bare: str = ""  # the hook that returns its bare value
+
+    def _out(self, hook, value, metrics):
+        return value if hook == self.bare else (value, metrics)
+
+    def draw(self, ctx, n):
+        items = list(itertools.islice(ctx.task.iter_items("train", ctx.seed), ctx.position, ctx.position + n))
+        return self._out("draw", items, {"hooked/drawn": float(n)})
+
+    def generate(self, req):
+        from reasonrl.parts import PlainSampling
+
+        ro, _ = PlainSampling().generate(req)
+        return self._out("generate", ro, {"hooked/rows": float(len(ro.texts))})
+
+    def extend(self, ctx):
+        return self._out("extend", None, {"hooked/first_groups": float(len(ctx.batch.items))})
+
+
+def _maker(part):
+    from reasonrl.loop.batch import BatchMaker
+    from reasonrl.recipes import get_recipe
+    from reasonrl.tasks import get_task
+
+    from fakes import FakeEngine
+
+    grpo, task = get_recipe("grpo"), get_task("arithmetic")
+    recipe = dataclasses.replace(grpo, group_size=2, parts=grpo.parts.merged({"hooked": part}))
+    return BatchMaker(task, recipe, FakeEngine(task), budget=20, seed=0)
+
+
+def test_the_metrics_of_draw_generate_and_extend_join_the_steps():
+    b = _maker(Hooked()).make(3)
+    # 3 items drawn, 3 x G=2 rows generated, the round saw the 3 first-round groups (and added none)
+    assert (b.metrics["hooked/drawn"], b.metrics["hooked/rows"], b.metrics["hooked/first_groups"]) == (3.0, 6.0, 3.0)
+    assert len(b.items) == 3 and b.group_kinds().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("hook,kind", [("draw", "list"), ("generate", "Rollouts"), ("extend", "NoneType")])
+def test_a_bare_value_from_a_step_hook_stops_the_loop_naming_the_part(hook, kind):
+    with pytest.raises(TypeError, match=rf"part 'hooked': {hook} returned {kind}; a hook returns \(value, metrics\)"):
+        _maker(Hooked(bare=hook)).make(2)
+
+
+def test_a_bare_value_from_wrap_task_stops_the_run_naming_the_part():
+    from reasonrl.parts import Drafts, Recipe
+    from reasonrl.tasks import get_task
+
+    class BareDrafts(Drafts):
+        def wrap_task(self, ctx):
+            return super().wrap_task(ctx)[0]  # the task alone
+
+    task = get_task("arithmetic")
+    wrapped, metrics = Recipe("x", drafts=Drafts(mode="no_draft")).wrap_task(task)
+    assert wrapped is not task and metrics == {}
+    with pytest.raises(TypeError, match=r"part 'drafts': wrap_task returned DraftTask"):
+        Recipe("x", parts={"drafts": BareDrafts(mode="no_draft")}).wrap_task(task)
 
 
 def test_no_part_calls_another_parts_private_methods():

@@ -112,7 +112,7 @@ def test_estimation_mines_the_spec_anchors_once_per_iteration():
 def test_questioner_round_by_hand():
     maker = FakeMaker(PART)
     PART.before_step(maker.ctx())
-    g = PART.extend(maker.ctx(_first_round(POOL[1:3])))
+    g, m = PART.extend(maker.ctx(_first_round(POOL[1:3])))
     # R_Q per question (p* 0.5, eta 0.5; sim: character trigrams against the anchor):
     #  2+3 -> "7+5": 12 x3 of 4, p 0.75, sim 0 -> 1 - 0.5 = 0.5 | "junk": -1
     #        "2+3" (a copy): 4 x3 of 4, p 0.75, sim 1 -> 1 - 0.5 - 0.5 = 0 | "12+30": top share 1/4 < 0.3: -1
@@ -124,7 +124,6 @@ def test_questioner_round_by_hand():
         "7+5": {"text": "7+5", "label": "12", "p_hat": 0.75},
         "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5},
     }
-    m = g.metrics
     # mean of the 8 rewards -1.5 / 8; parsed 6 of 8, valid 5, accepted 2; over the 5 valid: p (0.75 + 0.75 + 1 + 1 +
     # 0.5) / 5 = 0.8, sim (0 + 1 + 0 + 0 + 0) / 5 = 0.2; the majority was the true answer for 4 of 5 (not "2+3": 4)
     assert m["d2evo/q_reward_mean"] == pytest.approx(-0.1875)
@@ -141,7 +140,7 @@ def test_gold_mode_judges_by_the_computed_answer():
     part = dataclasses.replace(PART, use_gold=True)
     maker = FakeMaker(part)
     part.before_step(maker.ctx())
-    g = part.extend(maker.ctx(_first_round(POOL[1:3])))
+    g, _ = part.extend(maker.ctx(_first_round(POOL[1:3])))
     # "12+30" (true 42): 1 of 4 right, p 0.25, sim {12+, 2+3, +30} vs {2+3} = 1/3 -> 1 - 0.5 - 1/6 = 0.3333
     # "2+3" copy: 1 of 4 right (5), p 0.25, sim 1 -> 1 - 0.5 - 0.5 = 0; the rest as the majority's
     assert g.rewards.flatten().tolist() == pytest.approx([0.5, -1.0, 0.0, 1 / 3, 0.0, 0.0, 1.0, -1.0], abs=1e-6)
@@ -161,22 +160,22 @@ def test_next_iteration_trains_the_solver_on_accepted_problems():
         == {"7+5": {"text": "7+5", "label": "12", "p_hat": 0.75}, "40+2": {"text": "40+2", "label": "42", "p_hat": 0.5}}
         and st.accepted == {}
     )
-    g = PART.extend(maker.ctx(_first_round(POOL[1:3])))
+    g, m = PART.extend(maker.ctx(_first_round(POOL[1:3])))
     # 2 first-round groups, 2 anchors, 2 generated: round(2 * 2 / 2) = 2 Solver groups after 2 Questioner groups
     assert [it.key for it in g.items] == ["2+3", "6+7", "7+5", "40+2"]
     assert [it.answer for it in g.items[2:]] == ["12", "42"]  # the pseudo-labels
     # 7+5: [12, 12, 13, 12] -> 3 of 4 right; 40+2: [42, 42, 24, 24] -> 2 of 4: accuracy 5/8
     assert g.correct[2:].tolist() == [[1, 1, 0, 1], [1, 1, 0, 0]]
-    assert g.metrics["d2evo/solver_generated_groups"] == 2.0 and g.metrics["d2evo/solver_generated_acc"] == 0.625
-    assert g.metrics["d2evo/pool_size"] == 4.0 and g.metrics["d2evo/pool_generated"] == 2.0
+    assert m["d2evo/solver_generated_groups"] == 2.0 and m["d2evo/solver_generated_acc"] == 0.625
+    assert m["d2evo/pool_size"] == 4.0 and m["d2evo/pool_generated"] == 2.0
 
 
 def test_no_anchor_means_no_questioner_and_the_whole_pool():
     part = dataclasses.replace(PART, p_lo=0.6, p_hi=0.9)  # no pass rate in [0.6, 0.9]
     maker = FakeMaker(part)
     part.before_step(maker.ctx())
-    g = part.extend(maker.ctx(_first_round(POOL[:2])))
-    assert g.items == [] and g.metrics["d2evo/anchors"] == 0.0 and g.metrics["d2evo/pool_fallback"] == 1.0
+    g, m = part.extend(maker.ctx(_first_round(POOL[:2])))
+    assert g is None and m["d2evo/anchors"] == 0.0 and m["d2evo/pool_fallback"] == 1.0  # no groups, the counts
     assert all(maker.selector.admit(it, 0) for it in POOL)
 
 

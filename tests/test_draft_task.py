@@ -120,13 +120,13 @@ def test_drafts_part_wraps_with_a_tokenizer_cap_and_reports_the_batch_drafts(tmp
     path = write_drafts(tmp_path / "d.jsonl", flags=True)
     tok = build_char_tokenizer()
     cap = len(draft_prompt("55+187=?", None)) + 5  # characters = tokens for the char tokenizer
-    task = Drafts(mode="matched_wrong", file=str(path), max_prompt_tokens=cap).wrap_task(TaskSetup(TASK, tok, 0))
+    task, _ = Drafts(mode="matched_wrong", file=str(path), max_prompt_tokens=cap).wrap_task(TaskSetup(TASK, tok, 0))
     first = next(it for it in first_epoch(task, 5) if it.key == "55+187")
     # the draft "5+7+0=12,5+8+1=14,0+1+1=2\nA:243" is cut to 5 + 3 (the N/A's room) = 8 characters
     assert first.prompt == draft_prompt("55+187=?", "5+7+0=12")
     _, m = Drafts().score_batch(batch_context(items=[first], answers=[["242", "243"]]))
     assert m["drafts/with_draft_frac"] == 1.0 and m["drafts/mismatched_frac"] == 0.0
-    assert get_recipe("dr_grpo").wrap_task(TASK) is TASK  # no part with wrap_task: the task itself
+    assert get_recipe("dr_grpo").wrap_task(TASK) == (TASK, {})  # no part with wrap_task: the task itself
 
 
 def test_config_keys_and_their_checks(tmp_path):
@@ -134,7 +134,7 @@ def test_config_keys_and_their_checks(tmp_path):
     assert recipe.drafts == Drafts() and recipe.advantage.estimator == "dr_grpo"
     assert problems(TrainConfig(), recipe) == []
     # without drafts.file the built-in drafter's drafts (made in memory): `reasonrl train --recipe drafts` runs alone
-    first = next(recipe.wrap_task(TASK).iter_items("train", 0))
+    first = next(recipe.wrap_task(TASK)[0].iter_items("train", 0))
     info = first.meta["draft"]
     assert info["mode"] == "mismatched_wrong" and info["source"] != first.key and info["correct"] is False
     bad = apply_overrides(recipe, {"drafts": {"file": "f.jsonl", "max_prompt_tokens": 0, "seed": -1}})

@@ -278,7 +278,7 @@ def test_evaluation_of_a_task_with_environments_runs_its_episodes(answers):
     from reasonrl.rollout import HFEngine
 
     model, tok = build_tiny("tiny", seed=0)
-    task = Episodes(max_turns=3, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
+    task, _ = Episodes(max_turns=3, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
         TaskSetup(EnvTask(answers), tok, 0)
     )
     summary, records = evaluate(
@@ -289,7 +289,7 @@ def test_evaluation_of_a_task_with_environments_runs_its_episodes(answers):
     assert [r["finish"] for r in records] == (["answer"] * 3 if answers else ["turns"] * 3)
     assert [r["completion"] for r in records] == ([f"A:{r['answer']}" for r in records] if answers else [""] * 3)
     # the same task, one turn allowed: the answer at turn 2 never comes
-    one = Episodes(max_turns=1, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
+    one, _ = Episodes(max_turns=1, max_turn_tokens=4, answer_format="A:{answer}").wrap_task(
         TaskSetup(EnvTask(True), tok, 0)
     )
     summary, records = evaluate(

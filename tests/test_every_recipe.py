@@ -89,8 +89,9 @@ def test_recipe_runs_two_steps_and_logs_its_own_metrics(name, request, tmp_path)
     diffusion = dict(recipe.run_defaults).get("model") == "builtin:diffusion"
     start = request.getfixturevalue("sharp_mdlm" if diffusion else "sharp_tiny")
     model, tok = copy.deepcopy(start[0]).train(), start[1]
-    task = recipe.wrap_task(base, tok, cfg.seed)
+    task, setup = recipe.wrap_task(base, tok, cfg.seed)
     trainer = Trainer(model, tok, task, recipe, cfg, tmp_path)
+    trainer.setup_metrics.update(setup)  # as the run does (loop/run.py)
     rows = [trainer.train_step() for _ in range(2)]
     assert [r["step"] for r in rows] == [1, 2]
     for r in rows:

@@ -249,6 +249,7 @@ def test_short_modules_share_their_boilerplate():
 
 
 def _round(part, script, state, group_size=1, position=0):
+    """The generator's round: (groups, metrics)."""
     ctx = round_context(None, task=TASK, sample=script.sample, state=state, position=position, group_size=group_size)
     return part.extend(ctx)
 
@@ -256,12 +257,12 @@ def _round(part, script, state, group_size=1, position=0):
 def test_calibration_rejects_a_too_easy_environment_and_admits_a_learnable_one():
     part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=20, review="off", novelty_tau=0.8)
     easy_state, mid_state = {}, {}
-    easy = _round(part, Scripted([GOOD], q=0.95), easy_state)
+    easy, easy_m = _round(part, Scripted([GOOD], q=0.95), easy_state)
     # q = 0.95: 19 of 20 right on each instance, p_hat 0.95 > 0.8: rejected, and the spec pays admitted
     # environments only (section 2 (b) "if admitted, r_gen = 1 - p_hat"): 0, not 1 - 0.95
     assert easy.rewards.tolist() == [[0.0]] and easy.correct.tolist() == [[0.0]]
-    assert easy.metrics["evoenv/rejected_calibration"] == 1.0 and easy.metrics["evoenv/admitted"] == 0.0
-    mid = _round(part, Scripted([GOOD], q=0.5), mid_state)
+    assert easy_m["evoenv/rejected_calibration"] == 1.0 and easy_m["evoenv/admitted"] == 0.0
+    mid, _ = _round(part, Scripted([GOOD], q=0.5), mid_state)
     # q = 0.5: p_hat 0.5 in [0.1, 0.8]: admitted, reward 0.5, the pool has one written environment
     assert mid.rewards.tolist() == [[0.5]] and mid.correct.tolist() == [[1.0]]
     written = [e for e in mid_state["pool"] if not e["seed"]]
@@ -273,12 +274,12 @@ def test_a_calibration_reject_earns_nothing_unless_paid_calibrated():
     # q = 0.05: 1 of 20 right on each of the 2 instances, p_hat = 2 / 40 = 0.05 < p_lo 0.1: too hard, rejected.
     # Before issue 41 it earned 1 - 0.05 = 0.95, the most any environment could earn; spec: 0
     part = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=20, review="off", novelty_tau=0.8)
-    hard = _round(part, Scripted([GOOD], q=0.05), {})
-    assert hard.rewards.tolist() == [[0.0]] and hard.metrics["evoenv/rejected_calibration"] == 1.0
-    old = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.05), {})
-    assert old.rewards.tolist() == [[pytest.approx(0.95)]] and old.metrics["evoenv/admitted"] == 0.0
+    hard, hard_m = _round(part, Scripted([GOOD], q=0.05), {})
+    assert hard.rewards.tolist() == [[0.0]] and hard_m["evoenv/rejected_calibration"] == 1.0
+    old, old_m = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.05), {})
+    assert old.rewards.tolist() == [[pytest.approx(0.95)]] and old_m["evoenv/admitted"] == 0.0
     # an admitted one is paid alike in both: q = 0.5, p_hat 0.5 -> 1 - 0.5
-    mid = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.5), {})
+    mid, _ = _round(dataclasses.replace(part, paid="calibrated"), Scripted([GOOD], q=0.5), {})
     assert mid.rewards.tolist() == [[0.5]]
 
 
@@ -286,22 +287,21 @@ def test_generator_round_rewards_every_stage():
     renamed = SEED_ENVS["lis"].replace("class LIS(Env)", "class Longest(Env)")
     part, state = EvoEnv(proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8), {}
     script = Scripted(["class E(Env:", OS, ALWAYS, renamed, GOOD, GOOD], q=0.5, group_size=6)
-    g = _round(part, script, state, group_size=6)
+    g, g_m = _round(part, script, state, group_size=6)
     # parse -1, banned -1, degenerate -0.5, novelty (a renamed seed) -0.5, admitted (p_hat 0.5) 0.5, and the
     # batch's second copy of GOOD: novelty -0.5
     assert g.rewards.tolist() == [[-1.0, -1.0, -0.5, -0.5, 0.5, -0.5]]
-    assert g.metrics["evoenv/rejected_novelty"] == 2.0 and g.metrics["evoenv/admitted_total"] == 1.0
+    assert g_m["evoenv/rejected_novelty"] == 2.0 and g_m["evoenv/admitted_total"] == 1.0
     assert [c[0] for c in script.calls] == ["evoenv-generate", "evoenv-review", "evoenv-calibrate"]
     assert script.calls[1][1:] == (1, 3)  # one environment reviewed, 3 votes
-    no = _round(part, Scripted([grammar_env("sum(xs[1::2])%5")], review="no"), {})
-    assert no.rewards.tolist() == [[-0.5]] and no.metrics["evoenv/rejected_review"] == 1.0
+    no, no_m = _round(part, Scripted([grammar_env("sum(xs[1::2])%5")], review="no"), {})
+    assert no.rewards.tolist() == [[-0.5]] and no_m["evoenv/rejected_review"] == 1.0
 
 
 def test_draw_is_seeded_by_position_and_retires_an_environment_that_breaks():
     part = EvoEnv()
-    a = part.draw(round_context(None, task=TASK, state={}, position=5), 4)
-    b = part.draw(round_context(None, task=TASK, state={}, position=5), 4)
-    c = part.draw(round_context(None, task=TASK, state={}, position=9), 4)
+    (a, ma), (b, _), (c, _) = (part.draw(round_context(None, task=TASK, state={}, position=p), 4) for p in (5, 5, 9))
+    assert ma == {"evoenv/draw_failed": 0.0}  # the seed environments all render
     assert [it.key for it in a] == [it.key for it in b] != [it.key for it in c]
     assert all(it.meta["role"] == "solve" and it.prompt.startswith("#S\n") for it in a)
     broken = GOOD.replace("return R(s).choices(range(10), k=3 + d)", "return 1 / 0")
@@ -333,8 +333,11 @@ def test_draw_is_seeded_by_position_and_retires_an_environment_that_breaks():
             },
         ]
     }
-    drawn = part.draw(round_context(None, task=TASK, state=state, position=0), 8)
-    assert state["draw_failures"] >= 1 and [e["id"] for e in state["pool"]] == [env_id(CATALOGUE[0])]
+    drawn, metrics = part.draw(round_context(None, task=TASK, state=state, position=0), 8)
+    # every pick of the broken environment failed to render (the run's count and this draw's agree)
+    assert state["draw_failures"] == metrics["evoenv/draw_failed"] >= 1 and [e["id"] for e in state["pool"]] == [
+        env_id(CATALOGUE[0])
+    ]
     assert {it.meta["env"] for it in drawn} == {env_id(CATALOGUE[0])}
 
 
@@ -453,8 +456,8 @@ def test_review_by_a_users_judge_file(tmp_path):
         proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge", judge=f"{path}:judge"
     )
     script = Scripted([GOOD, grammar_env("sum(xs[1::2])%5")], q=0.5, group_size=2)
-    g = _round(part, script, {}, group_size=2)
-    assert g.rewards.tolist() == [[0.5, -0.5]] and g.metrics["evoenv/rejected_review"] == 1.0
+    g, g_m = _round(part, script, {}, group_size=2)
+    assert g.rewards.tolist() == [[0.5, -0.5]] and g_m["evoenv/rejected_review"] == 1.0
     assert [c[0] for c in script.calls] == ["evoenv-generate", "evoenv-calibrate"]
     bad = EvoEnv(
         proposals=1, estimate_instances=2, estimate_samples=2, novelty_tau=0.8, review="judge", judge=f"{path}:unsure"

@@ -93,7 +93,7 @@ def test_dapo_with_episodes_counts_the_policys_tokens_against_the_episodes_budge
     model, tok = build_tiny("tiny", seed=0)
     recipe = dataclasses.replace(DAPO, group_size=2, episodes=Episodes(max_turns=4, answer_format="A:{answer}"))
     bm = BatchMaker(task, recipe, HFEngine(model, TOK), budget=16, seed=0)
-    items, ro = bm.rollout(1)
+    items, ro, _ = bm.rollout(1)
     # each row: 16 policy ids, the observation "\nObservation:\n" (14) + 133 + "\n" (1) = 148, 15 policy ids: 179
     assert ro.lengths.tolist() == [179, 179] and ro.finish_reasons == ["answer", "answer"]
     rewards, correct, metrics = bm.reward(items, ro)

@@ -121,7 +121,7 @@ def test_a_failed_verdict_is_left_out_of_the_advantage_and_the_loss(tmp_path):
     from reasonrl.loop.batch import Batch
 
     bm = scripted_batch(tmp_path, {"r1": "yes", "w": "no", "x": "garbled", "r2": "yes"})
-    items, ro = bm.rollout(1)
+    items, ro, _ = bm.rollout(1)
     ro.texts = ["r1", "w", "x", "r2"]
     rewards, correct, metrics = bm.reward(items, ro)
     # the garbled verdict's row shows its group's scored mean, (1 + 0 + 1) / 3, and is flagged

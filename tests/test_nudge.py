@@ -97,7 +97,7 @@ def test_the_shaper_refuses_token_level_advantages():
 def test_dropout_layout_is_seeded_by_the_task_position_and_matches_the_prompts():
     part, eng = HintSampling(), RecordingEngine()
     items = _items(40)
-    ro = part.generate(_request(eng, items, first=100))
+    ro, m = part.generate(_request(eng, items, first=100))
     ids = ro.context_ids.view(40, 8)
     assert ro.n == 8 and eng.n == 1 and len(eng.prompts) == 320
     for i, item in enumerate(items):
@@ -119,7 +119,6 @@ def test_dropout_layout_is_seeded_by_the_task_position_and_matches_the_prompts()
     # Binomial(4, 0.5) per hint: 320 coins, mean 0.5; seeded, so this draw is fixed (a loose band)
     assert 0.4 < float((ids == 0).float().mean()) < 0.6
     assert len({tuple(r) for r in ids.tolist()}) > 5  # positions draw different layouts
-    m = ro.extras["metrics"]
     assert m["nudge/hinted_frac"] == pytest.approx(float((ids > 0).float().mean()))
     assert m["nudge/dropout_frac"] == pytest.approx(1 - m["nudge/hinted_frac"])
     # p_drop 0 keeps every rollout on its hint, 1 drops them all
@@ -149,8 +148,8 @@ def test_random_sampler_is_keyed_by_position_and_errors_are_loud():
 def test_rows_do_not_depend_on_batch_composition(sharp_tiny):
     model, tok = sharp_tiny
     engine, part, items = HFEngine(model, tok), HintSampling(), _items(3)
-    alone = part.generate(_request(engine, items[1:2], first=21))
-    batch = part.generate(_request(engine, items, first=20))
+    alone, _ = part.generate(_request(engine, items[1:2], first=21))
+    batch, _ = part.generate(_request(engine, items, first=20))
     rows = slice(8, 16)  # item 1 of the batch: task position 21 both times
     assert alone.texts == batch.texts[rows] and alone.prompts == batch.prompts[rows]
     assert torch.equal(alone.context_ids, batch.context_ids[rows])
@@ -176,7 +175,7 @@ def test_distill_loss_by_hand():
 def _batch(model, tok):
     part = HintSampling()
     items = _items(2)
-    ro = part.generate(_request(HFEngine(model, tok), items, first=0))
+    ro, _ = part.generate(_request(HFEngine(model, tok), items, first=0))
     R = len(ro.texts)
     adv = torch.linspace(-1.0, 1.0, R)  # (R,) any advantages
     b = Batch(

@@ -33,7 +33,7 @@ LORA = Lora(r=2, alpha=4.0)
 
 def _population(part):
     model, _ = build_tiny("tiny", seed=0)
-    return part.setup_model(ModelSetup(model=apply_lora(model, LORA, seed=0), seed=0))
+    return part.setup_model(ModelSetup(model=apply_lora(model, LORA, seed=0), seed=0))[0]  # (model, metrics)
 
 
 class Scripted:
@@ -89,7 +89,7 @@ def test_the_teachers_round_by_hand():
         group_size=4,
         position=1,
     )
-    g = part.extend(ctx)
+    g, metrics = part.extend(ctx)
     # t0: a+1 on 4 and a+2 on 1 are valid, both solved by every attempt (s_hat 1 -> 1 - 1 = 0); "junk" has no
     # format (-1); os is banned (-0.5). t1: a*3 on 2 is valid and half solved (s_hat 1/2 -> 0.5); three bad formats
     assert g.rewards.tolist() == [[0.0, -1.0, -0.5, 0.0], [0.5, -1.0, -1.0, -1.0]]
@@ -111,10 +111,10 @@ def test_the_teachers_round_by_hand():
         "output": "6",
         "by": "t1",
     }
-    assert g.metrics["populora/reward_t1"] == pytest.approx((0.5 - 3) / 4)
+    assert metrics["populora/reward_t1"] == pytest.approx((0.5 - 3) / 4)
     # the pure zero-sum reading: an unsolved task earns 1 (here t1's half-solved one is unchanged)
     zs = dataclasses.replace(part, zero_when_unsolved=False)
-    g2 = zs.extend(dataclasses.replace(ctx, state={}))
+    g2, _ = zs.extend(dataclasses.replace(ctx, state={}))
     assert g2.rewards.tolist() == g.rewards.tolist()
 
 
@@ -154,9 +154,9 @@ def test_the_teacher_earns_one_minus_the_students_solve_rate_and_zero_when_unsol
         group_size=4,
         position=1,
     )
-    g = part.extend(ctx)
+    g, _ = part.extend(ctx)
     assert g.rewards.tolist() == [[0.75, -1.0, -0.5, 0.0], [0.25, -1.0, -1.0, -1.0]]
-    zero_sum = dataclasses.replace(part, zero_when_unsolved=False).extend(dataclasses.replace(ctx, state={}))
+    zero_sum, _ = dataclasses.replace(part, zero_when_unsolved=False).extend(dataclasses.replace(ctx, state={}))
     assert zero_sum.rewards.tolist() == [[0.75, -1.0, -0.5, 1.0], [0.25, -1.0, -1.0, -1.0]]
 
 
@@ -164,7 +164,7 @@ def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
     part = PopuLoRA(teachers=2, students=2, types="deduction,abduction", pbt_every=0)
     model = _population(part)
     state = {}
-    items = part.draw(round_context(None, task=TASK, state=state, position=0, group_size=2), 4)
+    items, _ = part.draw(round_context(None, task=TASK, state=state, position=0, group_size=2), 4)
     # positions 0..3: students s0 s1 s0 s1, types (p div 2) mod 2: deduction twice, then abduction twice
     assert [(it.meta["member"], it.meta["type"]) for it in items] == [
         ("s0", "deduction"),
@@ -189,7 +189,7 @@ def test_students_draw_from_pfsp_teachers_and_sample_under_their_adapters():
     req = GenRequest(
         items=items[:3], first=10, engine=Engine(), task=TASK, group_size=2, sampling=SamplingParams(), seed=0
     )
-    ro = part.generate(req)
+    ro, _ = part.generate(req)
     seeds = req.seeds()
     assert seen == [("default", [seeds[0], seeds[2]]), ("s1", [seeds[1]])]  # per student, seeds as plain sampling
     assert [t.split("@@")[0] for t in ro.texts] == ["default"] * 2 + ["s1"] * 2 + ["default"] * 2  # item order

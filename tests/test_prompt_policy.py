@@ -263,7 +263,7 @@ def test_the_prompters_task_scores_prompts_with_the_worker():
 
 def _part_and_task(**options):
     part = PromptPolicy(worker="test_prompt_policy:oracle_arith", instances=2, **options)
-    return part, part.wrap_task(TaskSetup(task=ARITH, tokenizer=None, seed=0))
+    return part, part.wrap_task(TaskSetup(task=ARITH, tokenizer=None, seed=0))[0]  # (task, metrics)
 
 
 def oracle_arith(prompt, inst):
@@ -275,7 +275,7 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     part, task = _part_and_task(k_top=1, k_bottom=1)
     state = {}
     ctx = round_context(None, task=task, state=state, position=0, group_size=2)
-    first = part.draw(ctx, 2)
+    first, _ = part.draw(ctx, 2)
     assert [it.meta["history"] for it in first] == [0, 0] and first[0].prompt == prompter_prompt("all", [])
     texts = ["1", "x", "2", "12"]  # hint 1 (carries) solves; "x" is no prompt; hint 2 does not; "12" has hint 1
     task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
@@ -297,7 +297,7 @@ def test_draw_conditions_on_the_buffer_and_score_batch_fills_it():
     # "1" and "12" pick different hints (keys hints:1 and hints:1,2), both 1.0 once: the first written is the target
     best = ExperienceBuffer.from_state(state["buffer"]).best("all")
     assert (best.prompt, best.evaluations) == ("1", 1) and m["prompt_policy/best_evaluations"] == 1.0
-    nxt = part.draw(dataclasses.replace(ctx, position=2), 1)[0]
+    nxt = part.draw(dataclasses.replace(ctx, position=2), 1)[0][0]
     assert nxt.meta["history"] == 2 and "1.00: 1 | all solved" in nxt.prompt and "0.00: " in nxt.prompt
 
 
@@ -313,7 +313,7 @@ def test_the_distillation_term_is_the_lms_nll_of_the_best_prompt_under_the_histo
     model, tok = build_tiny("tiny", seed=0)
     part, task = _part_and_task(k_top=1, k_bottom=1)
     state = {}
-    first = part.draw(round_context(None, task=task, state=state, position=0, group_size=2), 2)
+    first, _ = part.draw(round_context(None, task=task, state=state, position=0, group_size=2), 2)
     texts = ["1", "x", "2", "12"]
     task.prepare(texts, [first[0].meta] * 2 + [first[1].meta] * 2)
     data = Channel()
@@ -355,7 +355,7 @@ def test_score_batch_pools_the_evaluations_of_one_prompt_and_distils_the_best_es
     ctx = round_context(None, task=task, state=state, position=0, group_size=2)
 
     def step(texts, worker):
-        items = part.draw(dataclasses.replace(ctx, position=len(state.get("buffer", {}).get("entries", []))), 1)
+        items, _ = part.draw(dataclasses.replace(ctx, position=len(state.get("buffer", {}).get("entries", []))), 1)
         task.worker = CallableWorker(worker)
         task.prepare(texts, [items[0].meta] * 2)
         data = Channel()
@@ -436,7 +436,7 @@ def test_prompt_policy_resumes_its_buffer_and_targets_exactly(sharp_tiny, tmp_pa
 
     def trainer(folder):
         model, tok = copy.deepcopy(sharp_tiny[0]).train(), sharp_tiny[1]
-        return Trainer(model, tok, recipe.wrap_task(ARITH, tok, cfg.seed), recipe, cfg, tmp_path / folder)
+        return Trainer(model, tok, recipe.wrap_task(ARITH, tok, cfg.seed)[0], recipe, cfg, tmp_path / folder)
 
     straight = trainer("a")
     rows = [straight.train_step() for _ in range(3)]

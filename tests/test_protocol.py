@@ -68,7 +68,7 @@ class Toy:
         items = [b.items[i] for i in wrong]
         ro = ctx.sample(items, [it.prompt for it in items], tag="toy", first=ctx.position - len(b.items))
         rewards, correct, _ = ctx.reward(items, ro)
-        return Groups(items, ro, rewards, correct, metrics={"toy/groups": float(len(items))}, data={"note": "mine"})
+        return Groups(items, ro, rewards, correct, data={"note": "mine"}), {"toy/groups": float(len(items))}
 
     def loss_term(self, ctx):
         mine = (ctx.batch.group_kinds()[ctx.rows // ctx.batch.rewards.shape[1]] == ctx.kind).to(ctx.mask.dtype)  # (n,)
@@ -230,7 +230,9 @@ class ToyHead:
         head = torch.nn.Linear(ctx.model.config.hidden_size, 1)
         with torch.no_grad():
             head.weight.copy_(torch.randn(head.weight.shape, generator=gen) * 0.1)
-        return {"head": PartModule(head, lr=self.lr, max_grad_norm=0.5)}
+        return {"head": PartModule(head, lr=self.lr, max_grad_norm=0.5)}, {
+            "toy_head/params": float(head.weight.numel())
+        }
 
     def loss_term(self, ctx):
         v = ctx.modules["head"](ctx.hidden).squeeze(-1)  # (n, T, H) -> (n, T)
@@ -270,6 +272,8 @@ def test_a_part_module_gets_its_own_group_clip_and_exact_checkpoint(tmp_path):
     assert again.resume() == 1
     resumed = again.train_step()
     assert resumed["toy_head/fit_term"] == straight["toy_head/fit_term"]
+    # setup_modules' metrics (the head's 128 x 1 weights) come with each process's first step only
+    assert first["toy_head/params"] == resumed["toy_head/params"] == 128.0 and "toy_head/params" not in straight
     assert all(
         torch.equal(a, b)
         for a, b in zip(head.state_dict().values(), again.modules["toy_head"]["head"].module.state_dict().values())

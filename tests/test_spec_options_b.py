@@ -311,16 +311,16 @@ def test_batch_maker_anneals_and_seeds_the_intensities_by_the_task_position(shar
     # linear anneal of alpha_max 3 over 4 steps at step 2: 3 (1 - 2/3) = 1; grid of G = 4: [0, 1/3, 2/3, 1]
     bm = _steer_maker(model, tok, alpha_max=3.0, anneal="linear")
     bm.set_progress(2, 4)
-    _, ro = bm.rollout(2)
+    _, ro, m = bm.rollout(2)
     assert ro.extras["alpha"].tolist() == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0] * 2)
-    assert ro.extras["metrics"]["steer/alpha_max"] == pytest.approx(1.0)
+    assert m["steer/alpha_max"] == pytest.approx(1.0)  # the strategy's generate metrics
     # uniform draws are seeded by the task position: a maker moved to the same position draws the same
     first = _steer_maker(model, tok, alpha_max=3.0, alphas="uniform")
     first.rollout(2)
-    _, a = first.rollout(2)  # at items_drawn = 4
+    _, a, _ = first.rollout(2)  # at items_drawn = 4
     other = _steer_maker(model, tok, alpha_max=3.0, alphas="uniform")
     other.seek(2)
-    _, b = other.rollout(2)
+    _, b, _ = other.rollout(2)
     assert torch.equal(a.extras["alpha"], b.extras["alpha"]) and float(a.extras["alpha"][0]) == 0.0
     assert a.extras["alpha"].tolist()[:4] == pytest.approx(uniform_intensities(4, 3.0, _position_seed(3, 4)))
 

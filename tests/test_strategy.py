@@ -26,7 +26,7 @@ class Tagged:
         ro = req.engine.generate([it.prompt for it in req.items], req.group_size, req.sampling, seeds=req.seeds())
         G = req.group_size
         ro.context_ids = torch.tensor([int(j < G // 2) for _ in req.items for j in range(G)])
-        return ro
+        return ro, {"tagged/rows": float(len(ro.texts))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,7 @@ def test_the_batch_maker_calls_the_strategy_and_shapers_see_its_contexts():
     assert alone.seeds() == req.seeds()[1:2] and req.seeds("x") != req.seeds()
     contexts, kinds = spy.seen[0]
     assert contexts.tolist() == [[1, 1, 0, 0]] * 3 and kinds.tolist() == [0, 0, 0]
-    assert b.metrics["spy/calls"] == 1.0
+    assert b.metrics["spy/calls"] == 1.0 and b.metrics["tagged/rows"] == 12.0  # the strategy's: 3 items x G=4
 
 
 class Corrections:
@@ -77,7 +77,7 @@ class Corrections:
         picked = [i for i in range(len(batch.items)) if batch.correct[i].min() == 0]
         ctx.state["calls"] = ctx.state.get("calls", 0) + 1
         if not picked:
-            return Groups([], None, None, None, metrics={"fix/groups": 0.0})
+            return None, {"fix/groups": 0.0}
         items = [batch.items[i] for i in picked]
         ro = ctx.sample(items, [it.prompt for it in items], tag="fix", first=0)
         ro.train_mask = ro.completion_mask.clone()
@@ -92,8 +92,7 @@ class Corrections:
             correct,
             preset=preset,
             weight=torch.full((len(items) * G,), 2.0),
-            metrics={"fix/groups": float(len(items))},
-        )
+        ), {"fix/groups": float(len(items))}
 
 
 def test_a_round_joins_its_groups_with_their_kind_preset_weight_and_mask():

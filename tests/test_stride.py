@@ -133,17 +133,17 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     recipe = dataclasses.replace(get_recipe("stride"), group_size=4, redirect=redirect)
     maker = BatchMaker(task, recipe, HFEngine(model, tok), task.max_new_tokens, seed=0)
     batch = stride_batch(tok, item, [RIGHT, WRONG2, RIGHT, WRONG2.replace("A:252", "A:25")], [1, 0, 1, 0], 4)
-    g = redirect.extend(maker.round_context("redirect", batch))
+    g, m = redirect.extend(maker.round_context("redirect", batch))
     # two failed rows, both wrong at step 2 -> 2 redirections x n_r = 2 rows = one group of G = 4
     assert len(g.items) == 1 and g.items[0] is item and len(g.ro.texts) == 4
-    assert g.metrics["stride/redirects"] == 2 and g.metrics["stride/unparsed"] == 0 and g.metrics["stride/dropped"] == 0
+    assert m["stride/redirects"] == 2 and m["stride/unparsed"] == 0 and m["stride/dropped"] == 0
     assert all(p == PROMPT for p in g.ro.prompts)
     cut = len("5+7+0=12,")  # one token per character: step 2 starts after 9 tokens
     assert (g.ro.train_mask[:, :cut] == 0).all() and (g.ro.train_mask[:, cut] == 1).all()
     assert (g.ro.completion_ids[:, :cut] == batch.ro.completion_ids[1, :cut]).all()
     # b = mean of [1, 0, 1, 0] = 0.5: advantage max(r - 0.5, 0)
     assert g.preset.tolist() == (g.rewards - 0.5).clamp(min=0).tolist()
-    assert g.metrics["stride/success_rate"] == pytest.approx(float(g.correct.mean()))
+    assert m["stride/success_rate"] == pytest.approx(float(g.correct.mean()))
     # the weight: clamp(exp(sum over the suffix of log p(. | x, prefix) - log p(. | x, critique, prefix)), 0, 5)
     crit = guidance.critique(task, item, WRONG2).text + "\n"
     suffix = g.ro.train_mask.bool()
@@ -160,7 +160,7 @@ def test_extend_redirects_failed_rows_with_harmless_advantages_and_weights(sharp
     torch.testing.assert_close(g.weight, want, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(g.ro.logprobs[suffix], plain[suffix], atol=1e-5, rtol=0)  # ratio 1 at the first pass
     # ratio=False: weight lambda_r only; a group size n_r does not divide is refused
-    off = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker.round_context("redirect", batch))
+    off, _ = dataclasses.replace(redirect, ratio=False, lambda_r=0.5).extend(maker.round_context("redirect", batch))
     assert off.weight.tolist() == [0.5] * 4
     with pytest.raises(UserError, match=r"'redirect.n_r' = 3 .* a divisor of group_size = 4"):
         check_part(Redirect(n_r=3), recipe)

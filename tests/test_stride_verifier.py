@@ -66,8 +66,7 @@ def test_model_critic_with_parseable_critiques_redirects_and_rewards_the_verifie
         return correct.clone(), correct, {}
 
     ctx = dataclasses.replace(maker.round_context("redirect", batch), sample=_scripted(tok, critiques), reward=reward)
-    g = redirect.extend(ctx)
-    m = g.metrics
+    g, m = redirect.extend(ctx)
     # 3 parseable critiques -> 3 units; packed in whole groups of G / n_r = 2 units: 2 kept, 1 dropped
     assert m["stride/unparsed"] == 1.0 and m["stride/redirects"] == 2.0 and m["stride/dropped"] == 1.0
     # the batch: one redirected group (2 units x n_r = 2 rows) and one verifier group (the 4 critiques)

@@ -151,22 +151,22 @@ B2 = _batch(
 
 def test_first_batch_fills_the_buffers_and_adds_nothing():
     maker = FakeMaker()
-    g = RefineReplay().extend(maker.ctx(B1))
-    assert g.items == [] and maker.calls == []
+    g, m = RefineReplay().extend(maker.ctx(B1))
+    assert g is None and maker.calls == []  # no groups: the counts alone
     st = maker.state
     # 3 wrong samples of 1+1 and 4 of 3+3; successes of 1+1 and 2+3 (4+5 solved by all, 3+3 by none)
     assert [(e["key"], e["attempt"]) for e in st["refine"]] == [("1+1", "A:3")] * 3 + [
         ("3+3", f"A:{i}") for i in range(1, 5)
     ]
     assert list(st["replay"]) == ["1+1", "2+3"] and st["replay"]["1+1"]["row"].texts == ["A:2"]
-    assert g.metrics["su01/refine_collected"] == 7 and g.metrics["su01/refine_buffer"] == 7
-    assert g.metrics["su01/replay_buffer"] == 2 and g.metrics["su01/refine_frac"] == 0.0
+    assert m["su01/refine_collected"] == 7 and m["su01/refine_buffer"] == 7
+    assert m["su01/replay_buffer"] == 2 and m["su01/refine_frac"] == 0.0
 
 
 def test_later_batch_gets_refine_and_replay_groups():
     maker, part = FakeMaker(), RefineReplay()
     part.extend(maker.ctx(B1))
-    g = part.extend(maker.ctx(B2))
+    g, m = part.extend(maker.ctx(B2))
     # 4 ordinary groups -> (1 refine, 2 replay). Refine: the newest wrong answer, 3+3's "A:4"
     refine_call = [c for c in maker.calls if c[2] == "su01-refine"]
     assert refine_call == [(["3+3"], [correction_prompt(DEFAULT_TEMPLATE, "3+3=?\n", "A:4")], "su01-refine", 4, None)]
@@ -179,7 +179,6 @@ def test_later_batch_gets_refine_and_replay_groups():
     assert g.correct.tolist() == [[1, 0, 1, 1], [1, 0, 1, 1]]
     # the replayed row keeps its old behaviour log-probs (-0.7 per token), the fresh ones theirs (0)
     assert g.ro.logprobs[7, :3].tolist() == pytest.approx([-0.7] * 3) and g.ro.logprobs[4].abs().sum() == 0
-    m = g.metrics
     # final batch 4 + 1 + 1 = 6 groups: refine 1/6, replay 1/6
     assert (m["su01/refine_groups"], m["su01/replay_groups"]) == (1.0, 1.0)
     assert m["su01/refine_frac"] == pytest.approx(1 / 6) and m["su01/replay_frac"] == pytest.approx(1 / 6)
@@ -274,9 +273,9 @@ def test_buffers_survive_a_checkpoint_round_trip():
     torch.save(straight.state, blob)
     blob.seek(0)
     resumed.state = torch.load(blob, weights_only=False)
-    a, b = part.extend(straight.ctx(B2)), part.extend(resumed.ctx(B2))
+    (a, ma), (b, mb) = part.extend(straight.ctx(B2)), part.extend(resumed.ctx(B2))
     assert [it.key for it in a.items] == [it.key for it in b.items] and a.ro.texts == b.ro.texts
-    assert torch.equal(a.ro.logprobs, b.ro.logprobs) and a.metrics == b.metrics
+    assert torch.equal(a.ro.logprobs, b.ro.logprobs) and ma == mb
 
 
 def test_dotted_keys_change_and_turn_off_the_round():

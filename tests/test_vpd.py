@@ -34,7 +34,7 @@ ITEMS = [TASK.make_item([a, b], ["+"]) for a, b in ((1, 1), (2, 3))]  # answers 
 def _peft_tiny(seed=0):
     model, tok = build_tiny("tiny", seed=seed)
     model = apply_lora(model, Lora(r=2, alpha=4.0), seed=seed)
-    return VPD().setup_model(ModelSetup(model, seed)), tok
+    return VPD().setup_model(ModelSetup(model, seed))[0], tok  # (model, metrics)
 
 
 # ------------------------------------------------------------------ pure glue
@@ -137,7 +137,7 @@ def test_two_trainable_adapters_and_a_switch_that_restores_the_grad_flags():
         loss = model(input_ids=ids).logits.sum()
     loss.backward()
     assert all(p.grad is not None for p in teacher.values()) and all(p.grad is None for p in student.values())
-    assert VPD().setup_model(ModelSetup(model, 0)) is model  # already there (a resumed trainer): left alone
+    assert VPD().setup_model(ModelSetup(model, 0)) == (model, {})  # already there (a resumed trainer): left alone
 
 
 # ------------------------------------------------------------------ the teacher's round on a scripted maker
@@ -203,7 +203,7 @@ def _first_round():
 def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
     model, _ = _peft_tiny()
     maker = FakeMaker(model)
-    g = VPD().extend(maker.ctx(_first_round()))
+    g, m = VPD().extend(maker.ctx(_first_round()))
     prompts, tag, first, active = maker.seen[0]
     assert tag == "vpd" and first == 0 and active == TEACHER and model.active_adapter == "default"
     assert prompts[0] == "2+3=?\nPrevious attempt:\n2+3+0=6\nA:6\nFeedback: step 1: 2+3+0 is 5, not 6\n2+3=?\n"
@@ -212,7 +212,6 @@ def test_extend_samples_the_teacher_under_feedback_and_moves_beta():
         g.ro.train_mask, torch.zeros_like(g.ro.train_mask)
     )
     # k1 = 1.0 > 1.5 * 0.05: beta 0.1 is this step's, 0.2 the next one's (and kept in the round state)
-    m = g.metrics
     assert (
         m["vpd/beta"] == 0.1 and m["vpd/beta_next"] == pytest.approx(0.2) and m["vpd/kl_measured"] == pytest.approx(1.0)
     )
@@ -472,7 +471,7 @@ def test_teacher_warm_start_trains_the_teacher_adapter_alone_on_feedback_prompts
     model, tok = _peft_tiny()
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
     part = VPD(warm_steps=2, warm_batch=2)
-    assert part.setup_model(ModelSetup(model, 0, TASK, tok)) is model  # already has the teacher
+    assert part.setup_model(ModelSetup(model, 0, TASK, tok)) == (model, {})  # already has the teacher: no warm-up
     from reasonrl.parts.vpd_warm import warm_teacher
 
     m = warm_teacher(

@@ -53,7 +53,7 @@ def main() -> None:
         model = apply_lora(model, Lora(r=args.lora_r, alpha=2.0 * args.lora_r), seed=0)
         part = VPD(warm_steps=n)
         t0 = time.perf_counter()
-        model = part.setup_model(ModelSetup(model, 0, task, tok))
+        model, warm = part.setup_model(ModelSetup(model, 0, task, tok))
         seconds = time.perf_counter() - t0
         model.eval()
         fb = take_feedback_items(task, args.problems, part.template, part.feedback, seed=0)
@@ -67,6 +67,7 @@ def main() -> None:
                 "teacher_feedback_pass@1": teacher,
                 "student_plain_pass@1": student,
                 "warm_seconds": seconds,
+                **warm,  # setup_model's metrics: the warm-up's first and last loss (none for 0 steps)
                 "problems": args.problems,
             }
         )

@@ -152,7 +152,7 @@ def stage_context(cfg: Any, recipe: Any, proposal: str | None = None) -> tuple[A
             f"disa estimate: the proposal {proposal!r} and the reference {cfg.model or 'base'!r} have "
             "different tokenizers; importance weights need the same token sequences under both"
         )
-    task = recipe.wrap_task(task_for(cfg), tok, cfg.seed)
+    task, _ = recipe.wrap_task(task_for(cfg), tok, cfg.seed)  # setup metrics: the offline stage logs no steps
     budget = recipe.sampling.max_new_tokens or task_max_new_tokens(task)  # the trainer's budget
     formatter, task = prepare_prompts(task, tok, ref, cfg.prompt, budget, cfg.model or "the shipped base")
     cfg = resolve_rows(cfg, mu, tok, task, needs_reference=True, new_tokens=budget)

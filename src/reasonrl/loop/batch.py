@@ -84,15 +84,17 @@ class BatchMaker(BatchScoring):
         training (the steering anneal) read them; the maker never knows which method asks."""
         self.step, self.total_steps = step, total_steps
 
-    def draw(self, n: int) -> list[Item]:
+    def draw(self, n: int) -> tuple[list[Item], dict[str, float]]:
+        """``n`` items and the drawing part's metrics (none for the task's stream)."""
         if self.source is not None:  # a self-play part supplies the items; positions still count for seeding
-            items = self.source[1].draw(self.round_context(self.source[0], None), n)
+            key, part = self.source
+            items, metrics = hook_result(key, "draw", part.draw(self.round_context(key, None), n))
             self.items_drawn += len(items)
-            return [self._fitted(item) for item in items]
+            return [self._fitted(item) for item in items], dict(metrics)
         if self.selector is not None:
-            return self._draw_admitted(n)
+            return self._draw_admitted(n), {}
         self.items_drawn += n
-        return [next(self.stream) for _ in range(n)]
+        return [next(self.stream) for _ in range(n)], {}
 
     def _fitted(self, item: Item) -> Item:
         """A self-play item under the run's prompt limit (tasks.limits), truncated by prompt.overflow=
@@ -116,12 +118,13 @@ class BatchMaker(BatchScoring):
                 out.append(item)
         return out
 
-    def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts]:
+    def rollout(self, n_prompts: int) -> tuple[list[Item], Rollouts, dict[str, float]]:
+        """The items, their rollouts and the metrics of the ``draw`` and ``generate`` hooks."""
         first, t0 = self.items_drawn, time.perf_counter()  # the task position of the first item
-        items = self.draw(n_prompts)
-        ro = self._generate(items, first)
+        items, drawn = self.draw(n_prompts)
+        ro, generated = self._generate(items, first)
         self.seconds["generate"] += time.perf_counter() - t0
-        return items, ro
+        return items, ro, {**drawn, **generated}
 
     def _request(self, items: list[Item], first: int) -> GenRequest:
         return GenRequest(
@@ -138,12 +141,13 @@ class BatchMaker(BatchScoring):
             formatter=self.formatter,
         )
 
-    def _generate(self, items: list[Item], first: int) -> Rollouts:
+    def _generate(self, items: list[Item], first: int) -> tuple[Rollouts, dict[str, float]]:
         """Rollouts of ``items`` (drawn at task positions ``first``, ``first + 1``, ...) by the recipe's
         rollout strategy (plain, beam, steered, hinted sub-groups, ...). Every strategy keys its
         randomness by the task position: a resumed run, any split into ranks or workers and a change
         of the minibatch order all leave a prompt's samples alone."""
-        return self.strategy.generate(self._request(items, first))
+        ro, metrics = hook_result(self.strategy_key, "generate", self.strategy.generate(self._request(items, first)))
+        return ro, dict(metrics)
 
     def _sampling_params(self) -> SamplingParams:
         s = self.recipe.sampling
@@ -238,12 +242,15 @@ class BatchMaker(BatchScoring):
         stats: list[tuple[float, dict[str, float]]] = []
         n_kept, generated, rounds = 0, 0, 0
         while rounds < (f.round_limit if f else 1) and n_kept < n_prompts:
-            items, ro = self.rollout(n_prompts)
+            items, ro, hooked = self.rollout(n_prompts)
             rewards, correct, metrics, terms = self.reward_terms(items, ro)
             scores = self.selector.observe(items, correct) if self.selector else torch.full((len(items),), float("nan"))
             rounds, generated = rounds + 1, generated + len(items)
             stats.append(
-                (float(len(ro.texts)), {**step_stats(rewards, correct, ro), **metrics, **ro.extras.get("metrics", {})})
+                (
+                    float(len(ro.texts)),
+                    {**step_stats(rewards, correct, ro), **metrics, **ro.extras.get("metrics", {}), **hooked},
+                )
             )
             keep = f.keep(rewards, correct) if f else torch.ones(len(items), dtype=torch.bool)
             groups = keep.nonzero().squeeze(-1).tolist()[: n_prompts - n_kept]
@@ -293,16 +300,16 @@ class BatchMaker(BatchScoring):
         its channel."""
         first = b
         for kind, (key, rnd) in enumerate(self.recipe.rounds, start=1):
-            t0 = time.perf_counter()
-            groups = rnd.extend(self.round_context(key, first)) if len(first.items) else None
-            self.seconds["generate"] += time.perf_counter() - t0
-            if groups is None:
+            if not len(first.items):  # every group filtered out: nothing to build a round from
                 continue
-            if len(groups.items):
+            t0 = time.perf_counter()
+            groups, metrics = hook_result(key, "extend", rnd.extend(self.round_context(key, first)))
+            self.seconds["generate"] += time.perf_counter() - t0
+            if groups is not None and len(groups.items):
                 b = join_groups(b, groups, kind, self.engine.tok.pad_token_id)
-            else:
-                b.metrics.update(groups.metrics)
-            b.channel(key).values.update(groups.data)
+            b.metrics.update(metrics)  # after the join: the joined batch carries the first round's metrics
+            if groups is not None:
+                b.channel(key).values.update(groups.data)
         return b
 
     def make(self, n_prompts: int) -> Batch:

@@ -324,8 +324,10 @@ def _train(
     recipe = with_rewards(recipe, cfg.reward_funcs, cfg.reward_weights)
     on_main(group, lambda: _open_run_dir(run_dir, resume, config))
     model, tok = load_model(cfg.model, dtype=weights_dtype(cfg.dtype, cfg.master_fp32), device=device)
-    task = recipe.wrap_task(task, tok, cfg.seed)  # a part may present the task otherwise (drafts in the prompt)
+    # a part may present the task otherwise (drafts in the prompt); its metrics are logged with the first step
+    task, wrapped = recipe.wrap_task(task, tok, cfg.seed)
     trainer = Trainer(model, tok, task, recipe, cfg, run_dir, group=group)
+    trainer.setup_metrics.update(wrapped)  # beside setup_model's and setup_modules'
     model = trainer.model  # with lora.r > 0 the adapter-wrapped model
     cfg = trainer.cfg  # max_rows / micro_batch_size = auto resolved to numbers (logged in events.jsonl)
     before = _before(trainer, cfg, run_dir, group, on_phase, on_eval)

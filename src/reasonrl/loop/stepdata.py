@@ -29,7 +29,7 @@ def join_groups(b: Batch, g: Groups, kind: int, pad_id: int) -> Batch:
         ro=concat_rollouts([b.ro, g.ro], pad_id),
         rewards=torch.cat([b.rewards, g.rewards]),
         correct=torch.cat([b.correct, g.correct]),
-        metrics={**b.metrics, **g.metrics},
+        metrics=dict(b.metrics),  # a round's own metrics are its extend hook's (BatchMaker.extend adds them)
         parts=b.parts,
         reward_terms={
             k: torch.cat([v, torch.full((len(g.ro.texts),), float("nan"))]) for k, v in b.reward_terms.items()

@@ -11,6 +11,7 @@ memory use and nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -61,8 +62,11 @@ class Trainer(UpdateSteps):
         group: Single = Single(),
     ):
         model = apply_lora(model, cfg.lora, cfg.seed)  # lora.r > 0: adapters only train (peft wraps the model in place)
-        for _, setup in recipe.calls("setup_model"):  # parts that add trainable modules (a second adapter) first
-            model = setup(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer))
+        # parts that add trainable modules (a second adapter) first; the setup hooks' metrics (and the run's
+        # wrap_task's, run.py adds them) are logged with this process's first step
+        self.setup_metrics: dict[str, float] = {}
+        setup = ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer)
+        model = _setup_model(recipe, setup, self.setup_metrics)
         # memory (models.memory): fp32 master weights under bf16 autocast, activation checkpointing, and
         # max_rows / micro_batch_size = auto resolved from free device memory (self.cfg holds the numbers)
         model = prepare_for_training(model, cfg.dtype, cfg.master_fp32, cfg.memory.gradient_checkpointing)
@@ -83,10 +87,7 @@ class Trainer(UpdateSteps):
         self.model, self.tok, self.task, self.recipe, self.cfg = model, tokenizer, task, recipe, cfg
         self.run_dir, self.log, o = Path(run_dir), log, recipe.optim
         # the parts' own trainable modules (a critic): their own parameter groups, clips and checkpoint files
-        self.modules = {
-            key: dict(make(ModelSetup(model=model, seed=cfg.seed, task=task, tokenizer=tokenizer)))
-            for key, make in recipe.calls("setup_modules")
-        }
+        self.modules = _setup_modules(recipe, dataclasses.replace(setup, model=model, task=task), self.setup_metrics)
         # the policy's trainable parameters (FSDP: this rank's shards), then each part module's group
         total = cfg.steps * o.mu * o.minibatches  # scheduled minibatch steps, stages or not (an empty one still counts)
         self.opt, self.sched = make_optimizer(param_groups(self.dist.trainable, self.modules, o), o, total)
@@ -263,7 +264,9 @@ class Trainer(UpdateSteps):
             if gen_s
             else 0.0,
             "tokens_per_s/step": tokens / max(t2 - t0, 1e-9),
+            **self.setup_metrics,  # the setup hooks', once: with this process's first step
         }
+        self.setup_metrics = {}
         self._guard_nonfinite(upd.get("nonfinite", 0.0))
         m["nonfinite_total"] = self.nonfinite_total
         return m
@@ -364,3 +367,22 @@ class Trainer(UpdateSteps):
             f"{err}\nstopped after step {self.step}; its state is saved to {path}. Fix the workers "
             "(or set rollout.workers=0) and continue the run with --resume."
         )
+
+
+def _setup_model(recipe: Recipe, ctx: ModelSetup, metrics: dict[str, float]) -> Any:
+    """The model after each ``setup_model`` part, in order (each gets the model the one before returned)."""
+    model = ctx.model
+    for key, setup in recipe.calls("setup_model"):
+        model, m = hook_result(key, "setup_model", setup(dataclasses.replace(ctx, model=model)))
+        metrics.update(m)
+    return model
+
+
+def _setup_modules(recipe: Recipe, ctx: ModelSetup, metrics: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Each ``setup_modules`` part's own trainable modules: part key -> {name: PartModule}."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, make in recipe.calls("setup_modules"):
+        modules, m = hook_result(key, "setup_modules", make(ctx))
+        out[key] = dict(modules)
+        metrics.update(m)
+    return out

@@ -25,7 +25,7 @@ from ..data.lze import LZE
 from ..data.selector import Selector
 from ..rewards.options import reward_options
 from ..config.rules import Rule
-from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, part_needs, register_part
+from .protocol import HOOKS, PART_TYPES, Parts, TaskSetup, hook_result, part_needs, register_part
 from .registry import import_all, order_parts
 
 # the public names (the hook order is declared by the parts: .registry)
@@ -250,11 +250,16 @@ class Recipe:
         out = frozenset().union(*(part_needs(p) for _, p in self.hooked()))
         return out | {"reference"} if self.kl.coef > 0 else out
 
-    def wrap_task(self, task: Any, tokenizer: Any = None, seed: int = 0) -> Any:
-        """The run's task as the recipe's parts present it (each ``wrap_task`` part, in order)."""
-        for _, part in self.hooked("wrap_task"):
-            task = part.wrap_task(TaskSetup(task=task, tokenizer=tokenizer, seed=seed))
-        return task
+    def wrap_task(self, task: Any, tokenizer: Any = None, seed: int = 0) -> tuple[Any, dict[str, float]]:
+        """The run's task as the recipe's parts present it (each ``wrap_task`` part, in order), and their
+        metrics (setup metrics: the run logs them with its first step, as the trainer's ``setup_metrics``)."""
+        metrics: dict[str, float] = {}
+        for key, part in self.hooked("wrap_task"):
+            task, m = hook_result(
+                key, "wrap_task", part.wrap_task(TaskSetup(task=task, tokenizer=tokenizer, seed=seed))
+            )
+            metrics.update(m)
+        return task, metrics
 
     def describe(self) -> dict[str, Any]:
         """Every option of the recipe as plain data (``reasonrl recipes``, the run's config)."""

@@ -96,7 +96,7 @@ class AZR:
         return ctx.state.setdefault("buffers", initial_buffers(c.shown + c.held))
 
     # ---------------------------------------------------------------- the solver's problems
-    def draw(self, ctx: RoundContext, n: int) -> list[Item]:
+    def draw(self, ctx: RoundContext, n: int) -> tuple[list[Item], dict[str, float]]:
         """``n`` solver problems, types in turn by task position, each a seeded pick from its buffer."""
         buffers, shown = self._buffers(ctx), self._task(ctx).config.shown
         out = []
@@ -105,10 +105,10 @@ class AZR:
             kind = self.type_list[pos % len(self.type_list)]
             entry = random.Random(stable_seed(ctx.seed, "azr-draw", pos)).choice(buffers[kind])
             out.append(solve_item(kind, entry, shown))
-        return out
+        return out, {}
 
     # ---------------------------------------------------------------- the proposer's round
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
         buffers, task = self._buffers(ctx), self._task(ctx)
         items = self._proposal_items(ctx, buffers, task.config.refs)
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"azr-propose-{ctx.step}", first=0)
@@ -124,7 +124,7 @@ class AZR:
             del buffers[kind][: -self.capacity]
         metrics = proposal_metrics(rows, verdicts, entries, p_hat, rewards, buffers)
         valid = torch.tensor([float(v == "") for v in verdicts])
-        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
+        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G)), metrics
 
     def _proposal_items(self, ctx: RoundContext, buffers: dict[str, list[dict]], k_refs: int) -> list[Item]:
         items = []

@@ -131,7 +131,7 @@ class TrajectoryBalance:
         return frozenset({"reference", "pool", *table} if own_table else {"reference", *table})
 
     # ------------------------------------------------------------------ setup: the log Z head
-    def setup_modules(self, ctx: ModelSetup) -> dict[str, PartModule]:
+    def setup_modules(self, ctx: ModelSetup) -> tuple[dict[str, PartModule], dict[str, float]]:
         """FlowRL's log Z head (``log_z="head"``), in its own AdamW group at ``z_lr`` on the recipe's LR
         schedule (the head trains beside the policy, as verl's recipe puts it in the actor's optimiser)."""
         model = ctx.model
@@ -141,12 +141,12 @@ class TrajectoryBalance:
                 "(or a folder `reasonrl pretrain --arch diffusion` wrote)"
             )
         if self.log_z != "head":
-            return {}
+            return {}, {}
         device = next(model.parameters()).device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             torch.manual_seed(stable_seed(ctx.seed, "log-z-head"))
             head = LogZHead(model.config.hidden_size, self.z_layers, self.z_dropout).to(device)
-        return {HEAD: PartModule(head, lr=self.z_lr, schedule=True)}
+        return {HEAD: PartModule(head, lr=self.z_lr, schedule=True)}, {}
 
     # ------------------------------------------------------------------ DISA's offline stage, in the run
     def before_step(self, ctx: RoundContext) -> tuple[None, dict[str, float]]:

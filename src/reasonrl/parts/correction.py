@@ -19,7 +19,7 @@ from typing import ClassVar
 import torch
 
 from ..advantages.subgroups import cipo_pick_failure, cipo_rewards, cipo_select
-from ..rollout import Rollouts, concat_rollouts, select_rows
+from ..rollout import Rollouts, concat_rollouts
 from ..config.rules import Rule, above, at_least, within
 from ..seeds import stable_seed
 from ..text import fill_slots
@@ -109,7 +109,7 @@ class Correction:
         ),
     }
 
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups | None, dict[str, float]]:
         """Correction groups for this step's first-round groups (see the class docstring)."""
         batch = ctx.batch
         G = batch.rewards.shape[1]
@@ -124,14 +124,8 @@ class Correction:
         chosen = keep_at_most(pick >= 0, replay_cap(st["rho_eff"], len(first)), gen)  # (B0,) bool
         idx = chosen.nonzero().squeeze(-1).tolist()
         metrics = {"cipo/selected": float(selected.sum()), "cipo/groups": float(len(idx)), "cipo/rho": st["rho_eff"]}
-        if not idx:
-            return Groups(
-                items=[],
-                ro=select_rows(batch.ro, []),
-                rewards=torch.zeros(0, G),
-                correct=torch.zeros(0, G),
-                metrics=metrics,
-            )
+        if not idx:  # no group chosen for a correction: no groups, the counts still reported
+            return None, metrics
         groups = [int(first[k]) for k in idx]
         items = [batch.items[g] for g in groups]
         failed = [batch.ro.texts[g * G + int(pick[k])] for g, k in zip(groups, idx)]
@@ -159,8 +153,7 @@ class Correction:
             rewards=rewards + shaped,
             correct=ok,
             weight=torch.full((len(items) * G,), float(self.weight)),
-            metrics={**metrics, **m},
-        )
+        ), {**metrics, **m}
 
     def shape(
         self, correct: torch.Tensor, answers: list[list[str | None]], failed_answers: list[str | None]

@@ -89,7 +89,7 @@ class Critic:
         return frozenset({"hidden"}) if self.model == "head" else frozenset()
 
     # ---------------------------------------------------------------- the module
-    def setup_modules(self, ctx: ModelSetup) -> dict[str, PartModule]:
+    def setup_modules(self, ctx: ModelSetup) -> tuple[dict[str, PartModule], dict[str, float]]:
         seed = stable_seed(ctx.seed, "critic-head")
         device = next(ctx.model.parameters()).device
         if self.model == "head":
@@ -98,9 +98,8 @@ class Critic:
             module = critic_from_policy(ctx.model, seed)
         else:
             module = load_critic(self.model, seed, device)
-        return {
-            "value": PartModule(module, lr=self.lr, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm)
-        }
+        value = PartModule(module, lr=self.lr, weight_decay=self.weight_decay, max_grad_norm=self.max_grad_norm)
+        return {"value": value}, {}
 
     def values(self, module, policy, ro, rows: Tensor, grad: bool = False, hidden: Tensor | None = None) -> Tensor:
         """(n, t) values of ``rows`` (completions trimmed to their longest row), from the policy's

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..data.d2evo import D2EvoState, Verdict, accepted, judge, ngram_similarity, pass_rates, questioner_rewards
-from ..rollout import concat_rollouts, select_rows
+from ..rollout import concat_rollouts
 from ..config.rules import Rule, at_least, one_of, within
 from ..tasks import is_correct
 from ..text import fill_slots
@@ -132,7 +132,7 @@ class D2Evo:
         return pass_rates(torch.tensor(ok, dtype=torch.float).view(len(items), n))  # (N,)
 
     # ---------------------------------------------------------------- every step: a round of two roles
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups | None, dict[str, float]]:
         """The Questioner's groups (rewarded by R_Q), then Solver groups on generated problems."""
         require(ctx.task, ReadsGenerated, "d2evo", "the built-in arithmetic task can")
         batch = ctx.batch
@@ -145,22 +145,16 @@ class D2Evo:
         gen = self.generated_groups(ctx, st, n_first, metrics)
         if gen is not None:
             parts.append(gen)
-        if not parts:
-            return Groups(
-                items=[],
-                ro=select_rows(batch.ro, []),
-                rewards=torch.zeros(0, G),
-                correct=torch.zeros(0, G),
-                metrics=metrics,
-            )
-        return Groups(
+        if not parts:  # no anchors and no generated problems yet: no groups, the pool's counts still reported
+            return None, metrics
+        groups = Groups(
             items=[i for g in parts for i in g.items],
             ro=concat_rollouts([g.ro for g in parts], ctx.tok.pad_token_id),
             rewards=torch.cat([g.rewards for g in parts]),
             correct=torch.cat([g.correct for g in parts]),
             weight=torch.cat([g.weight for g in parts]),
-            metrics=metrics,
         )
+        return groups, metrics
 
     def questioner_groups(self, ctx: RoundContext, st: D2EvoState, G: int, metrics: dict[str, float]) -> Groups:
         """``anchors_per_step`` anchors (cycling through the anchor list), G questions each, R_Q."""

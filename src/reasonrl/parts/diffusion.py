@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from torch import nn
+
 from ..errors import UserError
 from ..models.diffusion import is_diffusion
 from ..rollout.diffusion import REMASKING, sampler_opts
@@ -40,7 +42,7 @@ class Diffusion:
         "remasking": one_of(REMASKING),
     }
 
-    def setup_model(self, ctx: ModelSetup):
+    def setup_model(self, ctx: ModelSetup) -> tuple[nn.Module, dict[str, float]]:
         model = ctx.model
         if not is_diffusion(model):
             raise UserError(
@@ -52,4 +54,4 @@ class Diffusion:
             if value is not None:
                 setattr(model.config, name, value)
         sampler_opts(model.config)  # a canvas the blocks do not divide is a user error now, not at the first rollout
-        return model
+        return model, {}

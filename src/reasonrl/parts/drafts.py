@@ -49,7 +49,7 @@ class Drafts:
         ),
     }
 
-    def wrap_task(self, ctx: TaskSetup) -> DraftTask:
+    def wrap_task(self, ctx: TaskSetup) -> tuple[DraftTask, dict[str, float]]:
         """The task with drafts; the tokenizer counts (and cuts) the prompt's tokens (None: characters)."""
         task, tokenizer = ctx.task, ctx.tokenizer
         codec = (
@@ -63,7 +63,7 @@ class Drafts:
         drafts = self.file
         if drafts is None and self.mode != "no_draft":  # the built-in drafter, in memory (its own seed stream)
             drafts = draft_table(builtin_drafts(task, seed=self.seed))
-        return DraftTask(
+        wrapped = DraftTask(
             task,
             drafts,
             self.mode,
@@ -72,6 +72,7 @@ class Drafts:
             template=self.template,
             **codec,
         )
+        return wrapped, {}
 
     def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:
         """The batch's draft statistics (:func:`draft_metrics`)."""

@@ -84,13 +84,14 @@ class Episodes:
             self.max_live,
         )
 
-    def wrap_task(self, ctx: TaskSetup) -> Any:
+    def wrap_task(self, ctx: TaskSetup) -> tuple[Any, dict[str, float]]:
         """The task, carrying these options: the run's evaluation runs its episodes as training does."""
         require_episodic(ctx.task)  # refused where the run builds its task, before any model loads
-        return EpisodicTask(ctx.task, self.options)
+        return EpisodicTask(ctx.task, self.options), {}
 
-    def generate(self, req: GenRequest) -> Rollouts:
-        return environment_rollouts(
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
+        # the episodes' counts travel in ro.extras["metrics"] (environment_rollouts'), so the part adds none
+        ro = environment_rollouts(
             req.engine,
             req.task,
             req.items,
@@ -100,6 +101,7 @@ class Episodes:
             req.formatter,
             self.options,
         )
+        return ro, {}
 
 
 class EpisodicTask(TaskWrapper):

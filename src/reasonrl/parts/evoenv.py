@@ -153,13 +153,13 @@ class EvoEnv:
         return EnvPool(ctx.state["pool"], capacity=self.capacity, ema=self.ema, p_hi=self.p_hi, patience=self.patience)
 
     # ---------------------------------------------------------------- the solver's instances
-    def draw(self, ctx: RoundContext, n: int) -> list[Item]:
+    def draw(self, ctx: RoundContext, n: int) -> tuple[list[Item], dict[str, float]]:
         """``n`` instances, each a seeded (environment, instance seed) pick by task position; an
         environment that fails to render a fresh instance is retired and the pick falls to a seed one."""
         task, pool = self._task(ctx), self._pool(ctx)
         rngs = [random.Random(stable_seed(ctx.seed, "evoenv-draw", ctx.position + i)) for i in range(n)]
         picks = [(pool.pick(rng), rng.randrange(TEST_SEED)) for rng in rngs]
-        rendered = task.render(picks)
+        rendered, failed = task.render(picks), 0
         for k, r in enumerate(rendered):
             if r is None:
                 env = picks[k][0]
@@ -170,12 +170,15 @@ class EvoEnv:
                 if pool.get(env["id"]) is not None:
                     pool.entries.remove(env)
                 ctx.state["draw_failures"] = ctx.state.get("draw_failures", 0) + 1
+                failed += 1
                 picks[k] = (rngs[k].choice([e for e in pool.entries if e["seed"]]), picks[k][1])
                 rendered[k] = task.render([picks[k]])[0]
-        return [solve_item(env, r, s) for (env, s), r in zip(picks, rendered)]
+        items = [solve_item(env, r, s) for (env, s), r in zip(picks, rendered)]
+        # this draw's failed renders (evoenv/draw_failures, the extend round's metric, counts the run's)
+        return items, {"evoenv/draw_failed": float(failed)}
 
     # ---------------------------------------------------------------- the generator's round
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
         task, pool, G = self._task(ctx), self._pool(ctx), ctx.group_size
         items = self._generator_items(ctx, pool, task)
         ro = ctx.sample(items, [it.prompt for it in items], tag=f"evoenv-generate-{ctx.step}", first=0)
@@ -208,7 +211,7 @@ class EvoEnv:
             )
         metrics = self._metrics(reports, p_hat, admitted, rewards, pool, ctx.state)
         ok = torch.tensor([float(r in admitted) for r in range(len(codes))])
-        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=ok.view(-1, G), metrics=metrics)
+        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=ok.view(-1, G)), metrics
 
     def _generator_items(self, ctx: RoundContext, pool: EnvPool, task: EvoEnvTask) -> list[Item]:
         short = [e["code"] for e in pool.entries if len(e["code"]) <= task.config.ref_chars]

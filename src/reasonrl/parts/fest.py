@@ -250,7 +250,7 @@ class FEST:
         return out
 
     # ------------------------------------------------------------ the round: this step's pairs
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
         G = ctx.group_size
         demos = ctx.cache.get("demos")
         if demos is None:
@@ -269,14 +269,8 @@ class FEST:
             pairs = self._dpo_pairs(ctx, items, chosen, alpha, first)
         metrics.update({"fest/pairs": float(pairs.n_pairs), **pairs.metrics})
         empty = select_rows(ctx.batch.ro, [])
-        return Groups(
-            items=[],
-            ro=empty,
-            rewards=torch.zeros(0, G),
-            correct=torch.zeros(0, G),
-            metrics=metrics,
-            data={"pairs": pairs},
-        )
+        none = torch.zeros(0, G)
+        return Groups(items=[], ro=empty, rewards=none, correct=none, data={"pairs": pairs}), metrics
 
     def _dpo_pairs(self, ctx: RoundContext, items: list[Item], chosen: Tokens, alpha: Tensor, first: int) -> FestPairs:
         """G rollouts per demo prompt (keyed by the draw count and "fest"), the rejected side picked

@@ -103,7 +103,7 @@ class Steering:
         "negative": Rule(lambda v, _: len(v) > 0, "at least one example text (the steering vector's negative side)"),
     }
 
-    def generate(self, req: GenRequest) -> Rollouts:
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
         """Rollouts at this step's intensities: alpha_max annealed by the training progress, a grid
         or uniform draws seeded by the task position (so a resumed run draws the same). The vector
         is computed once, from the initial model, and kept in the request's cache."""
@@ -130,12 +130,7 @@ class Steering:
             is_correction=self.is_correction,
             steer_prompt=self.steer_prompt,
         )
-        ro.extras["metrics"] = {
-            **ro.extras.get("metrics", {}),
-            "steer/alpha_max": amax,
-            "steer/alpha_mean": sum(alphas) / len(alphas),
-        }
-        return ro
+        return ro, {"steer/alpha_max": amax, "steer/alpha_mean": sum(alphas) / len(alphas)}
 
 
 @register_part("beam")
@@ -160,10 +155,11 @@ class BeamSampling:
         b0 = min(group_size, max(1, round(group_size * self.first_frac)))
         return b0, min(self.k_max, group_size - b0)
 
-    def generate(self, req: GenRequest) -> Rollouts:
-        # seeded by the task position, so a resumed run branches the same way
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
+        # seeded by the task position, so a resumed run branches the same way; the branching's counts
+        # travel in ro.extras["metrics"] (beam_rollout's, as an engine's do), so the part adds none
         rng = random.Random(stable_seed(req.seed, req.first + len(req.items)))
-        return beam_rollout(
+        ro = beam_rollout(
             req.engine,
             req.task,
             req.items,
@@ -173,6 +169,7 @@ class BeamSampling:
             req.generator(),
             rng,
         )
+        return ro, {}
 
 
 @dataclass(frozen=True)

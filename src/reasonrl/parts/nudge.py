@@ -87,7 +87,7 @@ class HintSampling:
     }
 
     # ---------------------------------------------------------------- rollouts
-    def generate(self, req: GenRequest) -> Rollouts:
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
         """G = M * K rows per item, group-major; each row sampled alone (n = 1) with a seed keyed by
         (the item's task position, the row's index in its group), so its sample depends neither on the
         batch it came in nor on the other rows. ``ro.context_ids`` (R,): 0 = bare, j = hint j."""
@@ -113,8 +113,7 @@ class HintSampling:
         ro = req.engine.generate(prompts, 1, req.sampling, seeds=seeds)
         ro.n, ro.context_ids = G, torch.tensor(ctx, dtype=torch.long)
         hinted = sum(c > 0 for c in ctx) / max(len(ctx), 1)
-        ro.extras.setdefault("metrics", {}).update({"nudge/hinted_frac": hinted, "nudge/dropout_frac": 1.0 - hinted})
-        return ro
+        return ro, {"nudge/hinted_frac": hinted, "nudge/dropout_frac": 1.0 - hinted}
 
     def contexts(self, pos: int, seed: int) -> list[int]:
         """The context id of each of an item's G rows: dropout counts drawn on a generator seeded by the

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from torch import nn
 
 from ..advantages.buckets import role_task_advantages
 from ..errors import UserError
@@ -49,7 +50,7 @@ from ..population.league import League
 from ..population.pbt import OPERATORS, make_offspring, pbt_plan
 from ..population.ratings import PFSP_MODES, RatingModel
 from ..rewards.populora import teacher_proposal_reward
-from ..rollout import concat_rollouts, select_rows
+from ..rollout import Rollouts, concat_rollouts, select_rows
 from ..config.rules import Rule, above, at_least, one_of, within
 from ..seeds import stable_seed
 from ..tasks import Item
@@ -160,17 +161,17 @@ class PopuLoRA:
         return ctx.state.setdefault("buffers", {t: initial_buffers(c.shown + c.held) for t in self.teacher_names})
 
     # ---------------------------------------------------------------- the model: T + S adapters
-    def setup_model(self, ctx: ModelSetup):
+    def setup_model(self, ctx: ModelSetup) -> tuple[nn.Module, dict[str, float]]:
         if not is_lora(ctx.model):
             raise UserError(
                 "recipe part 'populora' needs LoRA: its teachers and students are adapters on one "
                 "backbone. Set lora.r > 0 (e.g. lora.r=8)."
             )
         names = [adapter_of(m) for m in self.teacher_names + self.student_names]
-        return add_adapters(ctx.model, names, lambda n: stable_seed(ctx.seed, "populora-adapter", n))
+        return add_adapters(ctx.model, names, lambda n: stable_seed(ctx.seed, "populora-adapter", n)), {}
 
     # ---------------------------------------------------------------- the students' round
-    def draw(self, ctx: RoundContext, n: int) -> list[Item]:
+    def draw(self, ctx: RoundContext, n: int) -> tuple[list[Item], dict[str, float]]:
         """Item i (task position p): student ``s_(p mod S)``, type ``(p div S) mod len(types)`` (each student
         meets every type), a PFSP teacher and one of its tasks of the type (AZR's identity seed at first)."""
         buffers, league, shown = self._buffers(ctx), self.league(ctx.state), self._task(ctx).config.shown
@@ -185,9 +186,9 @@ class PopuLoRA:
             item = solve_item(kind, entry, shown)
             by = teacher if entry.get("by") == teacher else None  # a seed task is no teacher's: no game
             out.append(dataclasses.replace(item, meta={**item.meta, "member": student, "opponent": by}))
-        return out
+        return out, {}
 
-    def generate(self, req: GenRequest):
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
         """G rows per item, each item's rows sampled under its student's adapter (seeds keyed by the item's
         task position, as plain sampling), group-major in item order; ``ro.adapters`` names each row's."""
         model, seeds, G = req.engine.model, req.seeds(), req.group_size
@@ -204,10 +205,10 @@ class PopuLoRA:
             order += idx
         joined = concat_rollouts(parts, req.engine.tok.pad_token_id)
         where = {i: k for k, i in enumerate(order)}  # item -> its place in the concatenation
-        return select_rows(joined, [where[i] * G + j for i in range(len(members)) for j in range(G)])
+        return select_rows(joined, [where[i] * G + j for i in range(len(members)) for j in range(G)]), {}
 
     # ---------------------------------------------------------------- the teachers' round
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
         if not ctx.in_process:
             raise UserError(
                 "recipe part 'populora' switches adapters on the trainer's own model: use the in-process "
@@ -245,7 +246,7 @@ class PopuLoRA:
             **self._teacher_metrics(rows, rewards),
         }
         valid = torch.tensor([float(v == "") for v in verdicts])
-        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G), metrics=metrics)
+        return Groups(items=items, ro=ro, rewards=rewards.view(-1, G), correct=valid.view(-1, G)), metrics
 
     def _proposal_items(
         self, ctx: RoundContext, teacher: str, buffers: dict[str, list[dict]], league: League, k_refs: int

@@ -97,11 +97,11 @@ class PromptPolicy:
     }
 
     # ---------------------------------------------------------------- the worker's task
-    def wrap_task(self, ctx: TaskSetup) -> PromptTask:
+    def wrap_task(self, ctx: TaskSetup) -> tuple[PromptTask, dict[str, float]]:
         if isinstance(ctx.task, PromptTask):
-            return ctx.task
+            return ctx.task, {}
         worker = load_worker(self.worker, ctx.task, self.template)
-        return PromptTask(
+        task = PromptTask(
             ctx.task,
             worker,
             contexts=self.contexts,
@@ -112,6 +112,7 @@ class PromptPolicy:
             budget=self.max_worker_calls,
             seed=ctx.seed,
         )
+        return task, {}
 
     def _task(self, ctx: Any) -> PromptTask:
         return played_task(
@@ -133,7 +134,7 @@ class PromptPolicy:
         return buf
 
     # ---------------------------------------------------------------- the prompter's prompts
-    def draw(self, ctx: RoundContext, n: int) -> list[Item]:
+    def draw(self, ctx: RoundContext, n: int) -> tuple[list[Item], dict[str, float]]:
         """``n`` prompter items: contexts in turn by task position, each with its history and M instances."""
         task, buf = self._task(ctx), self._buffer(ctx.state)
         planned = ctx.state.get("worker_calls", 0) + n * ctx.group_size * self.instances
@@ -151,7 +152,7 @@ class PromptPolicy:
             )
             insts = task.instances(c, stable_seed(ctx.seed, "prompt-instances", pos))
             items.append(task.item(c, history, insts, f"{c}|{pos}"))
-        return items
+        return items, {}
 
     # ---------------------------------------------------------------- the buffer and the distillation pairs
     def score_batch(self, ctx: BatchContext) -> tuple[None, dict[str, float]]:

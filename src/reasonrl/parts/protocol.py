@@ -4,26 +4,30 @@ A part is a frozen dataclass whose fields are its options. It joins the loop onl
 methods below (any subset of them); the batch maker and the trainer call them in a fixed order and
 never ask which method a part belongs to. ``docs/parts.md`` is this table with examples.
 
-========================  ====================================================  ==========================
-hook                      when                                                  returns
-========================  ====================================================  ==========================
-``wrap_task(TaskSetup)``  once, where the run builds its task                   the task as the part shows it
-``setup_model(ModelSetup)`` once, before the optimiser is built                 the model (modules added)
-``setup_modules(ModelSetup)`` once, after ``setup_model``                        {name: PartModule}
-``before_step(RoundContext)`` first thing in every batch (``ctx.batch`` is None)  nothing
-``draw(RoundContext, n)`` instead of the task's stream (one part at most)       n Items (self-play tasks)
-``generate(GenRequest)``  the first round (one part per recipe at most)         Rollouts, group-major
-Selector ``admit`` /      before rollout / after each round's rewards /         bool / (B,) scores /
-``observe`` / ``select``  after the advantages (one selector per recipe)        (B,) kept groups
-``extend(RoundContext)``  after the first round is rewarded (and filtered)      Groups or None
-``score_batch(BatchContext)`` once per batch, before the advantages are shaped  (None, metrics)
-``shape_advantages(adv, BatchContext)`` after the estimator and ``shapers``     (adv, metrics)
-``loss_term(LossContext)`` every micro-batch, beside the policy loss            (loss, metrics)
-``after_step(UpdateContext)`` after a step's optimiser steps                    (None, metrics)
-========================  ====================================================  ==========================
+==============================  ==================================================  ====================================
+hook                            when                                                returns
+==============================  ==================================================  ====================================
+``wrap_task(TaskSetup)``        once, where the run builds its task                 (task as the part shows it, metrics)
+``setup_model(ModelSetup)``     once, before the optimiser is built                 (model, modules added; metrics)
+``setup_modules(ModelSetup)``   once, after ``setup_model``                         ({name: PartModule}, metrics)
+``before_step(RoundContext)``   first thing in every batch (``ctx.batch`` is None)  (None, metrics)
+``draw(RoundContext, n)``       instead of the task's stream (one part at most)     (n Items, metrics)
+``generate(GenRequest)``        the first round (one part per recipe at most)       (Rollouts, group-major, metrics)
+Selector ``admit`` /            before rollout / after each round's rewards /       bool / (B,) scores /
+``observe`` / ``select``        after the advantages (one selector per recipe)      (B,) kept groups
+``extend(RoundContext)``        after the first round is rewarded (and filtered)    (Groups or None, metrics)
+``score_batch(BatchContext)``   once per batch, before the advantages are shaped    (None, metrics)
+``shape_advantages(adv, ...)``  after the estimator and ``shapers``                 (adv, metrics)
+``loss_term(LossContext)``      every micro-batch, beside the policy loss           (loss, metrics)
+``after_step(UpdateContext)``   after a step's optimiser steps                      (None, metrics)
+==============================  ==================================================  ====================================
 
-Every hook that reports metrics returns ``(value, metrics)`` (``hook_result`` checks it where the loop
-receives it; a hook with nothing to hand back gives ``(None, metrics)``).
+Every hook returns ``(value, metrics)`` (the selector's methods aside; ``hook_result`` checks it where the
+loop receives it and names the part): ``(None, metrics)`` with nothing to hand back, ``(value, {})`` with
+nothing to report. The step hooks' metrics join that step's logged metrics (``draw`` and ``generate``'s
+averaged over a group filter's rounds, as the rewards' statistics; ``Groups`` has none: a round reports
+through ``extend``'s); the setup hooks' (``wrap_task``, ``setup_model``, ``setup_modules``, once per
+process) join the first step the process logs (``Trainer.setup_metrics``: step 1, or the first after a resume).
 
 Declarations (not calls): ``RULES`` (class level: the option rules, ``reasonrl.config.rules.Rule`` per
 field name, checked before anything is loaded) and ``needs`` (what the run must provide: a subset

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ..advantages.subgroups import harmless_advantage, parse_first_error, parse_verdict, verifier_reward
-from ..rollout import concat_rollouts, select_rows
+from ..rollout import concat_rollouts
 from ..rollout.branch import char_to_token, token_char_offsets
 from ..config.rules import Rule, above, at_least, one_of
 from ..seeds import stable_seed
@@ -113,7 +113,7 @@ class Redirect:
         "template": Rule(lambda v, _: "{critique}" in v, "text containing {critique}"),
     }
 
-    def extend(self, ctx: RoundContext) -> Groups | None:
+    def extend(self, ctx: RoundContext) -> tuple[Groups | None, dict[str, float]]:
         batch, G = ctx.batch, ctx.group_size
         firsts = (batch.group_kinds() == 0).nonzero().squeeze(-1).tolist()
         cap = self.max_redirects or len(firsts)
@@ -129,10 +129,9 @@ class Redirect:
         parts = [p for p in (redirected, verifier) if p is not None]
         for key in ("stride/redirects", "stride/success_rate", "stride/zero_pass_prompts_helped"):
             metrics.setdefault(key, 0.0)
-        if not parts:
-            empty = torch.zeros(0, G)
-            return Groups([], select_rows(batch.ro, []), empty, empty, metrics=metrics)
-        return _join(parts, ctx.tok.pad_token_id, metrics)
+        if not parts:  # nothing redirected: no groups, the counts still reported
+            return None, metrics
+        return _join(parts, ctx.tok.pad_token_id), metrics
 
     # ------------------------------------------------------------------ critiques
     def _cut(self, ctx: RoundContext, batch: Any, row: int, k_hat: int) -> int | None:
@@ -275,7 +274,7 @@ class Redirect:
         return Groups(v["items"][::per], ro_v, r.view(-1, G), agree.view(-1, G), preset=preset)
 
 
-def _join(parts: list[Groups], pad_id: int, metrics: dict) -> Groups:
+def _join(parts: list[Groups], pad_id: int) -> Groups:
     R = [len(p.ro.texts) for p in parts]
     weight = torch.cat([p.weight if p.weight is not None else torch.ones(n) for p, n in zip(parts, R)])
     return Groups(
@@ -285,5 +284,4 @@ def _join(parts: list[Groups], pad_id: int, metrics: dict) -> Groups:
         torch.cat([p.correct for p in parts]),
         preset=torch.cat([p.preset for p in parts]),
         weight=weight,
-        metrics=metrics,
     )

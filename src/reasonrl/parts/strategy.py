@@ -52,10 +52,11 @@ class GenRequest:
 
 @runtime_checkable
 class RolloutStrategy(Protocol):
-    """``generate(req) -> Rollouts`` with ``len(req.items) * req.group_size`` rows, group-major (row
-    ``i * G + j`` answers item ``i``); ``context_ids`` set when rows of a group saw different prompts."""
+    """``generate(req) -> (Rollouts, metrics)``: ``len(req.items) * req.group_size`` rows, group-major (row
+    ``i * G + j`` answers item ``i``); ``context_ids`` set when rows of a group saw different prompts. The
+    metrics join the step's (averaged over a group filter's rounds, as the rewards' statistics)."""
 
-    def generate(self, req: GenRequest) -> Rollouts: ...
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]: ...
 
 
 @dataclass(frozen=True)
@@ -65,20 +66,20 @@ class PlainSampling:
 
     prefetchable = True
 
-    def generate(self, req: GenRequest) -> Rollouts:
-        return req.engine.generate(
-            req.formatter.render_all([it.prompt for it in req.items]), req.group_size, req.sampling, seeds=req.seeds()
-        )
+    def generate(self, req: GenRequest) -> tuple[Rollouts, dict[str, float]]:
+        prompts = req.formatter.render_all([it.prompt for it in req.items])
+        return req.engine.generate(prompts, req.group_size, req.sampling, seeds=req.seeds()), {}
 
 
 @runtime_checkable
 class Round(Protocol):
-    """``extend(ctx) -> Groups | None``: more groups made from the first round (``ctx.batch``: its
-    items, rollouts, rewards, correctness) with the narrow sampling surface of a
+    """``extend(ctx) -> (Groups | None, metrics)``: more groups made from the first round (``ctx.batch``:
+    its items, rollouts, rewards, correctness) with the narrow sampling surface of a
     :class:`~reasonrl.parts.protocol.RoundContext` (``sample``, ``branch``, ``reward``,
-    ``score_under``, ``advantage``), the part's own checkpointed ``state`` and the training progress."""
+    ``score_under``, ``advantage``), the part's own checkpointed ``state`` and the training progress.
+    None: no groups this step; the metrics join the step's either way."""
 
-    def extend(self, ctx: Any) -> Groups | None: ...
+    def extend(self, ctx: Any) -> tuple[Groups | None, dict[str, float]]: ...
 
 
 PLAIN = PlainSampling()

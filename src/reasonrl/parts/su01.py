@@ -71,7 +71,7 @@ class RefineReplay:
         ),
     }
 
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups | None, dict[str, float]]:
         batch = ctx.batch
         G = batch.rewards.shape[1]
         if G < 2:
@@ -94,10 +94,8 @@ class RefineReplay:
         m.update({f"su01/{k}_groups": float(v) for k, v in count.items()})
         m.update({f"su01/{k}_frac": v / total for k, v in count.items()})  # share of the final batch
         parts = [p for p in parts if p[0]]
-        if not parts:
-            return Groups(
-                items=[], ro=select_rows(batch.ro, []), rewards=torch.zeros(0, G), correct=torch.zeros(0, G), metrics=m
-            )
+        if not parts:  # nothing to refine or replay: no groups, the counts still reported
+            return None, m
         ro = concat_rollouts([p[1] for p in parts], ctx.tok.pad_token_id)
         ro.n = G
         return Groups(
@@ -105,8 +103,7 @@ class RefineReplay:
             ro=ro,
             rewards=torch.cat([p[2] for p in parts]),
             correct=torch.cat([p[3] for p in parts]),
-            metrics=m,
-        )
+        ), m
 
     def _keep(self, correct: torch.Tensor) -> torch.Tensor:  # (B', G) -> (B',) bool
         if not self.drop_zero_std:

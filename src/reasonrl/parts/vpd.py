@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..distill import score_under_context
 from .feedback import FEEDBACK, feedback_fn, teacher_prompt  # noqa: F401 - the round's prompt builder, re-exported
@@ -153,7 +153,7 @@ class VPD:
     needs: ClassVar[frozenset[str]] = frozenset({"lora", "in_process", "policy_in_loss", "own_engine"})
 
     # ---------------------------------------------------------------- the model: a second adapter
-    def setup_model(self, ctx: ModelSetup):
+    def setup_model(self, ctx: ModelSetup) -> tuple[nn.Module, dict[str, float]]:
         """Add the teacher adapter (same LoRA settings, its own init) before the optimiser is built."""
         model = ctx.model
         if not is_lora(model):
@@ -162,12 +162,13 @@ class VPD:
                 "backbone. Set lora.r > 0 (e.g. lora.r=8)."
             )
         if TEACHER in model.peft_config:  # a resumed trainer given the wrapped model
-            return model
+            return model, {}
         model = add_adapter(model, TEACHER, stable_seed(ctx.seed, "vpd-teacher"))
+        metrics: dict[str, float] = {}
         if self.warm_steps:  # a resumed run redoes it, then loads the checkpoint's adapters over it
             if ctx.task is None or ctx.tokenizer is None:
                 raise RuntimeError("vpd.warm_steps > 0 needs the run's task and tokenizer in ModelSetup")
-            warm_teacher(
+            metrics = warm_teacher(
                 model,
                 ctx.tokenizer,
                 ctx.task,
@@ -180,10 +181,10 @@ class VPD:
                 wrong_rate=self.warm_wrong_rate,
                 seed=stable_seed(ctx.seed, "vpd-warm"),
             )
-        return model
+        return model, metrics  # the warm-up's first and last loss
 
     # ---------------------------------------------------------------- the teacher's round
-    def extend(self, ctx: RoundContext) -> Groups:
+    def extend(self, ctx: RoundContext) -> tuple[Groups, dict[str, float]]:
         """One teacher group per first-round group, sampled by the teacher adapter under the feedback prompt."""
         if not ctx.in_process:
             raise UserError(
@@ -226,7 +227,7 @@ class VPD:
             "vpd/feedback_chars": sum(len(n) for n in notes) / max(len(notes), 1),
         }
         beta, st["beta"] = st["beta"], beta_next  # the next step's E-step uses beta_next (PPO: the KL after an update)
-        return Groups(items=items, ro=ro, rewards=rewards, correct=ok, metrics=metrics, data={"beta": beta})
+        return Groups(items=items, ro=ro, rewards=rewards, correct=ok, data={"beta": beta}), metrics
 
     def shape_advantages(self, adv: Tensor, ctx: BatchContext) -> tuple[Tensor, dict[str, float]]:
         """The student's GRPO advantages times ``alpha`` (the teacher groups' stay the E-step's own)."""

@@ -39,7 +39,6 @@ class Groups:
     correct: torch.Tensor  # (B', G)
     preset: torch.Tensor | None = None  # (B', G) NaN where the estimator decides
     weight: torch.Tensor | None = None  # (B' * G,)
-    metrics: dict[str, float] = field(default_factory=dict)
     # what a round hands its own hooks: the values of its channel on the batch (FEST's demo pairs)
     data: dict[str, Any] = field(default_factory=dict)
 
