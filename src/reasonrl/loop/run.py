@@ -315,8 +315,7 @@ def _train(
     on_note,
     on_eval,
 ) -> dict[str, Any]:
-    """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same
-    state, so it is all there is to write)."""
+    """The run on every rank; rank 0 alone writes the run folder (the other ranks hold the same state)."""
     main = group.is_main
     random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
     run_dir = Path(group.broadcast(str(run_dir_for(cfg, recipe))))  # one folder, named by rank 0's clock
@@ -335,22 +334,8 @@ def _train(
     if main:
         _announce(trainer, run_dir, resume, group, on_note)
     drawn_at_start = trainer.batches.items_drawn
-    tracker = (
-        make_tracker(
-            cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start, completions=cfg.log_completions > 0
-        )
-        if main
-        else None
-    )
+    tracker = _attach_tracker(trainer, cfg, run_dir, config, start, on_step) if main else None
     t0 = time.perf_counter()
-
-    def log(m: dict) -> None:
-        tracker.log({k: v for k, v in m.items() if k != "step"}, m["step"])
-        on_step(m)
-
-    trainer.log = log if main else (lambda m: None)
-    if main:
-        trainer.on_batch = lambda step, b: _on_batch(run_dir, tracker, trainer, step, b)
     on_phase("training")
     try:
         try:
@@ -360,35 +345,36 @@ def _train(
                 tracker.close()
         seconds = time.perf_counter() - t0
         on_phase("evaluating the trained model")
-        after, after_records, after_rows = _final_eval(
-            trainer, cfg, on_eval
-        )  # on the engine, so it closes after (issue 43)
+        after, after_records, after_rows = _final_eval(trainer, cfg, on_eval)  # on the engine: it closes after
     finally:
         if hasattr(trainer.engine, "close"):  # Ray rollout workers (rollout.workers > 0), vLLM are stopped
             trainer.engine.close()
-    summary = {
-        "recipe": recipe.name,
-        "task": task.name,
-        "steps": trainer.step,
-        "train_seconds": seconds,
-        "nonfinite_total": trainer.nonfinite_total,
-        "before": before,
-        "after": after,
-        "world": group.world,
-        "prompts": prompt_report(trainer),
-    }
+    summary = {"recipe": recipe.name, "task": task.name, "steps": trainer.step, "train_seconds": seconds}
+    summary |= {"nonfinite_total": trainer.nonfinite_total, "before": before, "after": after, "world": group.world}
+    summary["prompts"] = prompt_report(trainer)
     weights = trainer.dist.full_weights(model)  # FSDP: gathered to rank 0 (every rank takes part); else None
     if main:
-        log_event(
-            run_dir,
-            "trained",
-            last_step=trainer.step,
-            steps_this_process=trainer.steps_this_process,
-            items_drawn_this_process=trainer.batches.items_drawn - drawn_at_start,
-        )
+        drawn = trainer.batches.items_drawn - drawn_at_start
+        log_event(run_dir, "trained", last_step=trainer.step, steps_this_process=trainer.steps_this_process,
+                  items_drawn_this_process=drawn)  # fmt: skip
         _write_final(run_dir, model, tok, summary, after_records, weights)
         if after_rows:
             write_jsonl(after_rows, run_dir / "after.items.jsonl")
     group.barrier()  # the other ranks return once the run folder is complete
     summary["run_dir"] = str(run_dir)
     return summary
+
+
+def _attach_tracker(trainer: Trainer, cfg: TrainConfig, run_dir: Path, config: dict, start, on_step):
+    """Rank 0's tracker, and the trainer's step and batch logging through it (the other ranks log nothing)."""
+    tracker = make_tracker(
+        cfg.tracking, run_dir, config, run_dir.name, resume_from_step=start, completions=cfg.log_completions > 0
+    )
+
+    def log(m: dict) -> None:
+        tracker.log({k: v for k, v in m.items() if k != "step"}, m["step"])
+        on_step(m)
+
+    trainer.log = log
+    trainer.on_batch = lambda step, b: _on_batch(run_dir, tracker, trainer, step, b)
+    return tracker

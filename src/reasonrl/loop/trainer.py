@@ -95,12 +95,16 @@ class Trainer(UpdateSteps):
         self.total_optimizer_steps = total  # the horizon of step-scheduled loss knobs (SAGE's guide schedule)
         self.group = group  # data-parallel ranks (dist.group): generation and the update are split over them
         self.engine = ShardedEngine(self.engine, group) if group.world > 1 else self.engine
+        self.budget = budget  # max new tokens per completion (the limit prompts were held to above)
+        self._start_loop(task, recipe, cfg, group)
+
+    def _start_loop(self, task: Task, recipe: Recipe, cfg: TrainConfig, group: Single) -> None:
+        """The run's random streams, the batch maker and the step bookkeeping (after the model is set up)."""
         # the run's own RNG, on the model's device so sampling never leaves it; saved in checkpoints
         self.sampler = torch.Generator(device=self.engine.device).manual_seed(cfg.seed)
         # the noise of stochastic loss terms (SAGE's token/random guides): its own stream, so turning
         # such a term on leaves the rollouts' sampling alone; saved in checkpoints like the sampler
         self.loss_rng = torch.Generator(device=self.engine.device).manual_seed(stable_seed(cfg.seed, "loss_rng"))
-        self.budget = budget  # max new tokens per completion (the limit prompts were held to above)
         self.correction = EngineCorrection.of(cfg.rollout)  # issue 43: vLLM's rollouts weighted to the trainer's policy
         self.batches = BatchMaker(
             task,
