@@ -131,6 +131,11 @@ def test_defaults_are_the_papers_bootstrap():
     # percentile: the default B is pinned on the signature (the documented API), the seed by its effect
     for fn in (paired_bootstrap_ci, paired_bootstrap_values_ci):
         assert inspect.signature(fn).parameters["B"].default == 10_000
+    # per-item values spread over [0, 1]: the resampled means are (almost) all distinct, so one resample more moves
+    # the percentiles, and the default is seen by its effect too
+    xu, yu = np.random.default_rng(7).random(200), np.random.default_rng(8).random(200)
+    default = paired_bootstrap_values_ci(xu, yu)
+    assert default == paired_bootstrap_values_ci(xu, yu, B=10_000) != paired_bootstrap_values_ci(xu, yu, B=10_001)
     xs = np.random.default_rng(1).integers(0, 2, 59)
     ys = np.random.default_rng(2).integers(0, 2, 59)
     assert paired_bootstrap_ci(xs, ys) == paired_bootstrap_ci(xs, ys, seed=0) != paired_bootstrap_ci(xs, ys, seed=1)
