@@ -49,7 +49,8 @@ def step_advantages(step_rewards: Tensor, eps: float = 1e-6, unbiased: bool = Tr
     if r.shape[1] <= correction:
         return centred  # (B,G,K), all zero: G = 1 groups are constant
     std = r.std(dim=1, keepdim=True, correction=correction)  # (B,1,K)
-    return centred / (std + eps)  # (B,G,K)
+    # masked again after the division: with eps = 0 a constant step is 0 / 0 = NaN, not the promised 0
+    return (centred / (std + eps)).masked_fill(constant, 0.0)  # (B,G,K)
 
 
 def token_step_advantages(
