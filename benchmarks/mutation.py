@@ -57,6 +57,10 @@ _ADV_LOSS_TESTS = (
     "test_losses_more.py", "test_anchors_corr.py", "test_divergence.py", "test_mismatch.py", "test_fest.py",
     "test_vpd_math.py", "test_ssopd_runaway.py", "test_balance_math.py", "test_balance_residual.py",
     "test_stride.py",
+    # written for the survivors of the first run (issue 45)
+    "test_buckets.py", "test_estimators_edges.py", "test_scored_edges.py", "test_steps_edges.py",
+    "test_anchors_edges.py", "test_anchors_sage_edges.py", "test_selfteach_edges.py", "test_corr_edges.py",
+    "test_teacher_loss_edges.py", "test_loss_devices.py",
 )  # fmt: skip
 
 # module (under src/reasonrl/; a folder ends in "/": every file in it, one run) -> the test files that exercise it
@@ -90,113 +94,12 @@ TESTS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# "<mutmut mutant name>": "why it cannot change behaviour" (one line each)
-_PROMOTE = "x.to(None) keeps x's dtype; the product/quotient with a float tensor promotes to the same float values"
-_AXIS = "the tensor is 2-D (its documented shape), so axis +1 and -1 are the same axis"
-_BLOCKS = (
-    "the resample block size only: default_rng's integers fill row-major from one stream, so any split of the "
-    "(B, n) draw into row blocks gives the same indices (tests/test_paired_edges.py checks 4+4+2 rows)"
-)
-_DOLLARS = "without the $$ pair, the $ pair peels $$x$$ twice (the loop repeats): the same text"
-_ONE_SIDE_FLOAT = "the other side stays float64, so x - y, the range check and the bootstrap see the same numbers"
-# "<mutant>": the test that catches it in the source (mutmut calls the mutant through a trampoline with the
-# original's signature, so a test of the documented default sees the original there)
-SIGNATURE: dict[str, str] = {
-    "reasonrl.eval.paired.x_paired_bootstrap_ci__mutmut_1": "tests/test_paired_edges.py::"
-    "test_defaults_are_the_papers_bootstrap (B = 10,000 on the signature)",
-}
-EQUIVALENT: dict[str, str] = {
-    "reasonrl.losses.balance.x_token_mean__mutmut_2": _PROMOTE,
-    "reasonrl.losses.balance.x_token_mean__mutmut_6": _AXIS,
-    "reasonrl.losses.balance.x_token_mean__mutmut_10": _AXIS,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_3": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_4": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_11": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_15": _PROMOTE,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_16": _AXIS + " (scored is (N, L))",
-    "reasonrl.losses.balance.x_sequence_weight__mutmut_21": _PROMOTE,
-    "reasonrl.losses.balance.x_sequence_weight__mutmut_30": _AXIS,
-    "reasonrl.losses.balance.x_elbo_estimate__mutmut_21": _AXIS + " (per_draw is (N, K))",
-    "reasonrl.losses.balance.x_draw_masks__mutmut_7": "float32 instead of float64 uniforms: another draw from the same "
-    "U(t_min, 1], the method unchanged (only old seeds' exact masks move)",
-    "reasonrl.losses.balance.x_draw_masks__mutmut_11": "the same float32-vs-float64 uniform draw as mutmut_7",
-    "reasonrl.losses.balance.x_draw_masks__mutmut_34": "u <= t instead of u < t differs only when a uniform equals t "
-    "exactly (probability 0 for a continuous t; t = 1 masks all either way)",
-    "reasonrl.advantages.gae.x_masked_whiten__mutmut_3": _PROMOTE,
-    "reasonrl.advantages.gae.x_masked_whiten__mutmut_7": "with one entry the centred value is x - x = 0: zeros either "
-    "way",
-    "reasonrl.rewards.match.xǁNumericMatchǁjudge__mutmut_11": "parse_number(None) returns None: the guard only saves "
-    "a call",
-    "reasonrl.population.operators.x_refactor__mutmut_12": "argsort's kind only orders ties: equal scaled singular "
-    "values, probability 0 for a continuous scale",
-    "reasonrl.population.operators.x_refactor__mutmut_14": "argsort's kind only orders ties (as mutmut_12)",
-    "reasonrl.population.operators.x_refactor__mutmut_17": "numpy reads the kind case-insensitively: still stable",
-    "reasonrl.population.operators.x_crossover_modulewise__mutmut_11": "u <= 0.5 and u < 0.5 differ only at u = 0.5 "
-    "exactly (probability 0)",
-    "reasonrl.population.operators.x_crossover_svd__mutmut_30": "np.concatenate's default axis is 0",
-    "reasonrl.population.operators.x_mutate_spectral__mutmut_10": "refactor of (d, r) x (r, k) factors has q = r "
-    "values: s[:None] is s[:r]",
-    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_33": "-1 or -2 for a row without tokens: both fail last >= 0",
-    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_34": _AXIS + " (on is (B, T))",
-    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_45": "nonzero() of a 1-D tensor is (n, 1): "
-    "axes 1 and -1 agree",
-    "reasonrl.advantages.gae.x_last_token_rewards__mutmut_46": "an (n, 1) row index picks the same (row, last) cells "
-    "as the (n,) one in the advanced-index assignment",
-    "reasonrl.eval.metrics.x_pass_at_k__mutmut_16": "after the k <= n check, n + c < k never holds, and when n - c < k "
-    "the product has the factor 1 - k/k = 0, so it returns 1.0 too",
-    "reasonrl.eval.metrics.x_pass_at_k__mutmut_22": "an int arange: k / i is still float division, the same product",
-    "reasonrl.eval.metrics.x_pass_at_k__mutmut_25": "an int arange: k / i is still float division, the same product",
-    "reasonrl.eval.metrics.x_avg_at_k__mutmut_11": "the flags are bools (or 0/1): their mean is the same without the "
-    "cast",
-    "reasonrl.eval.metrics.x_avg_at_k__mutmut_13": "the flags are bools (or 0/1): their mean is the same without the "
-    "cast",
-    "reasonrl.eval.metrics.x__winner__mutmut_9": "every group's count shifted by 1: the same first biggest group",
-    "reasonrl.eval.metrics.x__winner__mutmut_10": "every group's count doubled: the same first biggest group",
-    "reasonrl.eval.metrics.x_mean_std__mutmut_3": "numbers without the float64 cast: np.mean/np.std return the same "
-    "floats",
-    "reasonrl.eval.metrics.x_mean_std__mutmut_5": "numbers without the float64 cast: np.mean/np.std return the same "
-    "floats",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_15": "inside the both-constant branch x[1] == x[0]",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_17": "inside the both-constant branch y[1] == y[0]",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_30": "scipy reads equal_var=None as false: still Welch's test",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_35": "floats without the float64 cast: scipy computes in float64 "
-    "anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_37": "floats without the float64 cast: scipy computes in float64 "
-    "anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_39": "floats without the float64 cast: scipy computes in float64 "
-    "anyway",
-    "reasonrl.eval.metrics.x_welch_t_test__mutmut_41": "floats without the float64 cast: scipy computes in float64 "
-    "anyway",
-    "reasonrl.eval.paired.x__upper_tail__mutmut_1": "k = 0 (k < 0 instead of k <= 0): the loop sums every C(n, i), "
-    "2^n / 2^n = 1.0 exactly, the same as the early return",
-    "reasonrl.eval.paired.x__bootstrap__mutmut_17": _BLOCKS,
-    "reasonrl.eval.paired.x_paired_tests__mutmut_42": "sign_test's default alternative is 'greater'",
-    "reasonrl.eval.paired.x__bootstrap__mutmut_19": _BLOCKS + " (1 >> 22 = 0: blocks of max(1, 0) = 1 row)",
-    "reasonrl.eval.paired.x__bootstrap__mutmut_20": _BLOCKS,
-    "reasonrl.eval.paired.x__bootstrap__mutmut_21": _BLOCKS,
-    "reasonrl.eval.paired.x__bootstrap__mutmut_24": "np.empty's default dtype is float64",
-    "reasonrl.eval.paired.x__bootstrap__mutmut_26": "np.empty's default dtype is float64",
-    "reasonrl.eval.paired.x_paired_bootstrap_ci__mutmut_18": "astype(None) is astype(float64)",
-    "reasonrl.eval.paired.x_paired_bootstrap_ci__mutmut_19": "astype(None) is astype(float64)",
-    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_6": _ONE_SIDE_FLOAT,
-    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_8": _ONE_SIDE_FLOAT,
-    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_10": _ONE_SIDE_FLOAT,
-    "reasonrl.eval.paired.x_paired_bootstrap_values_ci__mutmut_12": _ONE_SIDE_FLOAT,
-    "reasonrl.rewards.answers.x_normalize_number__mutmut_27": "format 'F' differs from 'f' only for inf/nan, "
-    "refused just before",
-    "reasonrl.rewards.answers.x_normalize_number__mutmut_35": "rstrip takes a set of characters: {X, 0} strips the "
-    "same from a digit string as {0}",
-    "reasonrl.rewards.answers.x_normalize_number__mutmut_36": "rstrip takes a set of characters: {X, .} strips the "
-    "same from a digit string as {.}",
-    "reasonrl.rewards.answers.x_normalize_number__mutmut_39": "format(Decimal, 'f') always has a digit before the "
-    "point, so the stripped string is never empty",
-    "reasonrl.rewards.answers.x__unwrap__mutmut_2": _DOLLARS,
-    "reasonrl.rewards.answers.x__unwrap__mutmut_3": _DOLLARS,
-    "reasonrl.rewards.answers.x_all_boxed__mutmut_12": "matching_brace counts from the first '{' at or after its "
-    "start: one character earlier ('d', 'x' or a space) finds the same close",
-    "reasonrl.rewards.answers.x__last_number_of__mutmut_4": "normalize_number(None) returns None: the guard only "
-    "saves a call",
-}
+# "<mutmut mutant name>": "why it cannot change behaviour" (one line each), and "<mutant>": the test that catches a
+# changed default argument in the source (mutmut calls the mutant through a trampoline with the original's
+# signature, so a test of the documented default sees the original there): data, in mutation_equivalents.json
+_LISTS = json.loads((ROOT / "benchmarks" / "mutation_equivalents.json").read_text())
+EQUIVALENT: dict[str, str] = _LISTS["equivalent"]
+SIGNATURE: dict[str, str] = _LISTS["signature"]
 
 KILLED = {1, 3, 36, 24, -24, 152, 255}  # a failing test, pytest's internal error, or a timeout
 SURVIVED = {0, 5, 33}  # every test passed, or no selected test reaches the function
