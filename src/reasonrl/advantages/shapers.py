@@ -126,7 +126,7 @@ def edas(
         lam, wrong = lam.unsqueeze(-1), wrong.unsqueeze(-1)  # (B, G, 1)
     apply = wrong & (advantages < 0)  # (B, G) or (B, G, T)
     shaped = torch.where(apply, lam * advantages, advantages)
-    changed = (shaped != advantages).reshape(b, -1).any(dim=1)  # (B,)
+    changed = (shaped != advantages).flatten(1).any(dim=1)  # (B,); flatten, not reshape(b, -1): B = 0 is allowed
     applied = torch.where(apply, lam.expand_as(advantages), torch.full_like(advantages, float("-inf")))
     lam_max = float(applied.max()) if bool(apply.any()) else 1.0
     return shaped, {
