@@ -62,7 +62,7 @@ _ADV_LOSS_TESTS = (
     "test_anchors_edges.py", "test_anchors_sage_edges.py", "test_selfteach_edges.py", "test_corr_edges.py",
     "test_teacher_loss_edges.py", "test_loss_devices.py", "test_shapers_edges.py", "test_subgroups_edges.py",
     "test_value_loss_edges.py", "test_mismatch_edges.py", "test_aggregate_edges.py", "test_vpd_edges.py",
-    "test_policy_loss_edges.py", "test_distill_losses_edges.py",
+    "test_policy_loss_edges.py", "test_distill_losses_edges.py", "test_advantages_last_edges.py",
 )  # fmt: skip
 
 # module (under src/reasonrl/; a folder ends in "/": every file in it, one run) -> the test files that exercise it
