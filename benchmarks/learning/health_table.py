@@ -74,8 +74,8 @@ SETTINGS = {
     "pp_base": "prompt_policy: the shipped base as the frozen worker on arithmetic up to 3 digits, 3 contexts "
     "(max_digits), 40 held-out instances each; pass@1 is the worker's accuracy with the prompter's "
     "one-shot prompt, the reference 'none' the worker with no prompt",
-    "azr": "AZR's program world from its warm start (0.240 on 200 held-out solver problems, below its 0.5 "
-    "target); grpo on the task's gold programs (task_options.roles=solve)",
+    "azr": "AZR's program world from its warm start, rebuilt after issue 41 (0.200 on 200 held-out solver problems, "
+    "below its 0.5 target); grpo on the task's gold programs (task_options.roles=solve)",
     "smollm2": "SmolLM2-135M-Instruct (`reasonrl models get smollm2-135m-instruct`; 0.312 held-out greedy on these 32 "
     "word_math problems), LoRA r=16, 2 prompts x 4 samples a step, 96 new tokens, one seed: a health check "
     "on a real model (the run finishes, what its part does), not a comparison; peak memory in "
