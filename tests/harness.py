@@ -232,3 +232,28 @@ def assert_same(a, b, exact=True):
 # the sections of a run's and a compare's report page, in order (test_report, test_report_browser)
 RUN_SECTIONS = ("run", "before-after", "curves", "metrics", "training", "samples", "audit", "config")
 COMPARE_SECTIONS = ("table", "curves", "runs", "config", "samples", "audit")
+
+
+# ------------------------------------------------------------- sandboxed processes (test_sandbox, test_sandbox_session)
+def procs_matching(uid, text):
+    """Host processes running as ``uid`` (None: any) or whose command line mentions ``text``."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            owner = int(Path(f"/proc/{name}/status").read_text().split("Uid:")[1].split()[0])  # real uid
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue  # exited meanwhile
+        if int(name) != os.getpid() and ((uid is not None and owner == uid) or text in cmdline):
+            found.append(int(name))
+    return found
+
+
+def detached_grandchild(marker: Path, sleep: float, wait: bool = False) -> str:
+    """A program whose grandchild leaves the process group (setsid), sleeps ``sleep`` s and then writes the time
+    to ``marker``; ``wait``: the program waits for its child (the grandchild's parent) before printing."""
+    return (
+        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
+        "        os._exit(0)\n    os._exit(0)\n" + ("os.wait()\n" if wait else "") + "print('parent done')\n"
+    )

@@ -25,6 +25,7 @@ from reasonrl.rewards.sandbox import (
     run_python,
 )
 from reasonrl.rewards.sandbox.levels import PRIVATE_TMP
+from harness import detached_grandchild, procs_matching
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
@@ -41,20 +42,6 @@ def need(info, *any_of):
     """Skip (with the detection report) unless one of the features is active at the auto level."""
     if not any(f in info.features for f in any_of):
         pytest.skip(f"needs one of {any_of}; active: {info}")
-
-
-def procs_matching(uid, text):
-    """Host processes running as ``uid`` or whose command line mentions ``text``."""
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            owner = int(Path(f"/proc/{name}/status").read_text().split("Uid:")[1].split()[0])  # real uid
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue  # exited meanwhile
-        if int(name) != os.getpid() and ((uid is not None and owner == uid) or text in cmdline):
-            found.append(int(name))
-    return found
 
 
 def attempts(*calls: str) -> str:
@@ -481,14 +468,6 @@ def test_ipc_uts_and_pid_namespaces_are_private(info):
     assert renamed == "refused 0 Operation not permitted" and socket.gethostname() == hostname
 
 
-def _detached_grandchild(marker: Path, sleep: float) -> str:
-    return (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
-        "        os._exit(0)\n    os._exit(0)\nprint('parent done')\n"
-    )
-
-
 @pytest.mark.parametrize("level", ["auto", "rlimits"])
 def test_detached_grandchild_does_not_outlive_the_call(level, info):
     # "rlimits" is forced here on purpose: it tests the subreaper clean-up of the weak levels
@@ -501,7 +480,7 @@ def test_detached_grandchild_does_not_outlive_the_call(level, info):
         t0 = time.monotonic()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", core.SandboxWarning)
-            res = run_python(_detached_grandchild(marker, sleep), level=level, timeout=3)
+            res = run_python(detached_grandchild(marker, sleep), level=level, timeout=3)
         # No timing is asserted (benchmarks/speed/sandbox_speed.py measures that the call does not wait).
         # Right after the call a surviving grandchild is either still alive (found here) or writes its
         # marker, stamped with the time, after the call returned (found below), however slow the machine is.

@@ -21,6 +21,7 @@ from reasonrl.rewards.sandbox import SandboxError, SandboxWarning
 from reasonrl.rewards.sandbox import session as session_module
 from reasonrl.rewards.sandbox.levels import UidSlots
 from reasonrl.rewards.sandbox.session import SandboxSession
+from harness import detached_grandchild, procs_matching
 
 # every descriptor of the cell's process gets the line: whichever of them leads to the protocol
 TO_EVERY_FD = (
@@ -113,25 +114,6 @@ def test_the_host_takes_any_undecodable_or_mistyped_line_as_a_lost_session(monke
     assert res.restarted and "restarted" in res.error and res.final is False
 
 
-def _detached_grandchild(marker: Path, sleep: float) -> str:
-    return (
-        "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        f"        time.sleep({sleep})\n        open({str(marker)!r}, 'w').write(repr(time.time()))\n"
-        "        os._exit(0)\n    os._exit(0)\nos.wait()\nprint('parent done')\n"
-    )
-
-
-def _alive_with(text: str) -> list[int]:
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if text in Path(f"/proc/{name}/cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(name))
-        except OSError:
-            continue  # exited meanwhile
-    return found
-
-
 @pytest.mark.parametrize("level", ["auto", "rlimits"])
 def test_close_sweeps_a_detached_grandchild(level):
     """Issue 41 item 5: close() used to SIGKILL the process group before the runner could sweep, so at
@@ -144,11 +126,13 @@ def test_close_sweeps_a_detached_grandchild(level):
             warnings.simplefilter("ignore", SandboxWarning)
             s = SandboxSession(level=level, turn_timeout=5.0)
         t0 = time.monotonic()
-        assert s.run(_detached_grandchild(marker, sleep)).stdout == "parent done\n"
+        assert s.run(detached_grandchild(marker, sleep, wait=True)).stdout == "parent done\n"
         workdir = s._tmp  # the runner's command line names it, and so do its forked descendants
         s.close()
         closed = time.time()
-        assert _alive_with(workdir) == [], f"processes of the session survived close() at level {s.level}"
+        assert procs_matching(uid=None, text=workdir) == [], (
+            f"processes of the session survived close() at level {s.level}"
+        )
         time.sleep(max(0.0, t0 + sleep + 0.3 - time.monotonic()))  # past the time it would have written
         written = float(marker.read_text()) if marker.exists() else None
         assert written is None or written <= closed, f"a detached grandchild outlived close() at level {s.level}"
