@@ -28,20 +28,6 @@ HOOK_CTX = {
     "loss_term": "LossContext",
     "after_step": "UpdateContext",
 }
-# every hook returns (value, metrics): a task, a model, modules, items, rollouts, Groups or None, each with its metrics
-METRIC_HOOKS = (
-    "wrap_task",
-    "setup_model",
-    "setup_modules",
-    "before_step",
-    "draw",
-    "generate",
-    "extend",
-    "score_batch",
-    "shape_advantages",
-    "loss_term",
-    "after_step",
-)
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
@@ -162,13 +148,16 @@ def test_the_parts_that_use_an_ability_declare_it():
 
 
 def _hook_functions():
-    """(part class name, hook, function) of every hook a part (or a strategy protocol) in src/reasonrl/parts defines."""
+    """(part class name, hook, function) of every hook a part (or a strategy protocol) in src/reasonrl/parts defines
+    (every hook of the protocol returns (value, metrics))."""
+    from reasonrl.parts.protocol import HOOKS
+
     for path in sorted((SRC / "reasonrl" / "parts").glob("*.py")):
         for cls in ast.parse(path.read_text()).body:
             if isinstance(cls, ast.ClassDef):
                 for fn in cls.body:
                     if isinstance(fn, ast.FunctionDef) and (
-                        fn.name in METRIC_HOOKS or (fn.name == "__call__" and cls.name in ("EDAS", "StepCredit"))
+                        fn.name in HOOKS or (fn.name == "__call__" and cls.name in ("EDAS", "StepCredit"))
                     ):
                         yield cls.name, fn.name, fn
 
