@@ -69,7 +69,11 @@ _ADV_LOSS_TESTS = (
 TESTS: dict[str, tuple[str, ...]] = {
     "advantages/gae.py": ("test_gae.py",),  # the GAE
     "advantages/estimators.py": ("test_advantages.py",),
-    "losses/balance.py": ("test_balance_math.py", "test_balance_residual.py", "test_loss_devices.py"),  # trajectory balance
+    "losses/balance.py": (
+        "test_balance_math.py",
+        "test_balance_residual.py",
+        "test_loss_devices.py",
+    ),  # trajectory balance
     "losses/policy.py": ("test_losses.py", "test_losses_more.py"),
     "losses/kl.py": ("test_losses.py",),
     "losses/value.py": ("test_gae.py",),
